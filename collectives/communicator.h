@@ -1,0 +1,81 @@
+// The Communicator seam: NCCL-style collectives enqueued on a Stream. MPI (host memory) and NCCL implement it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/op_desc.h"
+#include "runtime/core/device.h"
+#include "runtime/core/dtype.h"
+
+namespace strata {
+
+// Options every communicator takes; defaults come from strata::env().
+struct CommOptions {
+  double timeout_s = 600.0;  // STRATA_TIMEOUT_S: bound on every wait
+  bool validate = false;     // STRATA_VALIDATE: cross-rank check of op, count, dtype before each collective
+  static CommOptions from_env();
+};
+
+// Counts follow NCCL: all_gather takes the per-rank send count (recv holds size() * send_count elements);
+// reduce_scatter takes the per-rank recv count (send holds size() * recv_count elements). Buffers live on the
+// communicator's device. Every operation is enqueued on `stream` and returns at once: order it against other
+// streams with events, and read results after synchronising. In-place use is allowed where NCCL allows it
+// (all_gather with send == recv + rank * send_count, reduce_scatter with recv == send + rank * recv_count,
+// all_reduce and broadcast with send == recv).
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // "world", or the parent's name with "/c<color>" appended by split().
+  const std::string& name() const { return name_; }
+  Device& device() const { return device_; }
+  const CommOptions& options() const { return options_; }
+  virtual const char* backend_name() const = 0;  // "mpi", "nccl"
+
+  virtual void all_gather(const void* send, void* recv, std::size_t send_count, DType dtype, Stream& stream) = 0;
+  virtual void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, ReduceOp op,
+                              Stream& stream) = 0;
+  virtual void all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
+                          Stream& stream) = 0;
+  virtual void broadcast(const void* send, void* recv, std::size_t count, DType dtype, int root,
+                         Stream& stream) = 0;
+  virtual void send(const void* buf, std::size_t count, DType dtype, int peer, Stream& stream) = 0;
+  virtual void recv(void* buf, std::size_t count, DType dtype, int peer, Stream& stream) = 0;
+  virtual void barrier(Stream& stream) = 0;
+
+  // Collective over this communicator, on the calling thread (bounded): ranks with the same color form a new
+  // communicator, ordered by (key, rank). A negative color opts out and returns nullptr.
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  // Collectives issued so far (the sequence number of the next one). send / recv are numbered per peer and
+  // direction instead (the k-th send to a peer pairs with that peer's k-th recv from us), since ranks outside
+  // the pair do not take part.
+  std::uint64_t sequence() const { return seq_; }
+
+ protected:
+  Communicator(Device& device, int rank, int size, std::string name, CommOptions options)
+      : device_(device), rank_(rank), size_(size), name_(std::move(name)), options_(options) {}
+  // The descriptor of the next collective; bumps the sequence number.
+  OpDesc next_op(OpKind kind, std::size_t count, DType dtype, ReduceOp op = ReduceOp::kSum, int root = -1,
+                 int peer = -1);
+
+ private:
+  Device& device_;
+  int rank_;
+  int size_;
+  std::string name_;
+  CommOptions options_;
+  std::uint64_t seq_ = 0;
+  std::vector<std::uint64_t> sent_;      // per peer
+  std::vector<std::uint64_t> received_;  // per peer
+};
+
+}  // namespace strata

@@ -1,0 +1,17 @@
+// Host reductions used by the MPI backend: combine n equal chunks in rank order, accumulating 16-bit floats in f32.
+#pragma once
+
+#include <cstddef>
+
+#include "collectives/op_desc.h"
+#include "runtime/core/dtype.h"
+
+namespace strata {
+
+// out[i] = op(chunks[0][i], chunks[1][i], ..., chunks[n-1][i]) for i < count, where chunk r starts at
+// chunks + r * chunk_stride elements. Sums run in rank order (deterministic); bf16 / f16 accumulate in f32 and
+// round once; kAvg divides the sum by n (integer division for integer types). `out` may alias chunk 0..n-1.
+void reduce_chunks(const void* chunks, std::size_t n, std::size_t chunk_stride, std::size_t count, DType dtype,
+                   ReduceOp op, void* out);
+
+}  // namespace strata

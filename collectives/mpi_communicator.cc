@@ -1,0 +1,253 @@
+// MpiCommunicator: nonblocking MPI collectives on per-stream lanes, polled with a deadline.
+#include "collectives/mpi_communicator.h"
+
+#include <climits>
+#include <cstring>
+
+#include "collectives/host_reduce.h"
+#include "collectives/mpi_util.h"
+#include "runtime/core/error.h"
+#include "runtime/core/in_flight.h"
+#include "runtime/core/logging.h"
+
+namespace strata {
+namespace {
+
+// Point-to-point tags: from the per-peer sequence number (mod a window that keeps tags below MPI's guaranteed
+// 32767): data, the sender's validation header, the receiver's validation header.
+constexpr std::uint64_t kTagWindow = 4096;
+int data_tag(std::uint64_t seq) { return static_cast<int>(4 * (seq % kTagWindow)); }
+int header_tag(std::uint64_t seq, OpKind from) {
+  return static_cast<int>(4 * (seq % kTagWindow)) + (from == OpKind::kSend ? 1 : 2);
+}
+
+MPI_Comm dup_bounded(MPI_Comm parent, double timeout_s, const std::string& what) {
+  MPI_Comm out = MPI_COMM_NULL;
+  MPI_Request req;
+  STRATA_CHECK_MPI(MPI_Comm_idup(parent, &out, &req));
+  mpi_wait(req, timeout_s, what);
+  return out;
+}
+
+int as_int(std::size_t count, const char* op) {
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, count <= static_cast<std::size_t>(INT_MAX),
+                    "{}: {} elements per rank exceed the MPI backend's limit of INT_MAX", op, count);
+  return static_cast<int>(count);
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(Device& device, MPI_Comm parent, std::string name, CommOptions options)
+    : Communicator(device, [&] {
+        int r = 0;
+        STRATA_CHECK_MPI(MPI_Comm_rank(parent, &r));
+        return r;
+      }(),
+                   [&] {
+                     int n = 0;
+                     STRATA_CHECK_MPI(MPI_Comm_size(parent, &n));
+                     return n;
+                   }(),
+                   std::move(name), options) {
+  STRATA_CHECK(device.kind() == DeviceKind::kCpu, "the MPI communicator works on host memory, not on {}",
+               device.name());
+  control_ = dup_bounded(parent, options.timeout_s, fmt::format("creating communicator '{}'", this->name()));
+  p2p_.comm = dup_bounded(parent, options.timeout_s, fmt::format("creating communicator '{}'", this->name()));
+  logger("comm").debug("communicator '{}' (mpi): rank {} of {}", this->name(), rank(), size());
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  for (auto& [id, lane] : lanes_) MPI_Comm_free(&lane->comm);
+  if (p2p_.comm != MPI_COMM_NULL) MPI_Comm_free(&p2p_.comm);
+  if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
+}
+
+void MpiCommunicator::check_stream(const Stream& stream, const char* op) const {
+  STRATA_CHECK(&stream.device() == &device(), "{} on communicator '{}': stream '{}' belongs to {}, not {}", op,
+               name(), stream.name(), stream.device().name(), device().name());
+}
+
+MpiCommunicator::Lane& MpiCommunicator::lane_for(Stream& stream) {
+  std::lock_guard<std::mutex> lock(lanes_mutex_);
+  auto it = lanes_.find(stream.id());
+  if (it != lanes_.end()) return *it->second;
+  auto lane = std::make_unique<Lane>();
+  lane->comm = dup_bounded(control_, options().timeout_s,
+                           fmt::format("opening stream '{}' (id {}) on communicator '{}'", stream.name(),
+                                       stream.id(), name()));
+  return *lanes_.emplace(stream.id(), std::move(lane)).first->second;
+}
+
+void* MpiCommunicator::staging(Lane& lane, std::size_t bytes) {
+  if (lane.staging.bytes() < bytes) {
+    lane.staging.reset();
+    lane.staging = device().allocate(bytes, MemCategory::kCommBuffer);
+  }
+  return lane.staging.data();
+}
+
+void MpiCommunicator::launch(Stream& stream, const OpDesc& desc,
+                             std::function<void(Lane&, const std::string&)> body) {
+  check_stream(stream, op_kind_name(desc.kind));
+  bool p2p = desc.kind == OpKind::kSend || desc.kind == OpKind::kRecv;
+  Lane& lane = p2p ? p2p_ : lane_for(stream);  // lanes are collective; the pair must not create one
+  std::string what = fmt::format("{} group={}({}) stream={}", desc.describe(), name(), size(), stream.name());
+  logger("comm").trace("enqueue {}", what);
+  stream.enqueue_host([this, &lane, desc, what, body = std::move(body)] {
+    InFlightScope scope(what);
+    if (options().validate) validate(lane, desc, what);
+    body(lane, what);
+  });
+}
+
+void MpiCommunicator::validate(Lane& lane, const OpDesc& desc, const std::string& what) {
+  if (desc.kind == OpKind::kSend || desc.kind == OpKind::kRecv) {
+    // Pairwise: each side sends its descriptor and checks the peer's.
+    OpDesc peer_desc;
+    MPI_Request reqs[2];
+    OpKind expected = desc.kind == OpKind::kSend ? OpKind::kRecv : OpKind::kSend;
+    STRATA_CHECK_MPI(MPI_Isend(&desc, sizeof(OpDesc), MPI_BYTE, desc.peer, header_tag(desc.seq, desc.kind),
+                               p2p_.comm, &reqs[0]));
+    STRATA_CHECK_MPI(MPI_Irecv(&peer_desc, sizeof(OpDesc), MPI_BYTE, desc.peer, header_tag(desc.seq, expected),
+                               p2p_.comm, &reqs[1]));
+    mpi_wait_all(2, reqs, options().timeout_s, "validation of " + what);
+    STRATA_CHECK_CODE(ErrorCode::kMismatch,
+                      peer_desc.kind == expected && peer_desc.count == desc.count && peer_desc.dtype == desc.dtype &&
+                          peer_desc.peer == rank() && peer_desc.seq == desc.seq,
+                      "point-to-point mismatch in group '{}': rank {} called {} but peer rank {} called {}", name(),
+                      rank(), desc.describe(), desc.peer, peer_desc.describe());
+    return;
+  }
+  std::vector<OpDesc> all(static_cast<std::size_t>(size()));
+  MPI_Request req;
+  STRATA_CHECK_MPI(
+      MPI_Iallgather(&desc, sizeof(OpDesc), MPI_BYTE, all.data(), sizeof(OpDesc), MPI_BYTE, lane.comm, &req));
+  mpi_wait(req, options().timeout_s, "validation of " + what);
+  std::string mismatch = compare_op_descs(all, name());
+  if (!mismatch.empty()) STRATA_THROW(ErrorCode::kMismatch, "{}", mismatch);
+}
+
+void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_count, DType dtype,
+                                 Stream& stream) {
+  OpDesc desc = next_op(OpKind::kAllGather, send_count, dtype);
+  int count = as_int(send_count, "all_gather");
+  std::size_t bytes = send_count * dtype_size(dtype);
+  bool in_place = send == static_cast<const char*>(recv) + static_cast<std::size_t>(rank()) * bytes;
+  launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
+    if (count == 0) return;
+    MPI_Datatype t = mpi_datatype(dtype);
+    MPI_Request req;
+    STRATA_CHECK_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, t, recv, count, t, lane.comm, &req));
+    mpi_wait(req, options().timeout_s, what);
+  });
+}
+
+void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, ReduceOp op,
+                                     Stream& stream) {
+  OpDesc desc = next_op(OpKind::kReduceScatter, recv_count, dtype, op);
+  int count = as_int(recv_count, "reduce_scatter");
+  std::size_t n = static_cast<std::size_t>(size());
+  launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
+    if (count == 0) return;
+    // Chunk r of every rank lands on rank r; then a rank-ordered local reduction.
+    void* gathered = staging(lane, n * recv_count * dtype_size(dtype));
+    MPI_Datatype t = mpi_datatype(dtype);
+    MPI_Request req;
+    STRATA_CHECK_MPI(MPI_Ialltoall(send, count, t, gathered, count, t, lane.comm, &req));
+    mpi_wait(req, options().timeout_s, what);
+    reduce_chunks(gathered, n, recv_count, recv_count, dtype, op, recv);
+  });
+}
+
+void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
+                                 Stream& stream) {
+  OpDesc desc = next_op(OpKind::kAllReduce, count, dtype, op);
+  as_int(count, "all_reduce");
+  std::size_t n = static_cast<std::size_t>(size());
+  std::size_t chunk = (count + n - 1) / n;
+  std::size_t esz = dtype_size(dtype);
+  std::size_t me = static_cast<std::size_t>(rank());
+  launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
+    if (count == 0) return;
+    // Reduce-scatter of equal chunks (the input padded to n * chunk), then an all-gather of the reduced chunks.
+    char* buf = static_cast<char*>(staging(lane, 2 * n * chunk * esz));
+    char* padded = buf;
+    char* gathered = buf + n * chunk * esz;
+    std::memcpy(padded, send, count * esz);
+    std::memset(padded + count * esz, 0, (n * chunk - count) * esz);
+    MPI_Datatype t = mpi_datatype(dtype);
+    MPI_Request req;
+    int c = static_cast<int>(chunk);
+    STRATA_CHECK_MPI(MPI_Ialltoall(padded, c, t, gathered, c, t, lane.comm, &req));
+    mpi_wait(req, options().timeout_s, what);
+    reduce_chunks(gathered, n, chunk, chunk, dtype, op, padded + me * chunk * esz);
+    STRATA_CHECK_MPI(MPI_Iallgather(MPI_IN_PLACE, c, t, padded, c, t, lane.comm, &req));
+    mpi_wait(req, options().timeout_s, what);
+    std::memcpy(recv, padded, count * esz);
+  });
+}
+
+void MpiCommunicator::broadcast(const void* send, void* recv, std::size_t count, DType dtype, int root,
+                                Stream& stream) {
+  STRATA_CHECK(root >= 0 && root < size(), "broadcast root {} outside group '{}' of size {}", root, name(), size());
+  OpDesc desc = next_op(OpKind::kBroadcast, count, dtype, ReduceOp::kSum, root);
+  int c = as_int(count, "broadcast");
+  bool is_root = rank() == root;
+  launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
+    if (c == 0) return;
+    if (is_root && send != recv) std::memcpy(recv, send, count * dtype_size(dtype));
+    MPI_Request req;
+    STRATA_CHECK_MPI(MPI_Ibcast(recv, c, mpi_datatype(dtype), root, lane.comm, &req));
+    mpi_wait(req, options().timeout_s, what);
+  });
+}
+
+void MpiCommunicator::send(const void* buf, std::size_t count, DType dtype, int peer, Stream& stream) {
+  STRATA_CHECK(peer >= 0 && peer < size() && peer != rank(), "send to peer {} in group '{}' of size {} from rank {}",
+               peer, name(), size(), rank());
+  OpDesc desc = next_op(OpKind::kSend, count, dtype, ReduceOp::kSum, -1, peer);
+  int c = as_int(count, "send");
+  launch(stream, desc, [=, this](Lane&, const std::string& what) {
+    MPI_Request req;
+    STRATA_CHECK_MPI(MPI_Isend(buf, c, mpi_datatype(dtype), peer, data_tag(desc.seq), p2p_.comm, &req));
+    mpi_wait(req, options().timeout_s, what);
+  });
+}
+
+void MpiCommunicator::recv(void* buf, std::size_t count, DType dtype, int peer, Stream& stream) {
+  STRATA_CHECK(peer >= 0 && peer < size() && peer != rank(),
+               "recv from peer {} in group '{}' of size {} on rank {}", peer, name(), size(), rank());
+  OpDesc desc = next_op(OpKind::kRecv, count, dtype, ReduceOp::kSum, -1, peer);
+  int c = as_int(count, "recv");
+  launch(stream, desc, [=, this](Lane&, const std::string& what) {
+    MPI_Request req;
+    STRATA_CHECK_MPI(MPI_Irecv(buf, c, mpi_datatype(dtype), peer, data_tag(desc.seq), p2p_.comm, &req));
+    mpi_wait(req, options().timeout_s, what);
+  });
+}
+
+void MpiCommunicator::barrier(Stream& stream) {
+  OpDesc desc = next_op(OpKind::kBarrier, 0, DType::kF32);
+  launch(stream, desc, [this](Lane& lane, const std::string& what) {
+    MPI_Request req;
+    STRATA_CHECK_MPI(MPI_Ibarrier(lane.comm, &req));
+    mpi_wait(req, options().timeout_s, what);
+  });
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+  // Gather (color, key) first with a bounded wait: once every rank has arrived, MPI_Comm_split cannot hang.
+  int mine[2] = {color, key};
+  std::vector<int> all(2 * static_cast<std::size_t>(size()));
+  MPI_Request req;
+  STRATA_CHECK_MPI(MPI_Iallgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, control_, &req));
+  mpi_wait(req, options().timeout_s, fmt::format("split of communicator '{}'", name()));
+  MPI_Comm child = MPI_COMM_NULL;
+  STRATA_CHECK_MPI(MPI_Comm_split(control_, color < 0 ? MPI_UNDEFINED : color, key, &child));
+  if (child == MPI_COMM_NULL) return nullptr;
+  auto out = std::make_unique<MpiCommunicator>(device(), child, fmt::format("{}/c{}", name(), color), options());
+  MPI_Comm_free(&child);
+  return out;
+}
+
+}  // namespace strata

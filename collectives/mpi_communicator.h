@@ -1,0 +1,60 @@
+// MpiCommunicator: the Communicator on host memory over MPI, each operation run by the stream's thread.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "collectives/communicator.h"
+
+namespace strata {
+
+// Every stream that carries operations of this communicator gets its own duplicate of the MPI communicator (a
+// "lane"), created collectively the first time the stream is used, so operations on different streams never
+// interleave on one MPI communicator and each lane sees the same order on every rank. Ranks must therefore use
+// streams in the same order (they do in SPMD code). Every wait polls with the STRATA_TIMEOUT_S deadline.
+// send / recv do not use lanes: they run on one point-to-point duplicate, tagged with the per-peer sequence
+// number, so a send on any stream pairs with the peer's matching recv on any stream.
+// Reductions run as an all-to-all of chunks followed by a rank-ordered local sum (bf16 / f16 in f32), which is
+// deterministic and moves the same bytes as a ring; see docs/notes/mpi-reductions.md.
+// Streams must be synchronised before the communicator is destroyed.
+class MpiCommunicator : public Communicator {
+ public:
+  // Collective over `parent`, which it duplicates (and leaves to the caller).
+  MpiCommunicator(Device& device, MPI_Comm parent, std::string name, CommOptions options);
+  ~MpiCommunicator() override;
+
+  const char* backend_name() const override { return "mpi"; }
+  void all_gather(const void* send, void* recv, std::size_t send_count, DType dtype, Stream& stream) override;
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, ReduceOp op,
+                      Stream& stream) override;
+  void all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
+                  Stream& stream) override;
+  void broadcast(const void* send, void* recv, std::size_t count, DType dtype, int root, Stream& stream) override;
+  void send(const void* buf, std::size_t count, DType dtype, int peer, Stream& stream) override;
+  void recv(void* buf, std::size_t count, DType dtype, int peer, Stream& stream) override;
+  void barrier(Stream& stream) override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+
+ private:
+  struct Lane {
+    MPI_Comm comm = MPI_COMM_NULL;
+    Buffer staging;  // grow-only scratch for reductions (MemCategory::kCommBuffer)
+  };
+  Lane& lane_for(Stream& stream);
+  void* staging(Lane& lane, std::size_t bytes);
+  // Enqueues `body` on `stream` behind the validation exchange, registered in the in-flight table.
+  void launch(Stream& stream, const OpDesc& desc, std::function<void(Lane&, const std::string&)> body);
+  void validate(Lane& lane, const OpDesc& desc, const std::string& what);
+  void check_stream(const Stream& stream, const char* op) const;
+
+  MPI_Comm control_ = MPI_COMM_NULL;  // used only by the calling thread: lane creation and split
+  Lane p2p_;                          // send / recv from any stream thread (no staging)
+  std::mutex lanes_mutex_;
+  std::map<std::uint64_t, std::unique_ptr<Lane>> lanes_;  // by stream id
+};
+
+}  // namespace strata

@@ -1,0 +1,20 @@
+// Bounded MPI waits: poll a request (or several) until done or STRATA_TIMEOUT_S passes.
+#pragma once
+
+#include <mpi.h>
+
+#include <string>
+
+#include "runtime/core/dtype.h"
+
+namespace strata {
+
+// Polls MPI_Test until `request` completes. Past `timeout_s` it throws kTimeout naming `what` and the in-flight
+// table. Yields the core between polls so a computing thread on the same rank keeps running.
+void mpi_wait(MPI_Request& request, double timeout_s, const std::string& what);
+void mpi_wait_all(int n, MPI_Request* requests, double timeout_s, const std::string& what);
+
+// The element type MPI moves for a DType (bf16 and f16 travel as 16-bit words).
+MPI_Datatype mpi_datatype(DType dtype);
+
+}  // namespace strata

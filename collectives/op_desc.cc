@@ -1,0 +1,75 @@
+// OpDesc names, description and the cross-rank comparison used by validation mode.
+#include "collectives/op_desc.h"
+
+#include <fmt/format.h>
+
+#include "runtime/core/error.h"
+
+namespace strata {
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::kAllGather: return "all_gather";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kAllReduce: return "all_reduce";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kSend: return "send";
+    case OpKind::kRecv: return "recv";
+    case OpKind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+ReduceOp parse_reduce_op(const std::string& name) {
+  if (name == "sum") return ReduceOp::kSum;
+  if (name == "avg") return ReduceOp::kAvg;
+  if (name == "max") return ReduceOp::kMax;
+  STRATA_THROW(ErrorCode::kInvalidArgument, "unknown reduction '{}' (use sum, avg or max)", name);
+}
+
+std::string OpDesc::describe() const {
+  std::string s = fmt::format("{} seq={} count={} dtype={}", op_kind_name(kind), seq, count, dtype_name(dtype));
+  if (kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce) s += fmt::format(" op={}", reduce_op_name(op));
+  if (kind == OpKind::kBroadcast) s += fmt::format(" root={}", root);
+  if (kind == OpKind::kSend || kind == OpKind::kRecv) s += fmt::format(" peer={}", peer);
+  return s;
+}
+
+std::string compare_op_descs(const std::vector<OpDesc>& all, const std::string& group) {
+  if (all.empty()) return {};
+  const OpDesc& ref = all[0];
+  struct Field {
+    const char* name;
+    bool (*same)(const OpDesc&, const OpDesc&);
+  };
+  static const Field fields[] = {
+      {"op", [](const OpDesc& a, const OpDesc& b) { return a.kind == b.kind; }},
+      {"sequence number", [](const OpDesc& a, const OpDesc& b) { return a.seq == b.seq; }},
+      {"count", [](const OpDesc& a, const OpDesc& b) { return a.count == b.count; }},
+      {"dtype", [](const OpDesc& a, const OpDesc& b) { return a.dtype == b.dtype; }},
+      {"reduction", [](const OpDesc& a, const OpDesc& b) { return a.op == b.op; }},
+      {"root", [](const OpDesc& a, const OpDesc& b) { return a.root == b.root; }},
+  };
+  for (const Field& f : fields) {
+    std::vector<int> differing;
+    for (std::size_t r = 1; r < all.size(); ++r)
+      if (!f.same(ref, all[r])) differing.push_back(static_cast<int>(r));
+    if (differing.empty()) continue;
+    std::string msg = fmt::format("collective mismatch in group '{}': ranks {} differ from rank 0 in {}; calls:",
+                                  group, fmt::join(differing, ","), f.name);
+    for (std::size_t r = 0; r < all.size(); ++r) msg += fmt::format("\n  rank {}: {}", r, all[r].describe());
+    return msg;
+  }
+  return {};
+}
+
+}  // namespace strata

@@ -1,0 +1,132 @@
+// Runtime: MPI start-up, rank identity, backend and device choice, the world communicator; run_main.
+#include "runtime/bootstrap/runtime.h"
+
+#include <cstdio>
+#include <exception>
+
+#include "collectives/communicator_registry.h"
+#include "collectives/mpi_util.h"
+#include "runtime/core/device_registry.h"
+#include "runtime/core/error.h"
+#include "runtime/core/logging.h"
+
+namespace strata {
+namespace {
+
+const char* thread_level_name(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
+  int initialized = 0;
+  STRATA_CHECK_MPI(MPI_Initialized(&initialized));
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    STRATA_CHECK_MPI(MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided));
+    owns_mpi_ = true;
+  } else {
+    STRATA_CHECK_MPI(MPI_Query_thread(&provided));
+  }
+  STRATA_CHECK_MPI(MPI_Comm_rank(MPI_COMM_WORLD, &rank_));
+  STRATA_CHECK_MPI(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
+  set_process_identity(rank_, world_size_);
+  STRATA_CHECK_CODE(ErrorCode::kMpi, provided == MPI_THREAD_MULTIPLE,
+                    "MPI provides {} but Strata needs MPI_THREAD_MULTIPLE (communication streams call MPI from "
+                    "their own threads); use an MPI built with thread support",
+                    thread_level_name(provided));
+
+  const Env& e = strata::env();
+  init_logging(rank_, world_size_, e);
+
+  // Every rank must get here before the blocking communicator splits below; the barrier is bounded.
+  MPI_Request req;
+  STRATA_CHECK_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &req));
+  mpi_wait(req, e.timeout_s, "start-up barrier (are all ranks starting Strata?)");
+  MPI_Comm local = MPI_COMM_NULL;
+  STRATA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
+  STRATA_CHECK_MPI(MPI_Comm_rank(local, &local_rank_));
+  STRATA_CHECK_MPI(MPI_Comm_size(local, &local_size_));
+  MPI_Comm_free(&local);
+  int leader = local_rank_ == 0 ? 1 : 0;
+  STRATA_CHECK_MPI(MPI_Allreduce(&leader, &node_count_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+
+  std::string backend = options.backend.empty() ? e.backend : options.backend;
+  STRATA_CHECK(backend == "auto" || backend == "cpu" || backend == "cuda", "backend '{}' must be auto, cpu or cuda",
+               backend);
+  int gpus = cuda_device_count();
+  DeviceKind kind = DeviceKind::kCpu;
+  if (backend == "cuda" || (backend == "auto" && gpus > 0)) kind = DeviceKind::kCuda;
+  device_ = create_device(kind, gpus > 0 ? local_rank_ % gpus : 0, e.timeout_s);
+  if (e.device_memory) device_->set_memory_budget(e.device_memory);
+  world_ = create_communicator(*device_, MPI_COMM_WORLD, "world", CommOptions::from_env());
+
+  if (rank_ == 0) logger("core").info("environment: {}", e.describe());
+  logger("core").info("{}", describe());
+}
+
+Runtime::~Runtime() {
+  if (std::uncaught_exceptions() > 0) {
+    // Unwinding towards run_main, which will abort the job: finalising MPI here would leave the other ranks
+    // waiting, and joining stream threads could wait on a collective that will never finish. Leave both.
+    (void)world_.release();
+    (void)device_.release();
+    return;
+  }
+  try {
+    device_->compute_stream().synchronize();
+  } catch (const std::exception& ex) {
+    logger("core").error("at shutdown: {}", ex.what());
+  }
+  world_.reset();
+  device_.reset();
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_mpi_ && !finalized) MPI_Finalize();
+}
+
+const Env& Runtime::env() const { return strata::env(); }
+
+std::string Runtime::describe() const {
+  return fmt::format("rank {}/{} (local {}/{}, {} node{}), backend {}, device {}", rank_, world_size_, local_rank_,
+                     local_size_, node_count_, node_count_ == 1 ? "" : "s", device_kind_name(device_->kind()),
+                     device_->name());
+}
+
+std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options) {
+  return std::make_unique<Runtime>(argc, argv, options);
+}
+
+int run_main(const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const std::exception& ex) {
+    // Error::what() already carries "[rank r/w] file:line:"; other exceptions get the rank here.
+    const bool is_strata = dynamic_cast<const Error*>(&ex) != nullptr;
+    std::string text = is_strata ? ex.what() : fmt::format("[rank {}/{}] {}", process_rank(), process_world_size(),
+                                                           ex.what());
+    logger("core").error("fatal: {}", text);
+    std::fflush(stdout);
+    std::fflush(stderr);
+    int initialized = 0, finalized = 0, size = 1;
+    MPI_Initialized(&initialized);
+    MPI_Finalized(&finalized);
+    if (initialized && !finalized) {
+      MPI_Comm_size(MPI_COMM_WORLD, &size);
+      if (size > 1) {
+        logger("core").error("aborting all {} ranks", size);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+    }
+    return 1;
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,63 @@
+// strata::Runtime: the RAII bootstrap from mpirun (MPI, identity, logging, backend, device, world communicator),
+// and run_main, the main wrapper that turns any failure into an abort of the whole job.
+#pragma once
+
+#include <mpi.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "collectives/communicator.h"
+#include "runtime/core/device.h"
+#include "runtime/core/env.h"
+
+namespace strata {
+
+struct RuntimeOptions {
+  std::string backend;  // "auto", "cpu" or "cuda"; empty: STRATA_BACKEND
+};
+
+// Initialises MPI with MPI_THREAD_MULTIPLE (unless the embedder already did), finds this rank's place (rank,
+// world size, local rank on its node, node count), sets up logging, picks the backend (auto: CUDA when a GPU is
+// visible) and the device (cuda:local_rank), and builds the world communicator. Works without mpirun as a
+// single rank. Destruction tears down in reverse and finalises MPI if it initialised it.
+class Runtime {
+ public:
+  Runtime(int* argc, char*** argv, const RuntimeOptions& options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  int local_rank() const { return local_rank_; }
+  int local_size() const { return local_size_; }
+  int node_count() const { return node_count_; }
+  DeviceKind backend() const { return device_->kind(); }
+  Device& device() const { return *device_; }
+  Communicator& world() const { return *world_; }
+  MPI_Comm mpi_world() const { return MPI_COMM_WORLD; }
+  const Env& env() const;
+  // "rank 0/2 (local 0/2, 1 node), backend cpu, device cpu"
+  std::string describe() const;
+
+ private:
+  bool owns_mpi_ = false;
+  int rank_ = 0;
+  int world_size_ = 1;
+  int local_rank_ = 0;
+  int local_size_ = 1;
+  int node_count_ = 1;
+  std::unique_ptr<Device> device_;
+  std::unique_ptr<Communicator> world_;
+};
+
+// RAII start of Strata: `auto rt = strata::init(&argc, &argv);`
+std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options = {});
+
+// Runs `body`; on any exception logs it (with the rank) and, when more than one rank runs, calls MPI_Abort so no
+// rank is left waiting. Returns body's exit code, or 1 on failure. Use as `return strata::run_main(...)`.
+int run_main(const std::function<int()>& body);
+
+}  // namespace strata

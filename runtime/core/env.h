@@ -1,0 +1,33 @@
+// strata::Env: every STRATA_* environment variable, read in one place and logged once.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace strata {
+
+struct Env {
+  std::string backend = "auto";    // STRATA_BACKEND: auto | cpu | cuda
+  double timeout_s = 600.0;        // STRATA_TIMEOUT_S: bound on every wait
+  bool validate = false;           // STRATA_VALIDATE: cross-rank check of every collective
+  std::string log_level = "info";  // STRATA_LOG_LEVEL: spdlog level spec, e.g. "info,comm=debug"
+  std::string log_ranks = "0";     // STRATA_LOG_RANKS: "all" or a comma list of ranks that print info
+  std::string trace_file;          // STRATA_TRACE: Chrome-trace output file (empty: off)
+  std::size_t device_memory = 0;   // STRATA_DEVICE_MEMORY: allocator budget in bytes (0: unlimited)
+
+  // Reads the process environment. Bad values throw strata::Error naming the variable.
+  static Env from_environment();
+  // One line per variable, for the start-up log.
+  std::string describe() const;
+};
+
+// The process-wide Env, read on first use.
+const Env& env();
+// Tests and embedders may replace it (before strata::Runtime starts).
+void set_env(const Env& e);
+
+// Parses "600", "2.5"; "80GB", "512MiB", "1K" (binary multiples). Throws kInvalidArgument naming `what`.
+double parse_seconds(const std::string& text, const char* what);
+std::size_t parse_bytes(const std::string& text, const char* what);
+
+}  // namespace strata
