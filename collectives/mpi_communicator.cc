@@ -22,6 +22,7 @@ int header_tag(std::uint64_t seq, OpKind from) {
 }
 
 MPI_Comm dup_bounded(MPI_Comm parent, double timeout_s, const std::string& what) {
+  InFlightScope scope(what);
   MPI_Comm out = MPI_COMM_NULL;
   MPI_Request req;
   STRATA_CHECK_MPI(MPI_Comm_idup(parent, &out, &req));
@@ -239,9 +240,11 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   // Gather (color, key) first with a bounded wait: once every rank has arrived, MPI_Comm_split cannot hang.
   int mine[2] = {color, key};
   std::vector<int> all(2 * static_cast<std::size_t>(size()));
+  std::string what = fmt::format("split of communicator '{}' (color {}, key {})", name(), color, key);
+  InFlightScope scope(what);
   MPI_Request req;
   STRATA_CHECK_MPI(MPI_Iallgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, control_, &req));
-  mpi_wait(req, options().timeout_s, fmt::format("split of communicator '{}'", name()));
+  mpi_wait(req, options().timeout_s, what);
   MPI_Comm child = MPI_COMM_NULL;
   STRATA_CHECK_MPI(MPI_Comm_split(control_, color < 0 ? MPI_UNDEFINED : color, key, &child));
   if (child == MPI_COMM_NULL) return nullptr;

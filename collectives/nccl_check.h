@@ -18,11 +18,11 @@ inline std::string nccl_error_text(ncclResult_t rc) {
 
 // Anything but ncclSuccess fails, ncclInProgress included: calls on a non-blocking communicator that may return it
 // are handled by NcclCommunicator itself.
-#define STRATA_CHECK_NCCL(call)                                                                                 \
-  do {                                                                                                          \
-    ncclResult_t strata_nccl_rc_ = (call);                                                                      \
-    if (strata_nccl_rc_ != ncclSuccess) [[unlikely]]                                                            \
-      ::strata::throw_error(::strata::ErrorCode::kNccl, __FILE__, __LINE__,                                     \
-                            ::fmt::format("call to {} failed: {}", #call,                                       \
-                                          ::strata::detail::nccl_error_text(strata_nccl_rc_)));                \
+#define STRATA_CHECK_NCCL(call)                                                                               \
+  do {                                                                                                        \
+    ncclResult_t strata_nccl_rc_ = (call);                                                                    \
+    if (strata_nccl_rc_ != ncclSuccess) [[unlikely]]                                                          \
+      ::strata::throw_error(                                                                                  \
+          ::strata::ErrorCode::kNccl, __FILE__, __LINE__,                                                     \
+          ::fmt::format("call to {} failed: {}", #call, ::strata::detail::nccl_error_text(strata_nccl_rc_))); \
   } while (0)

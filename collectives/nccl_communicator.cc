@@ -260,8 +260,8 @@ NcclCommunicator::OwnedMpiComm::~OwnedMpiComm() {
 
 NcclCommunicator::NcclCommunicator(Device& device, MPI_Comm parent, std::string name, CommOptions options)
     : Communicator(device, mpi_rank(parent), mpi_size(parent), std::move(name), options) {
-  STRATA_CHECK(device.kind() == DeviceKind::kCuda, "NCCL communicator '{}' needs a CUDA device, got {}",
-               this->name(), device.name());
+  STRATA_CHECK(device.kind() == DeviceKind::kCuda, "NCCL communicator '{}' needs a CUDA device, got {}", this->name(),
+               device.name());
   const double timeout_s = this->options().timeout_s;
 
   // The control communicator, duplicated without an unbounded wait.
@@ -356,11 +356,11 @@ NcclCommunicator::~NcclCommunicator() {
 
 cudaStream_t NcclCommunicator::stream_of(Stream& stream, const char* op) const {
   STRATA_CHECK(&stream.device() == &device(),
-               "{} on NCCL communicator '{}' was given stream '{}' of {}, but the communicator lives on {}", op,
-               name(), stream.name(), stream.device().name(), device().name());
+               "{} on NCCL communicator '{}' was given stream '{}' of {}, but the communicator lives on {}", op, name(),
+               stream.name(), stream.device().name(), device().name());
   void* handle = stream.native_handle();
-  STRATA_CHECK(handle != nullptr, "{} on NCCL communicator '{}' was given stream '{}', which is not a CUDA stream",
-               op, name(), stream.name());
+  STRATA_CHECK(handle != nullptr, "{} on NCCL communicator '{}' was given stream '{}', which is not a CUDA stream", op,
+               name(), stream.name());
   return static_cast<cudaStream_t>(handle);
 }
 
@@ -409,17 +409,17 @@ void NcclCommunicator::validate_p2p(const OpDesc& desc) {
   mpi_exchange(
       ex,
       [&](Exchange& e, MPI_Request* reqs) {
-        STRATA_CHECK_MPI(MPI_Irecv(&e.theirs, sizeof(OpDesc), MPI_BYTE, desc.peer, kP2pValidationTag,
-                                   control_.get(), &reqs[0]));
-        STRATA_CHECK_MPI(MPI_Isend(&e.mine, sizeof(OpDesc), MPI_BYTE, desc.peer, kP2pValidationTag,
-                                   control_.get(), &reqs[1]));
+        STRATA_CHECK_MPI(
+            MPI_Irecv(&e.theirs, sizeof(OpDesc), MPI_BYTE, desc.peer, kP2pValidationTag, control_.get(), &reqs[0]));
+        STRATA_CHECK_MPI(
+            MPI_Isend(&e.mine, sizeof(OpDesc), MPI_BYTE, desc.peer, kP2pValidationTag, control_.get(), &reqs[1]));
         return 2;
       },
       options().timeout_s, fmt::format("validation of {} on '{}'", desc.describe(), name()));
   const OpDesc& theirs = ex->theirs;
   OpKind expected = desc.kind == OpKind::kSend ? OpKind::kRecv : OpKind::kSend;
-  bool matches = theirs.kind == expected && theirs.count == desc.count && theirs.dtype == desc.dtype &&
-                 theirs.peer == rank();
+  bool matches =
+      theirs.kind == expected && theirs.count == desc.count && theirs.dtype == desc.dtype && theirs.peer == rank();
   if (!matches) {
     STRATA_THROW(ErrorCode::kMismatch,
                  "point-to-point mismatch in group '{}': rank {} called {} but its peer rank {} called {}", name(),
@@ -427,20 +427,18 @@ void NcclCommunicator::validate_p2p(const OpDesc& desc) {
   }
 }
 
-void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t send_count, DType dtype,
-                                  Stream& stream) {
+void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t send_count, DType dtype, Stream& stream) {
   ncclDataType_t type = nccl_dtype(dtype);
   cudaStream_t s = stream_of(stream, "all_gather");
   OpDesc desc = next_op(OpKind::kAllGather, send_count, dtype);
   if (options().validate) validate_collective(desc);
   log_op(name(), desc, stream);
   if (send_count == 0) return;
-  launch(desc, "ncclAllGather",
-         [&](ncclComm_t comm) { return ncclAllGather(send, recv, send_count, type, comm, s); });
+  launch(desc, "ncclAllGather", [&](ncclComm_t comm) { return ncclAllGather(send, recv, send_count, type, comm, s); });
 }
 
-void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype,
-                                      ReduceOp op, Stream& stream) {
+void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, ReduceOp op,
+                                      Stream& stream) {
   ncclDataType_t type = nccl_dtype(dtype);
   ncclRedOp_t red = nccl_op(op);
   cudaStream_t s = stream_of(stream, "reduce_scatter");
@@ -461,8 +459,7 @@ void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t coun
   if (options().validate) validate_collective(desc);
   log_op(name(), desc, stream);
   if (count == 0) return;
-  launch(desc, "ncclAllReduce",
-         [&](ncclComm_t comm) { return ncclAllReduce(send, recv, count, type, red, comm, s); });
+  launch(desc, "ncclAllReduce", [&](ncclComm_t comm) { return ncclAllReduce(send, recv, count, type, red, comm, s); });
 }
 
 void NcclCommunicator::broadcast(const void* send, void* recv, std::size_t count, DType dtype, int root,
@@ -474,8 +471,7 @@ void NcclCommunicator::broadcast(const void* send, void* recv, std::size_t count
   if (options().validate) validate_collective(desc);
   log_op(name(), desc, stream);
   if (count == 0) return;
-  launch(desc, "ncclBroadcast",
-         [&](ncclComm_t comm) { return ncclBroadcast(send, recv, count, type, root, comm, s); });
+  launch(desc, "ncclBroadcast", [&](ncclComm_t comm) { return ncclBroadcast(send, recv, count, type, root, comm, s); });
 }
 
 void NcclCommunicator::send(const void* buf, std::size_t count, DType dtype, int peer, Stream& stream) {
@@ -512,7 +508,8 @@ void NcclCommunicator::barrier(Stream& stream) {
   if (options().validate) validate_collective(desc);
   log_op(name(), desc, stream);
   void* buf = barrier_buffer_.data();
-  launch(desc, "ncclAllReduce", [&](ncclComm_t comm) { return ncclAllReduce(buf, buf, 1, ncclInt32, ncclSum, comm, s); });
+  launch(desc, "ncclAllReduce",
+         [&](ncclComm_t comm) { return ncclAllReduce(buf, buf, 1, ncclInt32, ncclSum, comm, s); });
 }
 
 // ---- split ------------------------------------------------------------------------------------------------------
@@ -567,8 +564,8 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
     auto out = std::make_unique<ncclComm_t>(nullptr);
     try {
       ncclResult_t rc = ncclCommSplit(comm, color >= 0 ? color : NCCL_SPLIT_NOCOLOR, key, out.get(), &config);
-      STRATA_CHECK_CODE(ErrorCode::kNccl, rc == ncclSuccess || rc == ncclInProgress, "call to ncclCommSplit for {} failed: {}",
-                        what, detail::nccl_error_text(rc));
+      STRATA_CHECK_CODE(ErrorCode::kNccl, rc == ncclSuccess || rc == ncclInProgress,
+                        "call to ncclCommSplit for {} failed: {}", what, detail::nccl_error_text(rc));
       wait_comm_ready(comm, timeout_s, what + ": ncclCommSplit");
     } catch (...) {
       (void)out.release();  // the job may still write it
@@ -576,8 +573,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
     }
     if (child_state) {
       child_state->comm = *out;
-      STRATA_CHECK_CODE(ErrorCode::kNccl, child_state->comm != nullptr, "{}: ncclCommSplit gave no communicator",
-                        what);
+      STRATA_CHECK_CODE(ErrorCode::kNccl, child_state->comm != nullptr, "{}: ncclCommSplit gave no communicator", what);
     }
   }
   if (!child_state) return nullptr;
@@ -591,11 +587,11 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
     STRATA_CHECK_NCCL(ncclCommCount(child_state->comm, &nccl_size));
     int control_rank = mpi_rank(child_control.get());
     int control_size = mpi_size(child_control.get());
-    STRATA_CHECK_CODE(ErrorCode::kInternal,
-                      nccl_rank == child_rank && nccl_size == child_size && control_rank == child_rank &&
-                          control_size == child_size,
-                      "{}: expected rank {} of {}, NCCL made rank {} of {}, MPI rank {} of {}", what, child_rank,
-                      child_size, nccl_rank, nccl_size, control_rank, control_size);
+    STRATA_CHECK_CODE(
+        ErrorCode::kInternal,
+        nccl_rank == child_rank && nccl_size == child_size && control_rank == child_rank && control_size == child_size,
+        "{}: expected rank {} of {}, NCCL made rank {} of {}, MPI rank {} of {}", what, child_rank, child_size,
+        nccl_rank, nccl_size, control_rank, control_size);
   }
   logger("comm").debug("'{}' split into '{}': rank {} of {}", name(), child_name, child_rank, child_size);
   return std::unique_ptr<Communicator>(new NcclCommunicator(device(), std::move(child_control), std::move(child_state),

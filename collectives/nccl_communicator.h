@@ -43,8 +43,7 @@ class NcclCommunicator : public Communicator {
   void all_gather(const void* send, void* recv, std::size_t send_count, DType dtype, Stream& stream) override;
   void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, ReduceOp op,
                       Stream& stream) override;
-  void all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
-                  Stream& stream) override;
+  void all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op, Stream& stream) override;
   void broadcast(const void* send, void* recv, std::size_t count, DType dtype, int root, Stream& stream) override;
   void send(const void* buf, std::size_t count, DType dtype, int peer, Stream& stream) override;
   void recv(void* buf, std::size_t count, DType dtype, int peer, Stream& stream) override;

@@ -226,8 +226,8 @@ void CudaStream::wait(Event& event) {
     launch_host(
         [slot, waiter] {
           std::lock_guard<std::mutex> lock(slot->mutex);
-          STRATA_CHECK_CODE(ErrorCode::kRemote, !slot->failed, "{} waited on an event whose stream failed: {}",
-                            waiter, slot->message);
+          STRATA_CHECK_CODE(ErrorCode::kRemote, !slot->failed, "{} waited on an event whose stream failed: {}", waiter,
+                            slot->message);
         },
         /*always_run=*/false);
   }
