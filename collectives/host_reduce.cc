@@ -82,6 +82,8 @@ void reduce_chunks(const void* chunks, std::size_t n, std::size_t stride, std::s
     case DType::kI64:
       return reduce_native(static_cast<const std::int64_t*>(chunks), n, stride, count, op,
                            static_cast<std::int64_t*>(out));
+    case DType::kF64:
+      return reduce_native(static_cast<const double*>(chunks), n, stride, count, op, static_cast<double*>(out));
     case DType::kBF16:
       return reduce_half<Bf16>(static_cast<const std::uint16_t*>(chunks), n, stride, count, op,
                                static_cast<std::uint16_t*>(out));

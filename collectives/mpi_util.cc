@@ -42,6 +42,7 @@ MPI_Datatype mpi_datatype(DType dtype) {
     case DType::kF16: return MPI_UINT16_T;
     case DType::kI32: return MPI_INT32_T;
     case DType::kI64: return MPI_INT64_T;
+    case DType::kF64: return MPI_DOUBLE;
   }
   STRATA_THROW(ErrorCode::kInvalidArgument, "no MPI datatype for dtype {}", static_cast<int>(dtype));
 }

@@ -70,6 +70,7 @@ ncclDataType_t nccl_dtype(DType t) {
     case DType::kF16: return ncclFloat16;
     case DType::kI32: return ncclInt32;
     case DType::kI64: return ncclInt64;
+    case DType::kF64: return ncclFloat64;
   }
   STRATA_THROW(ErrorCode::kInvalidArgument, "dtype value {} has no NCCL type", static_cast<int>(t));
 }

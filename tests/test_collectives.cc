@@ -18,7 +18,7 @@ using test::fill_verifiable;
 using test::runtime;
 using test::verifiable_int;
 
-const DType kAllTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64};
+const DType kAllTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64, DType::kF64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
 
 // Sizes every op is checked at: 0, 1, world-1, a prime, and a large one not divisible by world * 64.
@@ -40,6 +40,14 @@ double expected_reduce(DType t, ReduceOp op, int seed, const std::vector<int>& r
     }
     if (op == ReduceOp::kAvg) acc /= static_cast<long long>(ranks.size());
     return static_cast<double>(acc);
+  }
+  if (t == DType::kF64) {
+    double acc = verifiable_int(seed, ranks[0], index);
+    for (std::size_t k = 1; k < ranks.size(); ++k) {
+      double v = verifiable_int(seed, ranks[k], index);
+      acc = op == ReduceOp::kMax ? std::max(acc, v) : acc + v;
+    }
+    return op == ReduceOp::kAvg ? acc / static_cast<double>(ranks.size()) : acc;
   }
   float acc = static_cast<float>(verifiable_int(seed, ranks[0], index));
   for (std::size_t k = 1; k < ranks.size(); ++k) {

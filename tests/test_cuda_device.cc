@@ -304,8 +304,7 @@ TEST(CudaDevice, RejectsStreamsAndEventsOfOtherDevices) {
   Buffer buf = dev->allocate(64, MemCategory::kOther);
   EXPECT_EQ(error_code_of([&] { dev->copy(buf.data(), buf.data(), 64, cpu->compute_stream()); }),
             ErrorCode::kInvalidArgument);
-  EXPECT_EQ(error_code_of([&] { dev->fill_zero(buf.data(), 64, cpu->compute_stream()); }),
-            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(error_code_of([&] { dev->fill_zero(buf.data(), 64, cpu->compute_stream()); }), ErrorCode::kInvalidArgument);
   auto cpu_event = cpu->create_event();
   EXPECT_EQ(error_code_of([&] { dev->compute_stream().record(*cpu_event); }), ErrorCode::kInvalidArgument);
   EXPECT_EQ(error_code_of([&] { dev->compute_stream().wait(*cpu_event); }), ErrorCode::kInvalidArgument);

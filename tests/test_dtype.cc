@@ -17,7 +17,8 @@ TEST(DType, SizesNamesAndParsing) {
   EXPECT_EQ(dtype_size(DType::kF16), 2u);
   EXPECT_EQ(dtype_size(DType::kI32), 4u);
   EXPECT_EQ(dtype_size(DType::kI64), 8u);
-  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64})
+  EXPECT_EQ(dtype_size(DType::kF64), 8u);
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64, DType::kF64})
     EXPECT_EQ(parse_dtype(dtype_name(t)), t);
   EXPECT_EQ(parse_dtype("bfloat16"), DType::kBF16);
   EXPECT_THROW(parse_dtype("f8"), Error);

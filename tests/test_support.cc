@@ -31,6 +31,7 @@ void fill_verifiable(void* dst, std::size_t count, DType dtype, int seed, int ra
       case DType::kF16: static_cast<std::uint16_t*>(dst)[i] = f32_to_f16(static_cast<float>(v)); break;
       case DType::kI32: static_cast<std::int32_t*>(dst)[i] = v; break;
       case DType::kI64: static_cast<std::int64_t*>(dst)[i] = v; break;
+      case DType::kF64: static_cast<double*>(dst)[i] = v; break;
     }
   }
 }
@@ -42,6 +43,7 @@ double element(const void* src, std::size_t i, DType dtype) {
     case DType::kF16: return f16_to_f32(static_cast<const std::uint16_t*>(src)[i]);
     case DType::kI32: return static_cast<const std::int32_t*>(src)[i];
     case DType::kI64: return static_cast<double>(static_cast<const std::int64_t*>(src)[i]);
+    case DType::kF64: return static_cast<const double*>(src)[i];
   }
   STRATA_THROW(ErrorCode::kInvalidArgument, "unknown dtype");
 }

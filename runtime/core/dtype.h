@@ -8,10 +8,11 @@
 
 namespace strata {
 
-enum class DType : std::uint8_t { kF32, kBF16, kF16, kI32, kI64 };
+// f64 is for bookkeeping reductions (norms, loss sums); tensors are f32 / bf16 / f16.
+enum class DType : std::uint8_t { kF32, kBF16, kF16, kI32, kI64, kF64 };
 
 std::size_t dtype_size(DType t);
-const char* dtype_name(DType t);  // "f32", "bf16", "f16", "i32", "i64"
+const char* dtype_name(DType t);  // "f32", "bf16", "f16", "i32", "i64", "f64"
 DType parse_dtype(const std::string& name);  // accepts the names above; throws kInvalidArgument
 bool dtype_is_float(DType t);
 

@@ -1,0 +1,87 @@
+// MemoryLedger: gathering the per-rank MemoryStats and printing them.
+#include "runtime/memory/memory_ledger.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace strata {
+
+LedgerRow MemoryLedger::local(const Device& device, int rank) {
+  auto& stats = const_cast<Device&>(device).memory_stats();
+  LedgerRow row;
+  row.rank = rank;
+  for (std::size_t i = 0; i < kNumMemCategories; ++i) {
+    auto c = static_cast<MemCategory>(i);
+    row.current[i] = static_cast<std::int64_t>(stats.current(c));
+    row.peak[i] = static_cast<std::int64_t>(stats.peak(c));
+  }
+  row.current_total = static_cast<std::int64_t>(stats.current_total());
+  row.peak_total = static_cast<std::int64_t>(stats.peak_total());
+  return row;
+}
+
+std::vector<LedgerRow> MemoryLedger::gather(Device& device, Communicator& comm) {
+  constexpr std::size_t kFields = 2 * kNumMemCategories + 2;
+  LedgerRow me = local(device, comm.rank());
+  std::vector<std::int64_t> mine(kFields), all(kFields * static_cast<std::size_t>(comm.size()));
+  for (std::size_t i = 0; i < kNumMemCategories; ++i) {
+    mine[i] = me.current[i];
+    mine[kNumMemCategories + i] = me.peak[i];
+  }
+  mine[2 * kNumMemCategories] = me.current_total;
+  mine[2 * kNumMemCategories + 1] = me.peak_total;
+  auto stream = device.create_stream("ledger");
+  comm.all_gather(mine.data(), all.data(), kFields, DType::kI64, *stream);
+  stream->synchronize();
+  std::vector<LedgerRow> rows(static_cast<std::size_t>(comm.size()));
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const std::int64_t* f = all.data() + r * kFields;
+    rows[r].rank = static_cast<int>(r);
+    for (std::size_t i = 0; i < kNumMemCategories; ++i) {
+      rows[r].current[i] = f[i];
+      rows[r].peak[i] = f[kNumMemCategories + i];
+    }
+    rows[r].current_total = f[2 * kNumMemCategories];
+    rows[r].peak_total = f[2 * kNumMemCategories + 1];
+  }
+  return rows;
+}
+
+std::string MemoryLedger::table(const std::vector<LedgerRow>& rows) {
+  auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  std::string out = fmt::format("{:>4}  {:<18} {:>12} {:>12} {:>14} {:>14}\n", "rank", "category", "current_MiB",
+                                "peak_MiB", "current_bytes", "peak_bytes");
+  for (const LedgerRow& r : rows) {
+    for (std::size_t i = 0; i < kNumMemCategories; ++i) {
+      if (r.current[i] == 0 && r.peak[i] == 0) continue;
+      out += fmt::format("{:>4}  {:<18} {:>12.3f} {:>12.3f} {:>14} {:>14}\n", r.rank,
+                         mem_category_name(static_cast<MemCategory>(i)), mib(r.current[i]), mib(r.peak[i]),
+                         r.current[i], r.peak[i]);
+    }
+    out += fmt::format("{:>4}  {:<18} {:>12.3f} {:>12.3f} {:>14} {:>14}\n", r.rank, "total", mib(r.current_total),
+                       mib(r.peak_total), r.current_total, r.peak_total);
+  }
+  return out;
+}
+
+std::string MemoryLedger::json(const std::vector<LedgerRow>& rows) {
+  nlohmann::json doc;
+  doc["ranks"] = nlohmann::json::array();
+  for (const LedgerRow& r : rows) {
+    nlohmann::json cur, peak;
+    for (std::size_t i = 0; i < kNumMemCategories; ++i) {
+      const char* name = mem_category_name(static_cast<MemCategory>(i));
+      cur[name] = r.current[i];
+      peak[name] = r.peak[i];
+    }
+    doc["ranks"].push_back({{"rank", r.rank},
+                            {"current", cur},
+                            {"peak", peak},
+                            {"current_total", r.current_total},
+                            {"peak_total", r.peak_total}});
+  }
+  return doc.dump();
+}
+
+}  // namespace strata

@@ -1,0 +1,35 @@
+// AdamW (torch.optim.AdamW semantics) on f32 ranges, and the warmup + cosine learning-rate schedule.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace strata {
+
+struct AdamWConfig {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  void validate() const;  // throws kInvalidArgument naming the bad value
+};
+
+// One AdamW update of n elements at step t (t >= 1):
+//   p = p * (1 - lr*wd)            (only when `decay`)
+//   m = beta1*m + (1-beta1)*g ; v = beta2*v + (1-beta2)*g*g
+//   p = p - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps),  bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (in double)
+// Vectorisable inner loop; the scalars are computed once in double and applied in f32, as torch does.
+void adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
+                  std::int64_t t, bool decay);
+
+// Linear warmup from 0 to max_lr over warmup_steps, then cosine decay to min_lr at total_steps (constant after).
+struct LrSchedule {
+  double max_lr = 1e-3;
+  double min_lr = 0.0;
+  std::int64_t warmup_steps = 0;
+  std::int64_t total_steps = 0;  // 0: constant max_lr after warmup
+  double at(std::int64_t step) const;  // step counts from 0
+};
+
+}  // namespace strata

@@ -1,0 +1,70 @@
+// Host implementations of the flat-buffer operations.
+#include "runtime/sharding/flat_ops.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "runtime/core/error.h"
+
+namespace strata {
+namespace {
+
+float load(const void* src, DType t, std::size_t i) {
+  switch (t) {
+    case DType::kF32: return static_cast<const float*>(src)[i];
+    case DType::kBF16: return bf16_to_f32(static_cast<const std::uint16_t*>(src)[i]);
+    case DType::kF16: return f16_to_f32(static_cast<const std::uint16_t*>(src)[i]);
+    default: break;
+  }
+  STRATA_THROW(ErrorCode::kInvalidArgument, "flat op on non-float dtype {}", dtype_name(t));
+}
+
+}  // namespace
+
+void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n) {
+  if (n == 0) return;
+  if (src_dtype == dst_dtype) {
+    if (src != dst) std::memmove(dst, src, n * dtype_size(src_dtype));
+    return;
+  }
+  switch (dst_dtype) {
+    case DType::kF32: {
+      float* d = static_cast<float*>(dst);
+      for (std::size_t i = 0; i < n; ++i) d[i] = load(src, src_dtype, i);
+      return;
+    }
+    case DType::kBF16: {
+      auto* d = static_cast<std::uint16_t*>(dst);
+      for (std::size_t i = 0; i < n; ++i) d[i] = f32_to_bf16(load(src, src_dtype, i));
+      return;
+    }
+    case DType::kF16: {
+      auto* d = static_cast<std::uint16_t*>(dst);
+      for (std::size_t i = 0; i < n; ++i) d[i] = f32_to_f16(load(src, src_dtype, i));
+      return;
+    }
+    default: break;
+  }
+  STRATA_THROW(ErrorCode::kInvalidArgument, "convert to non-float dtype {}", dtype_name(dst_dtype));
+}
+
+void accumulate_f32(float* dst, const void* src, DType src_dtype, std::size_t n) {
+  if (src_dtype == DType::kF32) {
+    const float* s = static_cast<const float*>(src);
+    for (std::size_t i = 0; i < n; ++i) dst[i] += s[i];
+    return;
+  }
+  for (std::size_t i = 0; i < n; ++i) dst[i] += load(src, src_dtype, i);
+}
+
+double sum_squares(const float* x, std::size_t n) {
+  double acc = 0;
+  for (std::size_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * x[i];
+  return acc;
+}
+
+void scale_f32(float* x, std::size_t n, float factor) {
+  for (std::size_t i = 0; i < n; ++i) x[i] *= factor;
+}
+
+}  // namespace strata

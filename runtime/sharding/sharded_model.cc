@@ -1,0 +1,227 @@
+// ShardedModel: unit bookkeeping, the begin/end protocol, cross-rank declaration checks, and the step.
+#include "runtime/sharding/sharded_model.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "runtime/bootstrap/runtime.h"
+#include "runtime/core/error.h"
+#include "runtime/core/logging.h"
+
+namespace strata {
+namespace {
+
+std::uint64_t fnv1a(const std::string& text, std::uint64_t h = 1469598103934665603ull) {
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+std::string describe_unit(const UnitSpec& u) {
+  std::string s = u.name + "{";
+  for (const SlotSpec& slot : u.slots)
+    s += fmt::format("{}:{}:{}:{};", slot.name, shape_string(slot.shape), slot.weight_decay, slot.trainable);
+  return s + "}";
+}
+
+}  // namespace
+
+ShardedModel::ShardedModel(Device& device, Communicator& world, int local_size, std::vector<UnitSpec> units,
+                           const ShardingOptions& options, const AdamWConfig& adamw)
+    : device_(device),
+      world_(world),
+      options_(options),
+      adamw_(adamw),
+      specs_(std::move(units)),
+      scaler_(options.dynamic_loss_scale, options.initial_loss_scale, options.loss_scale_window) {
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, device.kind() == DeviceKind::kCpu,
+                    "the sharding runtime runs on the CPU backend only so far: its element-wise kernels (casts, "
+                    "gradient accumulation, AdamW) have no CUDA implementation yet (device {})",
+                    device.name());
+  options_.validate(world.size(), local_size);
+  adamw_.validate();
+  STRATA_CHECK(!specs_.empty(), "a model needs at least one unit");
+  check_same_across_ranks();
+  comm_ = std::make_unique<CommContext>(device, world, options_, local_size);
+  for (const UnitSpec& spec : specs_)
+    units_.push_back(std::make_unique<ShardedUnit>(spec.name, spec.slots, *comm_, options_));
+  forward_done_.assign(units_.size(), false);
+  logger("shard").info("sharded model: {} units, {}; shard group {} of {}", units_.size(), options_.describe(),
+                       comm_->shard_rank(), comm_->shard_size());
+}
+
+ShardedModel::ShardedModel(Runtime& runtime, std::vector<UnitSpec> units, const ShardingOptions& options,
+                           const AdamWConfig& adamw)
+    : ShardedModel(runtime.device(), runtime.world(), runtime.local_size(), std::move(units), options, adamw) {}
+
+ShardedModel::~ShardedModel() = default;
+
+void ShardedModel::check_same_across_ranks() {
+  // Each rank hashes its declaration (per unit, and the options); rank 0's is the reference.
+  std::vector<std::int64_t> mine;
+  mine.push_back(static_cast<std::int64_t>(fnv1a(options_.describe())));
+  for (const UnitSpec& u : specs_) mine.push_back(static_cast<std::int64_t>(fnv1a(describe_unit(u))));
+  auto stream = device_.create_stream("model_check");
+  std::size_t n = static_cast<std::size_t>(world_.size());
+  Buffer counts = device_.allocate(n * 8, MemCategory::kWorkspace);
+  std::int64_t my_count = static_cast<std::int64_t>(mine.size());
+  world_.all_gather(&my_count, counts.data(), 1, DType::kI64, *stream);
+  stream->synchronize();
+  for (std::size_t r = 0; r < n; ++r)
+    STRATA_CHECK_CODE(ErrorCode::kMismatch, counts.as<std::int64_t>()[r] == my_count,
+                      "rank {} declares {} units but rank {} declares {}", world_.rank(), specs_.size(), r,
+                      counts.as<std::int64_t>()[r] - 1);
+  Buffer all = device_.allocate(n * mine.size() * 8, MemCategory::kWorkspace);
+  world_.all_gather(mine.data(), all.data(), mine.size(), DType::kI64, *stream);
+  stream->synchronize();
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    std::vector<int> differ;
+    for (std::size_t r = 1; r < n; ++r)
+      if (all.as<std::int64_t>()[r * mine.size() + k] != all.as<std::int64_t>()[k]) differ.push_back(static_cast<int>(r));
+    if (differ.empty()) continue;
+    std::string what = k == 0 ? fmt::format("sharding options (this rank: {})", options_.describe())
+                              : fmt::format("unit {} (this rank declares {})", k - 1, describe_unit(specs_[k - 1]));
+    STRATA_THROW(ErrorCode::kMismatch, "ranks {} declare a different {} than rank 0", fmt::join(differ, ","), what);
+  }
+}
+
+ShardedUnit& ShardedModel::unit(int i) {
+  check_unit(i, "unit");
+  return *units_[static_cast<std::size_t>(i)];
+}
+
+void ShardedModel::check_unit(int i, const char* call) const {
+  STRATA_CHECK(i >= 0 && i < static_cast<int>(units_.size()), "{}({}): the model has units 0..{}", call, i,
+               units_.size() - 1);
+}
+
+void ShardedModel::init(const SlotInit& fill) {
+  for (auto& u : units_) u->init(fill);
+}
+
+void ShardedModel::init_from_rank0(const std::function<void(const ParamSlot& slot, float* out)>& fill) {
+  auto stream = device_.create_stream("init_broadcast");
+  for (auto& u : units_) {
+    const ShardLayout& layout = u->layout();
+    Buffer full = device_.allocate(layout.numel() * 4, MemCategory::kWorkspace);
+    if (world_.rank() == 0)
+      for (const ParamSlot& s : layout.slots()) fill(s, full.as<float>() + s.offset);
+    world_.broadcast(full.data(), full.data(), layout.numel(), DType::kF32, 0, *stream);
+    stream->synchronize();
+    const float* values = full.as<float>();
+    u->init([values](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
+      std::memcpy(out, values + s.offset + begin, count * 4);
+    });
+  }
+}
+
+void ShardedModel::begin_micro_batch(int index, int count) {
+  STRATA_CHECK(count >= 1 && index >= 0 && index < count, "micro-batch {} of {} does not exist", index, count);
+  sync_grads_ = options_.grad_accumulation == GradAccumulation::kReduceEveryMicroBatch || index == count - 1;
+}
+
+const std::vector<TensorView>& ShardedModel::begin_forward(int i) {
+  check_unit(i, "begin_forward");
+  ShardedUnit& u = *units_[static_cast<std::size_t>(i)];
+  STRATA_CHECK(u.training_state() == TrainingState::kIdle, "begin_forward({}): unit '{}' is already in {}", i,
+               u.name(), u.training_state() == TrainingState::kForward ? "forward" : "backward");
+  u.set_training_state(TrainingState::kForward);
+  u.unshard();
+  u.wait_for_unshard();
+  return u.params();
+}
+
+void ShardedModel::end_forward(int i) {
+  check_unit(i, "end_forward");
+  ShardedUnit& u = *units_[static_cast<std::size_t>(i)];
+  STRATA_CHECK(u.training_state() == TrainingState::kForward, "end_forward({}) without begin_forward({}) (unit '{}')",
+               i, i, u.name());
+  forward_done_[static_cast<std::size_t>(i)] = true;
+  if (options_.reshard_after_forward) u.reshard();
+  u.set_training_state(TrainingState::kIdle);
+}
+
+BackwardViews ShardedModel::begin_backward(int i) {
+  check_unit(i, "begin_backward");
+  ShardedUnit& u = *units_[static_cast<std::size_t>(i)];
+  STRATA_CHECK(forward_done_[static_cast<std::size_t>(i)],
+               "begin_backward({}) before any forward of unit '{}' in this micro-batch (call begin_forward/"
+               "end_forward first)",
+               i, u.name());
+  STRATA_CHECK(u.training_state() == TrainingState::kIdle, "begin_backward({}): unit '{}' is still in forward", i,
+               u.name());
+  u.set_training_state(TrainingState::kBackward);
+  u.unshard();
+  u.wait_for_unshard();
+  u.prepare_grads();
+  return BackwardViews{u.params(), u.grads()};
+}
+
+void ShardedModel::end_backward(int i) {
+  check_unit(i, "end_backward");
+  ShardedUnit& u = *units_[static_cast<std::size_t>(i)];
+  STRATA_CHECK(u.training_state() == TrainingState::kBackward,
+               "end_backward({}) without begin_backward({}) (unit '{}')", i, i, u.name());
+  u.reduce_grads(sync_grads_);
+  // At most two reductions in flight: wait for the previous unit's before moving on (bounds memory).
+  if (last_reduced_ >= 0 && last_reduced_ != i) units_[static_cast<std::size_t>(last_reduced_)]->finish_reduce();
+  last_reduced_ = sync_grads_ ? i : -1;
+  u.reshard();
+  forward_done_[static_cast<std::size_t>(i)] = false;
+  u.set_training_state(TrainingState::kIdle);
+}
+
+StepResult ShardedModel::step(double lr) {
+  for (auto& u : units_) {
+    STRATA_CHECK(u->training_state() == TrainingState::kIdle, "step() while unit '{}' is still in {}", u->name(),
+                 u->training_state() == TrainingState::kForward ? "forward" : "backward");
+    u->finish_reduce();
+  }
+  last_reduced_ = -1;
+
+  double local = 0;
+  for (auto& u : units_) local += u->grad_sum_squares();
+  double total = local;
+  if (comm_->shard_size() > 1) {
+    Buffer b = device_.allocate(8, MemCategory::kWorkspace);
+    *b.as<double>() = local;
+    Stream& s = comm_->reduce_scatter_stream();
+    comm_->shard_group().all_reduce(b.data(), b.data(), 1, DType::kF64, ReduceOp::kSum, s);
+    s.synchronize();
+    total = *b.as<double>();
+  }
+  const double inv_scale = 1.0 / scaler_.scale();
+  StepResult r;
+  r.grad_norm = std::sqrt(total) * inv_scale;
+  sync_grads_ = true;
+  if (!std::isfinite(total)) {
+    for (auto& u : units_) u->zero_grad_shard();
+    scaler_.update(true);
+    r.skipped = true;
+    r.step = step_;
+    r.loss_scale = scaler_.scale();
+    logger("optim").warn("step {} skipped on every rank: non-finite gradients (norm {}); loss scale now {}", step_ + 1,
+                         r.grad_norm, r.loss_scale);
+    return r;
+  }
+  double coef = inv_scale;
+  if (options_.grad_clip > 0) coef *= std::min(1.0, options_.grad_clip / (r.grad_norm + 1e-6));
+  if (coef != 1.0)
+    for (auto& u : units_) u->scale_grads(static_cast<float>(coef));
+  ++step_;
+  for (auto& u : units_) {
+    u->adamw_step(adamw_, lr, step_);
+    u->zero_grad_shard();
+    u->publish_params();
+  }
+  scaler_.update(false);
+  r.step = step_;
+  r.loss_scale = scaler_.scale();
+  return r;
+}
+
+std::vector<float> ShardedModel::gather_unit(int i) { return unit(i).gather_master(); }
+
+}  // namespace strata

@@ -1,0 +1,92 @@
+// ShardedModel: the embedding API. A trainer describes its model as ordered units of named parameters and, per
+// step, brackets each unit's forward and backward with begin/end calls; Strata gathers, reduces and optimizes.
+// See docs/embedding.md.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/optim/loss_scaler.h"
+#include "runtime/sharding/comm_context.h"
+#include "runtime/sharding/sharded_unit.h"
+
+namespace strata {
+
+class Runtime;
+
+struct UnitSpec {
+  std::string name;
+  std::vector<SlotSpec> slots;
+};
+
+struct StepResult {
+  std::int64_t step = 0;   // optimizer steps taken so far
+  double grad_norm = 0;    // the global (unsharded) gradient norm, after unscaling, before clipping
+  bool skipped = false;    // non-finite gradients: no update happened, on any rank
+  float loss_scale = 1;    // the scale for the next step's loss
+};
+
+struct BackwardViews {
+  const std::vector<TensorView>& params;
+  const std::vector<TensorView>& grads;  // zeroed by Strata; the trainer adds its gradients into them
+};
+
+class ShardedModel {
+ public:
+  // Collective over `world`: checks that every rank declares the same units, shapes and options.
+  ShardedModel(Device& device, Communicator& world, int local_size, std::vector<UnitSpec> units,
+               const ShardingOptions& options, const AdamWConfig& adamw);
+  ShardedModel(Runtime& runtime, std::vector<UnitSpec> units, const ShardingOptions& options,
+               const AdamWConfig& adamw);
+  ~ShardedModel();
+
+  int num_units() const { return static_cast<int>(units_.size()); }
+  ShardedUnit& unit(int i);
+  const ShardingOptions& options() const { return options_; }
+  CommContext& comm() { return *comm_; }
+  std::int64_t steps_taken() const { return step_; }
+  float loss_scale() const { return scaler_.scale(); }
+
+  // Each rank fills only its shard's elements of every slot.
+  void init(const SlotInit& fill);
+  // Small models: rank 0 fills whole slots (`fill(slot, out)` with slot.numel values), the rest receive them.
+  void init_from_rank0(const std::function<void(const ParamSlot& slot, float* out)>& fill);
+
+  // Micro-batch `index` of `count` in this step. Under GradAccumulation::kNoSync gradients are reduced only in
+  // the last one. Without a call, every backward reduces.
+  void begin_micro_batch(int index, int count);
+
+  const std::vector<TensorView>& begin_forward(int i);
+  void end_forward(int i);
+  BackwardViews begin_backward(int i);
+  void end_backward(int i);
+  // Finishes the reductions, clips by the global norm, skips on non-finite gradients, runs AdamW at `lr`.
+  StepResult step(double lr);
+
+  // Collective: unit i's full f32 parameters (master values), for tests and checkpoints.
+  std::vector<float> gather_unit(int i);
+
+ private:
+  void check_unit(int i, const char* call) const;
+  void check_same_across_ranks();
+
+  Device& device_;
+  Communicator& world_;
+  ShardingOptions options_;
+  AdamWConfig adamw_;
+  std::vector<UnitSpec> specs_;
+  std::unique_ptr<CommContext> comm_;
+  std::vector<std::unique_ptr<ShardedUnit>> units_;
+  std::vector<bool> forward_done_;
+  int last_reduced_ = -1;
+  bool sync_grads_ = true;
+  std::int64_t step_ = 0;
+  LossScaler scaler_;
+};
+
+}  // namespace strata

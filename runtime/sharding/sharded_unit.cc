@@ -1,0 +1,238 @@
+// ShardedUnit: buffer plan per ZeRO stage, gathers, gradient reduction and the per-unit optimizer update.
+#include "runtime/sharding/sharded_unit.h"
+
+#include <cstring>
+
+#include "runtime/core/error.h"
+#include "runtime/sharding/flat_ops.h"
+
+namespace strata {
+
+StagePlan StagePlan::from(const ShardingOptions& o) {
+  StagePlan p;
+  p.params_sharded = o.stage == ZeroStage::kParameters;
+  p.grads_persist = o.stage == ZeroStage::kNone || o.stage == ZeroStage::kOptimizerState;
+  p.reduce_is_all_reduce = o.stage == ZeroStage::kNone;
+  p.separate_master = o.mixed_precision.param_dtype != DType::kF32;
+  return p;
+}
+
+namespace {
+Buffer zeroed(Device& dev, std::size_t bytes, MemCategory c) {
+  Buffer b = dev.allocate(bytes, c);
+  if (bytes) std::memset(b.data(), 0, bytes);  // host memory: the sharding runtime runs on the CPU backend
+  return b;
+}
+}  // namespace
+
+ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, CommContext& comm,
+                         const ShardingOptions& options)
+    : name_(std::move(name)),
+      comm_(comm),
+      options_(options),
+      plan_(StagePlan::from(options)),
+      layout_(slots, comm.shard_size(), options.align_elements),
+      param_dtype_(options.mixed_precision.param_dtype),
+      reduce_dtype_(options.mixed_precision.reduce_dtype) {
+  Device& dev = comm_.device();
+  const std::size_t S = layout_.shard_numel(), P = layout_.padded_numel(), psz = dtype_size(param_dtype_);
+  if (plan_.params_sharded) {
+    param_shard_ = zeroed(dev, S * psz, MemCategory::kParamShard);
+  } else {
+    unsharded_params_ = zeroed(dev, P * psz, MemCategory::kUnshardedParams);
+    sharded_state_ = ShardedState::kUnsharded;
+    make_views(param_views_, unsharded_params_, param_dtype_);
+  }
+  if (plan_.separate_master) master_ = zeroed(dev, S * 4, MemCategory::kMaster);
+  grad_shard_ = zeroed(dev, S * 4, MemCategory::kGradShard);
+  exp_avg_ = zeroed(dev, S * 4, MemCategory::kOptimState);
+  exp_avg_sq_ = zeroed(dev, S * 4, MemCategory::kOptimState);
+  if (plan_.grads_persist) {
+    unsharded_grads_ = zeroed(dev, P * psz, MemCategory::kUnshardedGrads);
+    make_views(grad_views_, unsharded_grads_, param_dtype_);
+  }
+  unsharded_event_ = dev.create_event();
+  grads_ready_event_ = dev.create_event();
+  reduced_event_ = dev.create_event();
+}
+
+ShardedUnit::~ShardedUnit() {
+  // Let queued work that refers to our buffers finish before they go (bounded; errors are reported by step()).
+  try {
+    if (reduce_pending_) reduced_event_->synchronize();
+    if (gather_pending_) unsharded_event_->synchronize();
+  } catch (...) {
+  }
+}
+
+std::size_t ShardedUnit::master_numel() const { return layout_.shard_numel(); }
+
+float* ShardedUnit::master() {
+  if (plan_.separate_master) return master_.as<float>();
+  if (plan_.params_sharded) return param_shard_.as<float>();
+  return unsharded_params_.as<float>() + layout_.shard_offset(comm_.shard_rank());
+}
+
+void* ShardedUnit::param_shard_ptr() {
+  if (plan_.params_sharded) return param_shard_.data();
+  return unsharded_params_.as<char>() + layout_.shard_offset(comm_.shard_rank()) * dtype_size(param_dtype_);
+}
+
+std::vector<ShardSegment> ShardedUnit::master_segments() const { return layout_.segments(comm_.shard_rank()); }
+
+void ShardedUnit::make_views(std::vector<TensorView>& views, const Buffer& buffer, DType dtype) {
+  views.clear();
+  for (const ParamSlot& s : layout_.slots())
+    views.push_back(TensorView{&s, buffer.as<char>() + s.offset * dtype_size(dtype), dtype});
+}
+
+void ShardedUnit::init(const SlotInit& fill) {
+  float* m = master();
+  std::memset(m, 0, master_numel() * 4);
+  for (const ShardSegment& seg : master_segments())
+    fill(layout_.slots()[seg.slot], seg.slot_begin, seg.length, m + seg.shard_begin);
+  publish_params();
+}
+
+void ShardedUnit::publish_params() {
+  if (plan_.separate_master) convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, master_numel());
+  if (!plan_.params_sharded && comm_.shard_size() > 1) {
+    // ZeRO-1/2: every rank updated its slice of the full parameters; gather the others' slices in place.
+    Stream& ag = comm_.all_gather_stream();
+    comm_.shard_group().all_gather(param_shard_ptr(), unsharded_params_.data(), master_numel(), param_dtype_, ag);
+    ag.record(*unsharded_event_);
+    gather_pending_ = true;
+  }
+}
+
+void ShardedUnit::unshard() {
+  if (!plan_.params_sharded || sharded_state_ == ShardedState::kUnsharded) return;
+  Device& dev = comm_.device();
+  Stream& ag = comm_.all_gather_stream();
+  unsharded_params_ = dev.allocate(layout_.padded_numel() * dtype_size(param_dtype_), MemCategory::kUnshardedParams);
+  comm_.shard_group().all_gather(param_shard_.data(), unsharded_params_.data(), layout_.shard_numel(), param_dtype_,
+                                 ag);
+  ag.record(*unsharded_event_);
+  gather_pending_ = true;
+  sharded_state_ = ShardedState::kUnsharded;
+  make_views(param_views_, unsharded_params_, param_dtype_);
+}
+
+void ShardedUnit::wait_for_unshard() {
+  STRATA_CHECK(sharded_state_ == ShardedState::kUnsharded, "unit '{}': wait_for_unshard() before unshard()", name_);
+  if (!gather_pending_) return;
+  comm_.device().compute_stream().wait(*unsharded_event_);
+  gather_pending_ = false;
+}
+
+void ShardedUnit::reshard() {
+  if (!plan_.params_sharded || sharded_state_ == ShardedState::kSharded) return;
+  if (gather_pending_) wait_for_unshard();
+  comm_.device().compute_stream().synchronize();  // no compute may still read the buffer
+  unsharded_params_.reset();
+  param_views_.clear();
+  sharded_state_ = ShardedState::kSharded;
+}
+
+void ShardedUnit::prepare_grads() {
+  if (unsharded_grads_) return;
+  Device& dev = comm_.device();
+  unsharded_grads_ = zeroed(dev, layout_.padded_numel() * dtype_size(param_dtype_), MemCategory::kUnshardedGrads);
+  make_views(grad_views_, unsharded_grads_, param_dtype_);
+}
+
+void ShardedUnit::reduce_grads(bool sync) {
+  STRATA_CHECK(static_cast<bool>(unsharded_grads_),
+               "unit '{}': reduce_grads() before its gradients were prepared (call begin_backward first)", name_);
+  if (!sync) return;  // no-sync accumulation: gradients stay unsharded until the last micro-batch
+  finish_reduce();
+  Device& dev = comm_.device();
+  Stream& rs = comm_.reduce_scatter_stream();
+  const std::size_t S = layout_.shard_numel(), P = layout_.padded_numel(), rsz = dtype_size(reduce_dtype_);
+  dev.compute_stream().record(*grads_ready_event_);
+  rs.wait(*grads_ready_event_);
+
+  const void* src = unsharded_grads_.data();
+  if (reduce_dtype_ != param_dtype_) {
+    reduce_in_ = dev.allocate(P * rsz, MemCategory::kCommBuffer);
+    void* dst = reduce_in_.data();
+    const void* grads = unsharded_grads_.data();
+    DType from = param_dtype_, to = reduce_dtype_;
+    rs.enqueue_host([=] { convert(grads, from, dst, to, P); });
+    src = dst;
+  }
+  reduce_out_ = dev.allocate(S * rsz, MemCategory::kCommBuffer);
+  if (plan_.reduce_is_all_reduce) {
+    comm_.world().all_reduce(src, reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
+  } else {
+    comm_.shard_group().reduce_scatter(src, reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
+    if (Communicator* replicas = comm_.replica_group())
+      replicas->all_reduce(reduce_out_.data(), reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
+  }
+  float* shard = grad_shard_.as<float>();
+  const void* reduced = reduce_out_.data();
+  DType rdt = reduce_dtype_;
+  rs.enqueue_host([=] { accumulate_f32(shard, reduced, rdt, S); });
+  if (plan_.grads_persist) dev.fill_zero(unsharded_grads_.data(), unsharded_grads_.bytes(), rs);
+  rs.record(*reduced_event_);
+  reduce_pending_ = true;
+}
+
+void ShardedUnit::finish_reduce() {
+  if (!reduce_pending_) return;
+  reduce_pending_ = false;
+  reduced_event_->synchronize();
+  reduce_in_.reset();
+  reduce_out_.reset();
+  if (!plan_.grads_persist) {
+    unsharded_grads_.reset();
+    grad_views_.clear();
+  }
+}
+
+double ShardedUnit::grad_sum_squares() const {
+  double acc = 0;
+  const float* g = grad_shard_.as<float>();
+  for (const ShardSegment& seg : master_segments())
+    if (layout_.slots()[seg.slot].trainable) acc += sum_squares(g + seg.shard_begin, seg.length);
+  return acc;
+}
+
+void ShardedUnit::scale_grads(float factor) { scale_f32(grad_shard_.as<float>(), master_numel(), factor); }
+
+void ShardedUnit::zero_grad_shard() { std::memset(grad_shard_.data(), 0, grad_shard_.bytes()); }
+
+void ShardedUnit::adamw_step(const AdamWConfig& cfg, double lr, std::int64_t t) {
+  if (gather_pending_) {  // a refresh gather may still be sending this rank's slice
+    unsharded_event_->synchronize();
+    gather_pending_ = false;
+  }
+  float* p = master();
+  const float* g = grad_shard_.as<float>();
+  float* m = exp_avg_.as<float>();
+  float* v = exp_avg_sq_.as<float>();
+  for (const ShardSegment& seg : master_segments()) {
+    const ParamSlot& slot = layout_.slots()[seg.slot];
+    if (!slot.trainable) continue;
+    std::size_t o = seg.shard_begin;
+    adamw_update(p + o, g + o, m + o, v + o, seg.length, cfg, lr, t, slot.weight_decay);
+  }
+}
+
+std::vector<float> ShardedUnit::gather_master() {
+  const std::size_t S = layout_.shard_numel(), P = layout_.padded_numel();
+  std::vector<float> out(P);
+  if (comm_.shard_size() == 1) {
+    std::memcpy(out.data(), master(), P * 4);
+  } else {
+    Buffer full = comm_.device().allocate(P * 4, MemCategory::kWorkspace);
+    Stream& ag = comm_.all_gather_stream();
+    comm_.shard_group().all_gather(master(), full.data(), S, DType::kF32, ag);
+    ag.synchronize();
+    std::memcpy(out.data(), full.data(), P * 4);
+  }
+  out.resize(layout_.numel());
+  return out;
+}
+
+}  // namespace strata

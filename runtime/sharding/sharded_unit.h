@@ -1,0 +1,128 @@
+// ShardedUnit (FSDP2's FSDPParamGroup): one unit's flat parameters, their shards, gradients and optimizer state,
+// and the verbs unshard / wait_for_unshard / reshard / reduce_grads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/core/device.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/sharding/comm_context.h"
+#include "runtime/sharding/shard_layout.h"
+#include "runtime/sharding/sharding_options.h"
+
+namespace strata {
+
+enum class ShardedState { kSharded, kUnsharded };
+enum class TrainingState { kIdle, kForward, kBackward };
+
+// A parameter (or its gradient) as the trainer sees it inside a gathered unit.
+struct TensorView {
+  const ParamSlot* slot = nullptr;
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  std::size_t numel() const { return slot->numel; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data);
+  }
+};
+
+// Fills `count` f32 values of `slot`, elements [begin, begin + count), into `out`: each rank asks only for its
+// shard's elements, so no rank materialises the whole model.
+using SlotInit = std::function<void(const ParamSlot& slot, std::size_t begin, std::size_t count, float* out)>;
+
+// Which buffers a stage keeps, and where. Derived from ShardingOptions; see docs/notes/zero-stages.md.
+struct StagePlan {
+  bool params_sharded;        // ZeRO-3: parameters live as shards and are gathered per unit
+  bool grads_persist;         // stages 0-1: the unsharded gradient buffer lives across steps
+  bool reduce_is_all_reduce;  // stage 0: gradients are all-reduced, the "shard" is the whole unit
+  bool separate_master;       // param_dtype != f32: the f32 master is its own buffer
+  static StagePlan from(const ShardingOptions& o);
+};
+
+class ShardedUnit {
+ public:
+  ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, CommContext& comm, const ShardingOptions& options);
+  ~ShardedUnit();
+  ShardedUnit(const ShardedUnit&) = delete;
+  ShardedUnit& operator=(const ShardedUnit&) = delete;
+
+  const std::string& name() const { return name_; }
+  const ShardLayout& layout() const { return layout_; }
+  ShardedState sharded_state() const { return sharded_state_; }
+  TrainingState training_state() const { return training_state_; }
+  void set_training_state(TrainingState s) { training_state_ = s; }
+
+  // Initialisation: fill this rank's master elements (all of them under stage 0), then publish the parameters.
+  void init(const SlotInit& fill);
+
+  // Starts the all-gather of the parameters into the unsharded buffer (allocated on demand) on the all-gather
+  // stream. Stages 0-2 keep full parameters, so only the refresh after a step is waited for.
+  void unshard();
+  // The compute stream waits for the gather (CPU: the caller blocks, bounded).
+  void wait_for_unshard();
+  // ZeRO-3: frees the unsharded parameters. Other stages: nothing.
+  void reshard();
+  // Gathered parameters; valid between wait_for_unshard() and reshard().
+  const std::vector<TensorView>& params() const { return param_views_; }
+
+  // Allocates (and zeroes) the unsharded gradient buffer if there is none; the trainer adds into it.
+  void prepare_grads();
+  const std::vector<TensorView>& grads() const { return grad_views_; }
+  // Reduces the unsharded gradients (average over the data-parallel ranks) into the f32 gradient shard, on the
+  // reduce-scatter stream. With sync = false (no-sync accumulation) the gradients stay unsharded instead.
+  void reduce_grads(bool sync);
+  // Waits for the last reduce_grads and frees what it no longer needs.
+  void finish_reduce();
+
+  // Optimizer side, on the f32 shard (after finish_reduce).
+  double grad_sum_squares() const;  // trainable elements only
+  void scale_grads(float factor);
+  void zero_grad_shard();
+  void adamw_step(const AdamWConfig& cfg, double lr, std::int64_t t);
+  // Makes the parameters match the master after an update (cast, and the all-gather refresh for stages 0-2).
+  void publish_params();
+
+  // Collective over the shard group: the unit's full f32 master values (numel elements), for tests and saving.
+  std::vector<float> gather_master();
+
+ private:
+  std::size_t master_numel() const;  // S, or P under stage 0
+  float* master();                   // this rank's f32 master elements
+  void* param_shard_ptr();           // this rank's slice of the parameters in param dtype
+  void make_views(std::vector<TensorView>& views, const Buffer& buffer, DType dtype);
+  std::vector<ShardSegment> master_segments() const;
+
+  std::string name_;
+  CommContext& comm_;
+  ShardingOptions options_;
+  StagePlan plan_;
+  ShardLayout layout_;
+  DType param_dtype_;
+  DType reduce_dtype_;
+  ShardedState sharded_state_ = ShardedState::kSharded;
+  TrainingState training_state_ = TrainingState::kIdle;
+
+  Buffer param_shard_;        // ZeRO-3: [S] param dtype (kParamShard)
+  Buffer master_;             // [S or P] f32 when separate (kMaster)
+  Buffer grad_shard_;         // [S or P] f32 (kGradShard)
+  Buffer exp_avg_;            // Adam m (kOptimState)
+  Buffer exp_avg_sq_;         // Adam v (kOptimState)
+  Buffer unsharded_params_;   // [P] param dtype (kUnshardedParams)
+  Buffer unsharded_grads_;    // [P] param dtype (kUnshardedGrads)
+  Buffer reduce_in_;          // [P] reduce dtype when it differs from param dtype (kCommBuffer)
+  Buffer reduce_out_;         // [S or P] reduce dtype (kCommBuffer)
+  std::unique_ptr<Event> unsharded_event_;
+  std::unique_ptr<Event> grads_ready_event_;
+  std::unique_ptr<Event> reduced_event_;
+  bool reduce_pending_ = false;
+  bool gather_pending_ = false;
+  std::vector<TensorView> param_views_;
+  std::vector<TensorView> grad_views_;
+};
+
+}  // namespace strata
