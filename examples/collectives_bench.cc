@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -26,8 +27,7 @@ namespace strata {
 namespace {
 
 enum class BenchOp { kAllGather, kReduceScatter, kAllReduce, kBroadcast };
-constexpr BenchOp kAllOps[] = {BenchOp::kAllGather, BenchOp::kReduceScatter, BenchOp::kAllReduce,
-                               BenchOp::kBroadcast};
+constexpr BenchOp kAllOps[] = {BenchOp::kAllGather, BenchOp::kReduceScatter, BenchOp::kAllReduce, BenchOp::kBroadcast};
 
 const char* bench_op_name(BenchOp op) {
   switch (op) {
@@ -153,8 +153,8 @@ std::optional<int> parse_options(int argc, char** argv, BenchOptions& o) {
 // ---- exactly verifiable data ------------------------------------------------------------------------------------
 
 // A small non-negative integer from (seed, rank, index), below `range`. Every dtype holds it exactly, and with
-// range = min(17, 256 / ranks) a sum over ranks stays an integer <= 256, exact even in bf16 (whatever order the
-// backend adds in). Non-negative, so integer avg truncates the same way on every backend.
+// range = clamp(256 / ranks, 2, 17) a sum over up to 256 ranks stays an integer <= 256, exact even in bf16 whatever
+// order the backend adds in. Non-negative, so integer avg truncates the same way on every backend.
 int value_at(int seed, int rank, std::size_t index, int range) {
   std::uint64_t h = (static_cast<std::uint64_t>(seed) * 1000003u) ^ (static_cast<std::uint64_t>(rank) * 7919u) ^
                     (index * 2654435761u);
@@ -256,7 +256,14 @@ class Bench {
     n_ = comm_.size();
     range_ = std::clamp(256 / n_, 2, 17);
   }
-  ~Bench() { MPI_Comm_free(&plain_); }
+  ~Bench() {
+    if (std::uncaught_exceptions() > 0) {
+      // Unwinding towards run_main's MPI_Abort: joining the stream could wait on a collective that never ends.
+      (void)stream_.release();
+      return;
+    }
+    MPI_Comm_free(&plain_);
+  }
   Bench(const Bench&) = delete;
   Bench& operator=(const Bench&) = delete;
 
@@ -287,7 +294,7 @@ class Bench {
   // The MPI reduction for the plain baseline, or nothing when there is no baseline for this row: 16-bit floats
   // have no MPI reduction type, and MPI has no average (avg is timed as MPI_SUM: the same bytes, one less pass).
   std::optional<MPI_Op> baseline_op(BenchOp op, DType t, const Shape& s) const {
-    if (!has_baseline() || s.count == 0 || s.recv_elems > static_cast<std::size_t>(INT_MAX)) return std::nullopt;
+    if (!has_baseline() || s.count == 0 || s.count > static_cast<std::size_t>(INT_MAX)) return std::nullopt;
     if (!is_reduction(op)) return MPI_OP_NULL;
     if (t == DType::kBF16 || t == DType::kF16) return std::nullopt;
     return o_.reduce == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
@@ -302,8 +309,7 @@ class Bench {
   void issue(BenchOp op, DType t, const Shape& s, ReduceOp rop) {
     switch (op) {
       case BenchOp::kAllGather: return comm_.all_gather(send_.data(), recv_.data(), s.count, t, *stream_);
-      case BenchOp::kReduceScatter:
-        return comm_.reduce_scatter(send_.data(), recv_.data(), s.count, t, rop, *stream_);
+      case BenchOp::kReduceScatter: return comm_.reduce_scatter(send_.data(), recv_.data(), s.count, t, rop, *stream_);
       case BenchOp::kAllReduce: return comm_.all_reduce(send_.data(), recv_.data(), s.count, t, rop, *stream_);
       case BenchOp::kBroadcast: return comm_.broadcast(send_.data(), recv_.data(), s.count, t, 0, *stream_);
     }
@@ -320,9 +326,7 @@ class Bench {
       case BenchOp::kReduceScatter:
         STRATA_CHECK_MPI(MPI_Reduce_scatter_block(send_.data(), recv_.data(), c, mt, mop, plain_));
         return;
-      case BenchOp::kAllReduce:
-        STRATA_CHECK_MPI(MPI_Allreduce(send_.data(), recv_.data(), c, mt, mop, plain_));
-        return;
+      case BenchOp::kAllReduce: STRATA_CHECK_MPI(MPI_Allreduce(send_.data(), recv_.data(), c, mt, mop, plain_)); return;
       case BenchOp::kBroadcast:
         STRATA_CHECK_MPI(MPI_Bcast(comm_.rank() == 0 ? send_.data() : recv_.data(), c, mt, 0, plain_));
         return;
@@ -427,8 +431,10 @@ void print_row(const Row& r, ReduceOp rop, bool baseline) {
   std::fflush(stdout);
 }
 
-nlohmann::json row_json(const Row& r, const Runtime& rt, ReduceOp rop) {
-  auto opt = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+using Json = nlohmann::ordered_json;  // keys in the order written
+
+Json row_json(const Row& r, const Runtime& rt, ReduceOp rop) {
+  auto opt = [](const auto& v) { return v ? Json(*v) : Json(nullptr); };
   bool ratio = r.mpi_busbw && *r.mpi_busbw > 0;
   return {{"op", bench_op_name(r.op)},
           {"dtype", dtype_name(r.dtype)},
@@ -443,7 +449,7 @@ nlohmann::json row_json(const Row& r, const Runtime& rt, ReduceOp rop) {
           {"wrong", opt(r.wrong)},
           {"mpi_time_us", opt(r.mpi_time_us)},
           {"mpi_busbw_gbs", opt(r.mpi_busbw)},
-          {"ratio", ratio ? nlohmann::json(r.busbw / *r.mpi_busbw) : nlohmann::json(nullptr)}};
+          {"ratio", ratio ? Json(r.busbw / *r.mpi_busbw) : Json(nullptr)}};
 }
 
 int run_bench(Runtime& rt, const BenchOptions& o) {
@@ -456,12 +462,14 @@ int run_bench(Runtime& rt, const BenchOptions& o) {
   Bench bench(rt, o);
   bool baseline = bench.has_baseline();
   if (speaker) {
-    fmt::print("# collectives_bench: backend {} ({}), {} ranks, dtype {}, iters {}, warmup {}\n",
-               device_kind_name(rt.backend()), rt.world().backend_name(), rt.world_size(), join_dtypes(o.dtypes),
-               o.iters, o.warmup);
-    fmt::print("# sizes {} .. {} bytes, step x{}, reduce {}, check {}, {}\n", o.min_bytes, o.max_bytes,
-               o.step_factor, reduce_op_name(o.reduce), o.check ? "on" : "off",
-               baseline ? "baseline: plain blocking MPI on a dup of MPI_COMM_WORLD" : "no baseline");
+    fmt::print("# collectives_bench: backend {} ({}), {} rank{}, dtype {}, iters {}, warmup {}\n",
+               device_kind_name(rt.backend()), rt.world().backend_name(), rt.world_size(),
+               rt.world_size() == 1 ? "" : "s", join_dtypes(o.dtypes), o.iters, o.warmup);
+    fmt::print("# sizes {} .. {} bytes, step x{}, reduce {}, check {}, {}\n", o.min_bytes, o.max_bytes, o.step_factor,
+               reduce_op_name(o.reduce), o.check ? "on" : "off",
+               !baseline                    ? "no baseline"
+               : o.reduce == ReduceOp::kAvg ? "baseline: plain blocking MPI (avg timed as MPI_SUM)"
+                                            : "baseline: plain blocking MPI");
     fmt::print("# {}; MPI: {}\n", rt.describe(), mpi_library());
   }
   std::vector<Row> rows;
@@ -469,11 +477,11 @@ int run_bench(Runtime& rt, const BenchOptions& o) {
   for (BenchOp op : o.ops) {
     if (speaker) print_table_header(op, baseline);
     for (DType t : o.dtypes) {
-      for (std::size_t bytes = o.min_bytes;; bytes *= o.step_factor) {
+      for (std::size_t bytes = o.min_bytes;; bytes = bytes == 0 ? 1 : bytes * o.step_factor) {
         rows.push_back(bench.run(op, t, bytes, seed));
         seed += 2;
         if (speaker) print_row(rows.back(), o.reduce, baseline);
-        if (bytes == 0 || bytes > o.max_bytes / o.step_factor) break;
+        if (bytes > o.max_bytes / o.step_factor || o.max_bytes == 0) break;
       }
     }
   }
@@ -489,12 +497,15 @@ int run_bench(Runtime& rt, const BenchOptions& o) {
   }
   if (speaker) {
     fmt::print("#\n# Avg bus bandwidth    : {:.3f}\n", rows.empty() ? 0.0 : busbw / double(rows.size()));
-    if (mpi_rows) fmt::print("# Avg mpi bus bandwidth: {:.3f} (over {} rows)\n", mpi_busbw / double(mpi_rows), mpi_rows);
-    if (o.check) fmt::print("# Out of bounds values : {} {}\n#\n", wrong, wrong == 0 ? "OK" : "FAILED");
-    else fmt::print("# Out of bounds values : N/A (--check 0)\n#\n");
+    if (mpi_rows)
+      fmt::print("# Avg mpi bus bandwidth: {:.3f} (over {} rows)\n", mpi_busbw / double(mpi_rows), mpi_rows);
+    if (o.check)
+      fmt::print("# Out of bounds values : {} {}\n#\n", wrong, wrong == 0 ? "OK" : "FAILED");
+    else
+      fmt::print("# Out of bounds values : N/A (--check 0)\n#\n");
     std::fflush(stdout);
     if (json_out.is_open()) {
-      nlohmann::json all = nlohmann::json::array();
+      Json all = Json::array();
       for (const Row& r : rows) all.push_back(row_json(r, rt, o.reduce));
       json_out << all.dump(2) << "\n";
       STRATA_CHECK_CODE(ErrorCode::kIo, json_out.good(), "writing --json file '{}' failed", o.json_file);

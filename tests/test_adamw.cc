@@ -1,0 +1,73 @@
+// AdamW and schedule tests: torch.optim.AdamW's update, worked by hand in double for two steps.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "runtime/optim/adamw.h"
+#include "runtime/optim/loss_scaler.h"
+
+namespace strata {
+namespace {
+
+TEST(AdamW, MatchesTheTorchFormulaForTwoSteps) {
+  AdamWConfig c;
+  c.lr = 0.1;
+  c.beta1 = 0.9;
+  c.beta2 = 0.95;
+  c.eps = 1e-8;
+  c.weight_decay = 0.5;
+  float p[2] = {1.0f, -2.0f}, m[2] = {0, 0}, v[2] = {0, 0};
+  const float g1[2] = {0.5f, -0.25f}, g2[2] = {-1.0f, 0.125f};
+  double ep[2] = {1.0, -2.0}, em[2] = {0, 0}, ev[2] = {0, 0};
+  for (int t = 1; t <= 2; ++t) {
+    const float* g = t == 1 ? g1 : g2;
+    adamw_update(p, g, m, v, 2, c, c.lr, t, /*decay=*/true);
+    for (int i = 0; i < 2; ++i) {
+      ep[i] *= 1 - c.lr * c.weight_decay;
+      em[i] = c.beta1 * em[i] + (1 - c.beta1) * g[i];
+      ev[i] = c.beta2 * ev[i] + (1 - c.beta2) * g[i] * g[i];
+      double bc1 = 1 - std::pow(c.beta1, t), bc2 = 1 - std::pow(c.beta2, t);
+      ep[i] -= c.lr / bc1 * em[i] / (std::sqrt(ev[i]) / std::sqrt(bc2) + c.eps);
+      EXPECT_NEAR(p[i], ep[i], 1e-6 * std::abs(ep[i])) << "step " << t << " element " << i;
+      EXPECT_NEAR(m[i], em[i], 1e-7);
+      EXPECT_NEAR(v[i], ev[i], 1e-7);
+    }
+  }
+}
+
+TEST(AdamW, NoDecayLeavesTheShrinkOut) {
+  AdamWConfig c;
+  c.weight_decay = 0.5;
+  float p = 1.0f, m = 0, v = 0, g = 0;
+  adamw_update(&p, &g, &m, &v, 1, c, 0.1, 1, /*decay=*/false);
+  EXPECT_EQ(p, 1.0f);  // zero gradient, no decay: unchanged
+  adamw_update(&p, &g, &m, &v, 1, c, 0.1, 2, /*decay=*/true);
+  EXPECT_FLOAT_EQ(p, 0.95f);
+}
+
+TEST(LrSchedule, WarmupThenCosine) {
+  LrSchedule s{1.0, 0.1, 10, 110};
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(9), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+  EXPECT_NEAR(s.at(60), 0.55, 1e-12);
+  EXPECT_DOUBLE_EQ(s.at(110), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(500), 0.1);
+  LrSchedule constant{0.5, 0, 0, 0};
+  EXPECT_DOUBLE_EQ(constant.at(1000), 0.5);
+}
+
+TEST(LossScaler, HalvesOnOverflowAndGrowsAfterAWindow) {
+  LossScaler s(true, 1024.0f, 2);
+  s.update(true);
+  EXPECT_EQ(s.scale(), 512.0f);
+  s.update(false);
+  EXPECT_EQ(s.scale(), 512.0f);
+  s.update(false);
+  EXPECT_EQ(s.scale(), 1024.0f);
+  LossScaler off(false, 1024.0f, 2);
+  EXPECT_EQ(off.scale(), 1.0f);
+}
+
+}  // namespace
+}  // namespace strata

@@ -1,0 +1,382 @@
+// Sharding runtime tests (CPU backend, np 1-4): sharded training equals 1-rank unsharded training for every
+// ZeroStage, hybrid sharding and both accumulation modes; clipping, non-finite gradients, the exact ledger, and
+// bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "examples/mlp/mlp.h"
+#include "runtime/core/error.h"
+#include "runtime/sharding/sharded_model.h"
+#include "tests/test_support.h"
+
+namespace strata {
+namespace {
+
+using mlp::MlpConfig;
+using test::runtime;
+
+constexpr int kGlobalRows = 12;  // divisible by 1, 2, 3 and 4: every rank count sees the same global batch
+constexpr std::uint64_t kSeed = 7;
+
+MlpConfig small_config() { return MlpConfig{7, 13, 3, 2}; }
+
+AdamWConfig test_adamw() {
+  AdamWConfig c;
+  c.lr = 1e-2;
+  c.weight_decay = 0.1;
+  return c;
+}
+
+struct History {
+  std::vector<double> losses, norms;
+  std::map<std::string, std::vector<float>> params;  // by slot name, full values
+};
+
+// The reference: one rank, no Strata, the whole global batch, plain AdamW per parameter.
+History reference_training(const MlpConfig& cfg, int steps, int micro_batches, double clip) {
+  auto units = mlp::mlp_units(cfg);
+  std::map<std::string, std::vector<float>> p, m, v;
+  std::map<std::string, const SlotSpec*> spec;
+  for (const UnitSpec& u : units)
+    for (const SlotSpec& s : u.slots) {
+      ParamSlot slot{s.name, s.shape, shape_numel(s.shape), 0, s.weight_decay, s.trainable};
+      p[s.name].resize(slot.numel);
+      mlp::mlp_init(slot, 0, slot.numel, p[s.name].data(), kSeed);
+      m[s.name].assign(slot.numel, 0.0f);
+      v[s.name].assign(slot.numel, 0.0f);
+      spec[s.name] = &s;
+    }
+  History h;
+  AdamWConfig cfg_adam = test_adamw();
+  for (int step = 0; step < steps; ++step) {
+    std::map<std::string, std::vector<float>> g;
+    for (auto& [name, values] : p) g[name].assign(values.size(), 0.0f);
+    double loss = 0;
+    for (int a = 0; a < micro_batches; ++a) {
+      auto batch = mlp::make_batch(cfg, static_cast<std::uint64_t>((step * micro_batches + a) * kGlobalRows),
+                                   kGlobalRows, kSeed);
+      mlp::Activations acts;
+      std::vector<mlp::LayerParams> lp(static_cast<std::size_t>(cfg.num_layers()));
+      std::vector<float> x = batch.x;
+      for (int i = 0; i < cfg.num_layers(); ++i) {
+        std::string u = "layer" + std::to_string(i);
+        lp[static_cast<std::size_t>(i)].weight = p[u + ".weight"];
+        lp[static_cast<std::size_t>(i)].bias = p[u + ".bias"];
+        if (i == 0) lp[0].input_scale = p[u + ".input_scale"];
+        mlp::layer_forward(cfg, i, lp[static_cast<std::size_t>(i)], x, batch.rows, acts);
+        x = acts.outputs.back();
+      }
+      std::vector<float> dy;
+      loss += mlp::mse_loss(x, batch.t, dy, 1.0f / static_cast<float>(micro_batches)) / micro_batches;
+      for (int i = cfg.num_layers() - 1; i >= 0; --i) {
+        std::string u = "layer" + std::to_string(i);
+        std::vector<float> dw, db;
+        dy = mlp::layer_backward(cfg, i, lp[static_cast<std::size_t>(i)], acts, dy, batch.rows, dw, db);
+        for (std::size_t k = 0; k < dw.size(); ++k) g[u + ".weight"][k] += dw[k];
+        for (std::size_t k = 0; k < db.size(); ++k) g[u + ".bias"][k] += db[k];
+      }
+    }
+    double sumsq = 0;
+    for (auto& [name, grad] : g)
+      if (spec[name]->trainable)
+        for (float x : grad) sumsq += static_cast<double>(x) * x;
+    double norm = std::sqrt(sumsq);
+    h.losses.push_back(loss);
+    h.norms.push_back(norm);
+    float coef = clip > 0 ? static_cast<float>(std::min(1.0, clip / (norm + 1e-6))) : 1.0f;
+    for (auto& [name, grad] : g) {
+      if (!spec[name]->trainable) continue;
+      for (float& x : grad) x *= coef;
+      adamw_update(p[name].data(), grad.data(), m[name].data(), v[name].data(), grad.size(), cfg_adam, cfg_adam.lr,
+                   step + 1, spec[name]->weight_decay);
+    }
+  }
+  h.params = p;
+  return h;
+}
+
+// The same training through Strata on every rank of the world.
+History sharded_training(const MlpConfig& cfg, ShardingOptions opts, int steps, int micro_batches) {
+  Runtime& rt = runtime();
+  const int world = rt.world_size(), rows = kGlobalRows / world;
+  ShardedModel model(rt, mlp::mlp_units(cfg), opts, test_adamw());
+  model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+  History h;
+  for (int step = 0; step < steps; ++step) {
+    double loss = 0;
+    for (int a = 0; a < micro_batches; ++a) {
+      model.begin_micro_batch(a, micro_batches);
+      std::uint64_t first = static_cast<std::uint64_t>(((step * micro_batches + a) * world + rt.rank()) * rows);
+      auto batch = mlp::make_batch(cfg, first, rows, kSeed);
+      loss += mlp::forward_backward(model, cfg, batch, model.loss_scale() / static_cast<float>(micro_batches)) /
+              micro_batches;
+    }
+    StepResult r = model.step(test_adamw().lr);
+    EXPECT_FALSE(r.skipped);
+    double global = 0;
+    MPI_Allreduce(&loss, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    h.losses.push_back(global / world);
+    h.norms.push_back(r.grad_norm);
+  }
+  for (int i = 0; i < model.num_units(); ++i) {
+    std::vector<float> full = model.gather_unit(i);
+    for (const ParamSlot& s : model.unit(i).layout().slots())
+      h.params[s.name] = std::vector<float>(full.begin() + static_cast<std::ptrdiff_t>(s.offset),
+                                            full.begin() + static_cast<std::ptrdiff_t>(s.offset + s.numel));
+  }
+  return h;
+}
+
+// The largest tensor-wise relative error over the parameters: max_k |a_k - b_k| / max(max_k |b_k|, floor) for each
+// parameter tensor (the norm-wise relative error, so elements passing near zero are judged at their tensor's scale).
+double max_rel_error(const History& got, const History& want, double floor) {
+  double worst = 0;
+  for (const auto& [name, ref] : want.params) {
+    auto it = got.params.find(name);
+    if (it == got.params.end() || it->second.size() != ref.size()) {
+      ADD_FAILURE() << "parameter " << name << " missing or of the wrong size";
+      return 1e30;
+    }
+    double diff = 0, scale = floor;
+    for (std::size_t k = 0; k < ref.size(); ++k) {
+      diff = std::max(diff, std::abs(static_cast<double>(it->second[k]) - ref[k]));
+      scale = std::max(scale, std::abs(static_cast<double>(ref[k])));
+    }
+    worst = std::max(worst, diff / scale);
+  }
+  return worst;
+}
+
+struct Case {
+  std::string name;
+  ShardingOptions opts;
+  int micro_batches = 1;
+};
+
+std::vector<Case> f32_cases(int world) {
+  std::vector<Case> cases;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (auto acc : {GradAccumulation::kReduceEveryMicroBatch, GradAccumulation::kNoSync}) {
+      for (int mb : {1, 2}) {
+        if (mb == 1 && acc == GradAccumulation::kNoSync) continue;
+        Case c;
+        c.opts.stage = zero_stage_from_int(stage);
+        c.opts.grad_accumulation = acc;
+        c.opts.grad_clip = 0.05;  // small enough to clip: exercises the global norm
+        c.micro_batches = mb;
+        c.name = fmt::format("stage {} micro-batches {} {}", stage, mb,
+                             acc == GradAccumulation::kNoSync ? "no-sync" : "reduce-every");
+        cases.push_back(c);
+      }
+    }
+  }
+  int k = world % 2 == 0 ? 2 : 1;  // a hybrid group size that divides the world
+  for (int stage : {1, 3}) {
+    Case c;
+    c.opts.stage = zero_stage_from_int(stage);
+    c.opts.hybrid_shard_size = k;
+    c.opts.grad_clip = 0.05;
+    c.micro_batches = 2;
+    c.name = fmt::format("stage {} hybrid groups of {}", stage, k);
+    cases.push_back(c);
+  }
+  Case keep;
+  keep.opts.stage = ZeroStage::kParameters;
+  keep.opts.reshard_after_forward = false;
+  keep.name = "stage 3 without reshard after forward";
+  cases.push_back(keep);
+  return cases;
+}
+
+TEST(Sharding, F32EqualsOneRankUnshardedTrainingForEveryStage) {
+  const MlpConfig cfg = small_config();
+  const int steps = 4;
+  for (const Case& c : f32_cases(runtime().world_size())) {
+    SCOPED_TRACE(c.name);
+    History want = reference_training(cfg, steps, c.micro_batches, c.opts.grad_clip);
+    History got = sharded_training(cfg, c.opts, steps, c.micro_batches);
+    EXPECT_LE(max_rel_error(got, want, 1e-3), 1e-6) << c.name;
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_NEAR(got.losses[static_cast<std::size_t>(s)], want.losses[static_cast<std::size_t>(s)],
+                  1e-6 * want.losses[static_cast<std::size_t>(s)]) << c.name << " step " << s;
+      EXPECT_NEAR(got.norms[static_cast<std::size_t>(s)], want.norms[static_cast<std::size_t>(s)],
+                  1e-6 * want.norms[static_cast<std::size_t>(s)]) << c.name << " step " << s << " (global norm)";
+    }
+  }
+}
+
+// bf16 parameters and reductions against the f32 reference: bf16 keeps 8 significant bits, so parameters agree
+// within 2e-2 relative (floor 1e-2) after 4 steps; the f32 master weights keep the drift from compounding.
+TEST(Sharding, Bf16StaysWithinStatedToleranceOfF32) {
+  const MlpConfig cfg = small_config();
+  const int steps = 4;
+  History want = reference_training(cfg, steps, 1, 0.05);
+  for (int stage : {0, 3}) {
+    for (DType reduce : {DType::kF32, DType::kBF16}) {
+      ShardingOptions o;
+      o.stage = zero_stage_from_int(stage);
+      o.mixed_precision = {DType::kBF16, reduce};
+      o.grad_clip = 0.05;
+      History got = sharded_training(cfg, o, steps, 1);
+      EXPECT_LE(max_rel_error(got, want, 1e-2), 2e-2) << "stage " << stage << " reduce " << dtype_name(reduce);
+    }
+  }
+}
+
+TEST(Sharding, NonFiniteGradientOnOneRankSkipsTheStepOnAll) {
+  Runtime& rt = runtime();
+  const MlpConfig cfg = small_config();
+  for (int stage : {0, 3}) {
+    ShardingOptions o;
+    o.stage = zero_stage_from_int(stage);
+    ShardedModel model(rt, mlp::mlp_units(cfg), o, test_adamw());
+    model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+    std::vector<float> before = model.gather_unit(1);
+    const int rows = kGlobalRows / rt.world_size();
+    auto batch = mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed);
+    // Forward and backward by hand so the last rank can poison one gradient element.
+    mlp::Activations acts;
+    std::vector<float> x = batch.x;
+    std::vector<mlp::LayerParams> lp;
+    for (int i = 0; i < cfg.num_layers(); ++i) {
+      lp.push_back(mlp::read_layer(model.begin_forward(i)));
+      mlp::layer_forward(cfg, i, lp.back(), x, rows, acts);
+      model.end_forward(i);
+      x = acts.outputs.back();
+    }
+    std::vector<float> dy;
+    mlp::mse_loss(x, batch.t, dy, 1.0f);
+    for (int i = cfg.num_layers() - 1; i >= 0; --i) {
+      BackwardViews v = model.begin_backward(i);
+      std::vector<float> dw, db;
+      dy = mlp::layer_backward(cfg, i, lp[static_cast<std::size_t>(i)], acts, dy, rows, dw, db);
+      if (i == 1 && rt.rank() == rt.world_size() - 1) dw[5] = std::nanf("");
+      for (const TensorView& g : v.grads) {
+        if (g.slot->name.ends_with(".weight")) mlp::add_into(g, dw);
+        else if (g.slot->name.ends_with(".bias")) mlp::add_into(g, db);
+      }
+      model.end_backward(i);
+    }
+    StepResult r = model.step(1e-2);
+    EXPECT_TRUE(r.skipped) << "stage " << stage;
+    EXPECT_FALSE(std::isfinite(r.grad_norm));
+    EXPECT_EQ(r.step, 0);
+    EXPECT_EQ(model.gather_unit(1), before) << "a skipped step changed the parameters";
+    // Nothing is corrupted: the next, clean step trains normally.
+    auto clean = mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed);
+    mlp::forward_backward(model, cfg, clean, 1.0f);
+    StepResult next = model.step(1e-2);
+    EXPECT_FALSE(next.skipped);
+    EXPECT_TRUE(std::isfinite(next.grad_norm));
+    EXPECT_EQ(next.step, 1);
+  }
+}
+
+// The ledger equals the bytes the layout implies, computed here independently of ShardLayout.
+TEST(Sharding, LedgerMatchesTheLayoutExactly) {
+  Runtime& rt = runtime();
+  Device& dev = rt.device();
+  const MlpConfig cfg = small_config();
+  const std::size_t W = static_cast<std::size_t>(rt.world_size());
+  for (DType pdt : {DType::kF32, DType::kBF16}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE(fmt::format("stage {} param dtype {}", stage, dtype_name(pdt)));
+      auto units = mlp::mlp_units(cfg);
+      const std::size_t shard_world = stage == 0 ? 1 : W, quantum = shard_world * 16, psz = dtype_size(pdt);
+      std::vector<std::size_t> P;
+      for (const UnitSpec& u : units) {
+        std::size_t n = 0;
+        for (const SlotSpec& s : u.slots) n += shape_numel(s.shape);
+        P.push_back((n + quantum - 1) / quantum * quantum);
+      }
+      std::size_t sumP = 0, maxP = 0, maxPair = 0;
+      for (std::size_t i = 0; i < P.size(); ++i) {
+        sumP += P[i];
+        maxP = std::max(maxP, P[i]);
+        if (i + 1 < P.size()) maxPair = std::max(maxPair, P[i] + P[i + 1]);
+      }
+      const std::size_t sumS = sumP / shard_world;
+      auto cur = [&](MemCategory c) { return dev.memory_stats().current(c); };
+      ASSERT_EQ(cur(MemCategory::kParamShard) + cur(MemCategory::kMaster) + cur(MemCategory::kGradShard) +
+                    cur(MemCategory::kOptimState) + cur(MemCategory::kUnshardedParams) +
+                    cur(MemCategory::kUnshardedGrads),
+                0u)
+          << "a previous model leaked";
+      ShardingOptions o;
+      o.stage = zero_stage_from_int(stage);
+      o.mixed_precision.param_dtype = pdt;
+      ShardedModel model(rt, units, o, test_adamw());
+      model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+      const bool sharded_params = stage == 3, persist_grads = stage <= 1, separate_master = pdt != DType::kF32;
+      EXPECT_EQ(cur(MemCategory::kParamShard), sharded_params ? sumS * psz : 0);
+      EXPECT_EQ(cur(MemCategory::kMaster), separate_master ? sumS * 4 : 0);
+      EXPECT_EQ(cur(MemCategory::kGradShard), sumS * 4);
+      EXPECT_EQ(cur(MemCategory::kOptimState), sumS * 8);
+      EXPECT_EQ(cur(MemCategory::kUnshardedParams), sharded_params ? 0 : sumP * psz);
+      EXPECT_EQ(cur(MemCategory::kUnshardedGrads), persist_grads ? sumP * psz : 0);
+      // Peaks over one step: one gathered unit at a time; at most two units' gradients (one reducing).
+      dev.memory_stats().reset_peaks();
+      const int rows = kGlobalRows / rt.world_size();
+      mlp::forward_backward(model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed),
+                            1.0f);
+      model.step(1e-2);
+      EXPECT_EQ(dev.memory_stats().peak(MemCategory::kUnshardedParams), (sharded_params ? maxP : sumP) * psz);
+      EXPECT_EQ(dev.memory_stats().peak(MemCategory::kUnshardedGrads), (persist_grads ? sumP : maxPair) * psz);
+      EXPECT_EQ(cur(MemCategory::kUnshardedGrads), persist_grads ? sumP * psz : 0);
+    }
+  }
+}
+
+TEST(Sharding, ShapesThatDifferAcrossRanksAreAClearError) {
+  Runtime& rt = runtime();
+  if (rt.world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  MlpConfig cfg = small_config();
+  if (rt.rank() == rt.world_size() - 1) cfg.hidden = 14;
+  try {
+    ShardedModel model(rt, mlp::mlp_units(cfg), ShardingOptions{}, test_adamw());
+    ADD_FAILURE() << "mismatched declarations were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kMismatch) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fmt::format("ranks {} declare a different unit 0", rt.world_size() - 1)),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Sharding, HybridGroupThatDoesNotDivideTheWorldIsAClearError) {
+  Runtime& rt = runtime();
+  ShardingOptions o;
+  o.hybrid_shard_size = rt.world_size() == 3 ? 2 : 3;
+  if (rt.world_size() % o.hybrid_shard_size == 0) GTEST_SKIP();
+  try {
+    ShardedModel model(rt, mlp::mlp_units(small_config()), o, test_adamw());
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not divide the world size"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sharding, BackwardBeforeForwardIsAClearError) {
+  Runtime& rt = runtime();
+  ShardedModel model(rt, mlp::mlp_units(small_config()), ShardingOptions{}, test_adamw());
+  model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+  try {
+    model.begin_backward(1);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("begin_backward(1) before any forward of unit 'layer1'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(model.end_forward(0), Error);
+  EXPECT_THROW(model.begin_forward(7), Error);
+  // The model is still usable after the errors.
+  const int rows = kGlobalRows / rt.world_size();
+  mlp::forward_backward(model, small_config(),
+                        mlp::make_batch(small_config(), static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed), 1.0f);
+  EXPECT_FALSE(model.step(1e-2).skipped);
+}
+
+}  // namespace
+}  // namespace strata
