@@ -64,6 +64,11 @@ int main(int argc, char** argv) {
     });
 
     const int world = rt.world_size();
+    std::size_t numel = 0;
+    for (int i = 0; i < model.num_units(); ++i) numel += model.unit(i).layout().numel();
+    if (rt.rank() == 0)
+      std::printf("custom_trainer: %d ranks, %d units, %zu parameters; %s\n", world, model.num_units(), numel,
+                  opts.describe().c_str());
     for (int step = 0; step < steps; ++step) {
       double loss = 0;
       for (int a = 0; a < micro_batches; ++a) {

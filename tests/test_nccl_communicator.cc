@@ -1,5 +1,4 @@
-// Tests of NcclCommunicator at any np (np = 1 on one GPU): every op x dtype on exactly verifiable data, validation,
-// stream ordering and split.
+// Tests of NcclCommunicator at any np: every op x dtype on exactly verifiable data, validation, streams and split.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
