@@ -196,9 +196,11 @@ void MpiCommunicator::broadcast(const void* send, void* recv, std::size_t count,
   bool is_root = rank() == root;
   launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
     if (c == 0) return;
-    if (is_root && send != recv) std::memcpy(recv, send, count * dtype_size(dtype));
+    // The root broadcasts from `send` itself and copies into its own `recv` while the broadcast is in flight.
+    void* buf = is_root ? const_cast<void*>(send) : recv;
     MPI_Request req;
-    STRATA_CHECK_MPI(MPI_Ibcast(recv, c, mpi_datatype(dtype), root, lane.comm, &req));
+    STRATA_CHECK_MPI(MPI_Ibcast(buf, c, mpi_datatype(dtype), root, lane.comm, &req));
+    if (is_root && send != recv) std::memcpy(recv, send, count * dtype_size(dtype));
     mpi_wait(req, options().timeout_s, what);
   });
 }

@@ -1,6 +1,5 @@
 // Tests of CudaDevice: the allocation ledger, copies, stream and event ordering, host tasks and bounded waits.
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +14,7 @@
 #include "runtime/core/device.h"
 #include "runtime/core/device_registry.h"
 #include "runtime/core/error.h"
+#include "tests/test_support.h"
 
 namespace strata {
 namespace {
@@ -25,9 +25,7 @@ constexpr double kTimeoutS = 60.0;
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible"
 
 std::unique_ptr<Device> make_gpu() {
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return create_device(DeviceKind::kCuda, rank % cuda_device_count(), kTimeoutS);
+  return create_device(DeviceKind::kCuda, test::runtime().local_rank() % cuda_device_count(), kTimeoutS);
 }
 
 // The code of the strata::Error `fn` throws; nullopt (and a test failure) when it throws none.

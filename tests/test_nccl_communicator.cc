@@ -16,6 +16,7 @@
 #include "runtime/core/device_registry.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/error.h"
+#include "tests/test_support.h"
 
 namespace strata {
 namespace {
@@ -147,11 +148,12 @@ class NcclCommunicatorTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";
+    const int gpus = cuda_device_count();
+    if (gpus == 0) GTEST_SKIP() << "no CUDA device visible";
+    // NCCL refuses two ranks of one communicator on the same GPU.
+    if (test::runtime().local_size() > gpus) GTEST_SKIP() << "needs one GPU per rank on this node";
     if (!comm_) {
-      int rank = 0;
-      MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-      device_ = create_device(DeviceKind::kCuda, rank % cuda_device_count(), kTimeoutS);
+      device_ = create_device(DeviceKind::kCuda, test::runtime().local_rank(), kTimeoutS);
       CommOptions options;
       options.timeout_s = kTimeoutS;
       options.validate = true;
