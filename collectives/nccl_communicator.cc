@@ -417,14 +417,19 @@ void NcclCommunicator::validate_p2p(const OpDesc& desc) {
         return 2;
       },
       options().timeout_s, fmt::format("validation of {} on '{}'", desc.describe(), name()));
+  // The exchange pairs the pair's calls in the order each side makes them, which is also the order ungrouped NCCL
+  // point-to-point operations must match in.
   const OpDesc& theirs = ex->theirs;
   OpKind expected = desc.kind == OpKind::kSend ? OpKind::kRecv : OpKind::kSend;
-  bool matches =
-      theirs.kind == expected && theirs.count == desc.count && theirs.dtype == desc.dtype && theirs.peer == rank();
+  bool matches = theirs.kind == expected && theirs.count == desc.count && theirs.dtype == desc.dtype &&
+                 theirs.peer == rank() && theirs.seq == desc.seq;
   if (!matches) {
     STRATA_THROW(ErrorCode::kMismatch,
-                 "point-to-point mismatch in group '{}': rank {} called {} but its peer rank {} called {}", name(),
-                 rank(), desc.describe(), desc.peer, theirs.describe());
+                 "point-to-point mismatch in group '{}': rank {} called {} but its peer rank {} called {}{}", name(),
+                 rank(), desc.describe(), desc.peer, theirs.describe(),
+                 theirs.kind == desc.kind ? " (each side's next call to the other must be the opposite op: an "
+                                            "ungrouped NCCL send waits for its recv)"
+                                          : "");
   }
 }
 

@@ -21,15 +21,17 @@ namespace strata {
 // WaitHooks timeout handler aborts the communicator (ncclCommAbort) so that no kernel outlives a timed-out wait.
 // After an abort every operation throws kNccl.
 //
-// Operations follow Communicator's contract. Buffers and streams must belong to the communicator's CudaDevice.
+// Operations follow Communicator's contract. Buffers and streams must belong to the communicator's CudaDevice,
+// which must outlive it.
 // Each point-to-point call is its own NCCL operation (no group): a send and its recv must not each wait behind
 // another send/recv of the same pair, and a rank cannot send to itself (kUnsupported). A count of 0 launches nothing
 // (but still takes a sequence number and, in validation mode, is validated).
 //
 // In validation mode (CommOptions::validate) each collective first exchanges its OpDesc over the control
 // communicator and every rank throws kMismatch with the same table when the ranks disagree; send/recv exchange
-// OpDescs with the peer, and both throw kMismatch unless the peer called the matching op with the same count and
-// dtype. Validation and split run on the calling thread, bounded by CommOptions::timeout_s.
+// OpDescs with the peer in call order, and both throw kMismatch unless the peer's next call to us is the opposite op
+// with the same count, dtype and per-peer sequence number. Validation and split run on the calling thread, bounded by
+// CommOptions::timeout_s.
 class NcclCommunicator : public Communicator {
  public:
   // Collective over `parent` (left untouched): duplicates it, shares an ncclUniqueId from rank 0 and initialises

@@ -383,6 +383,19 @@ TEST_F(NcclCommunicatorTest, ValidationCatchesMismatchedCalls) {
                 }
               }),
               ErrorCode::kMismatch);
+    // Both sides sending first would deadlock ungrouped NCCL: both throw instead. Both receiving first next brings
+    // the per-peer sequence numbers back in step.
+    EXPECT_EQ(error_code_of([&] { comm().send(buf.data(), 4, DType::kF32, rank ^ 1, stream()); }),
+              ErrorCode::kMismatch);
+    EXPECT_EQ(error_code_of([&] { comm().recv(buf.data(), 4, DType::kF32, rank ^ 1, stream()); }),
+              ErrorCode::kMismatch);
+    // In step again: a matched pair goes through.
+    if (rank % 2 == 0) {
+      comm().send(buf.data(), 4, DType::kF32, rank ^ 1, stream());
+    } else {
+      comm().recv(buf.data(), 4, DType::kF32, rank ^ 1, stream());
+    }
+    stream().synchronize();
   }
   // The communicator is still healthy.
   HostArray ones(DType::kF32, 16, [](std::size_t) { return 1.0; });

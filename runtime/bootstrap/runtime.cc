@@ -63,7 +63,18 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
                backend);
   int gpus = cuda_device_count();
   DeviceKind kind = DeviceKind::kCpu;
-  if (backend == "cuda" || (backend == "auto" && gpus > 0)) kind = DeviceKind::kCuda;
+  if (backend == "cuda") {
+    kind = DeviceKind::kCuda;
+    STRATA_CHECK_CODE(ErrorCode::kUnsupported, gpus == 0 || local_size_ <= gpus,
+                      "backend cuda: {} ranks on this node but {} GPU(s); NCCL needs one GPU per rank",
+                      local_size_, gpus);
+  } else if (backend == "auto" && gpus > 0) {
+    // auto takes CUDA only when every rank on the node can have its own GPU (NCCL refuses two ranks on one GPU).
+    if (local_size_ <= gpus) kind = DeviceKind::kCuda;
+    else if (local_rank_ == 0)
+      logger("core").warn("{} ranks on this node share {} GPU(s): using the CPU backend (STRATA_BACKEND=auto)",
+                          local_size_, gpus);
+  }
   device_ = create_device(kind, gpus > 0 ? local_rank_ % gpus : 0, e.timeout_s);
   if (e.device_memory) device_->set_memory_budget(e.device_memory);
   world_ = create_communicator(*device_, MPI_COMM_WORLD, "world", CommOptions::from_env());

@@ -1,0 +1,584 @@
+#!/usr/bin/python3
+"""Independent PyTorch reference for /work/shared/specs/gpt2-training.md (the normative GPT-2 training spec).
+
+Plain torch ops only (no Hugging Face code), float32 throughout. It simulates W data-parallel ranks with B
+rows each and A gradient-accumulation micro-batches per step on one process, and writes the per-step losses
+(and pre-clip global gradient norms) that the C++ trainer's tests compare against.
+
+Modes (see tests/reference/README.md for the exact commands that produced tests/data/):
+  --make-data FILE --tokens N --vocab V --seed S     synthetic uint16 token file (spec's splitmix64 rule)
+  --make-init FILE --layers L --heads H --embd C --vocab V --ctx Tctx --seed S
+                                                     init weights (spec's distributions), safetensors F32
+  --selfcheck [--init FILE --data FILE ...]          float64 finite-difference gradient check and more
+  (default) train: --init FILE --data FILE --steps ... [--out FILE.json]
+
+Run with Debian's python (/usr/bin/python3, package python3-torch); a pyenv `python3` on PATH may lack torch.
+"""
+
+import argparse
+import json
+import math
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+MASK64 = 0xFFFFFFFFFFFFFFFF
+
+# --------------------------------------------------------------------------------------------------------
+# safetensors (tiny reader / writer; the `safetensors` package is not required)
+# --------------------------------------------------------------------------------------------------------
+
+_ST_DTYPES = {
+    "F32": (np.dtype("<f4"), 4),
+    "F64": (np.dtype("<f8"), 8),
+    "F16": (np.dtype("<f2"), 2),
+    "BF16": (None, 2),  # converted by hand below
+}
+
+
+def read_safetensors(path):
+    """Returns {name: float32 torch tensor} and the __metadata__ dict (or {})."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise ValueError(f"{path}: too short for a safetensors file")
+    (n,) = struct.unpack("<Q", raw[:8])
+    if 8 + n > len(raw):
+        raise ValueError(f"{path}: header length {n} past end of file")
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    data = raw[8 + n:]
+    meta = header.pop("__metadata__", {}) or {}
+    out = {}
+    for name, info in header.items():
+        dtype = info["dtype"]
+        shape = [int(s) for s in info["shape"]]
+        begin, end = (int(o) for o in info["data_offsets"])
+        if dtype not in _ST_DTYPES:
+            raise ValueError(f"{path}: tensor {name}: unsupported dtype {dtype}")
+        npdt, size = _ST_DTYPES[dtype]
+        count = int(np.prod(shape)) if shape else 1
+        if end - begin != count * size or end > len(data) or begin < 0:
+            raise ValueError(f"{path}: tensor {name}: bad data_offsets {begin},{end} for {dtype}{shape}")
+        buf = data[begin:end]
+        if dtype == "BF16":
+            u16 = np.frombuffer(buf, dtype="<u2").astype(np.uint32)
+            arr = (u16 << 16).view(np.float32)
+        else:
+            arr = np.frombuffer(buf, dtype=npdt).astype(np.float32)
+        out[name] = torch.from_numpy(arr.reshape(shape).copy())
+    return out, meta
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """tensors: list of (name, tensor) written in that order as little-endian F32."""
+    header = {}
+    blobs = []
+    off = 0
+    for name, t in tensors:
+        arr = t.detach().to(torch.float32).contiguous().numpy().astype("<f4")
+        b = arr.tobytes()
+        header[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    hjson = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hjson += b" " * ((-len(hjson)) % 8)  # pad with spaces to a multiple of 8
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hjson)))
+        f.write(hjson)
+        for b in blobs:
+            f.write(b)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------------------
+
+
+def param_specs(L, C, V, Tctx):
+    """(name, shape) in the spec's table order."""
+    specs = [("wte.weight", [V, C]), ("wpe.weight", [Tctx, C])]
+    for i in range(L):
+        p = f"h.{i}."
+        specs += [
+            (p + "ln_1.weight", [C]), (p + "ln_1.bias", [C]),
+            (p + "attn.c_attn.weight", [C, 3 * C]), (p + "attn.c_attn.bias", [3 * C]),
+            (p + "attn.c_proj.weight", [C, C]), (p + "attn.c_proj.bias", [C]),
+            (p + "ln_2.weight", [C]), (p + "ln_2.bias", [C]),
+            (p + "mlp.c_fc.weight", [C, 4 * C]), (p + "mlp.c_fc.bias", [4 * C]),
+            (p + "mlp.c_proj.weight", [4 * C, C]), (p + "mlp.c_proj.bias", [C]),
+        ]
+    specs += [("ln_f.weight", [C]), ("ln_f.bias", [C])]
+    return specs
+
+
+def make_init(L, C, V, Tctx, seed):
+    """Spec init: Normal(0,0.02) for wte/wpe/c_attn.weight/c_fc.weight, Normal(0,0.02/sqrt(2L)) for both
+    c_proj weights, biases 0, LayerNorm weights 1. Drawn in the spec's table order from torch.manual_seed(seed)."""
+    torch.manual_seed(seed)
+    proj_std = 0.02 / math.sqrt(2 * L)
+    out = []
+    for name, shape in param_specs(L, C, V, Tctx):
+        t = torch.empty(shape, dtype=torch.float32)
+        if name.endswith("c_proj.weight"):
+            t.normal_(0.0, proj_std)
+        elif name in ("wte.weight", "wpe.weight") or name.endswith("c_attn.weight") or name.endswith("c_fc.weight"):
+            t.normal_(0.0, 0.02)
+        elif name.endswith(".bias"):
+            t.zero_()
+        elif ".ln_" in name or name.startswith("ln_f"):
+            t.fill_(1.0)
+        else:
+            raise AssertionError(name)
+        out.append((name, t))
+    return out
+
+
+def load_params(path, L, C, V, Tctx, dtype):
+    raw, _ = read_safetensors(path)
+    named = {}
+    for k, t in raw.items():
+        name = k[len("transformer."):] if k.startswith("transformer.") else k
+        if name == "lm_head.weight":
+            continue  # tied to wte.weight, never used separately
+        named[name] = t
+    params = {}
+    for name, shape in param_specs(L, C, V, Tctx):
+        if name not in named:
+            raise ValueError(f"{path}: missing tensor {name}")
+        t = named.pop(name)
+        if list(t.shape) != shape:
+            raise ValueError(f"{path}: tensor {name} has shape {list(t.shape)}, expected {shape}")
+        params[name] = t.to(dtype).clone().requires_grad_(True)
+    if named:
+        raise ValueError(f"{path}: unexpected tensors {sorted(named)}")
+    return params
+
+
+def gelu_tanh(z):
+    return 0.5 * z * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (z + 0.044715 * z * z * z)))
+
+
+def layer_norm(x, w, b, eps=1e-5):
+    mean = x.mean(dim=-1, keepdim=True)
+    xc = x - mean
+    var = (xc * xc).mean(dim=-1, keepdim=True)  # biased variance
+    return xc / torch.sqrt(var + eps) * w + b
+
+
+def forward_logits(P, idx, L, H):
+    Bn, T = idx.shape
+    wte = P["wte.weight"]
+    C = wte.shape[1]
+    D = C // H
+    x = wte[idx] + P["wpe.weight"][:T]
+    causal = torch.ones(T, T, dtype=torch.bool).triu(1)  # True where u > t
+    for i in range(L):
+        p = f"h.{i}."
+        a = layer_norm(x, P[p + "ln_1.weight"], P[p + "ln_1.bias"])
+        qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
+        q, k, v = qkv.split(C, dim=-1)
+        q = q.view(Bn, T, H, D).transpose(1, 2)  # [B, H, T, D]; head h = columns h*D..h*D+D-1
+        k = k.view(Bn, T, H, D).transpose(1, 2)
+        v = v.view(Bn, T, H, D).transpose(1, 2)
+        s = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+        s = s.masked_fill(causal, float("-inf"))
+        pr = torch.softmax(s, dim=-1)
+        y = (pr @ v).transpose(1, 2).contiguous().view(Bn, T, C)
+        x = x + (y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"])
+        m = layer_norm(x, P[p + "ln_2.weight"], P[p + "ln_2.bias"])
+        g = gelu_tanh(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"])
+        x = x + (g @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"])
+    x = layer_norm(x, P["ln_f.weight"], P["ln_f.bias"])
+    return x @ wte.t()
+
+
+def loss_fn(P, idx, tgt, L, H):
+    logits = forward_logits(P, idx, L, H)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1))  # mean, natural log
+
+
+# --------------------------------------------------------------------------------------------------------
+# Data
+# --------------------------------------------------------------------------------------------------------
+
+
+def splitmix64_tokens(n, vocab, seed):
+    state = seed & MASK64
+    out = np.empty(n, dtype="<u2")
+    prev = 0
+    for i in range(n):
+        state = (state + 0x9E3779B97F4A7C15) & MASK64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        r = z ^ (z >> 31)
+        if i == 0 or r % 4 == 0:
+            t = (r >> 32) % vocab
+        else:
+            t = (31 * prev + 7 + (r >> 32) % 3) % vocab
+        out[i] = t
+        prev = t
+    return out
+
+
+def load_tokens(path, vocab):
+    raw = np.fromfile(path, dtype="<u2")
+    if raw.size == 0:
+        raise ValueError(f"{path}: empty token file")
+    if int(raw.max()) >= vocab:
+        raise ValueError(f"{path}: token {int(raw.max())} >= vocab {vocab}")
+    return torch.from_numpy(raw.astype(np.int64))
+
+
+def window_rows(tokens, T, g_list):
+    """Rows for global row indices g_list: offset = (g*T) mod M with M = N - T."""
+    N = tokens.numel()
+    M = N - T
+    if M <= 0:
+        raise ValueError(f"token file too short: N={N}, T={T}")
+    offs = [(g * T) % M for g in g_list]
+    idx = torch.stack([tokens[o:o + T] for o in offs])
+    tgt = torch.stack([tokens[o + 1:o + T + 1] for o in offs])
+    return idx, tgt, offs
+
+
+def rank_rows(s, a, r, A, W, B):
+    return [((s * A + a) * W + r) * B + b for b in range(B)]
+
+
+# --------------------------------------------------------------------------------------------------------
+# Training step
+# --------------------------------------------------------------------------------------------------------
+
+
+def grads_for_step(P, tokens, s, args):
+    """Simulates W ranks: each rank accumulates sum_a grad(local_loss_a / A) over its micro-batches, then the
+    gradients are all-reduced as (sum over ranks in rank order) / W. Returns (grads, reported loss)."""
+    L, H, T, W, B, A = args.layers, args.heads, args.seq, args.ranks, args.batch, args.grad_accum
+    names = list(P)
+    total = None
+    local_losses = []  # [a][r]
+    for r in range(W):
+        acc = None
+        for a in range(A):
+            idx, tgt, _ = window_rows(tokens, T, rank_rows(s, a, r, A, W, B))
+            loss = loss_fn(P, idx, tgt, L, H)
+            local_losses.append(float(loss.item()))
+            gs = torch.autograd.grad(loss / A if A > 1 else loss, [P[n] for n in names])
+            acc = list(gs) if acc is None else [x + y for x, y in zip(acc, gs)]
+        total = acc if total is None else [x + y for x, y in zip(total, acc)]
+    if W > 1:
+        total = [x / W for x in total]
+    # reported loss: mean over micro-batches and ranks of each rank's local mean loss
+    reported = sum(local_losses) / len(local_losses)
+    return dict(zip(names, total)), reported
+
+
+def global_grad_norm(grads):
+    # per-parameter float32 sum of squares, summed in float64 on the host
+    return math.sqrt(sum(float((g * g).sum().item()) for g in grads.values()))
+
+
+class AdamW:
+    """The spec's AdamW, by hand (torch.optim.AdamW's lerp-based update rounds differently)."""
+
+    def __init__(self, P, lr, wd, beta1, beta2, eps):
+        self.lr, self.wd, self.b1, self.b2, self.eps = lr, wd, beta1, beta2, eps
+        self.m = {n: torch.zeros_like(p) for n, p in P.items()}
+        self.v = {n: torch.zeros_like(p) for n, p in P.items()}
+        self.t = 0
+
+    @torch.no_grad()
+    def step(self, P, grads):
+        self.t += 1
+        lr, b1, b2, eps = self.lr, self.b1, self.b2, self.eps
+        bc1 = 1.0 - b1 ** self.t  # float64 on the host
+        bc2 = 1.0 - b2 ** self.t
+        step_size = lr / bc1
+        sqrt_bc2 = math.sqrt(bc2)
+        for n, p in P.items():
+            g = grads[n]
+            if p.dim() >= 2 and self.wd != 0.0:
+                p.mul_(1.0 - lr * self.wd)
+            m = self.m[n]
+            v = self.v[n]
+            m.copy_(b1 * m + (1.0 - b1) * g)
+            v.copy_(b2 * v + (1.0 - b2) * g * g)
+            denom = torch.sqrt(v) / sqrt_bc2 + eps
+            p.copy_(p - step_size * m / denom)
+
+
+def train(args):
+    dtype = torch.float64 if args.dtype == "float64" else torch.float32
+    P = load_params(args.init, args.layers, args.embd, args.vocab, args.ctx, dtype)
+    tokens = load_tokens(args.data, args.vocab)
+    if args.seq > args.ctx:
+        raise ValueError("--seq must be <= --ctx")
+    if args.embd % args.heads:
+        raise ValueError("--embd must be a multiple of --heads")
+    opt = AdamW(P, args.lr, args.weight_decay, args.beta1, args.beta2, args.eps)
+    losses, norms, times = [], [], []
+    for s in range(args.steps):
+        t0 = time.perf_counter()
+        grads, loss = grads_for_step(P, tokens, s, args)
+        n = global_grad_norm(grads)
+        if args.grad_clip > 0:
+            coef = args.grad_clip / (n + 1e-6)
+            if coef < 1.0:
+                for g in grads.values():
+                    g.mul_(coef)
+        opt.step(P, grads)
+        dt = (time.perf_counter() - t0) * 1000.0
+        losses.append(loss)
+        norms.append(n)
+        times.append(dt)
+        print(f"step {s} loss {loss:.6f} time_ms {dt:.3f} grad_norm {n:.6f}", flush=True)
+    steady = times[2:] if len(times) > 2 else times
+    mean_ms = sum(steady) / len(steady) if steady else 0.0
+    tok = args.ranks * args.batch * args.seq * args.grad_accum
+    print(json.dumps({"final_loss": losses[-1] if losses else None, "mean_step_ms": mean_ms,
+                      "tokens_per_s": tok / (mean_ms / 1000.0) if mean_ms > 0 else None,
+                      "peak_memory": "n/a (reference)"}), flush=True)
+    if args.out:
+        cfg = {k: getattr(args, k) for k in ("layers", "heads", "embd", "vocab", "ctx", "seq", "batch", "ranks",
+                                             "grad_accum", "steps", "lr", "weight_decay", "beta1", "beta2",
+                                             "eps", "grad_clip")}
+        cfg["dtype"] = args.dtype
+        cfg["init"] = args.init
+        cfg["data"] = args.data
+        doc = {"spec": "shared/specs/gpt2-training.md", "generator": "tests/reference/gpt2_reference.py",
+               "torch": torch.__version__, "config": cfg, "losses": losses, "grad_norms": norms}
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)  # floats written with repr (full precision)
+            f.write("\n")
+
+
+# --------------------------------------------------------------------------------------------------------
+# Self-check
+# --------------------------------------------------------------------------------------------------------
+
+
+def selfcheck(args):
+    ok = True
+
+    def report(name, err, tol):
+        nonlocal ok
+        good = err <= tol
+        ok &= good
+        print(f"selfcheck {name}: max_err {err:.3e} (tol {tol:.0e}) {'OK' if good else 'FAIL'}", flush=True)
+
+    L, H, C, V, Tctx, T = args.layers, args.heads, args.embd, args.vocab, args.ctx, args.seq
+    # 1. parameters: from --init, else the spec init with --seed (as float64 for the FD check)
+    if args.init:
+        P = load_params(args.init, L, C, V, Tctx, torch.float64)
+    else:
+        P = {n: t.to(torch.float64).requires_grad_(True) for n, t in make_init(L, C, V, Tctx, args.seed)}
+    # perturb biases and LN params away from 0/1 so their gradients are exercised generically
+    gen = torch.Generator().manual_seed(99)
+    with torch.no_grad():
+        for n, p in P.items():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+    if args.data:
+        tokens = load_tokens(args.data, V)
+    else:
+        tokens = torch.from_numpy(splitmix64_tokens(512, V, 7).astype(np.int64))
+    idx, tgt, _ = window_rows(tokens, T, list(range(2)))
+
+    # 2. finite differences (float64, central, h = 1e-5) vs autograd for a few entries of each parameter kind
+    loss = loss_fn(P, idx, tgt, L, H)
+    grads = dict(zip(P, torch.autograd.grad(loss, list(P.values()))))
+    picks = ["wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.ln_1.bias", "h.0.attn.c_attn.weight",
+             "h.0.attn.c_attn.bias", "h.0.attn.c_proj.weight", "h.0.ln_2.weight", "h.0.mlp.c_fc.weight",
+             "h.0.mlp.c_fc.bias", f"h.{L - 1}.mlp.c_proj.weight", f"h.{L - 1}.mlp.c_proj.bias", "ln_f.weight",
+             "ln_f.bias"]
+    rng = np.random.default_rng(5)
+    h = 1e-5
+    worst = 0.0
+    worst_abs = 0.0
+    gmax = 0.0
+    count = 0
+    with torch.no_grad():
+        for n in picks:
+            p = P[n]
+            flat = p.view(-1)
+            entries = list(rng.choice(flat.numel(), size=min(4, flat.numel()), replace=False))
+            if n == "wte.weight":  # include a row that is an input token (both uses of the tied matrix)
+                entries.append(int(idx[0, 0]) * C + 3)
+            for e in entries:
+                e = int(e)
+                old = float(flat[e])
+                flat[e] = old + h
+                lp = float(loss_fn(P, idx, tgt, L, H))
+                flat[e] = old - h
+                lm = float(loss_fn(P, idx, tgt, L, H))
+                flat[e] = old
+                fd = (lp - lm) / (2 * h)
+                an = float(grads[n].view(-1)[e])
+                # error relative to the entry's gradient, floored at 1e-3 (the FD truncation/round-off error
+                # is ~1e-10 absolute, so tiny gradients cannot be judged relatively)
+                err = abs(fd - an) / max(1e-3, abs(an))
+                worst = max(worst, err)
+                worst_abs = max(worst_abs, abs(fd - an))
+                gmax = max(gmax, abs(an))
+                count += 1
+    print(f"selfcheck finite-difference: {count} entries of {len(picks)} parameters, "
+          f"max |grad| {gmax:.3e}", flush=True)
+    report("fd_grad_abs", worst_abs, 1e-9)
+    report("fd_grad_err_over_max(|grad|,1e-3)", worst, 1e-6)
+
+    # 3. building blocks vs torch's own ops
+    z = torch.linspace(-6, 6, 1001, dtype=torch.float64)
+    report("gelu_tanh_vs_F.gelu", float((gelu_tanh(z) - F.gelu(z, approximate="tanh")).abs().max()), 1e-12)
+    x = torch.randn(3, 5, C, dtype=torch.float64, generator=gen)
+    w = torch.randn(C, dtype=torch.float64, generator=gen)
+    b = torch.randn(C, dtype=torch.float64, generator=gen)
+    report("layer_norm_vs_F.layer_norm",
+           float((layer_norm(x, w, b) - F.layer_norm(x, (C,), w, b, 1e-5)).abs().max()), 1e-12)
+    with torch.no_grad():
+        logits = forward_logits(P, idx, L, H)
+        manual = -(logits.log_softmax(-1).gather(-1, tgt.unsqueeze(-1))).mean()
+        report("cross_entropy_vs_manual", abs(float(manual) - float(loss)), 1e-12)
+        # causality: changing the last input token must not change logits at earlier positions
+        idx2 = idx.clone()
+        idx2[:, -1] = (idx2[:, -1] + 1) % V
+        l2 = forward_logits(P, idx2, L, H)
+        report("causal_mask", float((l2[:, :-1] - logits[:, :-1]).abs().max()), 0.0)
+
+    # 4. hand-written AdamW vs torch.optim.AdamW in float64 (same math, different rounding)
+    torch.manual_seed(3)
+    p0 = {"w": torch.randn(4, 3, dtype=torch.float64), "b": torch.randn(3, dtype=torch.float64)}
+    mine = {k: v.clone() for k, v in p0.items()}
+    ref = {k: v.clone().requires_grad_(True) for k, v in p0.items()}
+    topt = torch.optim.AdamW([{"params": [ref["w"]], "weight_decay": 0.1}, {"params": [ref["b"]], "weight_decay": 0.0}],
+                             lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    myopt = AdamW(mine, 1e-2, 0.1, 0.9, 0.95, 1e-8)
+    for _ in range(5):
+        gr = {k: torch.randn_like(v) for k, v in p0.items()}
+        for k in ref:
+            ref[k].grad = gr[k].clone()
+        topt.step()
+        myopt.step(mine, gr)
+    report("adamw_vs_torch.optim.AdamW_f64", max(float((mine[k] - ref[k].detach()).abs().max()) for k in mine), 1e-12)
+
+    # 5. simulated ranks: grads of 1x4 vs 2x2 vs 4x1 rows (float64) agree
+    class A_:
+        pass
+    gl = {}
+    for W_, B_, A2 in ((1, 4, 1), (2, 2, 1), (4, 1, 1), (1, 2, 2)):
+        a_ = A_()
+        a_.layers, a_.heads, a_.seq, a_.ranks, a_.batch, a_.grad_accum = L, H, T, W_, B_, A2
+        gl[(W_, B_, A2)] = grads_for_step(P, tokens, 1, a_)
+    base_g, base_l = gl[(1, 4, 1)]
+    for key, (g_, l_) in gl.items():
+        if key == (1, 4, 1):
+            continue
+        err = max(float((g_[n] - base_g[n]).abs().max()) for n in g_) + abs(l_ - base_l)
+        report(f"ranks_WxBxA={key[0]}x{key[1]}x{key[2]}_vs_1x4x1_f64", err, 1e-12)
+
+    # 6. safetensors round trip, incl. the transformer. prefix and BF16/F16 decoding
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        f1 = os.path.join(d, "a.safetensors")
+        init = make_init(L, C, V, Tctx, 1)
+        write_safetensors(f1, [("transformer." + n, t) for n, t in init], {"format": "pt"})
+        with open(f1, "rb") as fh:
+            (hn,) = struct.unpack("<Q", fh.read(8))
+        report("safetensors_header_multiple_of_8", float(hn % 8), 0.0)
+        back = load_params(f1, L, C, V, Tctx, torch.float32)
+        report("safetensors_roundtrip", max(float((back[n] - t).abs().max()) for n, t in init), 0.0)
+        t = torch.tensor([1.0, -2.5, 0.15625, 3.0e-3], dtype=torch.float32)
+        bf = (t.numpy().view(np.uint32) >> 16).astype("<u2").tobytes()
+        f16 = t.numpy().astype("<f2").tobytes()
+        hdr = {"x": {"dtype": "BF16", "shape": [4], "data_offsets": [0, 8]},
+               "y": {"dtype": "F16", "shape": [4], "data_offsets": [8, 16]}}
+        hj = json.dumps(hdr).encode()
+        hj += b" " * ((-len(hj)) % 8)
+        f2 = os.path.join(d, "b.safetensors")
+        with open(f2, "wb") as fh:
+            fh.write(struct.pack("<Q", len(hj)) + hj + bf + f16)
+        got, _ = read_safetensors(f2)
+        report("safetensors_bf16", float((got["x"] - t).abs().max()), 0.01)
+        report("safetensors_f16", float((got["y"] - t).abs().max()), 0.002)
+
+    # 7. splitmix64: known first output for seed 0 (0xE220A8397B1DCDAF, the published reference value)
+    state = (0 + 0x9E3779B97F4A7C15) & MASK64
+    z = ((state ^ (state >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    r0 = z ^ (z >> 31)
+    report("splitmix64_seed0_first", float(r0 != 0xE220A8397B1DCDAF), 0.0)
+    report("make_data_first_token", float(int(splitmix64_tokens(1, 1 << 16, 0)[0]) != (r0 >> 32) % (1 << 16)), 0.0)
+
+    print("selfcheck " + ("PASSED" if ok else "FAILED"), flush=True)
+    return 0 if ok else 1
+
+
+# --------------------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--embd", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=64)
+    ap.add_argument("--ctx", type=int, default=16)
+    ap.add_argument("--seq", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=4, help="rows per rank per micro-batch (B)")
+    ap.add_argument("--ranks", type=int, default=1, help="simulated data-parallel ranks (W)")
+    ap.add_argument("--grad-accum", type=int, default=1, help="micro-batches per step (A)")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--beta1", type=float, default=0.9)
+    ap.add_argument("--beta2", type=float, default=0.95)
+    ap.add_argument("--eps", type=float, default=1e-8)
+    ap.add_argument("--grad-clip", type=float, default=1.0)
+    ap.add_argument("--init", help="safetensors init file (accepts the transformer. prefix)")
+    ap.add_argument("--data", help="flat little-endian uint16 token file")
+    ap.add_argument("--out", help="write config, per-step losses and grad norms as JSON")
+    ap.add_argument("--seed", type=int, default=1234, help="seed for --make-init / --make-data / --selfcheck")
+    ap.add_argument("--tokens", type=int, help="token count for --make-data")
+    ap.add_argument("--make-init", metavar="FILE")
+    ap.add_argument("--make-data", metavar="FILE")
+    ap.add_argument("--selfcheck", action="store_true")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dtype", choices=("float32", "float64"), default="float32",
+                    help="float32 is the spec; float64 only to measure float32 round-off drift")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    torch.set_default_dtype(torch.float32)
+    torch.use_deterministic_algorithms(True)
+
+    if args.make_data:
+        if args.tokens is None:
+            ap.error("--make-data needs --tokens")
+        splitmix64_tokens(args.tokens, args.vocab, args.seed).tofile(args.make_data)
+        return 0
+    if args.make_init:
+        init = make_init(args.layers, args.embd, args.vocab, args.ctx, args.seed)
+        meta = {"format": "pt", "generator": "tests/reference/gpt2_reference.py --make-init",
+                "layers": args.layers, "heads": args.heads, "embd": args.embd, "vocab": args.vocab,
+                "ctx": args.ctx, "seed": args.seed, "torch": torch.__version__}
+        write_safetensors(args.make_init, init, meta)
+        return 0
+    if args.selfcheck:
+        return selfcheck(args)
+    if not args.init or not args.data:
+        ap.error("training needs --init and --data")
+    train(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
