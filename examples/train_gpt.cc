@@ -98,7 +98,6 @@ int main(int argc, char** argv) {
     if (!f.text.empty()) f.model.vocab = 256;
     f.model.validate();
     STRATA_CHECK(f.seq <= f.model.ctx, "--seq {} exceeds --ctx {}", f.seq, f.model.ctx);
-    gpt::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt.local_size()));
 
     gpt::TokenFile data = !f.text.empty()   ? gpt::TokenFile::from_text(f.text, f.seq)
                           : !f.data.empty() ? gpt::TokenFile::open(f.data, f.seq, f.model.vocab)

@@ -43,8 +43,8 @@ void AtomicFile::commit() {
   int rc = ::close(fd_);
   fd_ = -1;
   STRATA_CHECK_CODE(ErrorCode::kIo, rc == 0, "cannot close '{}': {}", tmp_path_, std::strerror(errno));
-  STRATA_CHECK_CODE(ErrorCode::kIo, std::rename(tmp_path_.c_str(), path_.c_str()) == 0, "cannot rename '{}' to '{}': {}",
-                    tmp_path_, path_, std::strerror(errno));
+  STRATA_CHECK_CODE(ErrorCode::kIo, std::rename(tmp_path_.c_str(), path_.c_str()) == 0,
+                    "cannot rename '{}' to '{}': {}", tmp_path_, path_, std::strerror(errno));
   committed_ = true;
 }
 

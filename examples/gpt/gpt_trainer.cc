@@ -3,8 +3,11 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 
+#include "examples/gpt/kernels.h"
 #include "examples/gpt/safetensors.h"
 #include "runtime/core/error.h"
 
@@ -17,6 +20,8 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
                cfg_.model.ctx);
   STRATA_CHECK(data_.max_token() < cfg_.model.vocab, "data token {} is outside the vocabulary of {}",
                data_.max_token(), cfg_.model.vocab);
+  // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
+  set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
   model_ = std::make_unique<ShardedModel>(rt_, gpt_units(cfg_.model), cfg_.sharding, cfg_.adamw);
   for (int u = 0; u < model_->num_units(); ++u) parameters_ += model_->unit(u).layout().numel();
   if (!cfg_.init.empty()) {

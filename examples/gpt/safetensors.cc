@@ -27,7 +27,7 @@ static_assert(std::endian::native == std::endian::little, "safetensors I/O assum
 namespace {
 
 constexpr std::uint64_t kMaxHeaderBytes = 100ull << 20;  // a longer header is not a weight file
-constexpr std::size_t kChunkElements = 1 << 16;         // conversion buffer for reads and writes
+constexpr std::size_t kChunkElements = 1 << 16;          // conversion buffer for reads and writes
 constexpr const char* kPrefix = "transformer.";
 
 std::optional<DType> parse_safetensors_dtype(const std::string& s) {
@@ -66,8 +66,9 @@ void pread_all(int fd, const std::string& path, void* out, std::size_t bytes, st
     ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
     if (n < 0 && errno == EINTR) continue;
     STRATA_CHECK_CODE(ErrorCode::kIo, n >= 0, "cannot read '{}' at byte {}: {}", path, offset, std::strerror(errno));
-    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "'{}' ends at byte {}, before the {} more bytes expected there (truncated?)",
-                      path, offset, bytes);
+    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0,
+                      "'{}' ends at byte {}, before the {} more bytes expected there (truncated?)", path, offset,
+                      bytes);
     p += n;
     bytes -= static_cast<std::size_t>(n);
     offset += static_cast<std::uint64_t>(n);
@@ -75,7 +76,8 @@ void pread_all(int fd, const std::string& path, void* out, std::size_t bytes, st
 }
 
 // One non-negative integer of the header (a dimension or an offset); `what` names it in the error.
-std::uint64_t header_uint(const nlohmann::json& v, std::uint64_t max, const std::string& where, const std::string& what) {
+std::uint64_t header_uint(const nlohmann::json& v, std::uint64_t max, const std::string& where,
+                          const std::string& what) {
   if (v.is_number_unsigned()) {
     std::uint64_t u = v.get<std::uint64_t>();
     STRATA_CHECK_CODE(ErrorCode::kIo, u <= max, "{}: {} is {}, too large", where, what, u);
@@ -98,30 +100,32 @@ const nlohmann::json& header_field(const nlohmann::json& entry, const char* key,
 
 TensorInfo parse_entry(const std::string& name, const nlohmann::json& entry, std::uint64_t data_size,
                        const std::string& where) {
-  STRATA_CHECK_CODE(ErrorCode::kIo, entry.is_object(), "{}: entry is {}, expected an object with dtype, shape, data_offsets",
-                    where, entry.dump());
+  STRATA_CHECK_CODE(ErrorCode::kIo, entry.is_object(),
+                    "{}: entry is {}, expected an object with dtype, shape, data_offsets", where, entry.dump());
   TensorInfo t;
   t.name = name;
 
   const nlohmann::json& dtype = header_field(entry, "dtype", where);
   STRATA_CHECK_CODE(ErrorCode::kIo, dtype.is_string(), "{}: dtype is {}, not a string", where, dtype.dump());
   auto parsed = parse_safetensors_dtype(dtype.get<std::string>());
-  STRATA_CHECK_CODE(ErrorCode::kIo, parsed.has_value(), "{}: unknown dtype {} (this reader knows F32, BF16, F16, F64, I32, I64)",
-                    where, dtype.dump());
+  STRATA_CHECK_CODE(ErrorCode::kIo, parsed.has_value(),
+                    "{}: unknown dtype {} (this reader knows F32, BF16, F16, F64, I32, I64)", where, dtype.dump());
   t.dtype = *parsed;
 
   const nlohmann::json& shape = header_field(entry, "shape", where);
   STRATA_CHECK_CODE(ErrorCode::kIo, shape.is_array(), "{}: shape is {}, not an array", where, shape.dump());
   for (std::size_t i = 0; i < shape.size(); ++i)
-    t.shape.push_back(static_cast<std::int64_t>(header_uint(
-        shape[i], static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), where, fmt::format("shape[{}]", i))));
+    t.shape.push_back(static_cast<std::int64_t>(
+        header_uint(shape[i], static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()), where,
+                    fmt::format("shape[{}]", i))));
   auto numel = checked_numel(t.shape);
   std::optional<std::uint64_t> bytes = numel ? checked_mul(*numel, dtype_size(t.dtype)) : std::nullopt;
-  STRATA_CHECK_CODE(ErrorCode::kIo, bytes.has_value(), "{}: shape {} has more bytes than 2^64", where, shape_string(t.shape));
+  STRATA_CHECK_CODE(ErrorCode::kIo, bytes.has_value(), "{}: shape {} has more bytes than 2^64", where,
+                    shape_string(t.shape));
 
   const nlohmann::json& offsets = header_field(entry, "data_offsets", where);
-  STRATA_CHECK_CODE(ErrorCode::kIo, offsets.is_array() && offsets.size() == 2, "{}: data_offsets is {}, expected [begin, end]",
-                    where, offsets.dump());
+  STRATA_CHECK_CODE(ErrorCode::kIo, offsets.is_array() && offsets.size() == 2,
+                    "{}: data_offsets is {}, expected [begin, end]", where, offsets.dump());
   t.begin = header_uint(offsets[0], std::numeric_limits<std::uint64_t>::max(), where, "data_offsets[0]");
   t.end = header_uint(offsets[1], std::numeric_limits<std::uint64_t>::max(), where, "data_offsets[1]");
   STRATA_CHECK_CODE(ErrorCode::kIo, t.begin <= t.end, "{}: data_offsets [{}, {}] end before they begin", where, t.begin,
@@ -261,8 +265,14 @@ void SafetensorsReader::open(const std::string& path) {
 
 const TensorInfo* SafetensorsReader::find(const std::string& name) const {
   auto it = index_.find(name);
-  if (it == index_.end()) it = index_.find(kPrefix + name);
-  if (it == index_.end() && name.starts_with(kPrefix)) it = index_.find(name.substr(std::strlen(kPrefix)));
+  if (it == index_.end()) {
+    // Names match when equal after removing one leading "transformer." from each.
+    const std::string bare = name.starts_with(kPrefix) ? name.substr(std::strlen(kPrefix)) : name;
+    if (!bare.starts_with(kPrefix)) {
+      it = index_.find(bare);
+      if (it == index_.end()) it = index_.find(kPrefix + bare);
+    }
+  }
   return it == index_.end() ? nullptr : &tensors_[it->second];
 }
 
@@ -293,16 +303,14 @@ void SafetensorsReader::read_f32(const std::string& name, std::size_t element_be
   const TensorInfo& t = info(name);
   const std::uint64_t numel = t.numel();
   STRATA_CHECK(element_begin <= numel && count <= numel - element_begin,
-               "tensor '{}' in {}: elements [{}, {} + {}) are out of range of its {} elements", t.name, path_,
-               element_begin, element_begin, count, numel);
+               "tensor '{}' in {}: {} elements from index {} are out of range of its {} elements", t.name, path_, count,
+               element_begin, numel);
   if (count == 0) return;
   STRATA_CHECK(out != nullptr, "null output for tensor '{}'", t.name);
   const std::size_t esize = dtype_size(t.dtype);
   const std::uint64_t offset = data_start_ + t.begin + element_begin * esize;
   switch (t.dtype) {
-    case DType::kF32:
-      pread_all(fd_, path_, out, count * sizeof(float), offset);
-      return;
+    case DType::kF32: pread_all(fd_, path_, out, count * sizeof(float), offset); return;
     case DType::kBF16:
     case DType::kF16: {
       std::vector<std::uint16_t> buf(std::min(count, kChunkElements));
@@ -326,8 +334,7 @@ void SafetensorsReader::read_f32(const std::string& name, std::size_t element_be
       return;
     }
     case DType::kI32:
-    case DType::kI64:
-      break;
+    case DType::kI64: break;
   }
   STRATA_THROW(ErrorCode::kInvalidArgument, "tensor '{}' in {} is {}; read_f32 reads F32, BF16, F16 and F64", t.name,
                path_, safetensors_dtype_name(t.dtype));
@@ -380,7 +387,8 @@ void SafetensorsWriter::add_bytes(const std::string& name, DType dtype, std::vec
 void SafetensorsWriter::write(const std::string& path, const nlohmann::json& metadata) const {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.is_null() && !(metadata.is_object() && metadata.empty())) {
-    STRATA_CHECK(metadata.is_object(), "metadata for '{}' is a JSON {}, expected an object", path, metadata.type_name());
+    STRATA_CHECK(metadata.is_object(), "metadata for '{}' is a JSON {}, expected an object", path,
+                 metadata.type_name());
     for (const auto& [key, value] : metadata.items())
       STRATA_CHECK(value.is_string(), "metadata '{}' for '{}' is {}; safetensors metadata values are strings", key,
                    path, value.dump());
@@ -389,7 +397,8 @@ void SafetensorsWriter::write(const std::string& path, const nlohmann::json& met
   std::uint64_t offset = 0;
   for (const Entry& e : entries_) {
     const std::uint64_t bytes = e.numel * dtype_size(e.dtype);
-    header[e.name] = {{"dtype", safetensors_dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[e.name] = {
+        {"dtype", safetensors_dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();
@@ -397,7 +406,8 @@ void SafetensorsWriter::write(const std::string& path, const nlohmann::json& met
 
   AtomicFile file(path);
   unsigned char len_bytes[8];
-  for (int i = 0; i < 8; ++i) len_bytes[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+  for (int i = 0; i < 8; ++i)
+    len_bytes[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
   file.write(len_bytes, 8);
   file.write(text.data(), text.size());
   std::vector<std::uint16_t> buf;

@@ -32,8 +32,9 @@ std::string shape_string(const std::vector<std::int64_t>& shape);
 // is a strata::Error (kIo) naming the file, the tensor and what is wrong. Tensors may come in any order; bytes the
 // header does not cover are ignored. The file stays open for read_f32 (pread: const reads from any thread).
 //
-// Name lookup: a name is found as written, else with "transformer." added, else with "transformer." removed, so
-// "h.0.ln_1.weight" finds "transformer.h.0.ln_1.weight" (Hugging Face's GPT-2 checkpoints) and vice versa.
+// Name lookup: an exact name wins; otherwise names match when equal after removing one leading "transformer."
+// from each, so "h.0.ln_1.weight" finds "transformer.h.0.ln_1.weight" (Hugging Face's GPT-2 checkpoints) and the
+// other way round.
 class SafetensorsReader {
  public:
   SafetensorsReader() = default;
@@ -69,7 +70,7 @@ class SafetensorsReader {
 
   std::string path_;
   int fd_ = -1;
-  std::uint64_t data_start_ = 0;  // 8 + header length
+  std::uint64_t data_start_ = 0;     // 8 + header length
   std::vector<TensorInfo> tensors_;  // sorted by begin
   std::unordered_map<std::string, std::size_t> index_;
   nlohmann::json metadata_ = nlohmann::json::object();

@@ -95,7 +95,7 @@ TokenFile TokenFile::open(const std::string& path, int seq_len, int vocab) {
                     "token file '{}' is {} bytes, an odd size: expected little-endian uint16 tokens", path,
                     bytes.size());
   std::vector<std::uint16_t> tokens(bytes.size() / 2);
-  std::memcpy(tokens.data(), bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(tokens.data(), bytes.data(), bytes.size());
   return TokenFile(path, std::move(tokens), seq_len, vocab);
 }
 

@@ -135,6 +135,8 @@ void ShardedUnit::reshard() {
 }
 
 void ShardedUnit::prepare_grads() {
+  // A reduction of this unit's previous micro-batch may still read (and then zero or free) the buffer.
+  finish_reduce();
   if (unsharded_grads_) return;
   Device& dev = comm_.device();
   unsharded_grads_ = zeroed(dev, layout_.padded_numel() * dtype_size(param_dtype_), MemCategory::kUnshardedGrads);

@@ -1,0 +1,15 @@
+// The one row-major sgemm the GPT-2 kernels call, bound at build time to the BLAS in docs/notes/cpu-blas.md.
+#pragma once
+
+namespace strata::gpt::detail {
+
+// C[M,N] = op(A)[M,K] @ op(B)[K,N] + beta * C, row-major; op transposes when trans_* is set, so A is stored
+// [M,K] (lda >= K) or [K,M] (lda >= M), B [K,N] (ldb >= N) or [N,K] (ldb >= K). Sizes may be 0.
+// Called from outside any OpenMP parallel region; the BLAS threads itself.
+void sgemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+           float beta, float* C, int ldc);
+
+void blas_set_num_threads(int n);
+const char* blas_name();
+
+}  // namespace strata::gpt::detail
