@@ -24,7 +24,7 @@ struct Flags {
   int seq = 8, batch = 4, steps = 20, grad_accum = 1, zero_stage = 3;
   double lr = 1e-3, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   std::uint64_t seed = 1, tokens = 1 << 16;
-  std::string init, save, data, text, make_data, metrics, backend = "auto", param_dtype = "f32", reduce_dtype = "f32";
+  std::string init, save, data, text, make_data, metrics, backend = "cpu", param_dtype = "f32", reduce_dtype = "f32";
   bool recompute = false, no_progress = false;
 };
 
@@ -57,7 +57,7 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);
   app.add_flag("--recompute", f.recompute, "keep only each block's input; recompute it in backward");
-  app.add_option("--backend", f.backend, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--backend", f.backend, "cpu (default), or auto / cuda once the GPU training kernels exist")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--metrics", f.metrics, "write one JSON record per step to this file");
   app.add_flag("--no-progress", f.no_progress, "no progress bar on a terminal");
 }

@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""Tokens/s of train_gpt for each ZeRO stage, in one run, side by side (CPU backend by default).
+
+The model of the issue: 6 layers, 384 wide, 6 heads, vocab 8192, sequence 256, on synthetic tokens (the spec's
+generator). Prints a Markdown table of mean step time (steps >= 2), tokens/s and peak memory per rank.
+Usage: scripts/bench_gpt.py [--np 2] [--steps 8] [--batch 2] [--stages 0,1,2,3] [-- extra train_gpt flags]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--np", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--stages", default="0,1,2,3")
+    ap.add_argument("extra", nargs="*")
+    a = ap.parse_args()
+    mpi = ["mpirun", "--oversubscribe", "-np", str(a.np)] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    model = ["--layers", "6", "--embd", "384", "--heads", "6", "--vocab", "8192", "--ctx", "256", "--seq", "256",
+             "--batch", str(a.batch), "--steps", str(a.steps), "--tokens", "1000000", "--no-progress"]
+    rows = []
+    for stage in [int(s) for s in a.stages.split(",")]:
+        cmd = mpi + ["build/bin/train_gpt"] + model + ["--zero-stage", str(stage)] + a.extra
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+        summary = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
+        peak = max(r["peak_bytes"]["total"] for r in summary["peak_memory"])
+        rows.append((stage, summary["mean_step_ms"], summary["tokens_per_s"], peak, summary["final_loss"]))
+        print(f"stage {stage}: {summary['mean_step_ms']:.0f} ms/step, {summary['tokens_per_s']:.0f} tok/s",
+              file=sys.stderr)
+    base = rows[0][1]
+    print(f"| ZeRO | mean step (ms) | tokens/s | step time vs stage {rows[0][0]} | peak MiB per rank | loss after "
+          f"{a.steps} steps |")
+    print("|---|---|---|---|---|---|")
+    for stage, ms, tps, peak, loss in rows:
+        print(f"| {stage} | {ms:.0f} | {tps:.0f} | {ms / base:.2f}x | {peak / 2**20:.1f} | {loss:.4f} |")
+    print(f"\n`{' '.join(mpi + ['build/bin/train_gpt'] + model + a.extra)} --zero-stage S`, "
+          f"{a.np} ranks x {a.batch} rows x 256 tokens per step.")
+
+
+if __name__ == "__main__":
+    main()
