@@ -291,11 +291,10 @@ TEST(Sharding, LedgerMatchesTheLayoutExactly) {
         for (const SlotSpec& s : u.slots) n += shape_numel(s.shape);
         P.push_back((n + quantum - 1) / quantum * quantum);
       }
-      std::size_t sumP = 0, maxP = 0, maxPair = 0;
+      std::size_t sumP = 0, maxP = 0;
       for (std::size_t i = 0; i < P.size(); ++i) {
         sumP += P[i];
         maxP = std::max(maxP, P[i]);
-        if (i + 1 < P.size()) maxPair = std::max(maxPair, P[i] + P[i + 1]);
       }
       const std::size_t sumS = sumP / shard_world;
       auto cur = [&](MemCategory c) { return dev.memory_stats().current(c); };
@@ -310,21 +309,26 @@ TEST(Sharding, LedgerMatchesTheLayoutExactly) {
       ShardedModel model(rt, units, o, test_adamw());
       model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
       const bool sharded_params = stage == 3, persist_grads = stage <= 1, separate_master = pdt != DType::kF32;
+      // Transient unit buffers come from fixed pools of largest-unit slots: gathered parameters for the unit that
+      // computes and the one prefetched (depth 1), gradients for the unit that computes and the one reducing.
+      const std::size_t param_pool = sharded_params ? 2 * maxP * psz : 0, grad_pool = persist_grads ? 0 : 2 * maxP * psz;
       EXPECT_EQ(cur(MemCategory::kParamShard), sharded_params ? sumS * psz : 0);
       EXPECT_EQ(cur(MemCategory::kMaster), separate_master ? sumS * 4 : 0);
       EXPECT_EQ(cur(MemCategory::kGradShard), sumS * 4);
       EXPECT_EQ(cur(MemCategory::kOptimState), sumS * 8);
-      EXPECT_EQ(cur(MemCategory::kUnshardedParams), sharded_params ? 0 : sumP * psz);
-      EXPECT_EQ(cur(MemCategory::kUnshardedGrads), persist_grads ? sumP * psz : 0);
-      // Peaks over one step: one gathered unit at a time; at most two units' gradients (one reducing).
+      EXPECT_EQ(cur(MemCategory::kUnshardedParams), sharded_params ? param_pool : sumP * psz);
+      EXPECT_EQ(cur(MemCategory::kUnshardedGrads), persist_grads ? sumP * psz : grad_pool);
+      // Over steps the pools do not grow (peak == current): no unit buffer is allocated inside a step.
       dev.memory_stats().reset_peaks();
       const int rows = kGlobalRows / rt.world_size();
-      mlp::forward_backward(model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed),
-                            1.0f);
-      model.step(1e-2);
-      EXPECT_EQ(dev.memory_stats().peak(MemCategory::kUnshardedParams), (sharded_params ? maxP : sumP) * psz);
-      EXPECT_EQ(dev.memory_stats().peak(MemCategory::kUnshardedGrads), (persist_grads ? sumP : maxPair) * psz);
-      EXPECT_EQ(cur(MemCategory::kUnshardedGrads), persist_grads ? sumP * psz : 0);
+      for (int step = 0; step < 2; ++step) {
+        mlp::forward_backward(
+            model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed), 1.0f);
+        model.step(1e-2);
+      }
+      EXPECT_EQ(dev.memory_stats().peak(MemCategory::kUnshardedParams), cur(MemCategory::kUnshardedParams));
+      EXPECT_EQ(dev.memory_stats().peak(MemCategory::kUnshardedGrads), cur(MemCategory::kUnshardedGrads));
+      EXPECT_EQ(cur(MemCategory::kUnshardedGrads), persist_grads ? sumP * psz : grad_pool);
     }
   }
 }
@@ -376,6 +380,83 @@ TEST(Sharding, BackwardBeforeForwardIsAClearError) {
   mlp::forward_backward(model, small_config(),
                         mlp::make_batch(small_config(), static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed), 1.0f);
   EXPECT_FALSE(model.step(1e-2).skipped);
+}
+
+// After the first step, a step allocates nothing: every buffer comes from the pools or persistent state.
+TEST(Sharding, NoAllocationInsideAStepAfterTheFirst) {
+  Runtime& rt = runtime();
+  const MlpConfig cfg = small_config();
+  const int rows = kGlobalRows / rt.world_size();
+  for (auto acc : {GradAccumulation::kReduceEveryMicroBatch, GradAccumulation::kNoSync}) {
+    ShardingOptions o;
+    o.mixed_precision = {DType::kBF16, DType::kF32};  // exercises the conversion staging too
+    o.grad_accumulation = acc;
+    ShardedModel model(rt, mlp::mlp_units(cfg), o, test_adamw());
+    model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+    std::size_t after_first = 0;
+    for (int step = 0; step < 4; ++step) {
+      for (int a = 0; a < 2; ++a) {
+        model.begin_micro_batch(a, 2);
+        mlp::forward_backward(model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>((step * 2 + a) * kGlobalRows + rt.rank() * rows), rows, kSeed), 0.5f);
+      }
+      model.step(1e-2);
+      if (step == 0) after_first = rt.device().memory_stats().allocations();
+    }
+    EXPECT_EQ(rt.device().memory_stats().allocations(), after_first) << "steps 2-4 allocated";
+  }
+}
+
+// Prefetch changes when gathers happen, never what is computed: identical parameters for every depth.
+TEST(Sharding, PrefetchDepthDoesNotChangeResults) {
+  const MlpConfig cfg = small_config();
+  std::vector<History> runs;
+  for (int depth : {0, 1, 2, 3}) {
+    ShardingOptions o;
+    o.prefetch_depth = depth;
+    o.grad_clip = 0.05;
+    runs.push_back(sharded_training(cfg, o, 3, 2));
+  }
+  for (std::size_t k = 1; k < runs.size(); ++k) {
+    EXPECT_EQ(runs[k].losses, runs[0].losses) << "depth " << k;
+    EXPECT_EQ(runs[k].params, runs[0].params) << "depth " << k;
+  }
+}
+
+// The bytes each step moved equal the layout's prediction (ZeRO-3: two all-gathers per micro-batch, one
+// reduce-scatter; stages 1-2: one refresh all-gather; stage 0: one all-reduce).
+TEST(Sharding, BytesMovedEqualThePrediction) {
+  Runtime& rt = runtime();
+  const MlpConfig cfg = small_config();
+  const int rows = kGlobalRows / rt.world_size();
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (DType pdt : {DType::kF32, DType::kBF16}) {
+      ShardingOptions o;
+      o.stage = zero_stage_from_int(stage);
+      o.mixed_precision.param_dtype = pdt;
+      ShardedModel model(rt, mlp::mlp_units(cfg), o, test_adamw());
+      model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+      for (int a = 0; a < 2; ++a) {
+        model.begin_micro_batch(a, 2);
+        mlp::forward_backward(model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>(a * kGlobalRows + rt.rank() * rows), rows, kSeed), 0.5f);
+      }
+      model.step(1e-2);
+      const StepSummary& s = model.last_step_summary();
+      SCOPED_TRACE(s.describe());
+      std::uint64_t padded = 0;
+      for (int u = 0; u < model.num_units(); ++u) padded += model.unit(u).layout().padded_numel();
+      const std::uint64_t psz = dtype_size(pdt);
+      EXPECT_EQ(s.all_gather_bytes, s.predicted_all_gather_bytes);
+      EXPECT_EQ(s.reduce_scatter_bytes, s.predicted_reduce_scatter_bytes);
+      EXPECT_EQ(s.all_reduce_bytes, s.predicted_all_reduce_bytes);
+      if (stage == 3) {
+        EXPECT_EQ(s.all_gather_bytes, 2 * 2 * padded * psz) << "two gathers per micro-batch";
+      }
+      if (stage == 0) {
+        EXPECT_EQ(s.all_reduce_bytes, 2 * padded * 4);
+      }
+      EXPECT_GE(s.step_ms, s.exposed_comm_ms);
+    }
+  }
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/core/error.h"
 #include "runtime/core/logging.h"
+#include "runtime/core/tracer.h"
 
 namespace strata {
 namespace {
@@ -45,9 +46,32 @@ ShardedModel::ShardedModel(Device& device, Communicator& world, int local_size, 
   STRATA_CHECK(!specs_.empty(), "a model needs at least one unit");
   check_same_across_ranks();
   comm_ = std::make_unique<CommContext>(device, world, options_, local_size);
+  // The pools hold slots of the largest unit: gathered parameters (prefetch depth + 1 in flight), unsharded
+  // gradients (one computing, one reducing), and the reduction's staging. See docs/notes/prefetch.md.
+  std::size_t max_padded = 0, max_shard = 0;
+  for (const UnitSpec& spec : specs_) {
+    ShardLayout l(spec.slots, comm_->shard_size(), options_.align_elements);
+    max_padded = std::max(max_padded, l.padded_numel());
+    max_shard = std::max(max_shard, l.shard_numel());
+  }
+  const std::size_t psz = dtype_size(options_.mixed_precision.param_dtype);
+  const std::size_t rsz = dtype_size(options_.mixed_precision.reduce_dtype);
+  const StagePlan plan = StagePlan::from(options_);
+  const bool convert = options_.mixed_precision.reduce_dtype != options_.mixed_precision.param_dtype;
+  params_pool_ = std::make_unique<BufferPool>(device, "gathered parameters", MemCategory::kUnshardedParams,
+                                              max_padded * psz, plan.params_sharded ? options_.prefetch_depth + 1 : 0);
+  grads_pool_ = std::make_unique<BufferPool>(device, "unsharded gradients", MemCategory::kUnshardedGrads,
+                                             max_padded * psz, plan.grads_persist ? 0 : 2);
+  reduce_in_pool_ = std::make_unique<BufferPool>(device, "reduce input", MemCategory::kCommBuffer, max_padded * rsz,
+                                                 convert ? 2 : 0);
+  reduce_out_pool_ =
+      std::make_unique<BufferPool>(device, "reduce output", MemCategory::kCommBuffer, max_shard * rsz, 2);
+  UnitPools pools{params_pool_.get(), grads_pool_.get(), reduce_in_pool_.get(), reduce_out_pool_.get()};
   for (const UnitSpec& spec : specs_)
-    units_.push_back(std::make_unique<ShardedUnit>(spec.name, spec.slots, *comm_, options_));
+    units_.push_back(std::make_unique<ShardedUnit>(spec.name, spec.slots, *comm_, options_, pools, stats_));
   forward_done_.assign(units_.size(), false);
+  span_start_us_.assign(units_.size(), 0);
+  norm_buffer_ = device.allocate(8, MemCategory::kWorkspace);
   logger("shard").info("sharded model: {} units, {}; shard group {} of {}", units_.size(), options_.describe(),
                        comm_->shard_rank(), comm_->shard_size());
 }
@@ -56,7 +80,49 @@ ShardedModel::ShardedModel(Runtime& runtime, std::vector<UnitSpec> units, const 
                            const AdamWConfig& adamw)
     : ShardedModel(runtime.device(), runtime.world(), runtime.local_size(), std::move(units), options, adamw) {}
 
-ShardedModel::~ShardedModel() = default;
+ShardedModel::~ShardedModel() {
+  units_.clear();  // units return their pool slots before the pools go
+}
+
+int ShardedModel::pool_allocations() const {
+  return params_pool_->allocations() + grads_pool_->allocations() + reduce_in_pool_->allocations() +
+         reduce_out_pool_->allocations();
+}
+
+std::string StepSummary::describe() const {
+  auto mib = [](std::uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  return fmt::format(
+      "step {}: {:.1f} ms (compute {:.1f}, communication {:.1f}, exposed {:.1f} = {:.1f}%); moved all_gather "
+      "{:.2f} MiB (predicted {:.2f}), reduce_scatter {:.2f} MiB ({:.2f}), all_reduce {:.2f} MiB ({:.2f})",
+      step, step_ms, compute_ms, comm_ms, exposed_comm_ms, step_ms > 0 ? 100.0 * exposed_comm_ms / step_ms : 0.0,
+      mib(all_gather_bytes), mib(predicted_all_gather_bytes), mib(reduce_scatter_bytes),
+      mib(predicted_reduce_scatter_bytes), mib(all_reduce_bytes), mib(predicted_all_reduce_bytes));
+}
+
+void ShardedModel::mark_step_start() {
+  if (step_started_) return;
+  step_started_ = true;
+  step_start_ = std::chrono::steady_clock::now();
+}
+
+template <typename Fn>
+void ShardedModel::exposed(Fn&& fn) {
+  auto t0 = std::chrono::steady_clock::now();
+  std::int64_t trace_start = Tracer::global().enabled() ? Tracer::global().now_us() : 0;
+  fn();
+  double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  exposed_ms_ += ms;
+  if (Tracer::global().enabled() && ms > 0.01)
+    Tracer::global().complete("wait (exposed communication)", "wait", "compute", trace_start, Tracer::global().now_us());
+}
+
+void ShardedModel::prefetch(int i, int direction) {
+  for (int k = 1; k <= options_.prefetch_depth; ++k) {
+    int j = i + direction * k;
+    if (j < 0 || j >= num_units()) break;
+    units_[static_cast<std::size_t>(j)]->unshard();
+  }
+}
 
 void ShardedModel::check_same_across_ranks() {
   // Each rank hashes its declaration (per unit, and the options); rank 0's is the reference.
@@ -99,6 +165,7 @@ void ShardedModel::check_unit(int i, const char* call) const {
 
 void ShardedModel::init(const SlotInit& fill) {
   for (auto& u : units_) u->init(fill);
+  stats_.reset();  // the initial publication is not part of a step
 }
 
 void ShardedModel::init_from_rank0(const std::function<void(const ParamSlot& slot, float* out)>& fill) {
@@ -115,10 +182,12 @@ void ShardedModel::init_from_rank0(const std::function<void(const ParamSlot& slo
       std::memcpy(out, values + s.offset + begin, count * 4);
     });
   }
+  stats_.reset();
 }
 
 void ShardedModel::begin_micro_batch(int index, int count) {
   STRATA_CHECK(count >= 1 && index >= 0 && index < count, "micro-batch {} of {} does not exist", index, count);
+  micro_batches_ = count;
   sync_grads_ = options_.grad_accumulation == GradAccumulation::kReduceEveryMicroBatch || index == count - 1;
 }
 
@@ -127,9 +196,12 @@ const std::vector<TensorView>& ShardedModel::begin_forward(int i) {
   ShardedUnit& u = *units_[static_cast<std::size_t>(i)];
   STRATA_CHECK(u.training_state() == TrainingState::kIdle, "begin_forward({}): unit '{}' is already in {}", i,
                u.name(), u.training_state() == TrainingState::kForward ? "forward" : "backward");
+  mark_step_start();
   u.set_training_state(TrainingState::kForward);
   u.unshard();
-  u.wait_for_unshard();
+  prefetch(i, +1);  // the next units' all-gathers run while this one computes
+  exposed([&] { u.wait_for_unshard(); });
+  span_start_us_[static_cast<std::size_t>(i)] = Tracer::global().enabled() ? Tracer::global().now_us() : 0;
   return u.params();
 }
 
@@ -139,6 +211,9 @@ void ShardedModel::end_forward(int i) {
   STRATA_CHECK(u.training_state() == TrainingState::kForward, "end_forward({}) without begin_forward({}) (unit '{}')",
                i, i, u.name());
   forward_done_[static_cast<std::size_t>(i)] = true;
+  if (Tracer::global().enabled())
+    Tracer::global().complete("forward " + u.name(), "compute", "compute", span_start_us_[static_cast<std::size_t>(i)],
+                              Tracer::global().now_us());
   if (options_.reshard_after_forward) u.reshard();
   u.set_training_state(TrainingState::kIdle);
 }
@@ -152,10 +227,15 @@ BackwardViews ShardedModel::begin_backward(int i) {
                i, u.name());
   STRATA_CHECK(u.training_state() == TrainingState::kIdle, "begin_backward({}): unit '{}' is still in forward", i,
                u.name());
+  mark_step_start();
   u.set_training_state(TrainingState::kBackward);
   u.unshard();
-  u.wait_for_unshard();
-  u.prepare_grads();
+  prefetch(i, -1);  // backward runs in reverse unit order
+  exposed([&] {
+    u.wait_for_unshard();
+    u.prepare_grads();  // may wait for this unit's previous reduction
+  });
+  span_start_us_[static_cast<std::size_t>(i)] = Tracer::global().enabled() ? Tracer::global().now_us() : 0;
   return BackwardViews{u.params(), u.grads()};
 }
 
@@ -164,9 +244,13 @@ void ShardedModel::end_backward(int i) {
   ShardedUnit& u = *units_[static_cast<std::size_t>(i)];
   STRATA_CHECK(u.training_state() == TrainingState::kBackward,
                "end_backward({}) without begin_backward({}) (unit '{}')", i, i, u.name());
+  if (Tracer::global().enabled())
+    Tracer::global().complete("backward " + u.name(), "compute", "compute", span_start_us_[static_cast<std::size_t>(i)],
+                              Tracer::global().now_us());
   u.reduce_grads(sync_grads_);
   // At most two reductions in flight: wait for the previous unit's before moving on (bounds memory).
-  if (last_reduced_ >= 0 && last_reduced_ != i) units_[static_cast<std::size_t>(last_reduced_)]->finish_reduce();
+  if (last_reduced_ >= 0 && last_reduced_ != i)
+    exposed([&] { units_[static_cast<std::size_t>(last_reduced_)]->finish_reduce(); });
   last_reduced_ = sync_grads_ ? i : -1;
   u.reshard();
   forward_done_[static_cast<std::size_t>(i)] = false;
@@ -174,22 +258,25 @@ void ShardedModel::end_backward(int i) {
 }
 
 StepResult ShardedModel::step(double lr) {
-  for (auto& u : units_) {
+  mark_step_start();
+  for (auto& u : units_)
     STRATA_CHECK(u->training_state() == TrainingState::kIdle, "step() while unit '{}' is still in {}", u->name(),
                  u->training_state() == TrainingState::kForward ? "forward" : "backward");
-    u->finish_reduce();
-  }
+  exposed([&] {
+    for (auto& u : units_) u->finish_reduce();
+  });
   last_reduced_ = -1;
+  TraceSpan span("optimizer step", "optim", "compute");
 
   double local = 0;
   for (auto& u : units_) local += u->grad_sum_squares();
   double total = local;
   if (comm_->shard_size() > 1) {
-    Buffer b = device_.allocate(8, MemCategory::kWorkspace);
+    Buffer& b = norm_buffer_;
     *b.as<double>() = local;
     Stream& s = comm_->reduce_scatter_stream();
     comm_->shard_group().all_reduce(b.data(), b.data(), 1, DType::kF64, ReduceOp::kSum, s);
-    s.synchronize();
+    exposed([&] { s.synchronize(); });
     total = *b.as<double>();
   }
   const double inv_scale = 1.0 / scaler_.scale();
@@ -204,6 +291,8 @@ StepResult ShardedModel::step(double lr) {
     r.loss_scale = scaler_.scale();
     logger("optim").warn("step {} skipped on every rank: non-finite gradients (norm {}); loss scale now {}", step_ + 1,
                          r.grad_norm, r.loss_scale);
+    skipped_last_ = true;
+    finish_summary();
     return r;
   }
   double coef = inv_scale;
@@ -219,9 +308,44 @@ StepResult ShardedModel::step(double lr) {
   scaler_.update(false);
   r.step = step_;
   r.loss_scale = scaler_.scale();
+  skipped_last_ = false;
+  finish_summary();
   return r;
 }
 
 std::vector<float> ShardedModel::gather_unit(int i) { return unit(i).gather_master(); }
+
+void ShardedModel::finish_summary() {
+  StepSummary s;
+  s.step = step_;
+  s.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - step_start_).count();
+  s.exposed_comm_ms = exposed_ms_;
+  s.compute_ms = s.step_ms - s.exposed_comm_ms;
+  s.comm_ms = static_cast<double>(stats_.comm_ns.load()) / 1e6;
+  s.all_gather_bytes = stats_.all_gather_bytes;
+  s.reduce_scatter_bytes = stats_.reduce_scatter_bytes;
+  s.all_reduce_bytes = stats_.all_reduce_bytes;
+  // The layout's prediction: per micro-batch, ZeRO-3 gathers every unit for forward and again for backward (once
+  // when parameters stay gathered after forward); stages 1-2 gather once per step after the update; gradients are
+  // reduced once per micro-batch (once per step under no-sync).
+  const StagePlan plan = StagePlan::from(options_);
+  const std::uint64_t psz = dtype_size(options_.mixed_precision.param_dtype);
+  const std::uint64_t rsz = dtype_size(options_.mixed_precision.reduce_dtype);
+  std::uint64_t padded = 0;
+  for (auto& u : units_) padded += u->layout().padded_numel();
+  const std::uint64_t reductions =
+      options_.grad_accumulation == GradAccumulation::kNoSync ? 1 : static_cast<std::uint64_t>(micro_batches_);
+  if (plan.params_sharded)
+    s.predicted_all_gather_bytes = (options_.reshard_after_forward ? 2 : 1) * micro_batches_ * padded * psz;
+  else if (comm_->shard_size() > 1 && !skipped_last_)
+    s.predicted_all_gather_bytes = padded * psz;
+  (plan.reduce_is_all_reduce ? s.predicted_all_reduce_bytes : s.predicted_reduce_scatter_bytes) =
+      reductions * padded * rsz;
+  summary_ = s;
+  stats_.reset();
+  exposed_ms_ = 0;
+  step_started_ = false;
+  micro_batches_ = 1;
+}
 
 }  // namespace strata

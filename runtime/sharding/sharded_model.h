@@ -3,6 +3,7 @@
 // See docs/embedding.md.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -29,6 +30,19 @@ struct StepResult {
   double grad_norm = 0;    // the global (unsharded) gradient norm, after unscaling, before clipping
   bool skipped = false;    // non-finite gradients: no update happened, on any rank
   float loss_scale = 1;    // the scale for the next step's loss
+};
+
+// One step's communication, measured beside what the layout predicts (ZeRO-3: two all-gathers of the parameters
+// per micro-batch in param dtype, one reduce-scatter of the gradients in reduce dtype).
+struct StepSummary {
+  std::int64_t step = 0;
+  double step_ms = 0;         // from the first begin_* after the previous step() to the end of this one
+  double compute_ms = 0;      // step_ms - exposed_comm_ms
+  double comm_ms = 0;         // wall time of the collectives on the communication streams
+  double exposed_comm_ms = 0; // time the caller waited on communication (compute could not proceed)
+  std::uint64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;
+  std::uint64_t predicted_all_gather_bytes = 0, predicted_reduce_scatter_bytes = 0, predicted_all_reduce_bytes = 0;
+  std::string describe() const;  // one line
 };
 
 struct BackwardViews {
@@ -71,9 +85,20 @@ class ShardedModel {
   // Collective: unit i's full f32 parameters (master values), for tests and checkpoints.
   std::vector<float> gather_unit(int i);
 
+  // The last step's communication summary.
+  const StepSummary& last_step_summary() const { return summary_; }
+  // Allocations the device has made for the unsharded-buffer and staging pools (constant after the first step).
+  int pool_allocations() const;
+
  private:
   void check_unit(int i, const char* call) const;
   void check_same_across_ranks();
+  void mark_step_start();
+  // Runs fn, counting the time as exposed communication (the caller is blocked on it).
+  template <typename Fn>
+  void exposed(Fn&& fn);
+  void prefetch(int i, int direction);
+  void finish_summary();
 
   Device& device_;
   Communicator& world_;
@@ -81,6 +106,16 @@ class ShardedModel {
   AdamWConfig adamw_;
   std::vector<UnitSpec> specs_;
   std::unique_ptr<CommContext> comm_;
+  std::unique_ptr<BufferPool> params_pool_, grads_pool_, reduce_in_pool_, reduce_out_pool_;
+  CommStats stats_;
+  Buffer norm_buffer_;  // the global gradient norm's all-reduce
+  StepSummary summary_;
+  std::vector<std::int64_t> span_start_us_;  // per unit, for trace spans
+  bool step_started_ = false;
+  std::chrono::steady_clock::time_point step_start_;
+  double exposed_ms_ = 0;
+  int micro_batches_ = 1;
+  bool skipped_last_ = false;
   std::vector<std::unique_ptr<ShardedUnit>> units_;
   std::vector<bool> forward_done_;
   int last_reduced_ = -1;

@@ -1,7 +1,9 @@
 // ShardedUnit: buffer plan per ZeRO stage, gathers, gradient reduction and the per-unit optimizer update.
 #include "runtime/sharding/sharded_unit.h"
 
+#include <chrono>
 #include <cstring>
+#include <memory>
 
 #include "runtime/core/error.h"
 #include "runtime/sharding/flat_ops.h"
@@ -26,30 +28,32 @@ Buffer zeroed(Device& dev, std::size_t bytes, MemCategory c) {
 }  // namespace
 
 ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, CommContext& comm,
-                         const ShardingOptions& options)
+                         const ShardingOptions& options, const UnitPools& pools, CommStats& stats)
     : name_(std::move(name)),
       comm_(comm),
       options_(options),
       plan_(StagePlan::from(options)),
       layout_(slots, comm.shard_size(), options.align_elements),
       param_dtype_(options.mixed_precision.param_dtype),
-      reduce_dtype_(options.mixed_precision.reduce_dtype) {
+      reduce_dtype_(options.mixed_precision.reduce_dtype),
+      pools_(pools),
+      stats_(stats) {
   Device& dev = comm_.device();
   const std::size_t S = layout_.shard_numel(), P = layout_.padded_numel(), psz = dtype_size(param_dtype_);
   if (plan_.params_sharded) {
     param_shard_ = zeroed(dev, S * psz, MemCategory::kParamShard);
   } else {
-    unsharded_params_ = zeroed(dev, P * psz, MemCategory::kUnshardedParams);
+    unsharded_params_.own(zeroed(dev, P * psz, MemCategory::kUnshardedParams));
     sharded_state_ = ShardedState::kUnsharded;
-    make_views(param_views_, unsharded_params_, param_dtype_);
+    make_views(param_views_, unsharded_params_.data(), param_dtype_);
   }
   if (plan_.separate_master) master_ = zeroed(dev, S * 4, MemCategory::kMaster);
   grad_shard_ = zeroed(dev, S * 4, MemCategory::kGradShard);
   exp_avg_ = zeroed(dev, S * 4, MemCategory::kOptimState);
   exp_avg_sq_ = zeroed(dev, S * 4, MemCategory::kOptimState);
   if (plan_.grads_persist) {
-    unsharded_grads_ = zeroed(dev, P * psz, MemCategory::kUnshardedGrads);
-    make_views(grad_views_, unsharded_grads_, param_dtype_);
+    unsharded_grads_.own(zeroed(dev, P * psz, MemCategory::kUnshardedGrads));
+    make_views(grad_views_, unsharded_grads_.data(), param_dtype_);
   }
   unsharded_event_ = dev.create_event();
   grads_ready_event_ = dev.create_event();
@@ -80,10 +84,25 @@ void* ShardedUnit::param_shard_ptr() {
 
 std::vector<ShardSegment> ShardedUnit::master_segments() const { return layout_.segments(comm_.shard_rank()); }
 
-void ShardedUnit::make_views(std::vector<TensorView>& views, const Buffer& buffer, DType dtype) {
+void ShardedUnit::make_views(std::vector<TensorView>& views, void* base, DType dtype) {
   views.clear();
   for (const ParamSlot& s : layout_.slots())
-    views.push_back(TensorView{&s, buffer.as<char>() + s.offset * dtype_size(dtype), dtype});
+    views.push_back(TensorView{&s, static_cast<char*>(base) + s.offset * dtype_size(dtype), dtype});
+}
+
+void ShardedUnit::time_on(Stream& stream, const std::function<void()>& enqueue_collective) {
+  if (stream.device().kind() != DeviceKind::kCpu) {
+    enqueue_collective();
+    return;
+  }
+  auto start = std::make_shared<std::chrono::steady_clock::time_point>();
+  stream.enqueue_host([start] { *start = std::chrono::steady_clock::now(); });
+  enqueue_collective();
+  CommStats* stats = &stats_;
+  stream.enqueue_host([start, stats] {
+    stats->comm_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - *start)
+                          .count();
+  });
 }
 
 void ShardedUnit::init(const SlotInit& fill) {
@@ -99,7 +118,10 @@ void ShardedUnit::publish_params() {
   if (!plan_.params_sharded && comm_.shard_size() > 1) {
     // ZeRO-1/2: every rank updated its slice of the full parameters; gather the others' slices in place.
     Stream& ag = comm_.all_gather_stream();
-    comm_.shard_group().all_gather(param_shard_ptr(), unsharded_params_.data(), master_numel(), param_dtype_, ag);
+    time_on(ag, [&] {
+      comm_.shard_group().all_gather(param_shard_ptr(), unsharded_params_.data(), master_numel(), param_dtype_, ag);
+    });
+    stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
     ag.record(*unsharded_event_);
     gather_pending_ = true;
   }
@@ -107,15 +129,17 @@ void ShardedUnit::publish_params() {
 
 void ShardedUnit::unshard() {
   if (!plan_.params_sharded || sharded_state_ == ShardedState::kUnsharded) return;
-  Device& dev = comm_.device();
   Stream& ag = comm_.all_gather_stream();
-  unsharded_params_ = dev.allocate(layout_.padded_numel() * dtype_size(param_dtype_), MemCategory::kUnshardedParams);
-  comm_.shard_group().all_gather(param_shard_.data(), unsharded_params_.data(), layout_.shard_numel(), param_dtype_,
-                                 ag);
+  unsharded_params_.borrow(*pools_.params);
+  time_on(ag, [&] {
+    comm_.shard_group().all_gather(param_shard_.data(), unsharded_params_.data(), layout_.shard_numel(), param_dtype_,
+                                   ag);
+  });
+  stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
   ag.record(*unsharded_event_);
   gather_pending_ = true;
   sharded_state_ = ShardedState::kUnsharded;
-  make_views(param_views_, unsharded_params_, param_dtype_);
+  make_views(param_views_, unsharded_params_.data(), param_dtype_);
 }
 
 void ShardedUnit::wait_for_unshard() {
@@ -129,7 +153,7 @@ void ShardedUnit::reshard() {
   if (!plan_.params_sharded || sharded_state_ == ShardedState::kSharded) return;
   if (gather_pending_) wait_for_unshard();
   comm_.device().compute_stream().synchronize();  // no compute may still read the buffer
-  unsharded_params_.reset();
+  unsharded_params_.release();
   param_views_.clear();
   sharded_state_ = ShardedState::kSharded;
 }
@@ -138,9 +162,9 @@ void ShardedUnit::prepare_grads() {
   // A reduction of this unit's previous micro-batch may still read (and then zero or free) the buffer.
   finish_reduce();
   if (unsharded_grads_) return;
-  Device& dev = comm_.device();
-  unsharded_grads_ = zeroed(dev, layout_.padded_numel() * dtype_size(param_dtype_), MemCategory::kUnshardedGrads);
-  make_views(grad_views_, unsharded_grads_, param_dtype_);
+  unsharded_grads_.borrow(*pools_.grads);
+  std::memset(unsharded_grads_.data(), 0, layout_.padded_numel() * dtype_size(param_dtype_));
+  make_views(grad_views_, unsharded_grads_.data(), param_dtype_);
 }
 
 void ShardedUnit::reduce_grads(bool sync) {
@@ -156,26 +180,29 @@ void ShardedUnit::reduce_grads(bool sync) {
 
   const void* src = unsharded_grads_.data();
   if (reduce_dtype_ != param_dtype_) {
-    reduce_in_ = dev.allocate(P * rsz, MemCategory::kCommBuffer);
+    reduce_in_.borrow(*pools_.reduce_in);
     void* dst = reduce_in_.data();
     const void* grads = unsharded_grads_.data();
     DType from = param_dtype_, to = reduce_dtype_;
     rs.enqueue_host([=] { convert(grads, from, dst, to, P); });
     src = dst;
   }
-  reduce_out_ = dev.allocate(S * rsz, MemCategory::kCommBuffer);
-  if (plan_.reduce_is_all_reduce) {
-    comm_.world().all_reduce(src, reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
-  } else {
-    comm_.shard_group().reduce_scatter(src, reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
-    if (Communicator* replicas = comm_.replica_group())
-      replicas->all_reduce(reduce_out_.data(), reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
-  }
+  reduce_out_.borrow(*pools_.reduce_out);
+  time_on(rs, [&] {
+    if (plan_.reduce_is_all_reduce) {
+      comm_.world().all_reduce(src, reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
+    } else {
+      comm_.shard_group().reduce_scatter(src, reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
+      if (Communicator* replicas = comm_.replica_group())
+        replicas->all_reduce(reduce_out_.data(), reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
+    }
+  });
+  (plan_.reduce_is_all_reduce ? stats_.all_reduce_bytes : stats_.reduce_scatter_bytes) += P * rsz;
   float* shard = grad_shard_.as<float>();
   const void* reduced = reduce_out_.data();
   DType rdt = reduce_dtype_;
   rs.enqueue_host([=] { accumulate_f32(shard, reduced, rdt, S); });
-  if (plan_.grads_persist) dev.fill_zero(unsharded_grads_.data(), unsharded_grads_.bytes(), rs);
+  if (plan_.grads_persist) dev.fill_zero(unsharded_grads_.data(), P * dtype_size(param_dtype_), rs);
   rs.record(*reduced_event_);
   reduce_pending_ = true;
 }
@@ -184,10 +211,10 @@ void ShardedUnit::finish_reduce() {
   if (!reduce_pending_) return;
   reduce_pending_ = false;
   reduced_event_->synchronize();
-  reduce_in_.reset();
-  reduce_out_.reset();
+  reduce_in_.release();
+  reduce_out_.release();
   if (!plan_.grads_persist) {
-    unsharded_grads_.reset();
+    unsharded_grads_.release();
     grad_views_.clear();
   }
 }

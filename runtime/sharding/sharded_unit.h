@@ -2,6 +2,7 @@
 // and the verbs unshard / wait_for_unshard / reshard / reduce_grads.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -10,6 +11,7 @@
 
 #include "runtime/core/device.h"
 #include "runtime/optim/adamw.h"
+#include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/comm_context.h"
 #include "runtime/sharding/shard_layout.h"
 #include "runtime/sharding/sharding_options.h"
@@ -44,9 +46,24 @@ struct StagePlan {
   static StagePlan from(const ShardingOptions& o);
 };
 
+// What a model's collectives moved and how long they ran (filled by its units, read per step).
+struct CommStats {
+  std::atomic<std::uint64_t> all_gather_bytes{0};      // gathered (output) bytes
+  std::atomic<std::uint64_t> reduce_scatter_bytes{0};  // reduced (input) bytes
+  std::atomic<std::uint64_t> all_reduce_bytes{0};
+  std::atomic<std::int64_t> comm_ns{0};  // wall time of the collectives on the communication streams
+  void reset() {
+    all_gather_bytes = 0;
+    reduce_scatter_bytes = 0;
+    all_reduce_bytes = 0;
+    comm_ns = 0;
+  }
+};
+
 class ShardedUnit {
  public:
-  ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, CommContext& comm, const ShardingOptions& options);
+  ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, CommContext& comm, const ShardingOptions& options,
+              const UnitPools& pools, CommStats& stats);
   ~ShardedUnit();
   ShardedUnit(const ShardedUnit&) = delete;
   ShardedUnit& operator=(const ShardedUnit&) = delete;
@@ -94,7 +111,9 @@ class ShardedUnit {
   std::size_t master_numel() const;  // S, or P under stage 0
   float* master();                   // this rank's f32 master elements
   void* param_shard_ptr();           // this rank's slice of the parameters in param dtype
-  void make_views(std::vector<TensorView>& views, const Buffer& buffer, DType dtype);
+  void make_views(std::vector<TensorView>& views, void* base, DType dtype);
+  // Runs on `stream` around a collective: accumulates its wall time into stats_ (CPU streams).
+  void time_on(Stream& stream, const std::function<void()>& enqueue_collective);
   std::vector<ShardSegment> master_segments() const;
 
   std::string name_;
@@ -112,10 +131,12 @@ class ShardedUnit {
   Buffer grad_shard_;         // [S or P] f32 (kGradShard)
   Buffer exp_avg_;            // Adam m (kOptimState)
   Buffer exp_avg_sq_;         // Adam v (kOptimState)
-  Buffer unsharded_params_;   // [P] param dtype (kUnshardedParams)
-  Buffer unsharded_grads_;    // [P] param dtype (kUnshardedGrads)
-  Buffer reduce_in_;          // [P] reduce dtype when it differs from param dtype (kCommBuffer)
-  Buffer reduce_out_;         // [S or P] reduce dtype (kCommBuffer)
+  PooledBuffer unsharded_params_;  // [P] param dtype: owned (stages 0-2) or a pool slot (ZeRO-3)
+  PooledBuffer unsharded_grads_;   // [P] param dtype: owned (stages 0-1) or a pool slot
+  PooledBuffer reduce_in_;         // [P] reduce dtype when it differs from param dtype (pool)
+  PooledBuffer reduce_out_;        // [S or P] reduce dtype (pool)
+  UnitPools pools_;
+  CommStats& stats_;
   std::unique_ptr<Event> unsharded_event_;
   std::unique_ptr<Event> grads_ready_event_;
   std::unique_ptr<Event> reduced_event_;

@@ -38,6 +38,7 @@ void ShardingOptions::validate(int world_size, int local_size) const {
   STRATA_CHECK(k >= 1 && world_size % k == 0,
                "hybrid shard group size {} does not divide the world size {} (hybrid_shard_size = {})", k,
                world_size, hybrid_shard_size);
+  STRATA_CHECK(prefetch_depth >= 0 && prefetch_depth <= 8, "prefetch_depth {} must be in [0, 8]", prefetch_depth);
   STRATA_CHECK(align_elements >= 1, "align_elements must be at least 1, not {}", align_elements);
   STRATA_CHECK(dtype_is_float(mixed_precision.param_dtype), "param_dtype {} is not a floating-point type",
                dtype_name(mixed_precision.param_dtype));
@@ -52,11 +53,11 @@ void ShardingOptions::validate(int world_size, int local_size) const {
 std::string ShardingOptions::describe() const {
   return fmt::format(
       "ZeRO stage {}, param_dtype {}, reduce_dtype {}, hybrid_shard_size {}, reshard_after_forward {}, "
-      "grad accumulation {}, grad_clip {}, dynamic loss scale {}",
+      "grad accumulation {}, grad_clip {}, dynamic loss scale {}, prefetch depth {}",
       zero_stage_name(stage), dtype_name(mixed_precision.param_dtype), dtype_name(mixed_precision.reduce_dtype),
       hybrid_shard_size, reshard_after_forward,
       grad_accumulation == GradAccumulation::kNoSync ? "no-sync" : "reduce every micro-batch", grad_clip,
-      dynamic_loss_scale);
+      dynamic_loss_scale, prefetch_depth);
 }
 
 }  // namespace strata

@@ -39,6 +39,9 @@ struct ShardingOptions {
   // ZeRO-3: free gathered parameters after forward (true) or keep them for backward (false).
   bool reshard_after_forward = true;
   GradAccumulation grad_accumulation = GradAccumulation::kReduceEveryMicroBatch;
+  // How many units ahead to gather: forward gathers unit i+1..i+depth while unit i computes, backward i-1..
+  // 0 turns prefetch off. See docs/notes/prefetch.md.
+  int prefetch_depth = 1;
   // Shards are padded so that every rank's shard is a multiple of this many elements.
   std::size_t align_elements = 16;
   // Global gradient-norm clipping threshold; <= 0 disables clipping (the norm is still computed and returned).

@@ -1,0 +1,56 @@
+// BufferPool: a free list of equal slots.
+#include "runtime/sharding/buffer_pool.h"
+
+#include <algorithm>
+
+#include "runtime/core/error.h"
+#include "runtime/core/logging.h"
+
+namespace strata {
+
+BufferPool::BufferPool(Device& device, std::string name, MemCategory category, std::size_t slot_bytes,
+                       int initial_slots)
+    : device_(device), name_(std::move(name)), category_(category), slot_bytes_(std::max<std::size_t>(slot_bytes, 64)) {
+  for (int i = 0; i < initial_slots; ++i) {
+    buffers_.push_back(device_.allocate(slot_bytes_, category_));
+    free_.push_back(buffers_.back().data());
+  }
+}
+
+void* BufferPool::acquire() {
+  if (free_.empty()) {
+    buffers_.push_back(device_.allocate(slot_bytes_, category_));
+    logger("mem").debug("pool '{}' grew to {} slots of {} bytes", name_, buffers_.size(), slot_bytes_);
+    return buffers_.back().data();
+  }
+  void* p = free_.back();
+  free_.pop_back();
+  return p;
+}
+
+void BufferPool::release(void* slot) {
+  if (!slot) return;
+  STRATA_CHECK(std::find(free_.begin(), free_.end(), slot) == free_.end(), "pool '{}': slot released twice", name_);
+  free_.push_back(slot);
+}
+
+void PooledBuffer::own(Buffer b) {
+  release();
+  owned_ = std::move(b);
+  data_ = owned_.data();
+}
+
+void PooledBuffer::borrow(BufferPool& pool) {
+  release();
+  pool_ = &pool;
+  data_ = pool.acquire();
+}
+
+void PooledBuffer::release() {
+  if (pool_) pool_->release(data_);
+  owned_.reset();
+  pool_ = nullptr;
+  data_ = nullptr;
+}
+
+}  // namespace strata

@@ -1,0 +1,63 @@
+// BufferPool: equal slots of one size (the largest unit's buffer), reused every step, so that after the first step
+// no allocation happens inside a step and memory cannot fragment or creep. See docs/notes/prefetch.md.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "runtime/core/device.h"
+
+namespace strata {
+
+class BufferPool {
+ public:
+  // `initial_slots` are allocated now; more are allocated only when more are in use at once (the first step
+  // finds the steady-state count), never freed until the pool goes.
+  BufferPool(Device& device, std::string name, MemCategory category, std::size_t slot_bytes, int initial_slots);
+
+  void* acquire();
+  void release(void* slot);
+  std::size_t slot_bytes() const { return slot_bytes_; }
+  int slots() const { return static_cast<int>(buffers_.size()); }
+  int in_use() const { return static_cast<int>(buffers_.size() - free_.size()); }
+  // Allocations made by the pool since construction (the initial slots included).
+  int allocations() const { return static_cast<int>(buffers_.size()); }
+
+ private:
+  Device& device_;
+  std::string name_;
+  MemCategory category_;
+  std::size_t slot_bytes_;
+  std::vector<Buffer> buffers_;
+  std::vector<void*> free_;
+};
+
+// A unit-sized buffer that is either owned (persistent state) or borrowed from a BufferPool (transient).
+class PooledBuffer {
+ public:
+  void own(Buffer b);
+  void borrow(BufferPool& pool);
+  void release();  // frees an owned buffer, returns a borrowed slot
+  void* data() const { return data_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  explicit operator bool() const { return data_ != nullptr || owned_; }
+
+ private:
+  Buffer owned_;
+  BufferPool* pool_ = nullptr;
+  void* data_ = nullptr;
+};
+
+// The pools one ShardedModel shares among its units, and what its collectives moved.
+struct UnitPools {
+  BufferPool* params = nullptr;      // gathered parameters (ZeRO-3)
+  BufferPool* grads = nullptr;       // unsharded gradients (ZeRO-2/3, no-sync)
+  BufferPool* reduce_in = nullptr;   // gradients converted to the reduce dtype
+  BufferPool* reduce_out = nullptr;  // reduce-scatter / all-reduce outputs
+};
+
+}  // namespace strata
