@@ -26,6 +26,8 @@ struct Flags {
   std::uint64_t seed = 1, tokens = 1 << 16;
   std::string init, save, data, text, make_data, metrics, backend = "cpu", param_dtype = "f32", reduce_dtype = "f32";
   bool recompute = false, no_progress = false;
+  int prefetch = 1;
+  std::string trace;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -59,6 +61,8 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--recompute", f.recompute, "keep only each block's input; recompute it in backward");
   app.add_option("--backend", f.backend, "cpu (default), or auto / cuda once the GPU training kernels exist")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--metrics", f.metrics, "write one JSON record per step to this file");
+  app.add_option("--prefetch", f.prefetch, "units gathered ahead (0: no prefetch)")->check(CLI::Range(0, 8));
+  app.add_option("--trace", f.trace, "write a Chrome trace / Perfetto JSON of all ranks here (as STRATA_TRACE)");
   app.add_flag("--no-progress", f.no_progress, "no progress bar on a terminal");
 }
 
@@ -93,6 +97,11 @@ int main(int argc, char** argv) {
       }
       return 0;
     }
+    if (!f.trace.empty()) {
+      Env e = env();
+      e.trace_file = f.trace;
+      set_env(e);
+    }
     Runtime rt(&argc, &argv, RuntimeOptions{f.backend});
     const int world = rt.world_size(), rank = rt.rank();
     if (!f.text.empty()) f.model.vocab = 256;
@@ -114,6 +123,7 @@ int main(int argc, char** argv) {
     cfg.sharding.mixed_precision = {parse_dtype(f.param_dtype), parse_dtype(f.reduce_dtype)};
     cfg.sharding.grad_clip = f.grad_clip;
     cfg.sharding.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
+    cfg.sharding.prefetch_depth = f.prefetch;
     cfg.recompute = f.recompute;
     cfg.init = f.init;
     cfg.seed = f.seed;
@@ -135,21 +145,25 @@ int main(int argc, char** argv) {
     }
     const bool bar = rank == 0 && !f.no_progress && isatty(STDERR_FILENO);
     const double tokens_per_step = static_cast<double>(world) * f.batch * f.seq * f.grad_accum;
-    double final_loss = 0, time_sum_ms = 0;
+    double final_loss = 0, time_sum_ms = 0, exposed_sum_ms = 0, comm_sum_ms = 0;
     int timed = 0;
     for (int step = 0; step < f.steps; ++step) {
       gpt::StepRecord r = trainer.step(step);
+      const StepSummary& comm = trainer.model().last_step_summary();
       if (step >= 2) {
         time_sum_ms += r.time_ms;
+        exposed_sum_ms += comm.exposed_comm_ms;
+        comm_sum_ms += comm.comm_ms;
         ++timed;
       }
       final_loss = r.loss;
       double tok_s = tokens_per_step / (r.time_ms / 1000.0);
       std::size_t peak = rt.device().memory_stats().peak_total();
       if (rank == 0) {
-        std::printf("step %d loss %.6f time_ms %.1f tok/s %.0f peak_mem_MiB %.1f grad_norm %.4f%s\n", step, r.loss,
-                    r.time_ms, tok_s, static_cast<double>(peak) / (1024.0 * 1024.0), r.grad_norm,
-                    r.skipped ? " skipped" : "");
+        std::printf("step %d loss %.6f time_ms %.1f tok/s %.0f peak_mem_MiB %.1f grad_norm %.4f comm_ms %.1f "
+                    "exposed_comm_ms %.1f%s\n",
+                    step, r.loss, r.time_ms, tok_s, static_cast<double>(peak) / (1024.0 * 1024.0), r.grad_norm,
+                    comm.comm_ms, comm.exposed_comm_ms, r.skipped ? " skipped" : "");
         std::fflush(stdout);
         if (metrics.is_open())
           metrics << nlohmann::json{{"step", step},
@@ -159,7 +173,15 @@ int main(int argc, char** argv) {
                                     {"grad_norm", r.grad_norm},
                                     {"skipped", r.skipped},
                                     {"loss_scale", r.loss_scale},
-                                    {"peak_mem_bytes", peak}}
+                                    {"peak_mem_bytes", peak},
+                                    {"comm_ms", comm.comm_ms},
+                                    {"exposed_comm_ms", comm.exposed_comm_ms},
+                                    {"all_gather_bytes", comm.all_gather_bytes},
+                                    {"predicted_all_gather_bytes", comm.predicted_all_gather_bytes},
+                                    {"reduce_scatter_bytes", comm.reduce_scatter_bytes},
+                                    {"predicted_reduce_scatter_bytes", comm.predicted_reduce_scatter_bytes},
+                                    {"all_reduce_bytes", comm.all_reduce_bytes},
+                                    {"predicted_all_reduce_bytes", comm.predicted_all_reduce_bytes}}
                          .dump()
                   << "\n";
         if (bar) progress(step + 1, f.steps, timed ? time_sum_ms / timed : r.time_ms);
@@ -182,6 +204,10 @@ int main(int argc, char** argv) {
                              {"mean_step_ms", mean_ms},
                              {"tokens_per_s", mean_ms > 0 ? tokens_per_step / (mean_ms / 1000.0) : 0},
                              {"steps", f.steps},
+                             {"mean_exposed_comm_ms", timed ? exposed_sum_ms / timed : 0},
+                             {"mean_comm_ms", timed ? comm_sum_ms / timed : 0},
+                             {"exposed_comm_fraction", time_sum_ms > 0 ? exposed_sum_ms / time_sum_ms : 0},
+                             {"last_step", trainer.model().last_step_summary().describe()},
                              {"ranks", world},
                              {"zero_stage", f.zero_stage},
                              {"parameters", trainer.parameters()},

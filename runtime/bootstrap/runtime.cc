@@ -3,12 +3,14 @@
 
 #include <cstdio>
 #include <exception>
+#include <vector>
 
 #include "collectives/communicator_registry.h"
 #include "collectives/mpi_util.h"
 #include "runtime/core/device_registry.h"
 #include "runtime/core/error.h"
 #include "runtime/core/logging.h"
+#include "runtime/core/tracer.h"
 
 namespace strata {
 namespace {
@@ -79,6 +81,7 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
   if (e.device_memory) device_->set_memory_budget(e.device_memory);
   world_ = create_communicator(*device_, MPI_COMM_WORLD, "world", CommOptions::from_env());
 
+  if (!e.trace_file.empty()) Tracer::global().enable();  // just after the barrier: the ranks' clocks start together
   if (rank_ == 0) logger("core").info("environment: {}", e.describe());
   logger("core").info("{}", describe());
 }
@@ -93,6 +96,7 @@ Runtime::~Runtime() {
   }
   try {
     device_->compute_stream().synchronize();
+    if (Tracer::global().enabled()) write_trace(strata::env().trace_file);
   } catch (const std::exception& ex) {
     logger("core").error("at shutdown: {}", ex.what());
   }
@@ -104,6 +108,42 @@ Runtime::~Runtime() {
 }
 
 const Env& Runtime::env() const { return strata::env(); }
+
+void Runtime::write_trace(const std::string& path) {
+  // Every rank's events to rank 0, which writes one Chrome trace (pid = rank). Bounded waits throughout.
+  std::string mine = Tracer::global().events_json(rank_);
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(world_size_)), displs(static_cast<std::size_t>(world_size_));
+  MPI_Request req;
+  STRATA_CHECK_MPI(MPI_Igather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, 0, MPI_COMM_WORLD, &req));
+  mpi_wait(req, strata::env().timeout_s, "gathering the trace");
+  std::string all;
+  if (rank_ == 0) {
+    int total = 0;
+    for (int r = 0; r < world_size_; ++r) {
+      displs[static_cast<std::size_t>(r)] = total;
+      total += lens[static_cast<std::size_t>(r)];
+    }
+    all.resize(static_cast<std::size_t>(total));
+  }
+  STRATA_CHECK_MPI(MPI_Igatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), displs.data(), MPI_CHAR, 0,
+                                MPI_COMM_WORLD, &req));
+  mpi_wait(req, strata::env().timeout_s, "gathering the trace");
+  if (rank_ != 0) return;
+  std::string doc = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  for (int r = 0; r < world_size_; ++r) {
+    if (r) doc += ",";
+    doc.append(all, static_cast<std::size_t>(displs[static_cast<std::size_t>(r)]),
+               static_cast<std::size_t>(lens[static_cast<std::size_t>(r)]));
+  }
+  doc += "]}\n";
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  STRATA_CHECK_CODE(ErrorCode::kIo, f != nullptr, "cannot write the trace to {} (STRATA_TRACE)", path);
+  std::fwrite(doc.data(), 1, doc.size(), f);
+  std::fclose(f);
+  logger("core").info("trace of {} ranks written to {} (open in ui.perfetto.dev or chrome://tracing)", world_size_,
+                      path);
+}
 
 std::string Runtime::describe() const {
   return fmt::format("rank {}/{} (local {}/{}, {} node{}), backend {}, device {}", rank_, world_size_, local_rank_,

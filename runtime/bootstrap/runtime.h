@@ -43,6 +43,8 @@ class Runtime {
   std::string describe() const;
 
  private:
+  void write_trace(const std::string& path);
+
   bool owns_mpi_ = false;
   int rank_ = 0;
   int world_size_ = 1;
