@@ -29,15 +29,17 @@ def main():
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         summary = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
         peak = max(r["peak_bytes"]["total"] for r in summary["peak_memory"])
-        rows.append((stage, summary["mean_step_ms"], summary["tokens_per_s"], peak, summary["final_loss"]))
+        rows.append((stage, summary["mean_step_ms"], summary["tokens_per_s"], peak, summary["final_loss"],
+                     summary["mean_comm_ms"], summary["exposed_comm_fraction"]))
         print(f"stage {stage}: {summary['mean_step_ms']:.0f} ms/step, {summary['tokens_per_s']:.0f} tok/s",
               file=sys.stderr)
     base = rows[0][1]
-    print(f"| ZeRO | mean step (ms) | tokens/s | step time vs stage {rows[0][0]} | peak MiB per rank | loss after "
-          f"{a.steps} steps |")
-    print("|---|---|---|---|---|---|")
-    for stage, ms, tps, peak, loss in rows:
-        print(f"| {stage} | {ms:.0f} | {tps:.0f} | {ms / base:.2f}x | {peak / 2**20:.1f} | {loss:.4f} |")
+    print(f"| ZeRO | mean step (ms) | tokens/s | step time vs stage {rows[0][0]} | communication (ms) | exposed "
+          f"communication | peak MiB per rank | loss after {a.steps} steps |")
+    print("|---|---|---|---|---|---|---|---|")
+    for stage, ms, tps, peak, loss, comm, exposed in rows:
+        print(f"| {stage} | {ms:.0f} | {tps:.0f} | {ms / base:.2f}x | {comm:.0f} | {100 * exposed:.1f}% | "
+              f"{peak / 2**20:.1f} | {loss:.4f} |")
     print(f"\n`{' '.join(mpi + ['build/bin/train_gpt'] + model + a.extra)} --zero-stage S`, "
           f"{a.np} ranks x {a.batch} rows x 256 tokens per step.")
 

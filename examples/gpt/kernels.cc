@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "examples/gpt/blas.h"
+#include "examples/gpt/vec_math.h"
 #include "runtime/core/error.h"
 
 namespace strata::gpt {
@@ -165,7 +166,10 @@ void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const floa
 
 // ---- elementwise --------------------------------------------------------------------------------------------
 
-// The constants and operation order of PyTorch's CPU GELU (approximate='tanh'), forward and backward.
+// gelu_tanh(x) = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), evaluated as x * sigmoid(2u) (the same
+// function: 0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u))) with the vectorizing exp_f32; this also avoids the cancellation
+// in 1 + tanh(u) for negative x. exp's argument is capped at 80 so e * sigma stays finite (for x < -9.4 the
+// output is then ~1e-35 * x instead of a smaller number: no float result a caller could notice).
 constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluKappa = 0.044715f;
 
@@ -173,21 +177,23 @@ void gelu_forward(float* out, const float* inp, std::size_t n) {
 #pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
   for (std::size_t i = 0; i < n; ++i) {
     const float x = inp[i];
-    const float inner = kGeluBeta * (x + kGeluKappa * x * x * x);
-    out[i] = 0.5f * x * (1.0f + std::tanh(inner));
+    const float minus_2u = -2.0f * kGeluBeta * (x + kGeluKappa * x * x * x);
+    const float e = detail::exp_f32(minus_2u < 80.0f ? minus_2u : 80.0f);
+    out[i] = x / (1.0f + e);
   }
 }
 
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) {
+  // d/dx = sigma + 0.5 x (1 - tanh^2 u) u' = sigma + 2 x sigma (1 - sigma) u', with 1 - sigma = e * sigma exactly.
 #pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
   for (std::size_t i = 0; i < n; ++i) {
     const float x = inp[i];
     const float x_sq = x * x;
-    const float inner = kGeluBeta * (x + kGeluKappa * x_sq * x);
-    const float th = std::tanh(inner);
-    const float left_derivative = 0.5f * (1.0f + th);
-    const float right_derivative = 0.5f * x * (1.0f - th * th) * kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
-    dinp[i] += dout[i] * (left_derivative + right_derivative);
+    const float minus_2u = -2.0f * kGeluBeta * (x + kGeluKappa * x_sq * x);
+    const float e = detail::exp_f32(minus_2u < 80.0f ? minus_2u : 80.0f);
+    const float sigma = 1.0f / (1.0f + e);
+    const float du = kGeluBeta * (1.0f + 3.0f * kGeluKappa * x_sq);
+    dinp[i] += dout[i] * (sigma + 2.0f * x * sigma * (e * sigma) * du);
   }
 }
 
@@ -198,25 +204,57 @@ void residual_forward(float* out, const float* a, const float* b, std::size_t n)
 
 // ---- loss ---------------------------------------------------------------------------------------------------
 
+namespace {
+
+// Eight independent lanes, combined in a fixed order: the loops vectorize and the result does not depend on how
+// the caller is threaded.
+constexpr int kLanes = 8;
+
+float row_max(const float* x, int n) {
+  float lane[kLanes];
+  std::fill(lane, lane + kLanes, x[0]);
+  int v = 0;
+  for (; v + kLanes <= n; v += kLanes)
+    for (int j = 0; j < kLanes; ++j) lane[j] = lane[j] < x[v + j] ? x[v + j] : lane[j];
+  float m = lane[0];
+  for (int j = 1; j < kLanes; ++j) m = std::max(m, lane[j]);
+  for (; v < n; ++v) m = std::max(m, x[v]);
+  return m;
+}
+
+// sum over v of exp(x[v] - shift), accumulated in double; e[v] = exp(x[v] - shift) when e is non-null (e may be x).
+double sum_exp(const float* x, int n, float shift, float* e) {
+  double lane[kLanes] = {};
+  float tmp[kLanes];
+  int v = 0;
+  for (; v + kLanes <= n; v += kLanes) {
+    for (int j = 0; j < kLanes; ++j) tmp[j] = detail::exp_f32(x[v + j] - shift);
+    for (int j = 0; j < kLanes; ++j) lane[j] += tmp[j];
+    if (e != nullptr) std::copy(tmp, tmp + kLanes, e + v);
+  }
+  double sum = 0;
+  for (int j = 0; j < kLanes; ++j) sum += lane[j];
+  for (; v < n; ++v) {
+    const float t = detail::exp_f32(x[v] - shift);
+    sum += t;
+    if (e != nullptr) e[v] = t;
+  }
+  return sum;
+}
+
+}  // namespace
+
 void crossentropy_softmax(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N, int V,
                           float dscale) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = logits + static_cast<std::size_t>(n) * V;
     const int target = targets[n];
-    float maxv = x[0];
-    for (int v = 1; v < V; ++v) maxv = std::max(maxv, x[v]);
+    const float maxv = row_max(x, V);
     const float x_target = x[target];  // read before an in-place dlogits overwrites it
-    double sum = 0;
-    if (dlogits == nullptr) {
-      for (int v = 0; v < V; ++v) sum += std::exp(x[v] - maxv);
-    } else {
-      float* d = dlogits + static_cast<std::size_t>(n) * V;
-      for (int v = 0; v < V; ++v) {
-        const float e = std::exp(x[v] - maxv);  // x[v] is read before d[v] (maybe the same float) is written
-        d[v] = e;
-        sum += e;
-      }
+    float* d = dlogits == nullptr ? nullptr : dlogits + static_cast<std::size_t>(n) * V;
+    const double sum = sum_exp(x, V, maxv, d);  // d[v] = exp(x[v] - max), written after x[v] is read
+    if (d != nullptr) {
       const float inv = static_cast<float>(1.0 / sum);
       const float e_target = d[target];
       for (int v = 0; v < V; ++v) d[v] = d[v] * inv * dscale;
