@@ -13,7 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-COLOURS = {"forward": "#4c72b0", "backward": "#55a868", "optimizer": "#c44e52", "all_gather": "#dd8452",
+COLOURS = {"forward": "#4c72b0", "backward": "#55a868", "optimizer": "#e377c2", "all_gather": "#dd8452",
            "reduce_scatter": "#8172b3", "all_reduce": "#937860", "wait": "#d62728"}
 TRACKS = ["compute", "all_gather", "reduce_scatter"]
 
@@ -40,12 +40,15 @@ def main():
     ranks = sorted({e["pid"] for e in spans})
     rows = [(r, t) for r in ranks for t in TRACKS]
     fig, ax = plt.subplots(figsize=(14, 0.45 * len(rows) + 1.2))
+    # Longest spans first, so nested ones (a block's forward inside the embeddings unit's) are drawn on top.
+    spans.sort(key=lambda e: -e["dur"])
     for y, (r, t) in enumerate(rows):
         for e in spans:
             if e["pid"] != r or names[(e["pid"], e["tid"])] != t or e["ts"] + e["dur"] < lo or e["ts"] > hi:
                 continue
-            ax.barh(y, e["dur"] / 1000, left=(e["ts"] - lo) / 1000, height=0.7, color=colour(e["name"]),
-                    edgecolor="white", linewidth=0.3)
+            nested = e["dur"] < 0.5 * (hi - lo) and t == "compute"
+            ax.barh(y, e["dur"] / 1000, left=(e["ts"] - lo) / 1000, height=0.7 if nested else 0.85,
+                    color=colour(e["name"]), edgecolor="white", linewidth=0.6)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"rank {r} {t}" for r, t in rows])
     ax.invert_yaxis()
