@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "runtime/core/backoff.h"
 #include "runtime/core/cuda_check.h"
 #include "runtime/core/error.h"
 #include "runtime/core/in_flight.h"
@@ -28,28 +29,7 @@ constexpr auto kAbortLockWait = std::chrono::seconds(5);  // a timeout handler w
 
 static_assert(std::is_trivially_copyable_v<OpDesc>, "OpDesc travels between ranks as bytes");
 
-Clock::duration to_duration(double seconds) {
-  double bounded = std::clamp(seconds, 0.0, 1e9);  // no overflow of the clock's representation
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(bounded));
-}
 
-// Yields first, then sleeps a little longer as the wait goes on.
-class Backoff {
- public:
-  void pause() {
-    ++spins_;
-    if (spins_ <= 64) {
-      std::this_thread::yield();
-    } else if (spins_ <= 1000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-
- private:
-  int spins_ = 0;
-};
 
 int mpi_rank(MPI_Comm comm) {
   int r = 0;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "runtime/core/backoff.h"
 #include "runtime/core/error.h"
 #include "runtime/core/in_flight.h"
 
@@ -12,9 +13,6 @@ namespace strata {
 namespace {
 constexpr std::size_t kHostAlignment = 64;
 
-std::chrono::steady_clock::duration to_duration(double seconds) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
-}
 }  // namespace
 
 // ---- CpuEvent ---------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include <thread>
 #include <utility>
 
+#include "runtime/core/backoff.h"
 #include "runtime/core/cuda_check.h"
 #include "runtime/core/error.h"
 #include "runtime/core/in_flight.h"
@@ -33,28 +34,7 @@ using Clock = std::chrono::steady_clock;
 // How often a waiting thread runs the WaitHooks pollers (NCCL's async-error check) while it waits.
 constexpr auto kHookInterval = std::chrono::milliseconds(5);
 
-Clock::duration to_duration(double seconds) {
-  double bounded = std::clamp(seconds, 0.0, 1e9);  // no overflow of the clock's representation
-  return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(bounded));
-}
 
-// Yields first (a stream often drains within microseconds), then sleeps a little longer as the wait goes on.
-class Backoff {
- public:
-  void pause() {
-    ++spins_;
-    if (spins_ <= 64) {
-      std::this_thread::yield();
-    } else if (spins_ <= 1000) {
-      std::this_thread::sleep_for(std::chrono::microseconds(20));
-    } else {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-
- private:
-  int spins_ = 0;
-};
 
 // Polls `ready` (which throws on failure) until it returns true; registers the wait in the in-flight table and runs
 // the WaitHooks pollers while waiting; throws kTimeout after `timeout_s`.
