@@ -11,6 +11,7 @@
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a small MLP regression with Strata's sharding runtime"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags override
   int zero_stage = 3, steps = 20, rows_per_rank = 8, micro_batches = 1, hybrid = 0;
   int hidden = 64, hidden_layers = 3;
   std::string param_dtype = "f32", reduce_dtype = "f32", accumulation = "reduce", ledger_json;

@@ -80,6 +80,7 @@ void progress(int done, int total, double mean_ms) {
 
 int main(int argc, char** argv) {
   CLI::App app{"train_gpt: the spec's GPT-2 trained with Strata (run under mpirun)"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags override
   Flags f;
   add_flags(app, f);
   CLI11_PARSE(app, argc, argv);
