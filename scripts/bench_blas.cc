@@ -49,8 +49,7 @@ void naive_gemm(bool ta, bool tb, int M, int N, int K, const float* A, const flo
     }
 }
 
-void gemm(const Lib& lib, bool ta, bool tb, int M, int N, int K, const float* A, const float* B, float beta,
-          float* C) {
+void gemm(const Lib& lib, bool ta, bool tb, int M, int N, int K, const float* A, const float* B, float beta, float* C) {
   int lda = ta ? M : K, ldb = tb ? K : N;
   if (lib.api == "cblas")
     lib.cblas(kRowMajor, ta ? kTrans : kNoTrans, tb ? kTrans : kNoTrans, M, N, K, 1.0f, A, lda, B, ldb, beta, C, N);
@@ -64,13 +63,11 @@ struct Shape {
   const char* name;
   bool ta, tb;
   int M, N, K;
-  float beta;  // 1 for the weight-gradient products, which accumulate
+  float beta;    // 1 for the weight-gradient products, which accumulate
   int per_step;  // how many times one training step of the 6-layer model runs this product
 };
 
-double seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double seconds() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 }  // namespace
 
@@ -174,8 +171,8 @@ int main(int argc, char** argv) {
     step_s += med * s.per_step;
     step_best_s += ts[0] * s.per_step;
     step_flop += flop * s.per_step;
-    std::printf("%-14s %c%c %6d %6d %6d %10.1f %10.1f %9.1f %9.1f %7.1e\n", s.name, s.ta ? 'T' : 'N',
-                s.tb ? 'T' : 'N', s.M, s.N, s.K, med * 1e6, ts[0] * 1e6, flop / med * 1e-9, flop / ts[0] * 1e-9, maxerr);
+    std::printf("%-14s %c%c %6d %6d %6d %10.1f %10.1f %9.1f %9.1f %7.1e\n", s.name, s.ta ? 'T' : 'N', s.tb ? 'T' : 'N',
+                s.M, s.N, s.K, med * 1e6, ts[0] * 1e6, flop / med * 1e-9, flop / ts[0] * 1e-9, maxerr);
   }
   std::printf("%-14s %2s %6s %6s %6s %10.1f %10.1f %9.1f %9.1f %7s\n", "train_step", "", "", "", "", step_s * 1e6,
               step_best_s * 1e6, step_flop / step_s * 1e-9, step_flop / step_best_s * 1e-9, wrong ? "WRONG" : "ok");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "examples/gpt/kernels.h"
+#include "examples/gpt/vec_math.h"
 
 // ---- an allocation ledger: the peak bytes operator new holds above a baseline (for the attention workspace) ----
 // Every allocation is counted (malloc_usable_size both ways, so new and delete agree); a test resets the peak to
@@ -160,7 +162,9 @@ void ref_attention(Vec& out, Vec& lse, const Vec& qkv, int B, int T, int C, int 
   const double scale = 1 / std::sqrt(static_cast<double>(D));
   out.assign(static_cast<std::size_t>(B) * T * C, 0);
   lse.assign(static_cast<std::size_t>(B) * NH * T, 0);
-  auto at = [&](int b, int t, int part, int h, int d) { return qkv[(static_cast<std::size_t>(b) * T + t) * 3 * C + part * C + h * D + d]; };
+  auto at = [&](int b, int t, int part, int h, int d) {
+    return qkv[(static_cast<std::size_t>(b) * T + t) * 3 * C + part * C + h * D + d];
+  };
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int i = 0; i < T; ++i) {
@@ -187,7 +191,9 @@ Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C,
   const int D = C / NH;
   const double scale = 1 / std::sqrt(static_cast<double>(D));
   Vec dqkv(qkv.size(), 0);
-  auto idx = [&](int b, int t, int part, int h, int d) { return (static_cast<std::size_t>(b) * T + t) * 3 * C + part * C + h * D + d; };
+  auto idx = [&](int b, int t, int part, int h, int d) {
+    return (static_cast<std::size_t>(b) * T + t) * 3 * C + part * C + h * D + d;
+  };
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
       for (int i = 0; i < T; ++i) {
@@ -203,7 +209,8 @@ Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C,
         for (int j = 0; j <= i; ++j) {
           p[j] /= sum;
           double acc = 0;
-          for (int d = 0; d < D; ++d) acc += dout[(static_cast<std::size_t>(b) * T + i) * C + h * D + d] * qkv[idx(b, j, 2, h, d)];
+          for (int d = 0; d < D; ++d)
+            acc += dout[(static_cast<std::size_t>(b) * T + i) * C + h * D + d] * qkv[idx(b, j, 2, h, d)];
           dp[j] = acc;
           pdp += p[j] * dp[j];
         }
@@ -305,7 +312,8 @@ TEST_F(GptKernels, MatmulMatchesReference) {
     bool bias, dinp;
   };
   for (auto cs : {Case{1, 1, 1, true, true}, Case{7, 5, 3, true, true}, Case{64, 96, 288, true, true},
-                  Case{33, 100, 17, false, true}, Case{12, 48, 20, true, false}, Case{0, 4, 4, true, true}}) {
+                  Case{33, 100, 17, false, true}, Case{12, 48, 20, true, false}, Case{0, 4, 4, true, true},
+                  Case{3, 0, 5, true, true}}) {
     SCOPED_TRACE(testing::Message() << "N=" << cs.N << " IC=" << cs.IC << " OC=" << cs.OC << " bias=" << cs.bias);
     const int N = cs.N, IC = cs.IC, OC = cs.OC;
     auto x = randn(static_cast<std::size_t>(N) * IC, 30), w = randn(static_cast<std::size_t>(IC) * OC, 31, 0.1f),
@@ -322,7 +330,8 @@ TEST_F(GptKernels, MatmulMatchesReference) {
     auto dx0 = dx, dw0 = dw, db0 = db;
     matmul_backward(cs.dinp ? dx.data() : nullptr, dw.data(), cs.bias ? db.data() : nullptr, dy.data(), x.data(),
                     w.data(), N, IC, OC);
-    EXPECT_LE(rel_err(dx.data(), cs.dinp ? plus(dx0, ref_gemm(false, true, N, IC, OC, to_d(dy), to_d(w))) : to_d(dx0)), 2e-6);
+    EXPECT_LE(rel_err(dx.data(), cs.dinp ? plus(dx0, ref_gemm(false, true, N, IC, OC, to_d(dy), to_d(w))) : to_d(dx0)),
+              2e-6);
     EXPECT_LE(rel_err(dw.data(), plus(dw0, ref_gemm(true, false, IC, OC, N, to_d(x), to_d(dy)))), 2e-6);
     Vec rdb(OC, 0);
     for (std::size_t i = 0; i < dy.size(); ++i) rdb[i % OC] += dy[i];
@@ -357,11 +366,12 @@ std::ostream& operator<<(std::ostream& os, const AttnCase& c) {
 
 class GptAttention : public GptKernels, public testing::WithParamInterface<AttnCase> {};
 
-// Tiles are 64 rows and 64 keys: T = 1, short, exactly one tile, just over one, and several with a ragged end.
+// Tiles are 64 rows and 64 keys: T = 1, short, exactly one tile, just over one, several with a ragged end; head
+// widths D = 4, 16, 64 and 12 (not a multiple of the 8-float vectors).
 INSTANTIATE_TEST_SUITE_P(Shapes, GptAttention,
                          testing::Values(AttnCase{1, 1, 8, 2}, AttnCase{2, 5, 12, 3}, AttnCase{1, 64, 32, 2},
                                          AttnCase{2, 65, 16, 1}, AttnCase{1, 130, 48, 3}, AttnCase{2, 200, 128, 2},
-                                         AttnCase{1, 256, 384, 6}));
+                                         AttnCase{2, 70, 36, 3}, AttnCase{1, 256, 384, 6}));
 
 TEST_P(GptAttention, MatchesNaiveReference) {
   const auto [B, T, C, NH] = GetParam();
@@ -384,7 +394,8 @@ TEST_F(GptKernels, AttentionBackwardMatchesFiniteDifferences) {
   for (AttnCase cs : {AttnCase{1, 1, 4, 1}, AttnCase{2, 7, 8, 2}, AttnCase{1, 67, 4, 2}}) {
     SCOPED_TRACE(testing::Message() << cs);
     const auto [B, T, C, NH] = cs;
-    auto qkv = randn(static_cast<std::size_t>(B) * T * 3 * C, 60), dout = randn(static_cast<std::size_t>(B) * T * C, 61);
+    auto qkv = randn(static_cast<std::size_t>(B) * T * 3 * C, 60),
+         dout = randn(static_cast<std::size_t>(B) * T * C, 61);
     std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * T), dqkv(qkv.size(), 0.0f);
     attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
     attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
@@ -424,7 +435,8 @@ TEST_F(GptKernels, AttentionWorkspaceIsLinearInT) {
   EXPECT_LT(attention_workspace_bytes(B, T, C, NH), static_cast<std::size_t>(T) * T * sizeof(float) / 16);
 
   for (int t : {1, 100, 300}) {
-    auto qkv = randn(static_cast<std::size_t>(B) * t * 3 * C, 80, 0.5f), dout = randn(static_cast<std::size_t>(B) * t * C, 81);
+    auto qkv = randn(static_cast<std::size_t>(B) * t * 3 * C, 80, 0.5f),
+         dout = randn(static_cast<std::size_t>(B) * t * C, 81);
     std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * t), dqkv(qkv.size(), 0.0f);
     const std::size_t base = g_live.load();
     ledger_reset();
@@ -455,7 +467,8 @@ TEST_F(GptKernels, ResultsDoNotDependOnThreadCount) {
     attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
     std::vector<float> ln(x.size()), mean(N), rstd(N), dx(x.size(), 0.0f), dw(C, 0.0f), db(C, 0.0f);
     layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
-    layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N,
+                       C);
     std::vector<float> losses(N), dlogits(logits.size());
     crossentropy_softmax(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, 0.5f);
     std::vector<float> dwte(20 * C, 0.0f), dwpe(static_cast<std::size_t>(T) * C, 0.0f);
@@ -466,10 +479,52 @@ TEST_F(GptKernels, ResultsDoNotDependOnThreadCount) {
   auto one = run(1);
   for (int threads : {2, 3, 5}) {
     auto many = run(threads);
-    for (std::size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], many[i]) << "output " << i << " with " << threads << " threads";
+    for (std::size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(one[i], many[i]) << "output " << i << " with " << threads << " threads";
   }
   set_num_threads(2);
   EXPECT_EQ(num_threads(), 2);
+}
+
+// ---- exp_f32 (softmax, attention and gelu use it) -----------------------------------------------------------
+
+// Within 2 ulp of the correctly rounded exp over a sweep of floats in [-110, 90] (every 61st bit pattern: ~34M
+// values), subnormal results within 2 steps of 2^-149, and the special values.
+TEST(GptVecMath, ExpIsAccurate) {
+  auto bits = [](float f) { return std::bit_cast<int32_t>(f); };
+  long worst_ulp = 0;
+  float worst_x = 0;
+  std::vector<float> xs, ys;
+  auto check = [&] {
+    ys.resize(xs.size());
+    for (std::size_t i = 0; i < xs.size(); ++i) ys[i] = detail::exp_f32(xs[i]);  // the vectorized loop
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const float want = static_cast<float>(std::exp(static_cast<double>(xs[i])));
+      if (std::fabs(want) < 1.17549435e-38f) {
+        ASSERT_LE(std::fabs(ys[i] - want), 2 * 1.4e-45f) << xs[i];
+      } else {
+        const long ulp = std::labs(static_cast<long>(bits(ys[i])) - bits(want));
+        if (ulp > worst_ulp) worst_ulp = ulp, worst_x = xs[i];
+      }
+    }
+    xs.clear();
+  };
+  // Walk the bit patterns of |x| (they grow with |x|), both signs.
+  for (int32_t b = 0; b <= bits(110.0f); b += 61) {
+    const float x = std::bit_cast<float>(b);
+    xs.push_back(-x);
+    if (x <= 90.0f) xs.push_back(x);
+    if (xs.size() >= (1u << 20)) check();
+  }
+  check();
+  EXPECT_LE(worst_ulp, 2) << "at x = " << worst_x;
+  EXPECT_EQ(detail::exp_f32(0.0f), 1.0f);
+  EXPECT_EQ(detail::exp_f32(-INFINITY), 0.0f);
+  EXPECT_EQ(detail::exp_f32(-1000.0f), 0.0f);
+  EXPECT_EQ(detail::exp_f32(INFINITY), INFINITY);
+  EXPECT_EQ(detail::exp_f32(89.0f), INFINITY);
+  EXPECT_TRUE(std::isnan(detail::exp_f32(NAN)));
+  EXPECT_EQ(detail::exp_f32(88.7f), std::exp(88.7f));
 }
 
 // ---- gelu, residual -----------------------------------------------------------------------------------------
@@ -482,7 +537,8 @@ TEST_F(GptKernels, GeluForwardAndBackward) {
   Vec want(x.size()), wgrad(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) want[i] = ref_gelu(x[i]);
   EXPECT_CLOSE(y, want, 1e-6);
-  for (std::size_t i = 0; i < x.size(); ++i) EXPECT_NEAR(y[i], want[i], 4e-7 * std::max(1.0, std::fabs(want[i]))) << x[i];
+  for (std::size_t i = 0; i < x.size(); ++i)
+    EXPECT_NEAR(y[i], want[i], 4e-7 * std::max(1.0, std::fabs(want[i]))) << x[i];
 
   auto dy = randn(x.size(), 101), dx = randn(x.size(), 102);
   auto dx0 = dx;
@@ -491,7 +547,8 @@ TEST_F(GptKernels, GeluForwardAndBackward) {
     ASSERT_NEAR(dx[i], dx0[i] + dy[i] * ref_gelu_grad(x[i]), 1e-6 * (std::fabs(dx0[i]) + std::fabs(dy[i]) + 1)) << x[i];
 
   // ref_gelu_grad against finite differences, and the in-place forms.
-  for (double v : {-3.0, -0.7, 0.0, 0.3, 2.5}) EXPECT_NEAR(ref_gelu_grad(v), (ref_gelu(v + 1e-6) - ref_gelu(v - 1e-6)) / 2e-6, 1e-8);
+  for (double v : {-3.0, -0.7, 0.0, 0.3, 2.5})
+    EXPECT_NEAR(ref_gelu_grad(v), (ref_gelu(v + 1e-6) - ref_gelu(v - 1e-6)) / 2e-6, 1e-8);
   std::vector<float> inplace = x;
   gelu_forward(inplace.data(), inplace.data(), inplace.size());
   EXPECT_EQ(inplace, y);
@@ -509,8 +566,8 @@ TEST_F(GptKernels, ResidualForward) {
 // ---- softmax + cross-entropy --------------------------------------------------------------------------------
 
 TEST_F(GptKernels, CrossentropySoftmax) {
-  for (auto [N, V, stddev, shift] : {std::tuple{1, 1, 1.0f, 0.0f}, {5, 7, 1.0f, 0.0f}, {64, 8192, 2.0f, 0.0f},
-                                      {8, 1000, 20.0f, 1000.0f}}) {
+  for (auto [N, V, stddev, shift] :
+       {std::tuple{1, 1, 1.0f, 0.0f}, {5, 7, 1.0f, 0.0f}, {64, 8192, 2.0f, 0.0f}, {8, 1000, 20.0f, 1000.0f}}) {
     SCOPED_TRACE(testing::Message() << "N=" << N << " V=" << V << " stddev=" << stddev << " shift=" << shift);
     auto logits = randn(static_cast<std::size_t>(N) * V, 120, stddev, shift);
     auto targets = rand_tokens(N, V, 121);

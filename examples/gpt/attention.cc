@@ -61,8 +61,10 @@ template <int NV>
 void micro_rows(int m, int k, const float* A, std::size_t ars, std::size_t acs, const float* B, std::size_t ldb,
                 float* C, std::size_t ldc, bool accumulate) {
   int i = 0;
-  for (; i + 4 <= m; i += 4) micro_kernel<4, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate);
+  for (; i + 6 <= m; i += 6) micro_kernel<6, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate);
   switch (m - i) {
+    case 5: micro_kernel<5, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    case 4: micro_kernel<4, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
     case 3: micro_kernel<3, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
     case 2: micro_kernel<2, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
     case 1: micro_kernel<1, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
@@ -72,8 +74,8 @@ void micro_rows(int m, int k, const float* A, std::size_t ars, std::size_t acs, 
 
 // C[m x n] (+)= op(A)[m x k] @ B[k x n], with A(i, kk) = A[i * ars + kk * acs] (so a transposed A is just other
 // strides), B and C row-major with row strides ldb and ldc. Terms are summed in kk order.
-void tile_gemm(int m, int n, int k, const float* A, std::size_t ars, std::size_t acs, const float* B,
-               std::size_t ldb, float* C, std::size_t ldc, bool accumulate) {
+void tile_gemm(int m, int n, int k, const float* A, std::size_t ars, std::size_t acs, const float* B, std::size_t ldb,
+               float* C, std::size_t ldc, bool accumulate) {
   int j = 0;
   for (; j + 16 <= n; j += 16) micro_rows<2>(m, k, A, ars, acs, B + j, ldb, C + j, ldc, accumulate);
   for (; j + 8 <= n; j += 8) micro_rows<1>(m, k, A, ars, acs, B + j, ldb, C + j, ldc, accumulate);
@@ -105,10 +107,10 @@ std::size_t forward_floats_per_thread(int D) {
 }
 
 std::size_t backward_floats_per_thread(int T, int D) {
-  return 2 * static_cast<std::size_t>(D) * kTileK       // K and V tiles, transposed
-         + 2 * static_cast<std::size_t>(kTileK) * D     // dK and dV accumulators
+  return 2 * static_cast<std::size_t>(D) * kTileK         // K and V tiles, transposed
+         + 2 * static_cast<std::size_t>(kTileK) * D       // dK and dV accumulators
          + 2 * static_cast<std::size_t>(kTileQ) * kTileK  // P and dP / dS
-         + static_cast<std::size_t>(T);                 // D_i = rowsum(dout_i * out_i) for the head
+         + static_cast<std::size_t>(T);                   // D_i = rowsum(dout_i * out_i) for the head
 }
 
 // dst[d * kTileK + j] = src[j * stride + d] for j < n: a K or V tile, transposed so score rows vectorize over keys.
@@ -220,7 +222,8 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
 
       for (int i = 0; i < T; ++i) {
         float acc = 0.0f;
-        for (int d = 0; d < D; ++d) acc += dy[static_cast<std::size_t>(i) * C + d] * y[static_cast<std::size_t>(i) * C + d];
+        for (int d = 0; d < D; ++d)
+          acc += dy[static_cast<std::size_t>(i) * C + d] * y[static_cast<std::size_t>(i) * C + d];
         Di[i] = acc;
       }
 
@@ -232,7 +235,7 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
         std::fill(dV, dV + static_cast<std::size_t>(nk) * D, 0.0f);
         for (int i0 = j0; i0 < T; i0 += kTileQ) {  // query rows before j0 see none of these keys
           const int nq = std::min(T, i0 + kTileQ) - i0;
-          tile_gemm(nq, nk, D, q + i0 * row, row, 1, Kt, kTileK, P, kTileK, false);         // S = Q K^T
+          tile_gemm(nq, nk, D, q + i0 * row, row, 1, Kt, kTileK, P, kTileK, false);  // S = Q K^T
           tile_gemm(nq, nk, D, dy + static_cast<std::size_t>(i0) * C, C, 1, Vt, kTileK, dS, kTileK, false);  // dP
           for (int ii = 0; ii < nq; ++ii) {
             const int i = i0 + ii;
@@ -248,8 +251,8 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
             std::fill(ds + n, ds + nk, 0.0f);
           }
           tile_gemm(nk, D, nq, P, 1, kTileK, dy + static_cast<std::size_t>(i0) * C, C, dV, D, true);  // dV += P^T dO
-          tile_gemm(nq, D, nk, dS, kTileK, 1, k + j0 * row, row, dq + i0 * row, row, true);          // dQ += dS K
-          tile_gemm(nk, D, nq, dS, 1, kTileK, q + i0 * row, row, dK, D, true);                       // dK += dS^T Q
+          tile_gemm(nq, D, nk, dS, kTileK, 1, k + j0 * row, row, dq + i0 * row, row, true);           // dQ += dS K
+          tile_gemm(nk, D, nq, dS, 1, kTileK, q + i0 * row, row, dK, D, true);                        // dK += dS^T Q
         }
         for (int j = 0; j < nk; ++j) {
           float* dkj = dk + (j0 + j) * row;

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <vector>
 
 #include "examples/gpt/blas.h"
 #include "examples/gpt/vec_math.h"
@@ -18,7 +17,7 @@ namespace {
 // summing rows in order in double, so results do not depend on the thread count.
 constexpr int kChannelBlock = 64;
 
-// acc[c0..c1) (double) += sum over rows n of f(n, c) for c in [c0, c1): the fixed-order column reduction.
+// dst[c] += sum over rows n of f(n, c), for every c < C: the fixed-order column reduction, one task per block.
 template <typename F>
 void add_column_sums(float* dst, int N, int C, F&& f) {
   const int blocks = (C + kChannelBlock - 1) / kChannelBlock;
@@ -129,7 +128,8 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
     const std::size_t i = static_cast<std::size_t>(n) * C + c;
     return static_cast<double>(dout[i]) * ((inp[i] - mean[n]) * rstd[n]);
   });
-  add_column_sums(dbias, N, C, [&](int n, int c) { return static_cast<double>(dout[static_cast<std::size_t>(n) * C + c]); });
+  add_column_sums(dbias, N, C,
+                  [&](int n, int c) { return static_cast<double>(dout[static_cast<std::size_t>(n) * C + c]); });
 }
 
 // ---- matmuls (through the BLAS) -----------------------------------------------------------------------------
@@ -139,7 +139,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   float beta = 0.0f;
   if (bias != nullptr) {
     // out starts as the bias rows and the product is accumulated onto it (torch.addmm does the same).
-#pragma omp parallel for schedule(static) if (static_cast<std::size_t>(N) * OC >= kMinParallelElements)
+#pragma omp parallel for schedule(static) if (static_cast <std::size_t>(N) * OC >= kMinParallelElements)
     for (int n = 0; n < N; ++n) std::copy(bias, bias + OC, out + static_cast<std::size_t>(n) * OC);
     beta = 1.0f;
   }
@@ -151,7 +151,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dinp != nullptr) detail::sgemm(false, true, N, IC, OC, dout, OC, weight, OC, 1.0f, dinp, IC);
   detail::sgemm(true, false, IC, OC, N, inp, IC, dout, OC, 1.0f, dweight, OC);
   if (dbias != nullptr)
-    add_column_sums(dbias, N, OC, [&](int n, int c) { return static_cast<double>(dout[static_cast<std::size_t>(n) * OC + c]); });
+    add_column_sums(dbias, N, OC,
+                    [&](int n, int c) { return static_cast<double>(dout[static_cast<std::size_t>(n) * OC + c]); });
 }
 
 void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) {
@@ -246,6 +247,9 @@ double sum_exp(const float* x, int n, float shift, float* e) {
 
 void crossentropy_softmax(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N, int V,
                           float dscale) {
+  for (int n = 0; n < N; ++n)
+    STRATA_CHECK(targets[n] >= 0 && targets[n] < V, "target {} of row {} is outside the vocabulary [0, {})", targets[n],
+                 n, V);
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
     const float* x = logits + static_cast<std::size_t>(n) * V;

@@ -4,7 +4,7 @@
 //   - B batch rows, T sequence length, C channels, NH heads (C % NH == 0, D = C / NH), V vocabulary, N = B*T.
 //   - Forward kernels overwrite their outputs. Backward kernels ADD (+=) into every gradient they take
 //     (dinp, dweight, dbias, dwte, dqkv, ...), so callers zero gradients once per step, as llm.c does.
-//   - Outputs must not alias inputs unless a function says so. Sizes may be 0 (nothing is done).
+//   - Outputs must not alias inputs unless a function says so. Row counts (N, B, T) may be 0: nothing is done.
 //   - Threads: OpenMP inside each kernel (parallel over rows, heads, tiles or channel blocks); the matmuls go
 //     through the BLAS chosen at build time. Results do not depend on the thread count except through the
 //     BLAS's own blocking (parameter-gradient reductions over rows run in a fixed order, in double).
@@ -19,7 +19,7 @@ namespace strata::gpt {
 // Threads used by every kernel and by the BLAS (the trainer passes cores / ranks-per-node). n >= 1.
 void set_num_threads(int n);
 int num_threads();
-// The BLAS the kernels were built against, e.g. "OpenBLAS 0.3.21 (Zen, openmp)".
+// The sgemm the matmuls use, e.g. "oneDNN 2.6.3 dnnl_sgemm (avx2, openmp)".
 const char* blas_name();
 
 // out[b,t,:] = wte[tokens[b,t],:] + wpe[t,:]. Every token must be in [0, V).
@@ -59,9 +59,11 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
 // O(tile) per thread for the forward, O(tile + T) per thread for the backward; nothing grows as T^2.
 std::size_t attention_workspace_bytes(int B, int T, int C, int NH);
 
-// gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), elementwise. out may equal inp.
+// gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), elementwise, evaluated as z / (1 + exp(-2u))
+// with u the tanh argument (the same function, without the cancellation in 1 + tanh for negative z). out may
+// equal inp.
 void gelu_forward(float* out, const float* inp, std::size_t n);
-// dinp += gelu_tanh'(inp) * dout. dinp may equal dout.
+// dinp += gelu_tanh'(inp) * dout.
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n);
 
 // out = a + b, elementwise. out may equal a or b.

@@ -16,7 +16,7 @@ namespace strata::gpt::detail {
 inline float exp_f32(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr float kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer held in the low bits
+  constexpr float kRound = 12582912.0f;              // 1.5 * 2^23: adding it rounds to an integer held in the low bits
   constexpr float kLo = -104.0f, kHi = 88.7228394f;  // below kLo the result is 0, above kHi it is +inf
   const float xc = x < kLo ? kLo : (x > kHi ? kHi : x);
   const float t = xc * kLog2e + kRound;
