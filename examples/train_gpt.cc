@@ -26,7 +26,8 @@ struct Flags {
   std::uint64_t seed = 1, tokens = 1 << 16;
   std::string init, save, data, text, make_data, metrics, backend = "cpu", param_dtype = "f32", reduce_dtype = "f32";
   bool recompute = false, no_progress = false;
-  int prefetch = 1;
+  int prefetch = 1, warmup = 0;
+  bool cosine = false;
   std::string trace;
 };
 
@@ -39,7 +40,9 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--seq", f.seq, "sequence length T (<= --ctx)")->check(CLI::PositiveNumber);
   app.add_option("--batch", f.batch, "rows per rank per micro-batch")->check(CLI::PositiveNumber);
   app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", f.lr, "learning rate")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr", f.lr, "learning rate (constant unless --warmup / --cosine)")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", f.warmup, "linear learning-rate warmup over this many steps")->check(CLI::NonNegativeNumber);
+  app.add_flag("--cosine", f.cosine, "cosine decay of the learning rate to lr/10 at the last step");
   app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (2-D parameters)")->check(CLI::NonNegativeNumber);
   app.add_option("--beta1", f.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.999999));
   app.add_option("--beta2", f.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.999999));
@@ -125,6 +128,8 @@ int main(int argc, char** argv) {
     cfg.sharding.grad_clip = f.grad_clip;
     cfg.sharding.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
     cfg.sharding.prefetch_depth = f.prefetch;
+    cfg.warmup_steps = f.warmup;
+    cfg.cosine_steps = f.cosine ? f.steps : 0;
     cfg.recompute = f.recompute;
     cfg.init = f.init;
     cfg.seed = f.seed;

@@ -31,6 +31,7 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--from-ms", type=float, default=None)
     ap.add_argument("--to-ms", type=float, default=None)
+    ap.add_argument("--title", default=None)
     a = ap.parse_args()
     events = json.load(open(a.trace))["traceEvents"]
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
@@ -57,7 +58,7 @@ def main():
     handles = [plt.Rectangle((0, 0), 1, 1, color=c) for c in COLOURS.values()]
     ax.legend(handles, list(COLOURS), loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(rows) < 8 else -0.12),
               ncol=len(COLOURS), fontsize=8, frameon=False)
-    ax.set_title(f"Strata trace: {a.trace}")
+    ax.set_title(a.title or f"Strata trace: {a.trace}")
     fig.tight_layout()
     fig.savefig(a.out, dpi=110)
     print(f"wrote {a.out}: {len(spans)} spans, {len(ranks)} ranks, {(hi - lo) / 1000:.1f} ms")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh), then runs Strata's main job: train_gpt trains a byte-level GPT-2 (vocab 256) on a
 # text that ships with the OS (the GPL-3 licence text) on 2 ranks with ZeRO-3 for about a minute; the loss falls
-# from about 5.5 (log 256) towards 2. The CPU backend for now: the sharding runtime and the GPT kernels have no
+# from about 5.5 (log 256) to about 2. The CPU backend for now: the sharding runtime and the GPT kernels have no
 # CUDA implementation yet (train_gpt --backend cuda says so).
 # Extra arguments go to train_gpt (e.g. --steps 200, --zero-stage 2, --text FILE).
 set -euo pipefail
@@ -12,4 +12,4 @@ text=/usr/share/common-licenses/GPL-3
 mpi_flags=(--oversubscribe)
 [ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
 exec mpirun "${mpi_flags[@]}" -np 2 build/bin/train_gpt --text "$text" --layers 4 --heads 4 --embd 128 --ctx 128 \
-  --seq 128 --batch 8 --steps 80 --lr 3e-3 --zero-stage 3 "$@"
+  --seq 128 --batch 8 --steps 500 --lr 2e-3 --warmup 30 --cosine --zero-stage 3 "$@"

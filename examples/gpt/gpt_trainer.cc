@@ -13,6 +13,12 @@
 
 namespace strata::gpt {
 
+double TrainConfig::lr_at(int step) const {
+  if (warmup_steps == 0 && cosine_steps == 0) return adamw.lr;
+  LrSchedule schedule{adamw.lr, cosine_steps > 0 ? adamw.lr / 10 : adamw.lr, warmup_steps, cosine_steps};
+  return schedule.at(step);
+}
+
 GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenFile& data)
     : rt_(runtime), cfg_(config), data_(data) {
   cfg_.model.validate();
@@ -54,7 +60,7 @@ StepRecord GptTrainer::step(int step) {
     fill_batch(data_, step, a, A, world, rt_.rank(), cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
     loss += gpt_->forward_backward(inputs_.data(), targets_.data(), model_->loss_scale() / static_cast<float>(A)) / A;
   }
-  StepResult r = model_->step(cfg_.adamw.lr);
+  StepResult r = model_->step(cfg_.lr_at(step));
   double global = 0;
   MPI_Allreduce(&loss, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
   StepRecord rec;

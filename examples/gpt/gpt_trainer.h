@@ -19,6 +19,10 @@ struct TrainConfig {
   int batch = 4;  // rows per rank per micro-batch
   int grad_accum = 1;
   AdamWConfig adamw{1e-3, 0.9, 0.95, 1e-8, 0.1};
+  // Learning rate per step: constant adamw.lr (the spec's default) unless warmup or cosine decay is asked for.
+  std::int64_t warmup_steps = 0;
+  std::int64_t cosine_steps = 0;  // > 0: cosine decay from adamw.lr to adamw.lr / 10 at this step
+  double lr_at(int step) const;
   ShardingOptions sharding;  // grad_clip lives here
   bool recompute = false;
   std::string init;  // safetensors file; empty: the spec's distributions from `seed`
