@@ -24,7 +24,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kP2pValidationTag = 0x5354;  // control-communicator tag of the send/recv OpDesc exchange
-constexpr auto kHookInterval = std::chrono::milliseconds(5);
 constexpr auto kAbortLockWait = std::chrono::seconds(5);  // a timeout handler waits this long for a busy comm
 
 static_assert(std::is_trivially_copyable_v<OpDesc>, "OpDesc travels between ranks as bytes");
@@ -66,25 +65,13 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 
 // Waits for `n` MPI requests, bounded by `timeout_s`, running the WaitHooks pollers meanwhile.
 void wait_mpi(MPI_Request* reqs, int n, double timeout_s, const std::string& what) {
-  int done = 0;
-  STRATA_CHECK_MPI(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
-  if (done) return;
-  InFlightScope scope(what);
-  const auto start = Clock::now();
-  const auto deadline = start + to_duration(timeout_s);
-  auto next_hooks = start;
-  Backoff backoff;
-  for (;;) {
-    auto now = Clock::now();
-    if (now >= next_hooks) {
-      WaitHooks::poll();
-      next_hooks = now + kHookInterval;
-    }
-    STRATA_CHECK_MPI(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
-    if (done) return;
-    if (Clock::now() >= deadline) throw_timeout(__FILE__, __LINE__, what, timeout_s);
-    backoff.pause();
-  }
+  poll_until(
+      [&] {
+        int done = 0;
+        STRATA_CHECK_MPI(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE));
+        return done != 0;
+      },
+      [&] { return what; }, timeout_s);
 }
 
 // Posts non-blocking MPI operations on `storage` (post returns how many requests, at most 2, it started) and waits

@@ -29,35 +29,8 @@ struct CudaStream::HostState {
 };
 
 namespace {
-using Clock = std::chrono::steady_clock;
-
-// How often a waiting thread runs the WaitHooks pollers (NCCL's async-error check) while it waits.
-constexpr auto kHookInterval = std::chrono::milliseconds(5);
 
 
-
-// Polls `ready` (which throws on failure) until it returns true; registers the wait in the in-flight table and runs
-// the WaitHooks pollers while waiting; throws kTimeout after `timeout_s`.
-template <typename Ready, typename Describe>
-void bounded_wait(Ready&& ready, Describe&& describe, double timeout_s) {
-  if (ready()) return;
-  const std::string what = describe();
-  InFlightScope scope(what);
-  const auto start = Clock::now();
-  const auto deadline = start + to_duration(timeout_s);
-  auto next_hooks = start;
-  Backoff backoff;
-  for (;;) {
-    auto now = Clock::now();
-    if (now >= next_hooks) {
-      WaitHooks::poll();
-      next_hooks = now + kHookInterval;
-    }
-    if (ready()) return;
-    if (Clock::now() >= deadline) throw_timeout(__FILE__, __LINE__, what, timeout_s);
-    backoff.pause();
-  }
-}
 
 // cudaSuccess: done; cudaErrorNotReady: not yet; anything else is an error of the work waited for.
 bool cuda_ready(cudaError_t rc, const char* call) {
@@ -141,7 +114,7 @@ bool CudaEvent::query() {
 }
 
 void CudaEvent::synchronize() {
-  bounded_wait([&] { return cuda_ready(cudaEventQuery(event_), "cudaEventQuery"); },
+  poll_until([&] { return cuda_ready(cudaEventQuery(event_), "cudaEventQuery"); },
                [&] { return fmt::format("host waiting on an event of cuda:{}", device_index_); }, timeout_s_);
   check_slot();
 }
@@ -214,7 +187,7 @@ void CudaStream::wait(Event& event) {
 }
 
 void CudaStream::synchronize() {
-  bounded_wait([&] { return cuda_ready(cudaStreamQuery(stream_), "cudaStreamQuery"); },
+  poll_until([&] { return cuda_ready(cudaStreamQuery(stream_), "cudaStreamQuery"); },
                [&] { return fmt::format("host synchronize of stream '{}' on {}", name(), device().name()); },
                device().timeout_s());
   std::exception_ptr failure;
@@ -288,7 +261,7 @@ void CudaDevice::transfer(void* dst, const void* src, std::size_t bytes, const c
   activate();
   // A plain cudaMemcpy would wait without a bound; an async copy on our own stream plus a polled wait does not.
   STRATA_CHECK_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, transfer_));
-  bounded_wait([&] { return cuda_ready(cudaStreamQuery(transfer_), "cudaStreamQuery"); },
+  poll_until([&] { return cuda_ready(cudaStreamQuery(transfer_), "cudaStreamQuery"); },
                [&] { return fmt::format("{} of {} bytes on {}", what, bytes, name()); }, timeout_s());
 }
 
