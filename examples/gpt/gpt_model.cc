@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "examples/common/hash.h"
 #include "examples/gpt/kernels.h"
 #include "runtime/core/error.h"
 #include "runtime/sharding/flat_ops.h"
@@ -63,12 +64,7 @@ int block_unit(int layer) { return 1 + layer; }
 int final_norm_unit(const GptConfig& cfg) { return 1 + cfg.layers; }
 
 namespace {
-std::uint64_t mix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
+using examples::splitmix64;
 double unit_uniform(std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 }  // namespace
 
@@ -86,13 +82,12 @@ void spec_init(const GptConfig& cfg, const ParamSlot& slot, std::size_t begin, s
   }
   double sigma = 0.02;
   if (ends("c_proj.weight")) sigma = 0.02 / std::sqrt(2.0 * cfg.layers);
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char ch : n) h = (h ^ ch) * 1099511628211ull;
+  std::uint64_t h = examples::fnv1a(n);
   for (std::size_t k = 0; k < count; ++k) {
     // Box-Muller on two counter-based uniforms: element (begin + k) of this parameter, for this seed.
     std::uint64_t idx = begin + k;
-    double u1 = unit_uniform(mix(h ^ mix(seed ^ mix(2 * idx))));
-    double u2 = unit_uniform(mix(h ^ mix(seed ^ mix(2 * idx + 1))));
+    double u1 = unit_uniform(splitmix64(h ^ splitmix64(seed ^ splitmix64(2 * idx))));
+    double u2 = unit_uniform(splitmix64(h ^ splitmix64(seed ^ splitmix64(2 * idx + 1))));
     out[k] = static_cast<float>(sigma * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
   }
 }

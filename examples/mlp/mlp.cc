@@ -3,28 +3,19 @@
 
 #include <cmath>
 
+#include "examples/common/hash.h"
 #include "runtime/core/error.h"
 #include "runtime/sharding/flat_ops.h"
 
 namespace strata::mlp {
 namespace {
 
-std::uint64_t splitmix(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-std::uint64_t hash_name(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
+using examples::fnv1a;
+using examples::splitmix64;
 
 // Uniform in [-1, 1), a pure function of its arguments.
 float uniform(std::uint64_t a, std::uint64_t b, std::uint64_t seed) {
-  std::uint64_t r = splitmix(a ^ splitmix(b ^ splitmix(seed)));
+  std::uint64_t r = splitmix64(a ^ splitmix64(b ^ splitmix64(seed)));
   return static_cast<float>(static_cast<double>(r >> 11) * (2.0 / 9007199254740992.0) - 1.0);
 }
 
@@ -47,7 +38,7 @@ std::vector<UnitSpec> mlp_units(const MlpConfig& cfg) {
 }
 
 void mlp_init(const ParamSlot& slot, std::size_t begin, std::size_t count, float* out, std::uint64_t seed) {
-  std::uint64_t h = hash_name(slot.name);
+  std::uint64_t h = fnv1a(slot.name);
   bool is_weight = slot.name.find(".weight") != std::string::npos;
   bool is_scale = slot.name.find(".input_scale") != std::string::npos;
   float fan_in = slot.shape.empty() ? 1.0f : static_cast<float>(slot.shape[0]);
