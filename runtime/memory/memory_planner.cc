@@ -1,0 +1,189 @@
+// MemoryPlanner: the per-category arithmetic, the fit check with advice, and the step-time estimate.
+#include "runtime/memory/memory_planner.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/core/error.h"
+
+namespace strata {
+
+double ModelShape::count() const {
+  if (params > 0) return params;
+  const double h = hidden;
+  return layers * (12 * h * h + 13 * h) + (static_cast<double>(vocab) + seq) * h + 2 * h;
+}
+
+int ParallelLayout::shard_size() const {
+  if (stage == ZeroStage::kNone) return 1;
+  if (hybrid_shard_size > 0) return hybrid_shard_size;
+  return dp;
+}
+
+const char* offload_name(OffloadPolicy p) {
+  switch (p) {
+    case OffloadPolicy::kNone: return "none";
+    case OffloadPolicy::kOptimizer: return "optimizer";
+    case OffloadPolicy::kOptimizerAndParams: return "optimizer+params";
+  }
+  return "?";
+}
+
+double activation_bytes_per_layer(const PlanInput& in) {
+  const double s = in.model.seq, b = in.micro_batch, h = in.model.hidden, a = in.model.heads, t = in.layout.tp;
+  const double width = static_cast<double>(dtype_size(in.precision.param_dtype)) / 2.0;  // the formulas are 16-bit
+  if (in.recompute) return 2 * s * b * h * width;
+  double per_token = 10 + 24 / t + (in.tiled_attention ? 0.0 : 5 * a * s / (h * t));
+  return s * b * h * per_token * width;
+}
+
+namespace {
+
+MemoryPlan compute(const PlanInput& in) {
+  const ParallelLayout& L = in.layout;
+  STRATA_CHECK(L.dp >= 1 && L.tp >= 1 && L.pp >= 1, "dp {}, tp {}, pp {} must be at least 1", L.dp, L.tp, L.pp);
+  STRATA_CHECK(in.model.layers >= 1 && in.model.hidden >= 1 && in.model.heads >= 1 && in.model.seq >= 1,
+               "the model needs layers, hidden, heads and seq (got {}, {}, {}, {})", in.model.layers, in.model.hidden,
+               in.model.heads, in.model.seq);
+  const double N = in.model.count();
+  const double psi = N / (L.tp * L.pp);  // parameters this rank's pipeline stage and tensor slice hold
+  const double D = L.shard_size();
+  const double opt_div = L.stage == ZeroStage::kNone ? 1.0 : D;
+  const double psz = static_cast<double>(dtype_size(in.precision.param_dtype));
+  const double rsz = static_cast<double>(dtype_size(in.precision.reduce_dtype));
+  const double h = in.model.hidden;
+  const double layer = (12 * h * h + 13 * h) / L.tp;  // one unit (a transformer block), this rank's tensor slice
+
+  MemoryPlan p;
+  p.params = psz * psi / (L.stage == ZeroStage::kParameters ? D : 1.0);
+  p.grads = (L.stage == ZeroStage::kNone || L.stage == ZeroStage::kOptimizerState) ? psz * psi : 2 * psz * layer;
+  p.grad_shard = 4 * psi / opt_div;
+  p.master = psz == 4 ? 0 : 4 * psi / opt_div;
+  p.optim_state = 8 * psi / opt_div;
+  p.unsharded = L.stage == ZeroStage::kParameters ? (in.prefetch_depth + 1) * psz * layer : 0;
+  const bool convert = in.precision.reduce_dtype != in.precision.param_dtype;
+  p.comm_buffers = layer * rsz * ((convert ? 2.0 : 0.0) + 2.0 / D + 1.0);
+  const double layers_here = static_cast<double>(in.model.layers) / L.pp;
+  const double in_flight = L.pp > 1 ? L.pp : 1;  // 1F1B: the first stage holds pp micro-batches
+  const double head = static_cast<double>(in.model.seq) * in.micro_batch * in.model.vocab * (psz + 4) / L.tp;
+  p.activations = layers_here * activation_bytes_per_layer(in) * in_flight + head;
+  if (in.offload != OffloadPolicy::kNone) {
+    p.host = p.master + p.optim_state + p.grad_shard;
+    p.master = p.optim_state = p.grad_shard = 0;
+    if (in.offload == OffloadPolicy::kOptimizerAndParams && L.stage == ZeroStage::kParameters) {
+      p.host += p.params;
+      p.params = psz * layer;  // the next unit's shard staged on the device
+    }
+  }
+  p.total = p.params + p.grads + p.grad_shard + p.master + p.optim_state + p.unsharded + p.comm_buffers +
+            p.activations;
+  p.fits = p.total <= in.hardware.device_memory;
+
+  const Hardware& hw = in.hardware;
+  if (hw.peak_tflops > 0) {
+    double tokens = static_cast<double>(in.model.seq) * in.micro_batch;
+    double flops = (in.recompute ? 8.0 : 6.0) * psi * tokens;
+    p.step_compute_s = flops / (hw.peak_tflops * 1e12 * hw.efficiency);
+  }
+  if (hw.link_gbs > 0 && L.dp > 1) {
+    double frac = (D - 1) / D;
+    double bytes = 0;
+    if (L.stage == ZeroStage::kParameters) bytes = psi * (2 * psz + rsz) * frac;
+    else if (L.stage == ZeroStage::kNone) bytes = 2 * psi * rsz * (L.dp - 1.0) / L.dp;
+    else bytes = psi * (psz + rsz) * frac;
+    p.step_comm_s = bytes / (hw.link_gbs * 1e9);
+    if (in.offload != OffloadPolicy::kNone) p.step_comm_s += psi / opt_div * (4 + psz) / (hw.pcie_gbs * 1e9);
+  }
+  return p;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const PlanInput& in) {
+  MemoryPlan p = compute(in);
+  if (p.fits) return p;
+  // The cheapest changes first: they cost compute or bandwidth, not more devices.
+  struct Change {
+    std::string what;
+    PlanInput in;
+  };
+  std::vector<Change> changes;
+  auto add = [&](std::string what, auto&& edit) {
+    PlanInput c = in;
+    edit(c);
+    changes.push_back({std::move(what), c});
+  };
+  if (!in.recompute) add("turn on activation recomputation (--recompute)", [](PlanInput& c) { c.recompute = true; });
+  if (in.layout.stage != ZeroStage::kParameters)
+    add("shard parameters too (--zero-stage 3)", [](PlanInput& c) { c.layout.stage = ZeroStage::kParameters; });
+  if (!in.recompute && in.layout.stage != ZeroStage::kParameters)
+    add("--zero-stage 3 and --recompute", [](PlanInput& c) {
+      c.layout.stage = ZeroStage::kParameters;
+      c.recompute = true;
+    });
+  if (in.offload == OffloadPolicy::kNone)
+    add("offload the optimizer to host memory (--offload optimizer)", [](PlanInput& c) {
+      c.offload = OffloadPolicy::kOptimizer;
+      c.recompute = true;
+    });
+  if (in.offload == OffloadPolicy::kNone && in.layout.stage != ZeroStage::kParameters)
+    add("--zero-stage 3, --recompute and --offload optimizer", [](PlanInput& c) {
+      c.layout.stage = ZeroStage::kParameters;
+      c.recompute = true;
+      c.offload = OffloadPolicy::kOptimizer;
+    });
+  // Tensor and pipeline parallelism on the same devices: the data-parallel degree shrinks to keep dp x tp x pp.
+  for (int f = 2; in.layout.dp % f == 0; f *= 2) {
+    int tp = in.layout.tp * f;
+    if (tp <= in.hardware.devices_per_node && in.model.heads % tp == 0)
+      add(fmt::format("tensor parallelism --tp {} --dp {} (with --recompute)", tp, in.layout.dp / f),
+          [tp, f](PlanInput& c) {
+            c.layout.tp = tp;
+            c.layout.dp /= f;
+            c.recompute = true;
+          });
+  }
+  for (int f = 2; in.layout.dp % f == 0; f *= 2) {
+    int pp = in.layout.pp * f;
+    if (pp <= in.model.layers)
+      add(fmt::format("pipeline parallelism --pp {} --dp {} (with --recompute)", pp, in.layout.dp / f),
+          [pp, f](PlanInput& c) {
+            c.layout.pp = pp;
+            c.layout.dp /= f;
+            c.recompute = true;
+          });
+  }
+  for (const Change& c : changes) {
+    MemoryPlan q = compute(c.in);
+    if (q.fits) {
+      p.advice = fmt::format("{}: {:.1f} GB per device", c.what, q.total / 1e9);
+      return p;
+    }
+  }
+  p.advice = "no single change tried fits: add devices (--dp, --tp, --pp) or memory";
+  return p;
+}
+
+std::string MemoryPlan::table() const {
+  const std::pair<const char*, double> rows[] = {
+      {"parameters", params},    {"gradients", grads},        {"grad_shard (f32)", grad_shard},
+      {"master (f32)", master},  {"adam m+v (f32)", optim_state}, {"unsharded+prefetch", unsharded},
+      {"comm buffers", comm_buffers}, {"activations", activations}};
+  std::string out = fmt::format("{:<20} {:>12} {:>18}\n", "category", "GB", "bytes");
+  for (const auto& [name, bytes] : rows) out += fmt::format("{:<20} {:>12.2f} {:>18.0f}\n", name, bytes / 1e9, bytes);
+  out += fmt::format("{:<20} {:>12.2f} {:>18.0f}\n", "total (device)", total / 1e9, total);
+  if (host > 0) out += fmt::format("{:<20} {:>12.2f} {:>18.0f}\n", "host (offload)", host / 1e9, host);
+  return out;
+}
+
+std::string MemoryPlan::json() const {
+  nlohmann::json j{{"parameters", params}, {"gradients", grads},       {"grad_shard", grad_shard},
+                   {"master", master},     {"optim_state", optim_state}, {"unsharded", unsharded},
+                   {"comm_buffers", comm_buffers}, {"activations", activations}, {"host", host},
+                   {"total", total},       {"fits", fits},             {"advice", advice},
+                   {"step_compute_s", step_compute_s}, {"step_comm_s", step_comm_s}};
+  return j.dump();
+}
+
+}  // namespace strata

@@ -1,0 +1,86 @@
+// MemoryPlanner: predicts per-rank memory by category (and a step-time estimate) for a transformer under a
+// parallel layout, precision, activation and offload policy, and says whether it fits and what would make it fit.
+// The arithmetic is in docs/memory-model.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/core/dtype.h"
+#include "runtime/sharding/sharding_options.h"
+
+namespace strata {
+
+struct ModelShape {
+  double params = 0;  // total parameters; 0: computed from the GPT dimensions below
+  int layers = 0;
+  int hidden = 0;
+  int heads = 0;
+  int vocab = 0;
+  int seq = 0;  // sequence length (also the position table when computing params)
+  // Parameters of a GPT-style decoder: per layer 12h^2 + 13h, embeddings (V + seq) h, final LayerNorm 2h.
+  double count() const;
+};
+
+struct ParallelLayout {
+  int dp = 1;  // data-parallel ranks (the sharding group unless hybrid)
+  int tp = 1;  // tensor-parallel degree (Megatron-style: each layer's matrices split t ways)
+  int pp = 1;  // pipeline stages (layers split evenly; 1F1B keeps pp micro-batches in flight on the first stage)
+  ZeroStage stage = ZeroStage::kParameters;
+  int hybrid_shard_size = 0;  // as ShardingOptions
+  int shard_size() const;     // ranks that shard the state
+};
+
+enum class OffloadPolicy { kNone, kOptimizer, kOptimizerAndParams };
+const char* offload_name(OffloadPolicy p);
+
+struct Hardware {
+  double device_memory = 80e9;  // bytes per device
+  int devices_per_node = 8;
+  int nodes = 1;
+  double link_gbs = 0;        // per-device bandwidth of the data-parallel collectives, GB/s (0: no estimate)
+  double peak_tflops = 0;     // per device, dense 16-bit (0: no estimate)
+  double efficiency = 0.4;    // fraction of peak the kernels reach
+  double pcie_gbs = 25;       // host <-> device for offload
+};
+
+struct PlanInput {
+  ModelShape model;
+  ParallelLayout layout;
+  MixedPrecisionPolicy precision{DType::kBF16, DType::kF32};
+  int micro_batch = 1;
+  bool recompute = false;        // full activation recomputation: keep each layer's input only
+  bool tiled_attention = true;   // memory-efficient attention: no s x s score matrix
+  int prefetch_depth = 1;
+  OffloadPolicy offload = OffloadPolicy::kNone;
+  Hardware hardware;
+};
+
+// Bytes per rank by category, as Strata's ledger names them.
+struct MemoryPlan {
+  double params = 0;            // parameter storage in param dtype (the shard under ZeRO-3)
+  double grads = 0;             // gradients in param dtype (full, or per-unit transient under ZeRO-2/3)
+  double grad_shard = 0;        // f32 gradient accumulator
+  double master = 0;            // f32 master weights (when param dtype is not f32)
+  double optim_state = 0;       // Adam m and v
+  double unsharded = 0;         // gathered units in flight (ZeRO-3: prefetch depth + 1 layers)
+  double comm_buffers = 0;      // reduction staging (two layers' worth)
+  double activations = 0;       // per the activation policy
+  double host = 0;              // what offload moves to host memory
+  double total = 0;             // device total
+  bool fits = false;
+  std::string advice;           // when it does not fit: the cheapest change found that makes it fit
+  double step_compute_s = 0, step_comm_s = 0;  // estimates (0 when hardware rates are not given)
+  std::string table() const;    // fixed-column, one category a row, GB and bytes
+  std::string json() const;
+};
+
+// Activation bytes per layer for one micro-batch (Korthikanti et al. 2022, 16-bit activations):
+// s b h (34 + 5 a s / h) with tensor parallelism t as s b h (10 + 24/t + 5 a s / (h t)); tiled attention drops the
+// 5 a s^2 b score term; full recomputation keeps 2 s b h (the layer input).
+double activation_bytes_per_layer(const PlanInput& in);
+
+MemoryPlan plan_memory(const PlanInput& in);
+
+}  // namespace strata
