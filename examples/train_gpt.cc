@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "examples/gpt/gpt_memory.h"
 #include "examples/gpt/gpt_trainer.h"
 #include "examples/gpt/kernels.h"
 #include "examples/gpt/safetensors.h"
@@ -133,7 +134,11 @@ int main(int argc, char** argv) {
     cfg.recompute = f.recompute;
     cfg.init = f.init;
     cfg.seed = f.seed;
+    gpt::CategoryBytes before{};
+    for (std::size_t i = 0; i < kNumMemCategories; ++i)
+      before[i] = rt.device().memory_stats().current(static_cast<MemCategory>(i));
     gpt::GptTrainer trainer(rt, cfg, data);
+    rt.device().memory_stats().reset_peaks();  // construction transients are not part of a step
 
     if (rank == 0) {
       std::printf("train_gpt: %s, %zu parameters; %d ranks x %d rows x %d tokens x %d micro-batches; %s%s\n",
@@ -191,6 +196,15 @@ int main(int argc, char** argv) {
                          .dump()
                   << "\n";
         if (bar) progress(step + 1, f.steps, timed ? time_sum_ms / timed : r.time_ms);
+      }
+      if (step == 0 && rank == 0 && rt.backend() == DeviceKind::kCpu) {
+        // The planner's prediction beside the ledger's measured peak (rank 0), after the first step.
+        gpt::CategoryBytes measured{};
+        for (std::size_t i = 0; i < kNumMemCategories; ++i)
+          measured[i] = rt.device().memory_stats().peak(static_cast<MemCategory>(i)) - before[i];
+        std::printf("memory after step 0, rank 0 (bytes):\n%s",
+                    gpt::prediction_table(gpt::predict_step_memory(cfg, world), measured).c_str());
+        std::fflush(stdout);
       }
     }
     if (!f.save.empty()) trainer.save(f.save);

@@ -1,0 +1,24 @@
+// Predicts, category by category, the bytes train_gpt's ledger will show on a rank: the exact layout (ShardLayout
+// with the run's padding), the pools as the GPT trainer uses them, the activations GptModel keeps, and the MPI
+// backend's staging. train_gpt prints it beside the measured peak; a test holds them within 2%.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "examples/gpt/gpt_trainer.h"
+#include "runtime/core/memory_stats.h"
+
+namespace strata::gpt {
+
+using CategoryBytes = std::array<std::uint64_t, kNumMemCategories>;
+
+// Peak bytes per category during a training step (persistent state included), for a rank of a job of
+// `world` ranks on the CPU backend.
+CategoryBytes predict_step_memory(const TrainConfig& cfg, int world);
+
+// "category  predicted  measured  ratio" rows for the categories either side uses.
+std::string prediction_table(const CategoryBytes& predicted, const CategoryBytes& measured);
+
+}  // namespace strata::gpt
