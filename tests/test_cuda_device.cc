@@ -19,6 +19,8 @@
 namespace strata {
 namespace {
 
+using test::error_code_of;
+
 constexpr double kTimeoutS = 60.0;
 
 #define STRATA_SKIP_WITHOUT_GPU() \
@@ -26,18 +28,6 @@ constexpr double kTimeoutS = 60.0;
 
 std::unique_ptr<Device> make_gpu() {
   return create_device(DeviceKind::kCuda, test::runtime().local_rank() % cuda_device_count(), kTimeoutS);
-}
-
-// The code of the strata::Error `fn` throws; nullopt (and a test failure) when it throws none.
-template <typename Fn>
-std::optional<ErrorCode> error_code_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "expected a strata::Error";
-  return std::nullopt;
 }
 
 std::vector<std::uint8_t> pattern(std::size_t bytes, unsigned salt) {

@@ -21,20 +21,11 @@
 namespace strata {
 namespace {
 
+using test::error_code_of;
+
 constexpr double kTimeoutS = 120.0;
 constexpr DType kDTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64, DType::kF64};
 constexpr double kSentinel = 99.0;  // what output buffers hold before an operation writes them
-
-template <typename Fn>
-std::optional<ErrorCode> error_code_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.code();
-  }
-  ADD_FAILURE() << "expected a strata::Error";
-  return std::nullopt;
-}
 
 // Small integers (exact in every dtype, and so are their sums over up to 8 ranks); i64 adds a multiple of 2^36 so
 // that the upper half of each word is exercised.

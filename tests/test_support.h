@@ -2,10 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/core/dtype.h"
+#include "runtime/core/error.h"
+
+#include <gtest/gtest.h>
 
 namespace strata::test {
 
@@ -29,5 +33,17 @@ inline int verifiable_int(int seed, int rank, std::size_t index) {
 void fill_verifiable(void* dst, std::size_t count, DType dtype, int seed, int rank);
 // Element i of a host buffer of `dtype`, as double.
 double element(const void* src, std::size_t i, DType dtype);
+
+// The code of the strata::Error `fn` throws; nullopt (and a test failure) when it throws none.
+template <typename Fn>
+std::optional<ErrorCode> error_code_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "expected a strata::Error";
+  return std::nullopt;
+}
 
 }  // namespace strata::test

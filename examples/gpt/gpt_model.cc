@@ -131,11 +131,7 @@ class UnitF32 {
   void close_grads(const std::vector<TensorView>& views) {
     for (std::size_t k = 0; k < views.size(); ++k) {
       const TensorView& v = views[k];
-      if (v.dtype == DType::kF32) continue;
-      std::vector<float> cur(v.numel());
-      convert(v.data, v.dtype, cur.data(), DType::kF32, cur.size());
-      for (std::size_t i = 0; i < cur.size(); ++i) cur[i] += g_[k][i];
-      convert(cur.data(), DType::kF32, v.data, v.dtype, cur.size());
+      if (v.dtype != DType::kF32) add_f32_into(v.data, v.dtype, g_[k], v.numel());  // f32 views were written in place
     }
   }
   const float* p(int k) const { return p_[static_cast<std::size_t>(k)]; }

@@ -148,14 +148,7 @@ std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerPa
 void add_into(const TensorView& grad, const std::vector<float>& values) {
   STRATA_CHECK(values.size() == grad.numel(), "gradient of '{}' has {} values, expected {}", grad.slot->name,
                values.size(), grad.numel());
-  if (grad.dtype == DType::kF32) {
-    accumulate_f32(grad.as<float>(), values.data(), DType::kF32, values.size());
-    return;
-  }
-  std::vector<float> cur(values.size());
-  convert(grad.data, grad.dtype, cur.data(), DType::kF32, cur.size());
-  for (std::size_t i = 0; i < cur.size(); ++i) cur[i] += values[i];
-  convert(cur.data(), DType::kF32, grad.data, grad.dtype, cur.size());
+  add_f32_into(grad.data, grad.dtype, values.data(), values.size());
 }
 
 }  // namespace strata::mlp

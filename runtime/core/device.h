@@ -100,6 +100,7 @@ class Device {
   // budget: going over it throws kOutOfMemory with the ledger.
   Buffer allocate(std::size_t bytes, MemCategory category);
   MemoryStats& memory_stats() { return stats_; }
+  const MemoryStats& memory_stats() const { return stats_; }
   // 0: unlimited.
   void set_memory_budget(std::size_t bytes) { budget_ = bytes; }
   std::size_t memory_budget() const { return budget_; }

@@ -8,7 +8,7 @@
 namespace strata {
 
 LedgerRow MemoryLedger::local(const Device& device, int rank) {
-  auto& stats = const_cast<Device&>(device).memory_stats();
+  const MemoryStats& stats = device.memory_stats();
   LedgerRow row;
   row.rank = rank;
   for (std::size_t i = 0; i < kNumMemCategories; ++i) {

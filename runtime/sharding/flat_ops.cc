@@ -1,6 +1,7 @@
 // Host implementations of the flat-buffer operations.
 #include "runtime/sharding/flat_ops.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -55,6 +56,22 @@ void accumulate_f32(float* dst, const void* src, DType src_dtype, std::size_t n)
     return;
   }
   for (std::size_t i = 0; i < n; ++i) dst[i] += load(src, src_dtype, i);
+}
+
+void add_f32_into(void* dst, DType dst_dtype, const float* src, std::size_t n) {
+  if (dst_dtype == DType::kF32) {
+    accumulate_f32(static_cast<float*>(dst), src, DType::kF32, n);
+    return;
+  }
+  constexpr std::size_t kBlock = 4096;
+  float sum[kBlock];
+  for (std::size_t base = 0; base < n; base += kBlock) {
+    std::size_t len = std::min(kBlock, n - base);
+    void* d = static_cast<char*>(dst) + base * dtype_size(dst_dtype);
+    convert(d, dst_dtype, sum, DType::kF32, len);
+    for (std::size_t i = 0; i < len; ++i) sum[i] += src[base + i];
+    convert(sum, DType::kF32, d, dst_dtype, len);
+  }
 }
 
 double sum_squares(const float* x, std::size_t n) {
