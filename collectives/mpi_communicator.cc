@@ -95,8 +95,10 @@ void MpiCommunicator::launch(Stream& stream, const OpDesc& desc,
   Lane& lane = p2p ? p2p_ : lane_for(stream);  // lanes are collective; the pair must not create one
   std::string what = fmt::format("{} group={}({}) stream={}", desc.describe(), name(), size(), stream.name());
   logger("comm").trace("enqueue {}", what);
-  std::string args = fmt::format(R"("seq":{},"count":{},"dtype":"{}","group":"{}")", desc.seq, desc.count,
-                                 dtype_name(desc.dtype), name());
+  std::string args;  // trace span arguments, formatted only when tracing
+  if (Tracer::global().enabled())
+    args = fmt::format(R"("seq":{},"count":{},"dtype":"{}","group":"{}")", desc.seq, desc.count,
+                       dtype_name(desc.dtype), name());
   stream.enqueue_host([this, &lane, desc, what, args, track = stream.name(), body = std::move(body)] {
     InFlightScope scope(what);
     TraceSpan span(op_kind_name(desc.kind), "comm", track, args);
