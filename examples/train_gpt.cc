@@ -29,7 +29,7 @@ struct Flags {
   bool recompute = false, no_progress = false;
   int prefetch = 1, warmup = 0;
   bool cosine = false;
-  std::string trace;
+  std::string trace, offload = "none", device_memory;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -68,6 +68,12 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--prefetch", f.prefetch, "units gathered ahead (0: no prefetch)")->check(CLI::Range(0, 8));
   app.add_option("--trace", f.trace, "write a Chrome trace / Perfetto JSON of all ranks here (as STRATA_TRACE)");
   app.add_flag("--no-progress", f.no_progress, "no progress bar on a terminal");
+  app.add_option("--offload", f.offload, "optimizer state (and parameter shards) in host memory: none, optimizer or "
+                                         "optimizer+params (ZeRO-3)")
+      ->check(CLI::IsMember({"none", "optimizer", "optimizer+params"}));
+  app.add_option("--device-memory", f.device_memory,
+                 "device memory budget per rank, e.g. 200MiB (as STRATA_DEVICE_MEMORY): going over it is an error "
+                 "with the ledger and the planner's advice");
 }
 
 // A one-line progress bar with an ETA, redrawn on stderr when it is a terminal.
@@ -129,6 +135,8 @@ int main(int argc, char** argv) {
     cfg.sharding.grad_clip = f.grad_clip;
     cfg.sharding.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
     cfg.sharding.prefetch_depth = f.prefetch;
+    cfg.sharding.offload = offload_from_name(f.offload);
+    if (!f.device_memory.empty()) rt.device().set_memory_budget(parse_bytes(f.device_memory, "--device-memory"));
     cfg.warmup_steps = f.warmup;
     cfg.cosine_steps = f.cosine ? f.steps : 0;
     cfg.recompute = f.recompute;
@@ -204,21 +212,33 @@ int main(int argc, char** argv) {
           measured[i] = rt.device().memory_stats().peak(static_cast<MemCategory>(i)) - before[i];
         std::printf("memory after step 0, rank 0 (bytes):\n%s",
                     gpt::prediction_table(gpt::predict_step_memory(cfg, world), measured).c_str());
+        if (const Device* host = trainer.model().host_device()) {
+          gpt::CategoryBytes host_measured{};
+          for (std::size_t i = 0; i < kNumMemCategories; ++i)
+            host_measured[i] = host->memory_stats().peak(static_cast<MemCategory>(i));
+          std::printf("host memory (offload) after step 0, rank 0 (bytes):\n%s",
+                      gpt::prediction_table(gpt::predict_host_memory(cfg, world), host_measured).c_str());
+        }
         std::fflush(stdout);
       }
     }
     if (!f.save.empty()) trainer.save(f.save);
 
     auto ledger = MemoryLedger::gather(rt.device(), rt.world());
+    std::vector<LedgerRow> host_ledger;
+    if (Device* host = trainer.model().host_device()) host_ledger = MemoryLedger::gather(*host, rt.world());
     if (rank == 0) {
-      nlohmann::json peaks = nlohmann::json::array();
-      for (const LedgerRow& row : ledger) {
-        nlohmann::json p;
-        for (std::size_t i = 0; i < kNumMemCategories; ++i)
-          if (row.peak[i]) p[mem_category_name(static_cast<MemCategory>(i))] = row.peak[i];
-        p["total"] = row.peak_total;
-        peaks.push_back({{"rank", row.rank}, {"peak_bytes", p}});
-      }
+      auto peaks_of = [](const std::vector<LedgerRow>& rows) {
+        nlohmann::json peaks = nlohmann::json::array();
+        for (const LedgerRow& row : rows) {
+          nlohmann::json p;
+          for (std::size_t i = 0; i < kNumMemCategories; ++i)
+            if (row.peak[i]) p[mem_category_name(static_cast<MemCategory>(i))] = row.peak[i];
+          p["total"] = row.peak_total;
+          peaks.push_back({{"rank", row.rank}, {"peak_bytes", p}});
+        }
+        return peaks;
+      };
       double mean_ms = timed ? time_sum_ms / timed : 0;
       nlohmann::json summary{{"final_loss", final_loss},
                              {"mean_step_ms", mean_ms},
@@ -231,7 +251,9 @@ int main(int argc, char** argv) {
                              {"ranks", world},
                              {"zero_stage", f.zero_stage},
                              {"parameters", trainer.parameters()},
-                             {"peak_memory", peaks}};
+                             {"offload", f.offload},
+                             {"peak_memory", peaks_of(ledger)},
+                             {"host_peak_memory", peaks_of(host_ledger)}};
       std::printf("%s\n", summary.dump().c_str());
     }
     return 0;

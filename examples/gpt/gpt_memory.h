@@ -14,9 +14,17 @@ namespace strata::gpt {
 
 using CategoryBytes = std::array<std::uint64_t, kNumMemCategories>;
 
-// Peak bytes per category during a training step (persistent state included), for a rank of a job of
-// `world` ranks on the CPU backend.
+// Peak bytes per category during a training step (persistent state included) on the device, for a rank of a job
+// of `world` ranks on the CPU backend.
 CategoryBytes predict_step_memory(const TrainConfig& cfg, int world);
+// The same for the host memory offload uses (all zero without offload).
+CategoryBytes predict_host_memory(const TrainConfig& cfg, int world);
+std::uint64_t total(const CategoryBytes& b);
+
+// When `budget` device bytes per rank (what the device budget leaves to training) are too few: the first of the planner's changes (fit_changes, cheapest
+// first) that this trainer supports and whose exact prediction fits, as "what: N MiB per rank predicted", or
+// why none does.
+std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget);
 
 // "category  predicted  measured  ratio" rows for the categories either side uses.
 std::string prediction_table(const CategoryBytes& predicted, const CategoryBytes& measured);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "examples/gpt/gpt_memory.h"
 #include "examples/gpt/kernels.h"
 #include "examples/gpt/safetensors.h"
 #include "runtime/core/error.h"
@@ -19,16 +20,31 @@ double TrainConfig::lr_at(int step) const {
   return schedule.at(step);
 }
 
+template <typename Fn>
+void GptTrainer::with_fit_advice(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::uint64_t budget = rt_.device().memory_budget();
+    if (e.code() != ErrorCode::kOutOfMemory || budget == 0) throw;
+    // The prediction covers this trainer's memory: compare it with what the budget left it.
+    const std::uint64_t left = budget > baseline_bytes_ ? budget - baseline_bytes_ : 0;
+    throw Error(ErrorCode::kOutOfMemory,
+                std::string(e.what()) + "\nmemory planner: " + fit_advice(cfg_, rt_.world_size(), left));
+  }
+}
+
 GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenFile& data)
-    : rt_(runtime), cfg_(config), data_(data) {
+    : rt_(runtime), cfg_(config), data_(data), baseline_bytes_(runtime.device().memory_stats().current_total()) {
   cfg_.model.validate();
   STRATA_CHECK(cfg_.seq >= 1 && cfg_.seq <= cfg_.model.ctx, "sequence length {} must be in [1, ctx {}]", cfg_.seq,
                cfg_.model.ctx);
-  STRATA_CHECK(data_.max_token() < cfg_.model.vocab, "data token {} is outside the vocabulary of {}",
-               data_.max_token(), cfg_.model.vocab);
+  STRATA_CHECK(data_.max_token() < cfg_.model.vocab, "data token {} is outside the vocabulary of {}", data_.max_token(),
+               cfg_.model.vocab);
   // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
   set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
-  model_ = std::make_unique<ShardedModel>(rt_, gpt_units(cfg_.model), cfg_.sharding, cfg_.adamw);
+  with_fit_advice(
+      [&] { model_ = std::make_unique<ShardedModel>(rt_, gpt_units(cfg_.model), cfg_.sharding, cfg_.adamw); });
   for (int u = 0; u < model_->num_units(); ++u) parameters_ += model_->unit(u).layout().numel();
   if (!cfg_.init.empty()) {
     SafetensorsReader reader(cfg_.init);
@@ -44,7 +60,9 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
       spec_init(m, s, begin, count, out, seed);
     });
   }
-  gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), cfg_.batch, cfg_.seq, cfg_.recompute);
+  with_fit_advice([&] {
+    gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), cfg_.batch, cfg_.seq, cfg_.recompute);
+  });
   inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.seq);
   targets_.resize(inputs_.size());
 }
@@ -58,7 +76,9 @@ StepRecord GptTrainer::step(int step) {
   for (int a = 0; a < A; ++a) {
     model_->begin_micro_batch(a, A);
     fill_batch(data_, step, a, A, world, rt_.rank(), cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
-    loss += gpt_->forward_backward(inputs_.data(), targets_.data(), model_->loss_scale() / static_cast<float>(A)) / A;
+    with_fit_advice([&] {
+      loss += gpt_->forward_backward(inputs_.data(), targets_.data(), model_->loss_scale() / static_cast<float>(A)) / A;
+    });
   }
   StepResult r = model_->step(cfg_.lr_at(step));
   double global = 0;

@@ -50,9 +50,14 @@ class GptTrainer {
   void save(const std::string& path);
 
  private:
+  // Runs fn; an allocation over the device budget is rethrown with the planner's advice appended.
+  template <typename Fn>
+  void with_fit_advice(Fn&& fn);
+
   Runtime& rt_;
   TrainConfig cfg_;
   const TokenFile& data_;
+  std::uint64_t baseline_bytes_;  // device bytes in use before this trainer allocated anything
   std::unique_ptr<ShardedModel> model_;
   std::unique_ptr<GptModel> gpt_;
   std::vector<std::int32_t> inputs_, targets_;

@@ -27,11 +27,14 @@ std::uint64_t CpuEventState::armed() const {
   return armed_;
 }
 
-void CpuEventState::complete(std::uint64_t generation, const std::string& failure) {
+void CpuEventState::complete(std::uint64_t generation, const std::string& failure, ErrorCode failure_code) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (generation > completed_) completed_ = generation;
-    if (!failure.empty()) failure_ = failure;
+    if (!failure.empty()) {
+      failure_ = failure;
+      failure_code_ = failure_code;
+    }
   }
   cv_.notify_all();
 }
@@ -39,7 +42,7 @@ void CpuEventState::complete(std::uint64_t generation, const std::string& failur
 bool CpuEventState::query() {
   std::lock_guard<std::mutex> lock(mutex_);
   if (completed_ < armed_) return false;
-  STRATA_CHECK_CODE(ErrorCode::kRemote, failure_.empty(), "event's stream failed: {}", failure_);
+  STRATA_CHECK_CODE(failure_code_, failure_.empty(), "event's stream failed: {}", failure_);
   return true;
 }
 
@@ -52,7 +55,7 @@ void CpuEventState::wait_for(std::uint64_t generation, const char* waiter) {
       throw_timeout(__FILE__, __LINE__, fmt::format("{}: wait on an event", waiter), timeout_s_);
     }
   }
-  STRATA_CHECK_CODE(ErrorCode::kRemote, failure_.empty(), "{} waited on an event whose stream failed: {}", waiter,
+  STRATA_CHECK_CODE(failure_code_, failure_.empty(), "{} waited on an event whose stream failed: {}", waiter,
                     failure_);
 }
 
@@ -102,6 +105,8 @@ void CpuStream::run() {
         if (!failure_) {
           failure_ = std::current_exception();
           failure_message_ = e.what();
+          const auto* strata_error = dynamic_cast<const Error*>(&e);
+          failure_code_ = strata_error ? strata_error->code() : ErrorCode::kInternal;
         }
         lock.unlock();
       }
@@ -119,17 +124,19 @@ void CpuStream::record(Event& event) {
   std::shared_ptr<CpuEventState> e = static_cast<CpuEvent&>(event).state();
   std::uint64_t generation = e->arm();
   if (!threaded_) {
-    e->complete(generation, "");
+    e->complete(generation, "", ErrorCode::kInternal);
     return;
   }
   push(
       [this, e, generation] {
         std::string failure;
+        ErrorCode code;
         {
           std::lock_guard<std::mutex> lock(mutex_);
           failure = failure_text();
+          code = failure_code_;
         }
-        e->complete(generation, failure);
+        e->complete(generation, failure, code);
       },
       true);
 }
@@ -146,7 +153,7 @@ void CpuStream::synchronize() {
   if (!threaded_) return;
   auto done = std::make_shared<CpuEventState>(device().timeout_s());
   std::uint64_t generation = done->arm();
-  push([done, generation] { done->complete(generation, ""); }, true);
+  push([done, generation] { done->complete(generation, "", ErrorCode::kInternal); }, true);
   std::string waiter = "host synchronize of stream '" + name() + "'";
   done->wait_for(generation, waiter.c_str());
   std::exception_ptr failure;
@@ -160,7 +167,8 @@ void CpuStream::synchronize() {
 
 // ---- CpuDevice --------------------------------------------------------------------------------------------------
 
-CpuDevice::CpuDevice(double timeout_s) : Device(0, timeout_s) {
+CpuDevice::CpuDevice(double timeout_s, std::string label) : Device(0, timeout_s) {
+  if (!label.empty()) set_label(std::move(label));
   compute_ = std::make_unique<CpuStream>(*this, "compute", next_stream_id(), /*threaded=*/false);
 }
 

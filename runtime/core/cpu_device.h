@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "runtime/core/device.h"
+#include "runtime/core/error.h"
 
 namespace strata {
 
@@ -22,9 +23,11 @@ class CpuEventState {
 
   // Called by CpuStream::record: the generation the next completion will reach.
   std::uint64_t arm();
-  // Called when the stream reaches the record point; `failure` is non-empty when the stream had failed.
-  void complete(std::uint64_t generation, const std::string& failure);
-  // Blocks until `generation` completed (bounded). Throws if the recording stream failed.
+  // Called when the stream reaches the record point; `failure` is non-empty when the stream had failed, and
+  // `failure_code` is that failure's ErrorCode.
+  void complete(std::uint64_t generation, const std::string& failure, ErrorCode failure_code);
+  // Blocks until `generation` completed (bounded). Throws if the recording stream failed, with the failure's own
+  // ErrorCode (an allocation over budget on a communication stream stays kOutOfMemory for the waiter).
   void wait_for(std::uint64_t generation, const char* waiter);
   std::uint64_t armed() const;
 
@@ -35,6 +38,7 @@ class CpuEventState {
   std::uint64_t armed_ = 0;
   std::uint64_t completed_ = 0;
   std::string failure_;
+  ErrorCode failure_code_ = ErrorCode::kInternal;
 };
 
 class CpuEvent : public Event {
@@ -75,12 +79,14 @@ class CpuStream : public Stream {
   bool stopping_ = false;
   std::exception_ptr failure_;     // first failure since the last synchronize()
   std::string failure_message_;
+  ErrorCode failure_code_ = ErrorCode::kInternal;
   std::thread worker_;
 };
 
 class CpuDevice : public Device {
  public:
-  explicit CpuDevice(double timeout_s);
+  // `label` names the device in reports and errors ("host" for the offload memory of another device).
+  explicit CpuDevice(double timeout_s, std::string label = {});
   DeviceKind kind() const override { return DeviceKind::kCpu; }
   Stream& compute_stream() override { return *compute_; }
   std::unique_ptr<Stream> create_stream(const std::string& name) override;

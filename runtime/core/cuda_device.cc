@@ -20,12 +20,14 @@ struct CudaFailureSlot {
   std::mutex mutex;
   bool failed = false;
   std::string message;
+  ErrorCode code = ErrorCode::kInternal;  // the failure's own code, rethrown to the waiter
 };
 
 struct CudaStream::HostState {
   std::mutex mutex;
   std::exception_ptr failure;  // first failure since the last synchronize()
   std::string failure_message;
+  ErrorCode failure_code = ErrorCode::kInternal;
 };
 
 namespace {
@@ -53,11 +55,12 @@ struct HostTask {
   bool always_run;  // event bookkeeping runs even after a failure, carrying it
 };
 
-void record_failure(CudaStream::HostState& state, std::exception_ptr failure, std::string message) {
+void record_failure(CudaStream::HostState& state, std::exception_ptr failure, std::string message, ErrorCode code) {
   std::lock_guard<std::mutex> lock(state.mutex);
   if (!state.failure) {
     state.failure = std::move(failure);
     state.failure_message = std::move(message);
+    state.failure_code = code;
   }
 }
 
@@ -71,9 +74,11 @@ void CUDART_CB run_host_task(void* arg) noexcept {
   try {
     task->fn();
   } catch (const std::exception& e) {
-    record_failure(state, std::current_exception(), e.what());
+    const auto* strata_error = dynamic_cast<const Error*>(&e);
+    record_failure(state, std::current_exception(), e.what(),
+                   strata_error ? strata_error->code() : ErrorCode::kInternal);
   } catch (...) {
-    record_failure(state, std::current_exception(), "unknown exception in a host task");
+    record_failure(state, std::current_exception(), "unknown exception in a host task", ErrorCode::kInternal);
   }
 }
 }  // namespace
@@ -104,7 +109,7 @@ void CudaEvent::check_slot() const {
   std::shared_ptr<CudaFailureSlot> s = slot();
   if (!s) return;
   std::lock_guard<std::mutex> lock(s->mutex);
-  STRATA_CHECK_CODE(ErrorCode::kRemote, !s->failed, "event's stream failed: {}", s->message);
+  STRATA_CHECK_CODE(s->code, !s->failed, "event's stream failed: {}", s->message);
 }
 
 bool CudaEvent::query() {
@@ -154,14 +159,17 @@ void CudaStream::record(Event& event) {
         [host, slot] {
           std::string message;
           bool failed;
+          ErrorCode code;
           {
             std::lock_guard<std::mutex> lock(host->mutex);
             failed = host->failure != nullptr;
             message = host->failure_message;
+            code = host->failure_code;
           }
           std::lock_guard<std::mutex> lock(slot->mutex);
           slot->failed = failed;
           slot->message = std::move(message);
+          slot->code = code;
         },
         /*always_run=*/true);
   }
@@ -179,7 +187,7 @@ void CudaStream::wait(Event& event) {
     launch_host(
         [slot, waiter] {
           std::lock_guard<std::mutex> lock(slot->mutex);
-          STRATA_CHECK_CODE(ErrorCode::kRemote, !slot->failed, "{} waited on an event whose stream failed: {}", waiter,
+          STRATA_CHECK_CODE(slot->code, !slot->failed, "{} waited on an event whose stream failed: {}", waiter,
                             slot->message);
         },
         /*always_run=*/false);
@@ -303,6 +311,27 @@ void CudaDevice::raw_free(void* ptr) {
     logger("mem").error("cudaFree({}) on {} failed: {} ({})", ptr, name(), cudaGetErrorString(rc),
                         cudaGetErrorName(rc));
   } catch (...) {  // logging must not turn a failed free into std::terminate
+  }
+}
+
+void* PinnedHostDevice::raw_allocate(std::size_t bytes) {
+  STRATA_CHECK_CUDA(cudaSetDevice(cuda_index_));
+  void* ptr = nullptr;
+  cudaError_t rc = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);
+  if (rc == cudaSuccess) return ptr;
+  (void)cudaGetLastError();
+  STRATA_THROW(rc == cudaErrorMemoryAllocation ? ErrorCode::kOutOfMemory : ErrorCode::kCuda,
+               "cudaHostAlloc of {} bytes of page-locked host memory failed: {} ({}); Strata's host allocations:\n{}",
+               bytes, cudaGetErrorString(rc), cudaGetErrorName(rc), memory_report());
+}
+
+void PinnedHostDevice::raw_free(void* ptr) {
+  cudaError_t rc = cudaFreeHost(ptr);
+  if (rc == cudaSuccess || rc == cudaErrorCudartUnloading) return;
+  (void)cudaGetLastError();
+  try {
+    logger("mem").error("cudaFreeHost({}) failed: {} ({})", ptr, cudaGetErrorString(rc), cudaGetErrorName(rc));
+  } catch (...) {
   }
 }
 

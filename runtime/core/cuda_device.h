@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 
+#include "runtime/core/cpu_device.h"
 #include "runtime/core/device.h"
 
 namespace strata {
@@ -18,7 +19,7 @@ namespace strata {
 struct CudaFailureSlot;
 
 // A cudaEvent_t (cudaEventDisableTiming). As with CpuEvent, waiting on an event recorded on a stream whose host task
-// failed reports that failure (kRemote). Waits poll and are bounded by the device timeout.
+// failed reports that failure (with its own ErrorCode). Waits poll and are bounded by the device timeout.
 class CudaEvent : public Event {
  public:
   CudaEvent(int device_index, double timeout_s);
@@ -106,6 +107,20 @@ class CudaDevice : public Device {
 
   std::unique_ptr<CudaStream> compute_;
   cudaStream_t transfer_ = nullptr;  // copy_to_host / copy_from_host; no Stream id, so ids match the CPU device's
+};
+
+// Page-locked host memory beside cuda:index (the offload target): a CpuDevice whose allocations are cudaHostAlloc'd
+// so that copies to and from the GPU run asynchronously on its streams.
+class PinnedHostDevice : public CpuDevice {
+ public:
+  PinnedHostDevice(int cuda_index, double timeout_s) : CpuDevice(timeout_s, "host"), cuda_index_(cuda_index) {}
+
+ protected:
+  void* raw_allocate(std::size_t bytes) override;
+  void raw_free(void* ptr) override;
+
+ private:
+  int cuda_index_;
 };
 
 }  // namespace strata

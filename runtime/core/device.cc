@@ -10,6 +10,7 @@ namespace strata {
 const char* device_kind_name(DeviceKind k) { return k == DeviceKind::kCpu ? "cpu" : "cuda"; }
 
 std::string Device::name() const {
+  if (!label_.empty()) return label_;
   return kind() == DeviceKind::kCpu ? std::string("cpu") : fmt::format("cuda:{}", index_);
 }
 
@@ -17,7 +18,7 @@ Buffer Device::allocate(std::size_t bytes, MemCategory category) {
   if (budget_ != 0 && stats_.current_total() + bytes > budget_) {
     STRATA_THROW(ErrorCode::kOutOfMemory,
                  "allocating {} bytes of {} on {} would exceed the device memory budget of {} bytes "
-                 "(STRATA_DEVICE_MEMORY); {} bytes in use:\n{}",
+                 "(STRATA_DEVICE_MEMORY or the program's option); {} bytes in use:\n{}",
                  bytes, mem_category_name(category), name(), budget_, stats_.current_total(), memory_report());
   }
   void* ptr = bytes == 0 ? nullptr : raw_allocate(bytes);

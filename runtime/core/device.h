@@ -94,7 +94,7 @@ class Device {
 
   virtual DeviceKind kind() const = 0;
   int index() const { return index_; }
-  std::string name() const;  // "cpu", "cuda:1"
+  std::string name() const;  // "cpu", "cuda:1", or the label given at construction ("host")
 
   // Allocates `bytes` (a zero-byte request gives an empty Buffer that is still valid). Enforces the memory
   // budget: going over it throws kOutOfMemory with the ledger.
@@ -126,6 +126,7 @@ class Device {
  protected:
   Device(int index, double timeout_s) : index_(index), timeout_s_(timeout_s) {}
   std::uint64_t next_stream_id() { return next_stream_id_++; }
+  void set_label(std::string label) { label_ = std::move(label); }
   virtual void* raw_allocate(std::size_t bytes) = 0;
   virtual void raw_free(void* ptr) = 0;
 
@@ -135,6 +136,7 @@ class Device {
 
   int index_;
   double timeout_s_;
+  std::string label_;
   std::size_t budget_ = 0;
   std::uint64_t next_stream_id_ = 0;
   MemoryStats stats_;

@@ -37,4 +37,11 @@ std::unique_ptr<Device> create_device(DeviceKind kind, int index, double timeout
 #endif
 }
 
+std::unique_ptr<Device> create_host_device(const Device& device) {
+#if STRATA_WITH_CUDA
+  if (device.kind() == DeviceKind::kCuda) return std::make_unique<PinnedHostDevice>(device.index(), device.timeout_s());
+#endif
+  return std::make_unique<CpuDevice>(device.timeout_s(), "host");
+}
+
 }  // namespace strata

@@ -14,4 +14,8 @@ int cuda_device_count();  // visible GPUs; 0 when CUDA is not built or no driver
 // A CPU device (index ignored) or cuda:index. Throws kUnsupported naming the reason when CUDA is unavailable.
 std::unique_ptr<Device> create_device(DeviceKind kind, int index, double timeout_s);
 
+// The host memory that `device` offloads to, as a Device of its own (named "host") so that it keeps its own
+// ledger: plain host memory beside a CPU device, page-locked (cudaHostAlloc) memory beside a CUDA device.
+std::unique_ptr<Device> create_host_device(const Device& device);
+
 }  // namespace strata

@@ -21,7 +21,7 @@ LedgerRow MemoryLedger::local(const Device& device, int rank) {
   return row;
 }
 
-std::vector<LedgerRow> MemoryLedger::gather(Device& device, Communicator& comm) {
+std::vector<LedgerRow> MemoryLedger::gather(const Device& device, Communicator& comm) {
   constexpr std::size_t kFields = 2 * kNumMemCategories + 2;
   LedgerRow me = local(device, comm.rank());
   std::vector<std::int64_t> mine(kFields), all(kFields * static_cast<std::size_t>(comm.size()));
@@ -31,9 +31,16 @@ std::vector<LedgerRow> MemoryLedger::gather(Device& device, Communicator& comm) 
   }
   mine[2 * kNumMemCategories] = me.current_total;
   mine[2 * kNumMemCategories + 1] = me.peak_total;
-  auto stream = device.create_stream("ledger");
-  comm.all_gather(mine.data(), all.data(), kFields, DType::kI64, *stream);
+  // Through the communicator's device (the ledger may be another device's, e.g. the offload host's), in its memory
+  // (device memory for NCCL), with the few bytes copied in and out.
+  Device& dev = comm.device();
+  Buffer send = dev.allocate(kFields * 8, MemCategory::kWorkspace);
+  Buffer recv = dev.allocate(all.size() * 8, MemCategory::kWorkspace);
+  dev.copy_from_host(send.data(), mine.data(), kFields * 8);
+  auto stream = dev.create_stream("ledger");
+  comm.all_gather(send.data(), recv.data(), kFields, DType::kI64, *stream);
   stream->synchronize();
+  dev.copy_to_host(all.data(), recv.data(), all.size() * 8);
   std::vector<LedgerRow> rows(static_cast<std::size_t>(comm.size()));
   for (std::size_t r = 0; r < rows.size(); ++r) {
     const std::int64_t* f = all.data() + r * kFields;

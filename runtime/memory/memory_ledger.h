@@ -23,8 +23,9 @@ class MemoryLedger {
  public:
   // This rank's figures.
   static LedgerRow local(const Device& device, int rank);
-  // Collective over `comm`: every rank's row, in rank order (on every rank).
-  static std::vector<LedgerRow> gather(Device& device, Communicator& comm);
+  // Collective over `comm`: every rank's row of `device`'s ledger, in rank order (on every rank). The exchange runs
+  // on comm's device, so `device` may be another one (the offload host memory).
+  static std::vector<LedgerRow> gather(const Device& device, Communicator& comm);
   // Fixed-column table: one row per rank and category with current and peak MiB (and bytes).
   static std::string table(const std::vector<LedgerRow>& rows);
   // {"ranks": [{"rank": 0, "current": {"param_shard": bytes, ...}, "peak": {...}, "current_total": ..}, ...]}

@@ -21,15 +21,6 @@ int ParallelLayout::shard_size() const {
   return dp;
 }
 
-const char* offload_name(OffloadPolicy p) {
-  switch (p) {
-    case OffloadPolicy::kNone: return "none";
-    case OffloadPolicy::kOptimizer: return "optimizer";
-    case OffloadPolicy::kOptimizerAndParams: return "optimizer+params";
-  }
-  return "?";
-}
-
 double activation_bytes_per_layer(const PlanInput& in) {
   const double s = in.model.seq, b = in.micro_batch, h = in.model.hidden, a = in.model.heads, t = in.layout.tp;
   const double width = static_cast<double>(dtype_size(in.precision.param_dtype)) / 2.0;  // the formulas are 16-bit
@@ -100,15 +91,8 @@ MemoryPlan compute(const PlanInput& in) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const PlanInput& in) {
-  MemoryPlan p = compute(in);
-  if (p.fits) return p;
-  // The cheapest changes first: they cost compute or bandwidth, not more devices.
-  struct Change {
-    std::string what;
-    PlanInput in;
-  };
-  std::vector<Change> changes;
+std::vector<PlanChange> fit_changes(const PlanInput& in) {
+  std::vector<PlanChange> changes;
   auto add = [&](std::string what, auto&& edit) {
     PlanInput c = in;
     edit(c);
@@ -123,7 +107,7 @@ MemoryPlan plan_memory(const PlanInput& in) {
       c.recompute = true;
     });
   if (in.offload == OffloadPolicy::kNone)
-    add("offload the optimizer to host memory (--offload optimizer)", [](PlanInput& c) {
+    add("offload the optimizer to host memory (--recompute and --offload optimizer)", [](PlanInput& c) {
       c.offload = OffloadPolicy::kOptimizer;
       c.recompute = true;
     });
@@ -132,6 +116,12 @@ MemoryPlan plan_memory(const PlanInput& in) {
       c.layout.stage = ZeroStage::kParameters;
       c.recompute = true;
       c.offload = OffloadPolicy::kOptimizer;
+    });
+  if (in.offload != OffloadPolicy::kOptimizerAndParams)
+    add("--zero-stage 3, --recompute and --offload optimizer+params", [](PlanInput& c) {
+      c.layout.stage = ZeroStage::kParameters;
+      c.recompute = true;
+      c.offload = OffloadPolicy::kOptimizerAndParams;
     });
   // Tensor and pipeline parallelism on the same devices: the data-parallel degree shrinks to keep dp x tp x pp.
   for (int f = 2; in.layout.dp % f == 0; f *= 2) {
@@ -154,7 +144,13 @@ MemoryPlan plan_memory(const PlanInput& in) {
             c.recompute = true;
           });
   }
-  for (const Change& c : changes) {
+  return changes;
+}
+
+MemoryPlan plan_memory(const PlanInput& in) {
+  MemoryPlan p = compute(in);
+  if (p.fits) return p;
+  for (const PlanChange& c : fit_changes(in)) {
     MemoryPlan q = compute(c.in);
     if (q.fits) {
       p.advice = fmt::format("{}: {:.1f} GB per device", c.what, q.total / 1e9);

@@ -32,8 +32,6 @@ struct ParallelLayout {
   int shard_size() const;     // ranks that shard the state
 };
 
-enum class OffloadPolicy { kNone, kOptimizer, kOptimizerAndParams };
-const char* offload_name(OffloadPolicy p);
 
 struct Hardware {
   double device_memory = 80e9;  // bytes per device
@@ -82,5 +80,15 @@ struct MemoryPlan {
 double activation_bytes_per_layer(const PlanInput& in);
 
 MemoryPlan plan_memory(const PlanInput& in);
+
+// One change to a plan's input, described with strata-plan's (and train_gpt's) flags.
+struct PlanChange {
+  std::string what;
+  PlanInput in;
+};
+// The changes tried when a plan does not fit, cheapest first (recomputation, ZeRO-3, offload, then tensor and
+// pipeline parallelism on the same devices). plan_memory's advice is the first that fits; a trainer with an
+// exact predictor of its own (examples/gpt/gpt_memory.h) walks the same list.
+std::vector<PlanChange> fit_changes(const PlanInput& in);
 
 }  // namespace strata

@@ -1,6 +1,9 @@
 // adamw_update and LrSchedule.
 #include "runtime/optim/adamw.h"
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "runtime/core/error.h"
@@ -15,24 +18,61 @@ void AdamWConfig::validate() const {
   STRATA_CHECK(weight_decay >= 0, "weight decay {} is negative", weight_decay);
 }
 
+namespace {
+
+// The update's scalars, computed once per call in double and applied in f32 (as torch does).
+struct AdamWScalars {
+  float shrink, b1, one_minus_b1, b2, one_minus_b2, step_size, bc2_sqrt, eps;
+};
+
+// One chunk, written for the vectorizer: no aliasing between the four arrays, no branches. Compiled for AVX-512,
+// AVX2 and the baseline, picked at load time (target_clones). Every operation (multiply, add, divide, sqrt) rounds
+// exactly as IEEE says at any vector width, and this file is built with -ffp-contract=off, so each lane computes
+// bit for bit what the plain scalar loop computes: thread count and vector width never change a result.
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_chunk(
+    float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, std::size_t n,
+    const AdamWScalars k) {
+#pragma omp simd
+  for (std::size_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float mi = k.b1 * m[i] + k.one_minus_b1 * gi;
+    const float vi = k.b2 * v[i] + k.one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * k.shrink - k.step_size * (mi / (std::sqrt(vi) / k.bc2_sqrt + k.eps));
+  }
+}
+
+// Below this many elements a call stays on the calling thread (a parallel region costs a few microseconds).
+constexpr std::size_t kParallelMin = 1 << 15;
+// Chunks are whole cache lines of every array, so threads never share a line.
+constexpr std::size_t kChunkAlign = 16;
+
+}  // namespace
+
 void adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
                   std::int64_t t, bool decay) {
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(t));
-  const float shrink = decay ? static_cast<float>(1.0 - lr * cfg.weight_decay) : 1.0f;
-  const float b1 = static_cast<float>(cfg.beta1), one_minus_b1 = static_cast<float>(1.0 - cfg.beta1);
-  const float b2 = static_cast<float>(cfg.beta2), one_minus_b2 = static_cast<float>(1.0 - cfg.beta2);
-  const float step_size = static_cast<float>(lr / bc1);
-  const float bc2_sqrt = static_cast<float>(std::sqrt(bc2));
-  const float eps = static_cast<float>(cfg.eps);
-  for (std::size_t i = 0; i < n; ++i) {
-    float gi = g[i];
-    float pi = p[i] * shrink;
-    float mi = b1 * m[i] + one_minus_b1 * gi;
-    float vi = b2 * v[i] + one_minus_b2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = pi - step_size * (mi / (std::sqrt(vi) / bc2_sqrt + eps));
+  const AdamWScalars k{decay ? static_cast<float>(1.0 - lr * cfg.weight_decay) : 1.0f,
+                       static_cast<float>(cfg.beta1),
+                       static_cast<float>(1.0 - cfg.beta1),
+                       static_cast<float>(cfg.beta2),
+                       static_cast<float>(1.0 - cfg.beta2),
+                       static_cast<float>(lr / bc1),
+                       static_cast<float>(std::sqrt(bc2)),
+                       static_cast<float>(cfg.eps)};
+  const int threads = n < kParallelMin ? 1 : omp_get_max_threads();
+  if (threads <= 1) {
+    adamw_chunk(p, g, m, v, n, k);
+    return;
+  }
+  const std::size_t per = (n / static_cast<std::size_t>(threads) + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int c = 0; c < threads; ++c) {
+    const std::size_t begin = std::min(n, static_cast<std::size_t>(c) * per);
+    const std::size_t end = std::min(n, begin + per);
+    adamw_chunk(p + begin, g + begin, m + begin, v + begin, end - begin, k);
   }
 }
 

@@ -19,7 +19,9 @@ struct AdamWConfig {
 //   p = p * (1 - lr*wd)            (only when `decay`)
 //   m = beta1*m + (1-beta1)*g ; v = beta2*v + (1-beta2)*g*g
 //   p = p - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps),  bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (in double)
-// Vectorisable inner loop; the scalars are computed once in double and applied in f32, as torch does.
+// The scalars are computed once in double and applied in f32, as torch does. Vectorised (AVX-512 / AVX2 chosen at
+// load time) and, from 32K elements, split over the OpenMP threads; results are bitwise those of the plain scalar
+// loop at any thread count (docs/benchmarks.md has its speed).
 void adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
                   std::int64_t t, bool decay);
 

@@ -52,12 +52,18 @@ class PooledBuffer {
   void* data_ = nullptr;
 };
 
-// The pools one ShardedModel shares among its units, and what its collectives moved.
+// The pools (and, with offload, the host memory and upload stream) one ShardedModel shares among its units.
 struct UnitPools {
   BufferPool* params = nullptr;      // gathered parameters (ZeRO-3)
   BufferPool* grads = nullptr;       // unsharded gradients (ZeRO-2/3, no-sync)
   BufferPool* reduce_in = nullptr;   // gradients converted to the reduce dtype
   BufferPool* reduce_out = nullptr;  // reduce-scatter / all-reduce outputs
+  // Offload only (ShardingOptions::offload):
+  Device* host = nullptr;               // host memory, with its own ledger
+  Stream* upload = nullptr;             // the device stream that copies host -> device
+  BufferPool* staged_shards = nullptr;  // device: parameter shards copied up for their gather (offload params)
+  BufferPool* grad_return = nullptr;    // host: reduced gradient shards copied down from the device
+  BufferPool* param_upload = nullptr;   // host: updated parameters cast to param dtype before their upload
 };
 
 }  // namespace strata

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "runtime/bootstrap/runtime.h"
+#include "runtime/core/device_registry.h"
 #include "runtime/core/error.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/tracer.h"
@@ -67,6 +68,26 @@ ShardedModel::ShardedModel(Device& device, Communicator& world, int local_size, 
   reduce_out_pool_ =
       std::make_unique<BufferPool>(device, "reduce output", MemCategory::kCommBuffer, max_shard * rsz, 2);
   UnitPools pools{params_pool_.get(), grads_pool_.get(), reduce_in_pool_.get(), reduce_out_pool_.get()};
+  if (plan.offload_optimizer) {
+    // Host memory gets its own Device, so its ledger is separate from the device's (on the CPU backend too).
+    host_ = create_host_device(device);
+    upload_stream_ = device.create_stream("upload");
+    // Staged shards: one per gather in flight. Gradient landing slots: one per reduction in flight. Upload
+    // slots: the step pipelines one unit's copy under the next unit's update.
+    staged_shards_pool_ = std::make_unique<BufferPool>(device, "staged parameter shards", MemCategory::kParamShard,
+                                                       max_shard * psz,
+                                                       plan.offload_params ? options_.prefetch_depth + 1 : 0);
+    grad_return_pool_ =
+        std::make_unique<BufferPool>(*host_, "returned gradient shards", MemCategory::kCommBuffer, max_shard * rsz, 2);
+    param_upload_pool_ = std::make_unique<BufferPool>(
+        *host_, "parameter upload", MemCategory::kCommBuffer, max_shard * psz,
+        !plan.offload_params && options_.mixed_precision.param_dtype != DType::kF32 ? 2 : 0);
+    pools.host = host_.get();
+    pools.upload = upload_stream_.get();
+    pools.staged_shards = staged_shards_pool_.get();
+    pools.grad_return = grad_return_pool_.get();
+    pools.param_upload = param_upload_pool_.get();
+  }
   for (const UnitSpec& spec : specs_)
     units_.push_back(std::make_unique<ShardedUnit>(spec.name, spec.slots, *comm_, options_, pools, stats_));
   forward_done_.assign(units_.size(), false);
@@ -85,8 +106,11 @@ ShardedModel::~ShardedModel() {
 }
 
 int ShardedModel::pool_allocations() const {
-  return params_pool_->allocations() + grads_pool_->allocations() + reduce_in_pool_->allocations() +
-         reduce_out_pool_->allocations();
+  int n = params_pool_->allocations() + grads_pool_->allocations() + reduce_in_pool_->allocations() +
+          reduce_out_pool_->allocations();
+  if (host_)
+    n += staged_shards_pool_->allocations() + grad_return_pool_->allocations() + param_upload_pool_->allocations();
+  return n;
 }
 
 std::string StepSummary::describe() const {
@@ -96,7 +120,11 @@ std::string StepSummary::describe() const {
       "{:.2f} MiB (predicted {:.2f}), reduce_scatter {:.2f} MiB ({:.2f}), all_reduce {:.2f} MiB ({:.2f})",
       step, step_ms, compute_ms, comm_ms, exposed_comm_ms, step_ms > 0 ? 100.0 * exposed_comm_ms / step_ms : 0.0,
       mib(all_gather_bytes), mib(predicted_all_gather_bytes), mib(reduce_scatter_bytes),
-      mib(predicted_reduce_scatter_bytes), mib(all_reduce_bytes), mib(predicted_all_reduce_bytes));
+      mib(predicted_reduce_scatter_bytes), mib(all_reduce_bytes), mib(predicted_all_reduce_bytes)) +
+         (to_device_bytes + to_host_bytes
+              ? fmt::format("; offload copies {:.2f} MiB to the device, {:.2f} MiB to the host", mib(to_device_bytes),
+                            mib(to_host_bytes))
+              : std::string());
 }
 
 void ShardedModel::mark_step_start() {
@@ -164,7 +192,10 @@ void ShardedModel::check_unit(int i, const char* call) const {
 }
 
 void ShardedModel::init(const SlotInit& fill) {
-  for (auto& u : units_) u->init(fill);
+  for (auto& u : units_) {
+    u->init(fill);
+    u->finish_upload();
+  }
   stats_.reset();  // the initial publication is not part of a step
 }
 
@@ -181,6 +212,7 @@ void ShardedModel::init_from_rank0(const std::function<void(const ParamSlot& slo
     u->init([values](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
       std::memcpy(out, values + s.offset + begin, count * 4);
     });
+    u->finish_upload();
   }
   stats_.reset();
 }
@@ -300,11 +332,14 @@ StepResult ShardedModel::step(double lr) {
   if (coef != 1.0)
     for (auto& u : units_) u->scale_grads(static_cast<float>(coef));
   ++step_;
-  for (auto& u : units_) {
-    u->adamw_step(adamw_, lr, step_);
-    u->zero_grad_shard();
-    u->publish_params();
+  // Under offload, unit k's copy to the device runs while unit k+1 updates (at most two copies in flight).
+  for (std::size_t k = 0; k < units_.size(); ++k) {
+    units_[k]->adamw_step(adamw_, lr, step_);
+    units_[k]->zero_grad_shard();
+    units_[k]->publish_params();
+    if (k > 0) units_[k - 1]->finish_upload();
   }
+  exposed([&] { units_.back()->finish_upload(); });
   scaler_.update(false);
   r.step = step_;
   r.loss_scale = scaler_.scale();
@@ -325,6 +360,8 @@ void ShardedModel::finish_summary() {
   s.all_gather_bytes = stats_.all_gather_bytes;
   s.reduce_scatter_bytes = stats_.reduce_scatter_bytes;
   s.all_reduce_bytes = stats_.all_reduce_bytes;
+  s.to_device_bytes = stats_.to_device_bytes;
+  s.to_host_bytes = stats_.to_host_bytes;
   // The layout's prediction: per micro-batch, ZeRO-3 gathers every unit for forward and again for backward (once
   // when parameters stay gathered after forward); stages 1-2 gather once per step after the update; gradients are
   // reduced once per micro-batch (once per step under no-sync).

@@ -42,6 +42,7 @@ struct StepSummary {
   double exposed_comm_ms = 0; // time the caller waited on communication (compute could not proceed)
   std::uint64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;
   std::uint64_t predicted_all_gather_bytes = 0, predicted_reduce_scatter_bytes = 0, predicted_all_reduce_bytes = 0;
+  std::uint64_t to_device_bytes = 0, to_host_bytes = 0;  // offload copies
   std::string describe() const;  // one line
 };
 
@@ -63,6 +64,8 @@ class ShardedModel {
   ShardedUnit& unit(int i);
   const ShardingOptions& options() const { return options_; }
   CommContext& comm() { return *comm_; }
+  // Offload: the host memory holding the optimizer (and parameter) shards, with its own ledger; else nullptr.
+  Device* host_device() const { return host_.get(); }
   std::int64_t steps_taken() const { return step_; }
   float loss_scale() const { return scaler_.scale(); }
 
@@ -107,6 +110,9 @@ class ShardedModel {
   std::vector<UnitSpec> specs_;
   std::unique_ptr<CommContext> comm_;
   std::unique_ptr<BufferPool> params_pool_, grads_pool_, reduce_in_pool_, reduce_out_pool_;
+  std::unique_ptr<Device> host_;  // offload only; declared before the pools and units that allocate from it
+  std::unique_ptr<Stream> upload_stream_;
+  std::unique_ptr<BufferPool> staged_shards_pool_, grad_return_pool_, param_upload_pool_;
   CommStats stats_;
   Buffer norm_buffer_;  // the global gradient norm's all-reduce
   StepSummary summary_;

@@ -15,7 +15,11 @@ StagePlan StagePlan::from(const ShardingOptions& o) {
   p.params_sharded = o.stage == ZeroStage::kParameters;
   p.grads_persist = o.stage == ZeroStage::kNone || o.stage == ZeroStage::kOptimizerState;
   p.reduce_is_all_reduce = o.stage == ZeroStage::kNone;
-  p.separate_master = o.mixed_precision.param_dtype != DType::kF32;
+  p.offload_optimizer = o.offload != OffloadPolicy::kNone;
+  p.offload_params = o.offload == OffloadPolicy::kOptimizerAndParams;
+  // The master aliases the f32 parameters only where the optimizer runs: on the device without offload, in host
+  // memory when the parameter shards live there too (FSDP2's CPU offload).
+  p.separate_master = o.mixed_precision.param_dtype != DType::kF32 || (p.offload_optimizer && !p.offload_params);
   return p;
 }
 
@@ -39,18 +43,22 @@ ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, C
       pools_(pools),
       stats_(stats) {
   Device& dev = comm_.device();
+  STRATA_CHECK(!plan_.offload_optimizer || (pools_.host && pools_.upload && pools_.grad_return),
+               "unit '{}': offload needs the host device, the upload stream and the host pools", name_);
+  Device& state_dev = plan_.offload_optimizer ? *pools_.host : dev;  // master, gradient shard, Adam state
+  Device& shard_dev = plan_.offload_params ? *pools_.host : dev;     // ZeRO-3 parameter shard
   const std::size_t S = layout_.shard_numel(), P = layout_.padded_numel(), psz = dtype_size(param_dtype_);
   if (plan_.params_sharded) {
-    param_shard_ = zeroed(dev, S * psz, MemCategory::kParamShard);
+    param_shard_ = zeroed(shard_dev, S * psz, MemCategory::kParamShard);
   } else {
     unsharded_params_.own(zeroed(dev, P * psz, MemCategory::kUnshardedParams));
     sharded_state_ = ShardedState::kUnsharded;
     make_views(param_views_, unsharded_params_.data(), param_dtype_);
   }
-  if (plan_.separate_master) master_ = zeroed(dev, S * 4, MemCategory::kMaster);
-  grad_shard_ = zeroed(dev, S * 4, MemCategory::kGradShard);
-  exp_avg_ = zeroed(dev, S * 4, MemCategory::kOptimState);
-  exp_avg_sq_ = zeroed(dev, S * 4, MemCategory::kOptimState);
+  if (plan_.separate_master) master_ = zeroed(state_dev, S * 4, MemCategory::kMaster);
+  grad_shard_ = zeroed(state_dev, S * 4, MemCategory::kGradShard);
+  exp_avg_ = zeroed(state_dev, S * 4, MemCategory::kOptimState);
+  exp_avg_sq_ = zeroed(state_dev, S * 4, MemCategory::kOptimState);
   if (plan_.grads_persist) {
     unsharded_grads_.own(zeroed(dev, P * psz, MemCategory::kUnshardedGrads));
     make_views(grad_views_, unsharded_grads_.data(), param_dtype_);
@@ -58,6 +66,8 @@ ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, C
   unsharded_event_ = dev.create_event();
   grads_ready_event_ = dev.create_event();
   reduced_event_ = dev.create_event();
+  staged_event_ = dev.create_event();
+  upload_event_ = dev.create_event();
 }
 
 ShardedUnit::~ShardedUnit() {
@@ -65,6 +75,7 @@ ShardedUnit::~ShardedUnit() {
   try {
     if (reduce_pending_) reduced_event_->synchronize();
     if (gather_pending_) unsharded_event_->synchronize();
+    if (upload_pending_) upload_event_->synchronize();
   } catch (...) {
   }
 }
@@ -114,6 +125,33 @@ void ShardedUnit::init(const SlotInit& fill) {
 }
 
 void ShardedUnit::publish_params() {
+  if (plan_.offload_optimizer && !plan_.offload_params) {
+    // The update happened in host memory: send this rank's slice, in param dtype, to the device (DeepSpeed's
+    // ZeRO-Offload casts on the host, so only param-dtype bytes cross the bus).
+    const std::size_t S = master_numel(), bytes = S * dtype_size(param_dtype_);
+    const void* src = master();
+    if (param_dtype_ != DType::kF32) {
+      upload_slot_.borrow(*pools_.param_upload);
+      convert(master(), DType::kF32, upload_slot_.data(), param_dtype_, S);
+      src = upload_slot_.data();
+    }
+    Stream& up = *pools_.upload;
+    comm_.device().copy(param_shard_ptr(), src, bytes, up);
+    up.record(*upload_event_);
+    upload_pending_ = true;
+    stats_.to_device_bytes += bytes;
+    if (!plan_.params_sharded && comm_.shard_size() > 1) {
+      Stream& ag = comm_.all_gather_stream();
+      ag.wait(*upload_event_);
+      time_on(ag, [&] {
+        comm_.shard_group().all_gather(param_shard_ptr(), unsharded_params_.data(), S, param_dtype_, ag);
+      });
+      stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
+      ag.record(*unsharded_event_);
+      gather_pending_ = true;
+    }
+    return;
+  }
   if (plan_.separate_master) convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, master_numel());
   if (!plan_.params_sharded && comm_.shard_size() > 1) {
     // ZeRO-1/2: every rank updated its slice of the full parameters; gather the others' slices in place.
@@ -130,10 +168,22 @@ void ShardedUnit::publish_params() {
 void ShardedUnit::unshard() {
   if (!plan_.params_sharded || sharded_state_ == ShardedState::kUnsharded) return;
   Stream& ag = comm_.all_gather_stream();
+  const void* send = param_shard_.data();
+  if (plan_.offload_params) {
+    // The shard lives in host memory: copy it to the device on the upload stream, ahead of its gather.
+    const std::size_t bytes = layout_.shard_numel() * dtype_size(param_dtype_);
+    staged_shard_.borrow(*pools_.staged_shards);
+    Stream& up = *pools_.upload;
+    comm_.device().copy(staged_shard_.data(), param_shard_.data(), bytes, up);
+    up.record(*staged_event_);
+    ag.wait(*staged_event_);
+    send = staged_shard_.data();
+    stats_.to_device_bytes += bytes;
+  }
+  if (upload_pending_) ag.wait(*upload_event_);  // the shard an update just sent up
   unsharded_params_.borrow(*pools_.params);
   time_on(ag, [&] {
-    comm_.shard_group().all_gather(param_shard_.data(), unsharded_params_.data(), layout_.shard_numel(), param_dtype_,
-                                   ag);
+    comm_.shard_group().all_gather(send, unsharded_params_.data(), layout_.shard_numel(), param_dtype_, ag);
   });
   stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
   ag.record(*unsharded_event_);
@@ -147,6 +197,18 @@ void ShardedUnit::wait_for_unshard() {
   if (!gather_pending_) return;
   comm_.device().compute_stream().wait(*unsharded_event_);
   gather_pending_ = false;
+  if (staged_shard_) {
+    // The gather has read the staged shard (on the CPU the wait above blocked; on CUDA this waits for it).
+    unsharded_event_->synchronize();
+    staged_shard_.release();
+  }
+}
+
+void ShardedUnit::finish_upload() {
+  if (!upload_pending_) return;
+  upload_pending_ = false;
+  upload_event_->synchronize();
+  upload_slot_.release();
 }
 
 void ShardedUnit::reshard() {
@@ -200,6 +262,13 @@ void ShardedUnit::reduce_grads(bool sync) {
   (plan_.reduce_is_all_reduce ? stats_.all_reduce_bytes : stats_.reduce_scatter_bytes) += P * rsz;
   float* shard = grad_shard_.as<float>();
   const void* reduced = reduce_out_.data();
+  if (plan_.offload_optimizer) {
+    // The gradient shard lives in host memory: copy the reduced shard down, then accumulate on the host.
+    grad_return_.borrow(*pools_.grad_return);
+    dev.copy(grad_return_.data(), reduce_out_.data(), S * rsz, rs);
+    reduced = grad_return_.data();
+    stats_.to_host_bytes += S * rsz;
+  }
   DType rdt = reduce_dtype_;
   rs.enqueue_host([=] { accumulate_f32(shard, reduced, rdt, S); });
   if (plan_.grads_persist) dev.fill_zero(unsharded_grads_.data(), P * dtype_size(param_dtype_), rs);
@@ -213,6 +282,7 @@ void ShardedUnit::finish_reduce() {
   reduced_event_->synchronize();
   reduce_in_.release();
   reduce_out_.release();
+  grad_return_.release();
   if (!plan_.grads_persist) {
     unsharded_grads_.release();
     grad_views_.clear();
@@ -232,6 +302,7 @@ void ShardedUnit::scale_grads(float factor) { scale_f32(grad_shard_.as<float>(),
 void ShardedUnit::zero_grad_shard() { std::memset(grad_shard_.data(), 0, grad_shard_.bytes()); }
 
 void ShardedUnit::adamw_step(const AdamWConfig& cfg, double lr, std::int64_t t) {
+  finish_upload();  // the previous update's copy may still read the master
   if (gather_pending_) {  // a refresh gather may still be sending this rank's slice
     unsharded_event_->synchronize();
     gather_pending_ = false;
@@ -254,7 +325,7 @@ std::vector<float> ShardedUnit::gather_master() {
   if (comm_.shard_size() == 1) {
     std::memcpy(out.data(), master(), P * 4);
   } else {
-    Buffer full = comm_.device().allocate(P * 4, MemCategory::kWorkspace);
+    Buffer full = (plan_.offload_optimizer ? *pools_.host : comm_.device()).allocate(P * 4, MemCategory::kWorkspace);
     Stream& ag = comm_.all_gather_stream();
     comm_.shard_group().all_gather(master(), full.data(), S, DType::kF32, ag);
     ag.synchronize();

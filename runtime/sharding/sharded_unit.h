@@ -42,7 +42,10 @@ struct StagePlan {
   bool params_sharded;        // ZeRO-3: parameters live as shards and are gathered per unit
   bool grads_persist;         // stages 0-1: the unsharded gradient buffer lives across steps
   bool reduce_is_all_reduce;  // stage 0: gradients are all-reduced, the "shard" is the whole unit
-  bool separate_master;       // param_dtype != f32: the f32 master is its own buffer
+  bool separate_master;       // the f32 master is its own buffer: param_dtype != f32, or offload keeps it on the host
+                              // while the parameters it would alias stay on the device
+  bool offload_optimizer;     // master, gradient shard and Adam m, v in host memory; AdamW runs on the host
+  bool offload_params;        // ZeRO-3 parameter shards in host memory, copied to the device before each gather
   static StagePlan from(const ShardingOptions& o);
 };
 
@@ -52,7 +55,11 @@ struct CommStats {
   std::atomic<std::uint64_t> reduce_scatter_bytes{0};  // reduced (input) bytes
   std::atomic<std::uint64_t> all_reduce_bytes{0};
   std::atomic<std::int64_t> comm_ns{0};  // wall time of the collectives on the communication streams
+  std::atomic<std::uint64_t> to_device_bytes{0};  // offload: host -> device copies
+  std::atomic<std::uint64_t> to_host_bytes{0};    // offload: device -> host copies
   void reset() {
+    to_device_bytes = 0;
+    to_host_bytes = 0;
     all_gather_bytes = 0;
     reduce_scatter_bytes = 0;
     all_reduce_bytes = 0;
@@ -101,15 +108,18 @@ class ShardedUnit {
   void scale_grads(float factor);
   void zero_grad_shard();
   void adamw_step(const AdamWConfig& cfg, double lr, std::int64_t t);
-  // Makes the parameters match the master after an update (cast, and the all-gather refresh for stages 0-2).
+  // Makes the parameters match the master after an update (cast, the copy to the device under offload, and the
+  // all-gather refresh for stages 1-2).
   void publish_params();
+  // Offload: waits for publish_params' copy to the device and returns its staging slot.
+  void finish_upload();
 
   // Collective over the shard group: the unit's full f32 master values (numel elements), for tests and saving.
   std::vector<float> gather_master();
 
  private:
   std::size_t master_numel() const;  // S, or P under stage 0
-  float* master();                   // this rank's f32 master elements
+  float* master();                   // this rank's f32 master elements (host memory under offload)
   void* param_shard_ptr();           // this rank's slice of the parameters in param dtype
   void make_views(std::vector<TensorView>& views, void* base, DType dtype);
   // Runs on `stream` around a collective: accumulates its wall time into stats_ (CPU streams).
@@ -135,12 +145,18 @@ class ShardedUnit {
   PooledBuffer unsharded_grads_;   // [P] param dtype: owned (stages 0-1) or a pool slot
   PooledBuffer reduce_in_;         // [P] reduce dtype when it differs from param dtype (pool)
   PooledBuffer reduce_out_;        // [S or P] reduce dtype (pool)
+  PooledBuffer staged_shard_;      // offload params: [S] param dtype on the device, the gather's input (pool)
+  PooledBuffer grad_return_;       // offload: [S or P] reduce dtype on the host (pool)
+  PooledBuffer upload_slot_;       // offload: [S] param dtype on the host (pool)
   UnitPools pools_;
   CommStats& stats_;
   std::unique_ptr<Event> unsharded_event_;
   std::unique_ptr<Event> grads_ready_event_;
   std::unique_ptr<Event> reduced_event_;
+  std::unique_ptr<Event> staged_event_;  // offload params: the shard's copy to the device
+  std::unique_ptr<Event> upload_event_;  // offload: publish_params' copy to the device
   bool reduce_pending_ = false;
+  bool upload_pending_ = false;
   bool gather_pending_ = false;
   std::vector<TensorView> param_views_;
   std::vector<TensorView> grad_views_;

@@ -22,6 +22,22 @@ ZeroStage zero_stage_from_int(int stage) {
   return static_cast<ZeroStage>(stage);
 }
 
+const char* offload_name(OffloadPolicy p) {
+  switch (p) {
+    case OffloadPolicy::kNone: return "none";
+    case OffloadPolicy::kOptimizer: return "optimizer";
+    case OffloadPolicy::kOptimizerAndParams: return "optimizer+params";
+  }
+  return "?";
+}
+
+OffloadPolicy offload_from_name(const std::string& name) {
+  for (OffloadPolicy p : {OffloadPolicy::kNone, OffloadPolicy::kOptimizer, OffloadPolicy::kOptimizerAndParams})
+    if (name == offload_name(p)) return p;
+  STRATA_THROW(ErrorCode::kInvalidArgument, "offload policy '{}' does not exist (use none, optimizer or "
+               "optimizer+params)", name);
+}
+
 int ShardingOptions::shard_group_size(int world_size, int local_size) const {
   if (stage == ZeroStage::kNone) return 1;
   if (hybrid_shard_size == 0) return world_size;
@@ -38,6 +54,10 @@ void ShardingOptions::validate(int world_size, int local_size) const {
   STRATA_CHECK(k >= 1 && world_size % k == 0,
                "hybrid shard group size {} does not divide the world size {} (hybrid_shard_size = {})", k,
                world_size, hybrid_shard_size);
+  STRATA_CHECK(offload != OffloadPolicy::kOptimizerAndParams || stage == ZeroStage::kParameters,
+               "offload of the parameters needs ZeRO stage 3 (stage {} keeps the full parameters on every device); "
+               "use offload 'optimizer' instead",
+               zero_stage_name(stage));
   STRATA_CHECK(prefetch_depth >= 0 && prefetch_depth <= 8, "prefetch_depth {} must be in [0, 8]", prefetch_depth);
   STRATA_CHECK(align_elements >= 1, "align_elements must be at least 1, not {}", align_elements);
   STRATA_CHECK(dtype_is_float(mixed_precision.param_dtype), "param_dtype {} is not a floating-point type",
@@ -53,11 +73,11 @@ void ShardingOptions::validate(int world_size, int local_size) const {
 std::string ShardingOptions::describe() const {
   return fmt::format(
       "ZeRO stage {}, param_dtype {}, reduce_dtype {}, hybrid_shard_size {}, reshard_after_forward {}, "
-      "grad accumulation {}, grad_clip {}, dynamic loss scale {}, prefetch depth {}",
+      "grad accumulation {}, grad_clip {}, dynamic loss scale {}, prefetch depth {}, offload {}",
       zero_stage_name(stage), dtype_name(mixed_precision.param_dtype), dtype_name(mixed_precision.reduce_dtype),
       hybrid_shard_size, reshard_after_forward,
       grad_accumulation == GradAccumulation::kNoSync ? "no-sync" : "reduce every micro-batch", grad_clip,
-      dynamic_loss_scale, prefetch_depth);
+      dynamic_loss_scale, prefetch_depth, offload_name(offload));
 }
 
 }  // namespace strata

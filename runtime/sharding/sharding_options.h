@@ -30,6 +30,15 @@ enum class GradAccumulation {
   kNoSync,                 // accumulate unsharded gradients, reduce once on the last micro-batch
 };
 
+// Where the sharded state lives (FSDP2's CPUOffloadPolicy, DeepSpeed's offload_optimizer / offload_param).
+enum class OffloadPolicy {
+  kNone,                // everything on the device
+  kOptimizer,           // f32 master, gradient shard and Adam m, v in host memory; AdamW runs on the host
+  kOptimizerAndParams,  // ... and the parameter shards too (ZeRO-3): each is copied to the device before its gather
+};
+const char* offload_name(OffloadPolicy p);  // "none", "optimizer", "optimizer+params"
+OffloadPolicy offload_from_name(const std::string& name);  // kInvalidArgument for anything else
+
 struct ShardingOptions {
   ZeroStage stage = ZeroStage::kParameters;
   MixedPrecisionPolicy mixed_precision;
@@ -42,6 +51,8 @@ struct ShardingOptions {
   // How many units ahead to gather: forward gathers unit i+1..i+depth while unit i computes, backward i-1..
   // 0 turns prefetch off. See docs/notes/prefetch.md.
   int prefetch_depth = 1;
+  // Host memory for the optimizer (and the parameter shards); see docs/notes/offload.md.
+  OffloadPolicy offload = OffloadPolicy::kNone;
   // Shards are padded so that every rank's shard is a multiple of this many elements.
   std::size_t align_elements = 16;
   // Global gradient-norm clipping threshold; <= 0 disables clipping (the norm is still computed and returned).
