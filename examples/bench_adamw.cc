@@ -15,26 +15,6 @@
 
 namespace {
 
-// The reference: the same f32 operations one element at a time. Vectorisation is switched off for this function
-// so that it stays the loop a reader would write (and a compiler at -O2 without vectorisation would emit).
-__attribute__((optimize("no-tree-vectorize"))) void scalar_adamw(float* p, const float* g, float* m, float* v,
-                                                                 std::size_t n, const strata::AdamWConfig& c, double lr,
-                                                                 std::int64_t t) {
-  const float shrink = static_cast<float>(1.0 - lr * c.weight_decay);
-  const float b1 = static_cast<float>(c.beta1), ob1 = static_cast<float>(1.0 - c.beta1);
-  const float b2 = static_cast<float>(c.beta2), ob2 = static_cast<float>(1.0 - c.beta2);
-  const float step = static_cast<float>(lr / (1.0 - std::pow(c.beta1, static_cast<double>(t))));
-  const float bc2 = static_cast<float>(std::sqrt(1.0 - std::pow(c.beta2, static_cast<double>(t))));
-  const float eps = static_cast<float>(c.eps);
-  for (std::size_t i = 0; i < n; ++i) {
-    const float mi = b1 * m[i] + ob1 * g[i];
-    const float vi = b2 * v[i] + ob2 * g[i] * g[i];
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * shrink - step * (mi / (std::sqrt(vi) / bc2 + eps));
-  }
-}
-
 template <typename Fn>
 double median_ns_per_param(std::size_t n, int reps, Fn&& fn) {
   std::vector<double> t;
@@ -71,7 +51,7 @@ int main(int argc, char** argv) {
     std::vector<float> p(n, 0.5f), g(n), m(n, 0.0f), v(n, 0.0f);
     for (std::size_t i = 0; i < n; ++i) g[i] = static_cast<float>(static_cast<int>(i % 2001) - 1000) * 1e-5f;
     const double scalar = median_ns_per_param(
-        n, reps, [&](int t) { scalar_adamw(p.data(), g.data(), m.data(), v.data(), n, cfg, 1e-3, t); });
+        n, reps, [&](int t) { strata::adamw_update_scalar(p.data(), g.data(), m.data(), v.data(), n, cfg, 1e-3, t, true); });
     omp_set_num_threads(1);
     const double one = median_ns_per_param(
         n, reps, [&](int t) { strata::adamw_update(p.data(), g.data(), m.data(), v.data(), n, cfg, 1e-3, t, true); });

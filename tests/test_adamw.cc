@@ -48,25 +48,6 @@ TEST(AdamW, NoDecayLeavesTheShrinkOut) {
   EXPECT_FLOAT_EQ(p, 0.95f);
 }
 
-// The plain loop the vectorised, threaded update must equal bit for bit (the same f32 operations in order).
-void scalar_adamw(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& c, double lr,
-                  std::int64_t t, bool decay) {
-  const float shrink = decay ? static_cast<float>(1.0 - lr * c.weight_decay) : 1.0f;
-  const float b1 = static_cast<float>(c.beta1), ob1 = static_cast<float>(1.0 - c.beta1);
-  const float b2 = static_cast<float>(c.beta2), ob2 = static_cast<float>(1.0 - c.beta2);
-  const float step = static_cast<float>(lr / (1.0 - std::pow(c.beta1, static_cast<double>(t))));
-  const float bc2 = static_cast<float>(std::sqrt(1.0 - std::pow(c.beta2, static_cast<double>(t))));
-  const float eps = static_cast<float>(c.eps);
-  for (std::size_t i = 0; i < n; ++i) {
-    const float mi = b1 * m[i] + ob1 * g[i];
-    const float vi = b2 * v[i] + ob2 * g[i] * g[i];
-    m[i] = mi;
-    v[i] = vi;
-    volatile float denom = std::sqrt(vi) / bc2 + eps;  // volatile: keeps this reference loop scalar and unfused
-    p[i] = p[i] * shrink - step * (mi / denom);
-  }
-}
-
 TEST(AdamW, VectorisedAndThreadedEqualsTheScalarLoopBitwise) {
   AdamWConfig c;
   c.weight_decay = 0.1;
@@ -88,7 +69,7 @@ TEST(AdamW, VectorisedAndThreadedEqualsTheScalarLoopBitwise) {
     auto p2 = p, m2 = m, v2 = v;
     for (int t = 1; t <= 3; ++t) {
       adamw_update(p.data(), g.data(), m.data(), v.data(), n, c, 1e-3, t, t != 2);
-      scalar_adamw(p2.data(), g.data(), m2.data(), v2.data(), n, c, 1e-3, t, t != 2);
+      adamw_update_scalar(p2.data(), g.data(), m2.data(), v2.data(), n, c, 1e-3, t, t != 2);
     }
     for (std::size_t i = 0; i < n; ++i) {
       ASSERT_EQ(std::memcmp(&p[i], &p2[i], 4), 0) << "n " << n << " element " << i << ": " << p[i] << " vs " << p2[i];

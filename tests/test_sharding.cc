@@ -8,6 +8,7 @@
 
 #include "examples/mlp/mlp.h"
 #include "runtime/core/error.h"
+#include "runtime/core/tracer.h"
 #include "runtime/sharding/sharded_model.h"
 #include "tests/mlp_training.h"
 #include "tests/test_support.h"
@@ -334,6 +335,43 @@ TEST(Sharding, BytesMovedEqualThePrediction) {
       EXPECT_GE(s.step_ms, s.exposed_comm_ms);
     }
   }
+}
+
+// The profiler ranges (NVTX on CUDA) nest: every unit's forward and backward and the optimizer step push one range
+// and pop it on the same thread.
+std::vector<std::string> g_ranges;
+int g_depth = 0, g_max_depth = 0;
+
+TEST(Sharding, ProfilerRangesBracketEveryUnitAndTheStep) {
+  Runtime& rt = runtime();
+  Tracer::global().set_range_hooks(
+      [](const char* name) {
+        g_ranges.emplace_back(name);
+        g_max_depth = std::max(g_max_depth, ++g_depth);
+      },
+      [] { --g_depth; });
+  {
+    ShardedModel model(rt, mlp::mlp_units(small_config()), ShardingOptions{}, test_adamw());
+    model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+    g_ranges.clear();
+    const int rows = kGlobalRows / rt.world_size();
+    mlp::forward_backward(model, small_config(),
+                          mlp::make_batch(small_config(), static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed),
+                          1.0f);
+    model.step(1e-2);
+    const int units = model.num_units();
+    EXPECT_EQ(g_depth, 0) << "a range was left open";
+    int forward = 0, backward = 0, optimizer = 0;
+    for (const std::string& r : g_ranges) {
+      forward += r.rfind("forward ", 0) == 0;
+      backward += r.rfind("backward ", 0) == 0;
+      optimizer += r == "optimizer step";
+    }
+    EXPECT_EQ(forward, units);
+    EXPECT_EQ(backward, units);
+    EXPECT_EQ(optimizer, 1);
+  }
+  Tracer::global().set_range_hooks(nullptr, nullptr);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // CudaDevice, CudaStream and CudaEvent on the CUDA runtime API, with every host wait polled against a deadline.
 #include "runtime/core/cuda_device.h"
 
+#include <nvtx3/nvToolsExt.h>
+
 #include <algorithm>
 #include <chrono>
 #include <exception>
@@ -12,6 +14,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/in_flight.h"
 #include "runtime/core/logging.h"
+#include "runtime/core/tracer.h"
 #include "runtime/core/wait_hooks.h"
 
 namespace strata {
@@ -312,6 +315,10 @@ void CudaDevice::raw_free(void* ptr) {
                         cudaGetErrorName(rc));
   } catch (...) {  // logging must not turn a failed free into std::terminate
   }
+}
+
+void install_nvtx_ranges() {
+  Tracer::global().set_range_hooks([](const char* name) { nvtxRangePushA(name); }, [] { nvtxRangePop(); });
 }
 
 void* PinnedHostDevice::raw_allocate(std::size_t bytes) {

@@ -109,6 +109,9 @@ class CudaDevice : public Device {
   cudaStream_t transfer_ = nullptr;  // copy_to_host / copy_from_host; no Stream id, so ids match the CPU device's
 };
 
+// Makes every Tracer range (TraceSpan, the sharded model's forward / backward) an NVTX range, for Nsight Systems.
+void install_nvtx_ranges();
+
 // Page-locked host memory beside cuda:index (the offload target): a CpuDevice whose allocations are cudaHostAlloc'd
 // so that copies to and from the GPU run asynchronously on its streams.
 class PinnedHostDevice : public CpuDevice {

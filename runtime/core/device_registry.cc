@@ -28,6 +28,7 @@ std::unique_ptr<Device> create_device(DeviceKind kind, int index, double timeout
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, n > 0, "the CUDA backend was asked for but no GPU is visible");
   STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, index >= 0 && index < n, "cuda:{} asked for but {} GPU(s) visible",
                     index, n);
+  install_nvtx_ranges();
   return std::make_unique<CudaDevice>(index, timeout_s);
 #else
   (void)index;

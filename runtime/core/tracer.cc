@@ -67,8 +67,18 @@ std::string Tracer::events_json(int rank) const {
   return out;
 }
 
+void Tracer::set_range_hooks(PushRange push, PopRange pop) {
+  pop_.store(pop);
+  push_.store(push);
+}
+
 TraceSpan::TraceSpan(std::string name, const char* category, std::string track, std::string args)
     : on_(Tracer::global().enabled()), category_(category) {
+  Tracer& t = Tracer::global();
+  if (t.has_range_hooks()) {
+    t.push_range(name.c_str());
+    ranged_ = true;
+  }
   if (!on_) return;
   name_ = std::move(name);
   track_ = std::move(track);
@@ -77,6 +87,7 @@ TraceSpan::TraceSpan(std::string name, const char* category, std::string track, 
 }
 
 TraceSpan::~TraceSpan() {
+  if (ranged_) Tracer::global().pop_range();
   if (on_) Tracer::global().complete(name_, category_, track_, start_us_, Tracer::global().now_us(), args_);
 }
 

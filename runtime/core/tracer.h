@@ -28,6 +28,20 @@ class Tracer {
   std::string events_json(int rank) const;
   std::size_t size() const;
 
+  // Named ranges for a profiler's timeline (NVTX on CUDA: Nsight Systems shows them), pushed and popped on the
+  // calling thread by TraceSpan and by the sharded model's forward / backward brackets, whether or not
+  // STRATA_TRACE is on. The CUDA device installs NVTX hooks when it is created; without hooks these do nothing.
+  using PushRange = void (*)(const char* name);
+  using PopRange = void (*)();
+  void set_range_hooks(PushRange push, PopRange pop);
+  void push_range(const char* name) const {
+    if (PushRange f = push_.load(std::memory_order_relaxed)) f(name);
+  }
+  bool has_range_hooks() const { return push_.load(std::memory_order_relaxed) != nullptr; }
+  void pop_range() const {
+    if (PopRange f = pop_.load(std::memory_order_relaxed)) f();
+  }
+
  private:
   struct Event {
     std::string name;
@@ -38,6 +52,8 @@ class Tracer {
   };
   int track_id(const std::string& track);  // under mutex_
   std::atomic<bool> enabled_{false};
+  std::atomic<PushRange> push_{nullptr};
+  std::atomic<PopRange> pop_{nullptr};
   std::chrono::steady_clock::time_point origin_;
   mutable std::mutex mutex_;
   std::vector<Event> events_;
@@ -59,6 +75,7 @@ class TraceSpan {
   std::string track_;
   std::string args_;
   std::int64_t start_us_ = 0;
+  bool ranged_ = false;  // a profiler range was pushed
 };
 
 }  // namespace strata

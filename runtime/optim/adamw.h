@@ -25,6 +25,11 @@ struct AdamWConfig {
 void adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
                   std::int64_t t, bool decay);
 
+// The same update as a plain loop, one element at a time, built without vectorisation: the reference that
+// adamw_update equals bit for bit (tests/test_adamw.cc) and the baseline bench_adamw measures it against.
+void adamw_update_scalar(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg,
+                         double lr, std::int64_t t, bool decay);
+
 // Linear warmup from 0 to max_lr over warmup_steps, then cosine decay to min_lr at total_steps (constant after).
 struct LrSchedule {
   double max_lr = 1e-3;

@@ -234,6 +234,7 @@ const std::vector<TensorView>& ShardedModel::begin_forward(int i) {
   prefetch(i, +1);  // the next units' all-gathers run while this one computes
   exposed([&] { u.wait_for_unshard(); });
   span_start_us_[static_cast<std::size_t>(i)] = Tracer::global().enabled() ? Tracer::global().now_us() : 0;
+  if (Tracer::global().has_range_hooks()) Tracer::global().push_range(("forward " + u.name()).c_str());
   return u.params();
 }
 
@@ -243,6 +244,7 @@ void ShardedModel::end_forward(int i) {
   STRATA_CHECK(u.training_state() == TrainingState::kForward, "end_forward({}) without begin_forward({}) (unit '{}')",
                i, i, u.name());
   forward_done_[static_cast<std::size_t>(i)] = true;
+  Tracer::global().pop_range();
   if (Tracer::global().enabled())
     Tracer::global().complete("forward " + u.name(), "compute", "compute", span_start_us_[static_cast<std::size_t>(i)],
                               Tracer::global().now_us());
@@ -268,6 +270,7 @@ BackwardViews ShardedModel::begin_backward(int i) {
     u.prepare_grads();  // may wait for this unit's previous reduction
   });
   span_start_us_[static_cast<std::size_t>(i)] = Tracer::global().enabled() ? Tracer::global().now_us() : 0;
+  if (Tracer::global().has_range_hooks()) Tracer::global().push_range(("backward " + u.name()).c_str());
   return BackwardViews{u.params(), u.grads()};
 }
 
@@ -276,6 +279,7 @@ void ShardedModel::end_backward(int i) {
   ShardedUnit& u = *units_[static_cast<std::size_t>(i)];
   STRATA_CHECK(u.training_state() == TrainingState::kBackward,
                "end_backward({}) without begin_backward({}) (unit '{}')", i, i, u.name());
+  Tracer::global().pop_range();
   if (Tracer::global().enabled())
     Tracer::global().complete("backward " + u.name(), "compute", "compute", span_start_us_[static_cast<std::size_t>(i)],
                               Tracer::global().now_us());
