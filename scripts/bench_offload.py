@@ -31,7 +31,7 @@ def main():
     policies = ["none", "optimizer"] + (["optimizer+params"] if a.stage == 3 else [])
     runs = {}
     for policy in policies:
-        cmd = mpi + ["build/bin/train_gpt"] + model + ["--offload", policy, "--metrics", f"/tmp/offload-{policy}.jsonl"]
+        cmd = mpi + ["build/bin/train_gpt"] + model + ["--offload", policy, "--metrics", f"/tmp/offload-{policy}.jsonl"] + a.extra
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         summary = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
         losses = [json.loads(l)["loss"] for l in open(f"/tmp/offload-{policy}.jsonl")]
