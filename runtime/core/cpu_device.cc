@@ -8,6 +8,7 @@
 #include "runtime/core/backoff.h"
 #include "runtime/core/error.h"
 #include "runtime/core/in_flight.h"
+#include "runtime/core/tracer.h"
 
 namespace strata {
 namespace {
@@ -180,7 +181,15 @@ std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEv
 
 void CpuDevice::copy(void* dst, const void* src, std::size_t bytes, Stream& stream) {
   if (bytes == 0) return;
-  stream.enqueue_host([=] { std::memcpy(dst, src, bytes); });
+  if (&stream == compute_.get() || !Tracer::global().enabled()) {
+    stream.enqueue_host([=] { std::memcpy(dst, src, bytes); });
+    return;
+  }
+  // A copy on a side stream (offload's uploads, gradient shards coming back) is a span on that stream's track.
+  stream.enqueue_host([=, track = stream.name()] {
+    TraceSpan span("copy", "copy", track, fmt::format(R"("bytes":{})", bytes));
+    std::memcpy(dst, src, bytes);
+  });
 }
 
 void CpuDevice::fill_zero(void* dst, std::size_t bytes, Stream& stream) {
