@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 logs=build-gpu-logs
 mkdir -p "$logs"
 start=$(date +%s)
-status_setup=skipped status_build=skipped status_tests=skipped status_bench=skipped
+status_setup=skipped status_build=skipped status_tests=skipped status_bench=skipped status_train=skipped
 failed=0
 
 finish() {
@@ -22,7 +22,7 @@ finish() {
   local verdict=PASS
   [ "$rc" -ne 0 ] && verdict=FAIL
   echo "gpu_check: $verdict (setup $status_setup, build $status_build, gpu tests $status_tests," \
-       "bench $status_bench; $(($(date +%s) - start)) s; logs in $logs${OUT:+ and \$OUT})"
+       "bench $status_bench, train_gpt cuda $status_train; $(($(date +%s) - start)) s; logs in $logs${OUT:+ and \$OUT})"
   exit "$rc"
 }
 trap finish EXIT
@@ -109,3 +109,34 @@ if [ -x "$bench" ]; then
 else
   status_bench="absent"
 fi
+
+# ---- a short train_gpt on CUDA beside the same run on the CPU backend: losses must agree to 1e-4 ---------------------
+train=build-gpu/bin/train_gpt
+if [ -x "$train" ]; then
+  status_train=failed
+  args=(--layers 2 --heads 4 --embd 128 --vocab 512 --ctx 128 --seq 128 --batch 4 --steps 20 --zero-stage 3
+        --no-progress)
+  if timeout 120 mpirun --allow-run-as-root -np 1 "$train" --backend cuda "${args[@]}" --metrics "$logs/train_cuda.jsonl" \
+        >"$logs/train_cuda.log" 2>&1 &&
+     timeout 120 mpirun --allow-run-as-root -np 1 "$train" --backend cpu "${args[@]}" --metrics "$logs/train_cpu.jsonl" \
+        >"$logs/train_cpu.log" 2>&1 &&
+     python3 - "$logs/train_cuda.jsonl" "$logs/train_cpu.jsonl" <<'PY' 2>&1 | tee "$logs/train_compare.log"
+import json, sys
+cuda = [json.loads(l) for l in open(sys.argv[1])]
+cpu = [json.loads(l) for l in open(sys.argv[2])]
+worst = max(abs(a["loss"] - b["loss"]) / abs(b["loss"]) for a, b in zip(cuda, cpu))
+ms = lambda rows: sum(r["time_ms"] for r in rows[2:]) / max(1, len(rows) - 2)
+print(f"train_gpt: {len(cuda)} steps, max relative loss difference CUDA vs CPU {worst:.2e}; "
+      f"mean step {ms(cuda):.1f} ms on CUDA, {ms(cpu):.1f} ms on the CPU")
+sys.exit(0 if len(cuda) == len(cpu) == 20 and worst <= 1e-4 else 1)
+PY
+  then
+    status_train=ok
+  else
+    tail -n 20 "$logs/train_cuda.log"
+    failed=1
+  fi
+else
+  status_train=absent
+fi
+

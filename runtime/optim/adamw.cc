@@ -20,11 +20,6 @@ void AdamWConfig::validate() const {
 
 namespace {
 
-// The update's scalars, computed once per call in double and applied in f32 (as torch does).
-struct AdamWScalars {
-  float shrink, b1, one_minus_b1, b2, one_minus_b2, step_size, bc2_sqrt, eps;
-};
-
 // One chunk, written for the vectorizer: no aliasing between the four arrays, no branches. Compiled for AVX-512,
 // AVX2 and the baseline, picked at load time (target_clones). Every operation (multiply, add, divide, sqrt) rounds
 // exactly as IEEE says at any vector width, and this file is built with -ffp-contract=off, so each lane computes
@@ -50,18 +45,22 @@ constexpr std::size_t kChunkAlign = 16;
 
 }  // namespace
 
-void adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
-                  std::int64_t t, bool decay) {
+AdamWScalars adamw_scalars(const AdamWConfig& cfg, double lr, std::int64_t t, bool decay) {
   const double bc1 = 1.0 - std::pow(cfg.beta1, static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(cfg.beta2, static_cast<double>(t));
-  const AdamWScalars k{decay ? static_cast<float>(1.0 - lr * cfg.weight_decay) : 1.0f,
-                       static_cast<float>(cfg.beta1),
-                       static_cast<float>(1.0 - cfg.beta1),
-                       static_cast<float>(cfg.beta2),
-                       static_cast<float>(1.0 - cfg.beta2),
-                       static_cast<float>(lr / bc1),
-                       static_cast<float>(std::sqrt(bc2)),
-                       static_cast<float>(cfg.eps)};
+  return AdamWScalars{decay ? static_cast<float>(1.0 - lr * cfg.weight_decay) : 1.0f,
+                      static_cast<float>(cfg.beta1),
+                      static_cast<float>(1.0 - cfg.beta1),
+                      static_cast<float>(cfg.beta2),
+                      static_cast<float>(1.0 - cfg.beta2),
+                      static_cast<float>(lr / bc1),
+                      static_cast<float>(std::sqrt(bc2)),
+                      static_cast<float>(cfg.eps)};
+}
+
+void adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
+                  std::int64_t t, bool decay) {
+  const AdamWScalars k = adamw_scalars(cfg, lr, t, decay);
   const int threads = n < kParallelMin ? 1 : omp_get_max_threads();
   if (threads <= 1) {
     adamw_chunk(p, g, m, v, n, k);

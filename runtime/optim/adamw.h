@@ -25,6 +25,13 @@ struct AdamWConfig {
 void adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
                   std::int64_t t, bool decay);
 
+// The update's scalars for step t, computed once in double and applied in f32 (as torch does); CUDA kernels take
+// them as they are so that both backends apply the same f32 constants.
+struct AdamWScalars {
+  float shrink, b1, one_minus_b1, b2, one_minus_b2, step_size, bc2_sqrt, eps;
+};
+AdamWScalars adamw_scalars(const AdamWConfig& cfg, double lr, std::int64_t t, bool decay);
+
 // The same update as a plain loop, one element at a time, built without vectorisation: the reference that
 // adamw_update equals bit for bit (tests/test_adamw.cc) and the baseline bench_adamw measures it against.
 void adamw_update_scalar(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg,

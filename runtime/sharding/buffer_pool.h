@@ -10,6 +10,8 @@
 
 namespace strata {
 
+class FlatOps;
+
 class BufferPool {
  public:
   // `initial_slots` are allocated now; more are allocated only when more are in use at once (the first step
@@ -58,6 +60,8 @@ struct UnitPools {
   BufferPool* grads = nullptr;       // unsharded gradients (ZeRO-2/3, no-sync)
   BufferPool* reduce_in = nullptr;   // gradients converted to the reduce dtype
   BufferPool* reduce_out = nullptr;  // reduce-scatter / all-reduce outputs
+  FlatOps* ops = nullptr;            // element-wise work on the device's memory (its streams)
+  FlatOps* host_ops = nullptr;       // ... on host memory, ordered on the device's streams
   // Offload only (ShardingOptions::offload):
   Device* host = nullptr;               // host memory, with its own ledger
   Stream* upload = nullptr;             // the device stream that copies host -> device

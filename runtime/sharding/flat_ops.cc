@@ -84,4 +84,35 @@ void scale_f32(float* x, std::size_t n, float factor) {
   for (std::size_t i = 0; i < n; ++i) x[i] *= factor;
 }
 
+// ---- FlatOps on host memory: the loops above, in stream order ---------------------------------------------------
+
+namespace {
+
+class HostFlatOps : public FlatOps {
+ public:
+  void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n, Stream& stream) override {
+    stream.enqueue_host([=] { strata::convert(src, src_dtype, dst, dst_dtype, n); });
+  }
+  void accumulate_f32(float* dst, const void* src, DType src_dtype, std::size_t n, Stream& stream) override {
+    stream.enqueue_host([=] { strata::accumulate_f32(dst, src, src_dtype, n); });
+  }
+  void add_f32_into(void* dst, DType dst_dtype, const float* src, std::size_t n, Stream& stream) override {
+    stream.enqueue_host([=] { strata::add_f32_into(dst, dst_dtype, src, n); });
+  }
+  void scale_f32(float* x, std::size_t n, float factor, Stream& stream) override {
+    stream.enqueue_host([=] { strata::scale_f32(x, n, factor); });
+  }
+  void add_sum_squares(const float* x, std::size_t n, double* out, Stream& stream) override {
+    stream.enqueue_host([=] { *out += sum_squares(x, n); });
+  }
+  void adamw(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
+             std::int64_t t, bool decay, Stream& stream) override {
+    stream.enqueue_host([=] { adamw_update(p, g, m, v, n, cfg, lr, t, decay); });
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<FlatOps> create_host_flat_ops() { return std::make_unique<HostFlatOps>(); }
+
 }  // namespace strata

@@ -3,8 +3,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 
+#include "runtime/core/device.h"
 #include "runtime/core/dtype.h"
+#include "runtime/optim/adamw.h"
 
 namespace strata {
 
@@ -17,5 +21,28 @@ void add_f32_into(void* dst, DType dst_dtype, const float* src, std::size_t n);
 // sum of x[i]^2 in double (non-finite inputs make it non-finite)
 double sum_squares(const float* x, std::size_t n);
 void scale_f32(float* x, std::size_t n, float factor);
+
+// The same operations on the flat buffers of one Device, enqueued on one of its streams, so that the sharding
+// runtime (and a trainer) runs them where the memory is: host loops on a CPU device (inline on the compute stream,
+// on the stream's thread otherwise), kernels on a CUDA device. Pointers are that device's memory.
+class FlatOps {
+ public:
+  virtual ~FlatOps() = default;
+  virtual void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n,
+                       Stream& stream) = 0;
+  virtual void accumulate_f32(float* dst, const void* src, DType src_dtype, std::size_t n, Stream& stream) = 0;
+  virtual void add_f32_into(void* dst, DType dst_dtype, const float* src, std::size_t n, Stream& stream) = 0;
+  virtual void scale_f32(float* x, std::size_t n, float factor, Stream& stream) = 0;
+  // *out += sum of x[i]^2 in double; `out` is one double in this device's memory.
+  virtual void add_sum_squares(const float* x, std::size_t n, double* out, Stream& stream) = 0;
+  // adamw_update (runtime/optim/adamw.h) on n elements.
+  virtual void adamw(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
+                     std::int64_t t, bool decay, Stream& stream) = 0;
+};
+
+// The FlatOps for `device`'s memory: host loops for a CPU device, kernels for a CUDA device (flat_ops_cuda.cc).
+std::unique_ptr<FlatOps> create_flat_ops(Device& device);
+// Host loops for host memory that streams of any device may order (CUDA: through cudaLaunchHostFunc).
+std::unique_ptr<FlatOps> create_host_flat_ops();
 
 }  // namespace strata

@@ -9,6 +9,7 @@
 #include "runtime/core/error.h"
 #include "runtime/core/logging.h"
 #include "runtime/core/tracer.h"
+#include "runtime/sharding/flat_ops.h"
 
 namespace strata {
 namespace {
@@ -38,10 +39,6 @@ ShardedModel::ShardedModel(Device& device, Communicator& world, int local_size, 
       adamw_(adamw),
       specs_(std::move(units)),
       scaler_(options.dynamic_loss_scale, options.initial_loss_scale, options.loss_scale_window) {
-  STRATA_CHECK_CODE(ErrorCode::kUnsupported, device.kind() == DeviceKind::kCpu,
-                    "the sharding runtime runs on the CPU backend only so far: its element-wise kernels (casts, "
-                    "gradient accumulation, AdamW) have no CUDA implementation yet (device {})",
-                    device.name());
   options_.validate(world.size(), local_size);
   adamw_.validate();
   STRATA_CHECK(!specs_.empty(), "a model needs at least one unit");
@@ -67,7 +64,10 @@ ShardedModel::ShardedModel(Device& device, Communicator& world, int local_size, 
                                                  convert ? 2 : 0);
   reduce_out_pool_ =
       std::make_unique<BufferPool>(device, "reduce output", MemCategory::kCommBuffer, max_shard * rsz, 2);
-  UnitPools pools{params_pool_.get(), grads_pool_.get(), reduce_in_pool_.get(), reduce_out_pool_.get()};
+  ops_ = create_flat_ops(device);
+  host_ops_ = create_host_flat_ops();
+  UnitPools pools{params_pool_.get(), grads_pool_.get(), reduce_in_pool_.get(), reduce_out_pool_.get(), ops_.get(),
+                  host_ops_.get()};
   if (plan.offload_optimizer) {
     // Host memory gets its own Device, so its ledger is separate from the device's (on the CPU backend too).
     host_ = create_host_device(device);
@@ -93,6 +93,8 @@ ShardedModel::ShardedModel(Device& device, Communicator& world, int local_size, 
   forward_done_.assign(units_.size(), false);
   span_start_us_.assign(units_.size(), 0);
   norm_buffer_ = device.allocate(8, MemCategory::kWorkspace);
+  norm_event_ = device.create_event();
+  device.compute_stream().synchronize();
   logger("shard").info("sharded model: {} units, {}; shard group {} of {}", units_.size(), options_.describe(),
                        comm_->shard_rank(), comm_->shard_size());
 }
@@ -157,23 +159,29 @@ void ShardedModel::check_same_across_ranks() {
   std::vector<std::int64_t> mine;
   mine.push_back(static_cast<std::int64_t>(fnv1a(options_.describe())));
   for (const UnitSpec& u : specs_) mine.push_back(static_cast<std::int64_t>(fnv1a(describe_unit(u))));
+  // Exchanged through device memory (NCCL reads nothing else), copied in and out.
   auto stream = device_.create_stream("model_check");
   std::size_t n = static_cast<std::size_t>(world_.size());
-  Buffer counts = device_.allocate(n * 8, MemCategory::kWorkspace);
-  std::int64_t my_count = static_cast<std::int64_t>(mine.size());
-  world_.all_gather(&my_count, counts.data(), 1, DType::kI64, *stream);
-  stream->synchronize();
+  auto all_gather_i64 = [&](const std::vector<std::int64_t>& values) {
+    Buffer send = device_.allocate(values.size() * 8, MemCategory::kWorkspace);
+    Buffer recv = device_.allocate(n * values.size() * 8, MemCategory::kWorkspace);
+    device_.copy_from_host(send.data(), values.data(), values.size() * 8);
+    world_.all_gather(send.data(), recv.data(), values.size(), DType::kI64, *stream);
+    stream->synchronize();
+    std::vector<std::int64_t> out(n * values.size());
+    device_.copy_to_host(out.data(), recv.data(), out.size() * 8);
+    return out;
+  };
+  const std::int64_t my_count = static_cast<std::int64_t>(mine.size());
+  const std::vector<std::int64_t> counts = all_gather_i64({my_count});
   for (std::size_t r = 0; r < n; ++r)
-    STRATA_CHECK_CODE(ErrorCode::kMismatch, counts.as<std::int64_t>()[r] == my_count,
-                      "rank {} declares {} units but rank {} declares {}", world_.rank(), specs_.size(), r,
-                      counts.as<std::int64_t>()[r] - 1);
-  Buffer all = device_.allocate(n * mine.size() * 8, MemCategory::kWorkspace);
-  world_.all_gather(mine.data(), all.data(), mine.size(), DType::kI64, *stream);
-  stream->synchronize();
+    STRATA_CHECK_CODE(ErrorCode::kMismatch, counts[r] == my_count, "rank {} declares {} units but rank {} declares {}",
+                      world_.rank(), specs_.size(), r, counts[r] - 1);
+  const std::vector<std::int64_t> all = all_gather_i64(mine);
   for (std::size_t k = 0; k < mine.size(); ++k) {
     std::vector<int> differ;
     for (std::size_t r = 1; r < n; ++r)
-      if (all.as<std::int64_t>()[r * mine.size() + k] != all.as<std::int64_t>()[k]) differ.push_back(static_cast<int>(r));
+      if (all[r * mine.size() + k] != all[k]) differ.push_back(static_cast<int>(r));
     if (differ.empty()) continue;
     std::string what = k == 0 ? fmt::format("sharding options (this rank: {})", options_.describe())
                               : fmt::format("unit {} (this rank declares {})", k - 1, describe_unit(specs_[k - 1]));
@@ -203,12 +211,16 @@ void ShardedModel::init_from_rank0(const std::function<void(const ParamSlot& slo
   auto stream = device_.create_stream("init_broadcast");
   for (auto& u : units_) {
     const ShardLayout& layout = u->layout();
+    std::vector<float> host(layout.numel());
     Buffer full = device_.allocate(layout.numel() * 4, MemCategory::kWorkspace);
-    if (world_.rank() == 0)
-      for (const ParamSlot& s : layout.slots()) fill(s, full.as<float>() + s.offset);
+    if (world_.rank() == 0) {
+      for (const ParamSlot& s : layout.slots()) fill(s, host.data() + s.offset);
+      device_.copy_from_host(full.data(), host.data(), host.size() * 4);
+    }
     world_.broadcast(full.data(), full.data(), layout.numel(), DType::kF32, 0, *stream);
     stream->synchronize();
-    const float* values = full.as<float>();
+    device_.copy_to_host(host.data(), full.data(), host.size() * 4);
+    const float* values = host.data();
     u->init([values](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
       std::memcpy(out, values + s.offset + begin, count * 4);
     });
@@ -304,17 +316,29 @@ StepResult ShardedModel::step(double lr) {
   last_reduced_ = -1;
   TraceSpan span("optimizer step", "optim", "compute");
 
-  double local = 0;
-  for (auto& u : units_) local += u->grad_sum_squares();
-  double total = local;
-  if (comm_->shard_size() > 1) {
-    Buffer& b = norm_buffer_;
-    *b.as<double>() = local;
-    Stream& s = comm_->reduce_scatter_stream();
-    comm_->shard_group().all_reduce(b.data(), b.data(), 1, DType::kF64, ReduceOp::kSum, s);
-    exposed([&] { s.synchronize(); });
-    total = *b.as<double>();
+  // This rank's sum of squares, in the memory that holds the gradient shards: a host double under offload, else
+  // the device's norm buffer (kernels on the compute stream); then summed over the shard group.
+  Stream& compute = device_.compute_stream();
+  double* norm = norm_buffer_.as<double>();
+  if (StagePlan::from(options_).offload_optimizer) {
+    double local = 0;
+    for (auto& u : units_) u->add_grad_sum_squares(&local);
+    device_.copy_from_host(norm, &local, 8);
+  } else {
+    device_.fill_zero(norm, 8, compute);
+    for (auto& u : units_) u->add_grad_sum_squares(norm);
   }
+  if (comm_->shard_size() > 1) {
+    Stream& s = comm_->reduce_scatter_stream();
+    compute.record(*norm_event_);
+    s.wait(*norm_event_);
+    comm_->shard_group().all_reduce(norm, norm, 1, DType::kF64, ReduceOp::kSum, s);
+    exposed([&] { s.synchronize(); });
+  } else {
+    compute.synchronize();
+  }
+  double total = 0;
+  device_.copy_to_host(&total, norm, 8);
   const double inv_scale = 1.0 / scaler_.scale();
   StepResult r;
   r.grad_norm = std::sqrt(total) * inv_scale;

@@ -18,6 +18,7 @@
 
 namespace strata {
 
+class FlatOps;
 class Runtime;
 
 struct UnitSpec {
@@ -114,7 +115,9 @@ class ShardedModel {
   std::unique_ptr<Stream> upload_stream_;
   std::unique_ptr<BufferPool> staged_shards_pool_, grad_return_pool_, param_upload_pool_;
   CommStats stats_;
+  std::unique_ptr<FlatOps> ops_, host_ops_;  // before the units, which use them
   Buffer norm_buffer_;  // the global gradient norm's all-reduce
+  std::unique_ptr<Event> norm_event_;
   StepSummary summary_;
   std::vector<std::int64_t> span_start_us_;  // per unit, for trace spans
   bool step_started_ = false;

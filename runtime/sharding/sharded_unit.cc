@@ -24,9 +24,10 @@ StagePlan StagePlan::from(const ShardingOptions& o) {
 }
 
 namespace {
+// Zeroed on the device's compute stream (the unit's constructor synchronises it before anything else reads).
 Buffer zeroed(Device& dev, std::size_t bytes, MemCategory c) {
   Buffer b = dev.allocate(bytes, c);
-  if (bytes) std::memset(b.data(), 0, bytes);  // host memory: the sharding runtime runs on the CPU backend
+  dev.fill_zero(b.data(), bytes, dev.compute_stream());
   return b;
 }
 }  // namespace
@@ -43,6 +44,7 @@ ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, C
       pools_(pools),
       stats_(stats) {
   Device& dev = comm_.device();
+  STRATA_CHECK(pools_.ops && pools_.host_ops, "unit '{}': no flat operations given", name_);
   STRATA_CHECK(!plan_.offload_optimizer || (pools_.host && pools_.upload && pools_.grad_return),
                "unit '{}': offload needs the host device, the upload stream and the host pools", name_);
   Device& state_dev = plan_.offload_optimizer ? *pools_.host : dev;  // master, gradient shard, Adam state
@@ -68,6 +70,8 @@ ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, C
   reduced_event_ = dev.create_event();
   staged_event_ = dev.create_event();
   upload_event_ = dev.create_event();
+  computed_event_ = dev.create_event();
+  dev.compute_stream().synchronize();  // the zero fills above, before init's copies (which no stream orders)
 }
 
 ShardedUnit::~ShardedUnit() {
@@ -81,6 +85,8 @@ ShardedUnit::~ShardedUnit() {
 }
 
 std::size_t ShardedUnit::master_numel() const { return layout_.shard_numel(); }
+
+Device& ShardedUnit::state_device() { return plan_.offload_optimizer ? *pools_.host : comm_.device(); }
 
 float* ShardedUnit::master() {
   if (plan_.separate_master) return master_.as<float>();
@@ -117,10 +123,15 @@ void ShardedUnit::time_on(Stream& stream, const std::function<void()>& enqueue_c
 }
 
 void ShardedUnit::init(const SlotInit& fill) {
-  float* m = master();
+  // The caller fills host memory: the master itself when it is host memory, else a staging copy sent over.
+  Device& dev = state_device();
+  const bool in_place = dev.kind() == DeviceKind::kCpu;
+  std::vector<float> staging(in_place ? 0 : master_numel());
+  float* m = in_place ? master() : staging.data();
   std::memset(m, 0, master_numel() * 4);
   for (const ShardSegment& seg : master_segments())
     fill(layout_.slots()[seg.slot], seg.slot_begin, seg.length, m + seg.shard_begin);
+  if (!in_place) dev.copy_from_host(master(), m, master_numel() * 4);
   publish_params();
 }
 
@@ -152,10 +163,18 @@ void ShardedUnit::publish_params() {
     }
     return;
   }
-  if (plan_.separate_master) convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, master_numel());
+  Stream& compute = comm_.device().compute_stream();
+  if (plan_.separate_master) {
+    if (plan_.offload_params)  // both in host memory
+      convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, master_numel());
+    else
+      pools_.ops->convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, master_numel(), compute);
+  }
   if (!plan_.params_sharded && comm_.shard_size() > 1) {
     // ZeRO-1/2: every rank updated its slice of the full parameters; gather the others' slices in place.
     Stream& ag = comm_.all_gather_stream();
+    compute.record(*computed_event_);
+    ag.wait(*computed_event_);
     time_on(ag, [&] {
       comm_.shard_group().all_gather(param_shard_ptr(), unsharded_params_.data(), master_numel(), param_dtype_, ag);
     });
@@ -225,7 +244,8 @@ void ShardedUnit::prepare_grads() {
   finish_reduce();
   if (unsharded_grads_) return;
   unsharded_grads_.borrow(*pools_.grads);
-  std::memset(unsharded_grads_.data(), 0, layout_.padded_numel() * dtype_size(param_dtype_));
+  comm_.device().fill_zero(unsharded_grads_.data(), layout_.padded_numel() * dtype_size(param_dtype_),
+                           comm_.device().compute_stream());
   make_views(grad_views_, unsharded_grads_.data(), param_dtype_);
 }
 
@@ -243,11 +263,8 @@ void ShardedUnit::reduce_grads(bool sync) {
   const void* src = unsharded_grads_.data();
   if (reduce_dtype_ != param_dtype_) {
     reduce_in_.borrow(*pools_.reduce_in);
-    void* dst = reduce_in_.data();
-    const void* grads = unsharded_grads_.data();
-    DType from = param_dtype_, to = reduce_dtype_;
-    rs.enqueue_host([=] { convert(grads, from, dst, to, P); });
-    src = dst;
+    pools_.ops->convert(unsharded_grads_.data(), param_dtype_, reduce_in_.data(), reduce_dtype_, P, rs);
+    src = reduce_in_.data();
   }
   reduce_out_.borrow(*pools_.reduce_out);
   time_on(rs, [&] {
@@ -260,17 +277,15 @@ void ShardedUnit::reduce_grads(bool sync) {
     }
   });
   (plan_.reduce_is_all_reduce ? stats_.all_reduce_bytes : stats_.reduce_scatter_bytes) += P * rsz;
-  float* shard = grad_shard_.as<float>();
-  const void* reduced = reduce_out_.data();
   if (plan_.offload_optimizer) {
     // The gradient shard lives in host memory: copy the reduced shard down, then accumulate on the host.
     grad_return_.borrow(*pools_.grad_return);
     dev.copy(grad_return_.data(), reduce_out_.data(), S * rsz, rs);
-    reduced = grad_return_.data();
+    pools_.host_ops->accumulate_f32(grad_shard_.as<float>(), grad_return_.data(), reduce_dtype_, S, rs);
     stats_.to_host_bytes += S * rsz;
+  } else {
+    pools_.ops->accumulate_f32(grad_shard_.as<float>(), reduce_out_.data(), reduce_dtype_, S, rs);
   }
-  DType rdt = reduce_dtype_;
-  rs.enqueue_host([=] { accumulate_f32(shard, reduced, rdt, S); });
   if (plan_.grads_persist) dev.fill_zero(unsharded_grads_.data(), P * dtype_size(param_dtype_), rs);
   rs.record(*reduced_event_);
   reduce_pending_ = true;
@@ -289,17 +304,28 @@ void ShardedUnit::finish_reduce() {
   }
 }
 
-double ShardedUnit::grad_sum_squares() const {
-  double acc = 0;
+void ShardedUnit::add_grad_sum_squares(double* out) {
   const float* g = grad_shard_.as<float>();
-  for (const ShardSegment& seg : master_segments())
-    if (layout_.slots()[seg.slot].trainable) acc += sum_squares(g + seg.shard_begin, seg.length);
-  return acc;
+  for (const ShardSegment& seg : master_segments()) {
+    if (!layout_.slots()[seg.slot].trainable) continue;
+    if (plan_.offload_optimizer)
+      *out += sum_squares(g + seg.shard_begin, seg.length);
+    else
+      pools_.ops->add_sum_squares(g + seg.shard_begin, seg.length, out, comm_.device().compute_stream());
+  }
 }
 
-void ShardedUnit::scale_grads(float factor) { scale_f32(grad_shard_.as<float>(), master_numel(), factor); }
+void ShardedUnit::scale_grads(float factor) {
+  if (plan_.offload_optimizer)
+    scale_f32(grad_shard_.as<float>(), master_numel(), factor);
+  else
+    pools_.ops->scale_f32(grad_shard_.as<float>(), master_numel(), factor, comm_.device().compute_stream());
+}
 
-void ShardedUnit::zero_grad_shard() { std::memset(grad_shard_.data(), 0, grad_shard_.bytes()); }
+void ShardedUnit::zero_grad_shard() {
+  Device& dev = state_device();
+  dev.fill_zero(grad_shard_.data(), grad_shard_.bytes(), dev.compute_stream());
+}
 
 void ShardedUnit::adamw_step(const AdamWConfig& cfg, double lr, std::int64_t t) {
   finish_upload();  // the previous update's copy may still read the master
@@ -315,21 +341,30 @@ void ShardedUnit::adamw_step(const AdamWConfig& cfg, double lr, std::int64_t t) 
     const ParamSlot& slot = layout_.slots()[seg.slot];
     if (!slot.trainable) continue;
     std::size_t o = seg.shard_begin;
-    adamw_update(p + o, g + o, m + o, v + o, seg.length, cfg, lr, t, slot.weight_decay);
+    if (plan_.offload_optimizer)
+      adamw_update(p + o, g + o, m + o, v + o, seg.length, cfg, lr, t, slot.weight_decay);
+    else
+      pools_.ops->adamw(p + o, g + o, m + o, v + o, seg.length, cfg, lr, t, slot.weight_decay,
+                        comm_.device().compute_stream());
   }
 }
 
 std::vector<float> ShardedUnit::gather_master() {
   const std::size_t S = layout_.shard_numel(), P = layout_.padded_numel();
   std::vector<float> out(P);
+  Device& dev = comm_.device();
+  dev.compute_stream().synchronize();  // the last update
   if (comm_.shard_size() == 1) {
-    std::memcpy(out.data(), master(), P * 4);
+    state_device().copy_to_host(out.data(), master(), P * 4);
   } else {
-    Buffer full = (plan_.offload_optimizer ? *pools_.host : comm_.device()).allocate(P * 4, MemCategory::kWorkspace);
+    // Through the communicator's device memory (the master may be host memory under offload).
+    Buffer send = dev.allocate(S * 4, MemCategory::kWorkspace);
+    Buffer full = dev.allocate(P * 4, MemCategory::kWorkspace);
     Stream& ag = comm_.all_gather_stream();
-    comm_.shard_group().all_gather(master(), full.data(), S, DType::kF32, ag);
+    dev.copy(send.data(), master(), S * 4, ag);
+    comm_.shard_group().all_gather(send.data(), full.data(), S, DType::kF32, ag);
     ag.synchronize();
-    std::memcpy(out.data(), full.data(), P * 4);
+    dev.copy_to_host(out.data(), full.data(), P * 4);
   }
   out.resize(layout_.numel());
   return out;

@@ -103,8 +103,10 @@ class ShardedUnit {
   // Waits for the last reduce_grads and frees what it no longer needs.
   void finish_reduce();
 
-  // Optimizer side, on the f32 shard (after finish_reduce).
-  double grad_sum_squares() const;  // trainable elements only
+  // Optimizer side, on the f32 shard (after finish_reduce), on the memory that holds it (the device, or the host
+  // under offload): kernels on the compute stream, or host loops.
+  // *out += the sum of squares of the trainable gradient elements; `out` is in that same memory.
+  void add_grad_sum_squares(double* out);
   void scale_grads(float factor);
   void zero_grad_shard();
   void adamw_step(const AdamWConfig& cfg, double lr, std::int64_t t);
@@ -120,6 +122,7 @@ class ShardedUnit {
  private:
   std::size_t master_numel() const;  // S, or P under stage 0
   float* master();                   // this rank's f32 master elements (host memory under offload)
+  Device& state_device();            // where the master, gradient shard and Adam state live
   void* param_shard_ptr();           // this rank's slice of the parameters in param dtype
   void make_views(std::vector<TensorView>& views, void* base, DType dtype);
   // Runs on `stream` around a collective: accumulates its wall time into stats_ (CPU streams).
@@ -155,6 +158,7 @@ class ShardedUnit {
   std::unique_ptr<Event> reduced_event_;
   std::unique_ptr<Event> staged_event_;  // offload params: the shard's copy to the device
   std::unique_ptr<Event> upload_event_;  // offload: publish_params' copy to the device
+  std::unique_ptr<Event> computed_event_;  // the compute stream's work before a collective reads it
   bool reduce_pending_ = false;
   bool upload_pending_ = false;
   bool gather_pending_ = false;

@@ -1,0 +1,118 @@
+// CUDA kernels of FlatOps: element-wise conversion, accumulation, scaling, a deterministic sum of squares, AdamW.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "runtime/sharding/flat_ops_kernels.h"
+
+namespace strata::cuda_flat {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float load(const void* p, Type t, std::size_t i) {
+  switch (t) {
+    case kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case kF16: return __half2float(static_cast<const __half*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// Round to nearest even, as the CPU's f32_to_bf16 / f32_to_f16.
+__device__ __forceinline__ void store(void* p, Type t, std::size_t i, float x) {
+  switch (t) {
+    case kBF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(x); break;
+    case kF16: static_cast<__half*>(p)[i] = __float2half_rn(x); break;
+    default: static_cast<float*>(p)[i] = x; break;
+  }
+}
+
+__global__ void convert_kernel(const void* src, Type st, void* dst, Type dt, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    store(dst, dt, i, load(src, st, i));
+}
+
+__global__ void accumulate_kernel(float* dst, const void* src, Type st, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    dst[i] += load(src, st, i);
+}
+
+__global__ void add_into_kernel(void* dst, Type dt, const float* src, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    store(dst, dt, i, load(dst, dt, i) + src[i]);
+}
+
+__global__ void scale_kernel(float* x, std::size_t n, float f) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x)
+    x[i] *= f;
+}
+
+// One block: each thread sums a fixed stride of elements, then a fixed tree; the same order every run.
+__global__ void sum_squares_kernel(const float* x, std::size_t n, double* out) {
+  __shared__ double partial[kThreads];
+  double acc = 0;
+  for (std::size_t i = threadIdx.x; i < n; i += kThreads) acc += static_cast<double>(x[i]) * x[i];
+  partial[threadIdx.x] = acc;
+  __syncthreads();
+  for (int width = kThreads / 2; width > 0; width /= 2) {
+    if (static_cast<int>(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out += partial[0];
+}
+
+__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::size_t n, AdamW k) {
+  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
+    const float gi = g[i];
+    const float mi = k.b1 * m[i] + k.one_minus_b1 * gi;
+    const float vi = k.b2 * v[i] + k.one_minus_b2 * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] = p[i] * k.shrink - k.step_size * (mi / (sqrtf(vi) / k.bc2_sqrt + k.eps));
+  }
+}
+
+unsigned blocks_for(std::size_t n) {
+  return static_cast<unsigned>(std::min<std::size_t>((n + kThreads - 1) / kThreads, 65535));
+}
+
+}  // namespace
+
+cudaError_t convert(const void* src, Type src_type, void* dst, Type dst_type, std::size_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  convert_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, src_type, dst, dst_type, n);
+  return cudaGetLastError();
+}
+
+cudaError_t accumulate_f32(float* dst, const void* src, Type src_type, std::size_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  accumulate_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, src, src_type, n);
+  return cudaGetLastError();
+}
+
+cudaError_t add_f32_into(void* dst, Type dst_type, const float* src, std::size_t n, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  add_into_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, dst_type, src, n);
+  return cudaGetLastError();
+}
+
+cudaError_t scale_f32(float* x, std::size_t n, float factor, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  scale_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, n, factor);
+  return cudaGetLastError();
+}
+
+cudaError_t add_sum_squares(const float* x, std::size_t n, double* out, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  sum_squares_kernel<<<1, kThreads, 0, s>>>(x, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t adamw(float* p, const float* g, float* m, float* v, std::size_t n, AdamW k, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(p, g, m, v, n, k);
+  return cudaGetLastError();
+}
+
+}  // namespace strata::cuda_flat

@@ -1,0 +1,27 @@
+// Launchers of the CUDA flat-op kernels (flat_ops_kernels.cu). Plain C++17 with CUDA runtime types only, so that
+// nvcc never sees fmt: errors come back as cudaError_t and flat_ops_cuda.cc turns them into strata::Error.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+
+namespace strata::cuda_flat {
+
+// Float storage types, numbered as strata::DType's first three (kF32, kBF16, kF16).
+enum Type : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+
+// The f32 constants of one AdamW step (strata::AdamWScalars, field for field).
+struct AdamW {
+  float shrink, b1, one_minus_b1, b2, one_minus_b2, step_size, bc2_sqrt, eps;
+};
+
+cudaError_t convert(const void* src, Type src_type, void* dst, Type dst_type, std::size_t n, cudaStream_t s);
+cudaError_t accumulate_f32(float* dst, const void* src, Type src_type, std::size_t n, cudaStream_t s);
+cudaError_t add_f32_into(void* dst, Type dst_type, const float* src, std::size_t n, cudaStream_t s);
+cudaError_t scale_f32(float* x, std::size_t n, float factor, cudaStream_t s);
+// *out += sum of x[i]^2 in double, in a fixed order (one block), so the result does not vary between runs.
+cudaError_t add_sum_squares(const float* x, std::size_t n, double* out, cudaStream_t s);
+cudaError_t adamw(float* p, const float* g, float* m, float* v, std::size_t n, AdamW k, cudaStream_t s);
+
+}  // namespace strata::cuda_flat
