@@ -17,7 +17,7 @@ BufferPool::BufferPool(Device& device, std::string name, MemCategory category, s
   }
 }
 
-void* BufferPool::acquire() {
+void* BufferPool::acquire(Stream* user) {
   if (free_.empty()) {
     buffers_.push_back(device_.allocate(slot_bytes_, category_));
     logger("mem").debug("pool '{}' grew to {} slots of {} bytes", name_, buffers_.size(), slot_bytes_);
@@ -25,12 +25,19 @@ void* BufferPool::acquire() {
   }
   void* p = free_.back();
   free_.pop_back();
+  auto it = released_.find(p);
+  if (user && it != released_.end()) user->wait(*it->second);
   return p;
 }
 
-void BufferPool::release(void* slot) {
+void BufferPool::release(void* slot, Stream* after) {
   if (!slot) return;
   STRATA_CHECK(std::find(free_.begin(), free_.end(), slot) == free_.end(), "pool '{}': slot released twice", name_);
+  if (after) {
+    std::unique_ptr<Event>& e = released_[slot];
+    if (!e) e = device_.create_event();  // once per slot, at the first step: nothing is allocated later
+    after->record(*e);
+  }
   free_.push_back(slot);
 }
 
@@ -40,14 +47,14 @@ void PooledBuffer::own(Buffer b) {
   data_ = owned_.data();
 }
 
-void PooledBuffer::borrow(BufferPool& pool) {
+void PooledBuffer::borrow(BufferPool& pool, Stream* user) {
   release();
   pool_ = &pool;
-  data_ = pool.acquire();
+  data_ = pool.acquire(user);
 }
 
-void PooledBuffer::release() {
-  if (pool_) pool_->release(data_);
+void PooledBuffer::release(Stream* after) {
+  if (pool_) pool_->release(data_, after);
   owned_.reset();
   pool_ = nullptr;
   data_ = nullptr;

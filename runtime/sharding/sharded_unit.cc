@@ -200,7 +200,7 @@ void ShardedUnit::unshard() {
     stats_.to_device_bytes += bytes;
   }
   if (upload_pending_) ag.wait(*upload_event_);  // the shard an update just sent up
-  unsharded_params_.borrow(*pools_.params);
+  unsharded_params_.borrow(*pools_.params, &ag);  // after the compute that last read this slot
   time_on(ag, [&] {
     comm_.shard_group().all_gather(send, unsharded_params_.data(), layout_.shard_numel(), param_dtype_, ag);
   });
@@ -233,8 +233,8 @@ void ShardedUnit::finish_upload() {
 void ShardedUnit::reshard() {
   if (!plan_.params_sharded || sharded_state_ == ShardedState::kSharded) return;
   if (gather_pending_) wait_for_unshard();
-  comm_.device().compute_stream().synchronize();  // no compute may still read the buffer
-  unsharded_params_.release();
+  // The slot's next gather waits for the compute enqueued so far (it may still read it on a GPU); no host wait.
+  unsharded_params_.release(&comm_.device().compute_stream());
   param_views_.clear();
   sharded_state_ = ShardedState::kSharded;
 }
