@@ -191,8 +191,8 @@ void ShardedUnit::unshard() {
   if (plan_.offload_params) {
     // The shard lives in host memory: copy it to the device on the upload stream, ahead of its gather.
     const std::size_t bytes = layout_.shard_numel() * dtype_size(param_dtype_);
-    staged_shard_.borrow(*pools_.staged_shards);
     Stream& up = *pools_.upload;
+    staged_shard_.borrow(*pools_.staged_shards, &up);  // after the gather that last read this slot
     comm_.device().copy(staged_shard_.data(), param_shard_.data(), bytes, up);
     up.record(*staged_event_);
     ag.wait(*staged_event_);
@@ -216,11 +216,8 @@ void ShardedUnit::wait_for_unshard() {
   if (!gather_pending_) return;
   comm_.device().compute_stream().wait(*unsharded_event_);
   gather_pending_ = false;
-  if (staged_shard_) {
-    // The gather has read the staged shard (on the CPU the wait above blocked; on CUDA this waits for it).
-    unsharded_event_->synchronize();
-    staged_shard_.release();
-  }
+  // The staged shard goes back to its pool; its next copy waits for this gather, which reads it.
+  if (staged_shard_) staged_shard_.release(&comm_.all_gather_stream());
 }
 
 void ShardedUnit::finish_upload() {
