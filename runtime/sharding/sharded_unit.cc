@@ -170,6 +170,11 @@ void ShardedUnit::publish_params() {
     else
       pools_.ops->convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, master_numel(), compute);
   }
+  if (plan_.params_sharded && !plan_.offload_params) {
+    // The next gather reads the shard the compute stream just updated (AdamW, the cast): it waits for this.
+    compute.record(*computed_event_);
+    shard_updated_ = true;
+  }
   if (!plan_.params_sharded && comm_.shard_size() > 1) {
     // ZeRO-1/2: every rank updated its slice of the full parameters; gather the others' slices in place.
     Stream& ag = comm_.all_gather_stream();
@@ -200,6 +205,10 @@ void ShardedUnit::unshard() {
     stats_.to_device_bytes += bytes;
   }
   if (upload_pending_) ag.wait(*upload_event_);  // the shard an update just sent up
+  if (shard_updated_) {
+    ag.wait(*computed_event_);
+    shard_updated_ = false;
+  }
   unsharded_params_.borrow(*pools_.params, &ag);  // after the compute that last read this slot
   time_on(ag, [&] {
     comm_.shard_group().all_gather(send, unsharded_params_.data(), layout_.shard_numel(), param_dtype_, ag);

@@ -161,6 +161,7 @@ class ShardedUnit {
   std::unique_ptr<Event> computed_event_;  // the compute stream's work before a collective reads it
   bool reduce_pending_ = false;
   bool upload_pending_ = false;
+  bool shard_updated_ = false;  // ZeRO-3: the compute stream updated the shard since its last gather
   bool gather_pending_ = false;
   std::vector<TensorView> param_views_;
   std::vector<TensorView> grad_views_;
