@@ -63,7 +63,7 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);
   app.add_flag("--recompute", f.recompute, "keep only each block's input; recompute it in backward");
-  app.add_option("--backend", f.backend, "cpu (default), or auto / cuda once the GPU training kernels exist")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--backend", f.backend, "cpu (default), cuda, or auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--metrics", f.metrics, "write one JSON record per step to this file");
   app.add_option("--prefetch", f.prefetch, "units gathered ahead (0: no prefetch)")->check(CLI::Range(0, 8));
   app.add_option("--trace", f.trace, "write a Chrome trace / Perfetto JSON of all ranks here (as STRATA_TRACE)");

@@ -14,49 +14,19 @@
 #include "examples/gpt/gpt_memory.h"
 #include "examples/gpt/gpt_trainer.h"
 #include "examples/gpt/safetensors.h"
+#include "tests/gpt_reference.h"
 #include "tests/test_support.h"
 
 namespace strata::gpt {
 namespace {
 
-using test::runtime;
+using strata::test::runtime;
 
-const std::string kData = STRATA_SOURCE_DIR "/tests/data/";
-
-nlohmann::json load_json(const std::string& path) {
-  std::ifstream in(path);
-  EXPECT_TRUE(in.good()) << "cannot open " << path;
-  return nlohmann::json::parse(in);
-}
-
-// The reference's configuration at this world size: 4 global rows per step split over the ranks.
-TrainConfig reference_config(const nlohmann::json& ref, int world) {
-  const auto& c = ref["config"];
-  TrainConfig t;
-  t.model = GptConfig{c["layers"], c["heads"], c["embd"], c["vocab"], c["ctx"]};
-  t.seq = c["seq"];
-  t.grad_accum = c["grad_accum"];
-  int global_rows = c["batch"].get<int>() * c["ranks"].get<int>();
-  t.batch = global_rows / world;
-  t.adamw = AdamWConfig{c["lr"], c["beta1"], c["beta2"], c["eps"], c["weight_decay"]};
-  t.sharding.grad_clip = c["grad_clip"];
-  t.init = kData + "gpt_tiny_init.safetensors";
-  return t;
-}
-
-std::vector<double> run(const TrainConfig& cfg, int steps) {
-  TokenFile data = TokenFile::open(kData + "gpt_tiny_tokens.bin", cfg.seq, cfg.model.vocab);
-  GptTrainer trainer(runtime(), cfg, data);
-  std::vector<double> losses;
-  for (int s = 0; s < steps; ++s) losses.push_back(trainer.step(s).loss);
-  return losses;
-}
-
-double max_rel(const std::vector<double>& got, const std::vector<double>& want) {
-  double worst = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::abs(got[i] - want[i]) / std::abs(want[i]));
-  return worst;
-}
+const std::string kData = test::data_dir();
+using test::load_json;
+using test::max_rel;
+using test::reference_config;
+using test::run;
 
 // The acceptance bar: 1e-4 relative at each of 20 steps against PyTorch; in practice float32 round-off (~1e-6).
 TEST(GptTraining, LossesEqualThePyTorchReferenceForEveryStage) {

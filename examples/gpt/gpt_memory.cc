@@ -62,7 +62,10 @@ CategoryBytes predict_step_memory(const TrainConfig& cfg, int world) {
   const std::uint64_t V = static_cast<std::uint64_t>(cfg.model.vocab);
   const std::uint64_t block = 15 * N * C + 4 * N + H * N;  // ln1, stats, qkv, attention out, lse, x_mid, ln2, MLP
   at(MemCategory::kActivations) = 4 * ((L + 1) * N * C + (cfg.recompute ? 0 : L * block) + N * C + 3 * N + N * V);
-  at(MemCategory::kWorkspace) = 4 * (2 * emb_p + 2 * max_other_p + 16 * N * C + (cfg.recompute ? block : 0)) + 8;
+  // Workspace: f32 parameters and gradients of the embeddings and of the largest other unit, the scratch, the block's
+  // activations under recomputation, the int32 input and target tokens [N], and ShardedModel's 8-byte norm buffer.
+  at(MemCategory::kWorkspace) =
+      4 * (2 * emb_p + 2 * max_other_p + 16 * N * C + (cfg.recompute ? block : 0) + 2 * N) + 8;
   return b;
 }
 

@@ -1,13 +1,14 @@
-// GptModel: units, spec init, and forward/backward of the spec's GPT-2 over ShardedModel with the CPU kernels.
+// GptModel: units, spec init, and forward/backward of the spec's GPT-2 over ShardedModel, through the GptKernels of
+// the model's device.
 #include "examples/gpt/gpt_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "examples/common/hash.h"
-#include "examples/gpt/kernels.h"
+#include "examples/gpt/gpt_kernels.h"
 #include "runtime/core/error.h"
-#include "runtime/sharding/flat_ops.h"
 
 namespace strata::gpt {
 
@@ -100,7 +101,7 @@ namespace {
 // converted copies in a workspace buffer (gradients added back into the views after the backward).
 class UnitF32 {
  public:
-  UnitF32(Device& dev, std::size_t max_numel) {
+  UnitF32(Device& dev, GptKernels& k, std::size_t max_numel) : k_(k) {
     params_ = dev.allocate(max_numel * 4, MemCategory::kWorkspace);
     grads_ = dev.allocate(max_numel * 4, MemCategory::kWorkspace);
   }
@@ -111,7 +112,7 @@ class UnitF32 {
         p_.push_back(v.as<float>());
       } else {
         float* dst = params_.as<float>() + v.slot->offset;
-        convert(v.data, v.dtype, dst, DType::kF32, v.numel());
+        k_.to_f32(v.data, v.dtype, dst, v.numel());
         p_.push_back(dst);
       }
     }
@@ -123,7 +124,7 @@ class UnitF32 {
         g_.push_back(v.as<float>());
       } else {
         float* dst = grads_.as<float>() + v.slot->offset;
-        std::memset(dst, 0, v.numel() * 4);
+        k_.zero(dst, v.numel() * 4);
         g_.push_back(dst);
       }
     }
@@ -131,13 +132,15 @@ class UnitF32 {
   void close_grads(const std::vector<TensorView>& views) {
     for (std::size_t k = 0; k < views.size(); ++k) {
       const TensorView& v = views[k];
-      if (v.dtype != DType::kF32) add_f32_into(v.data, v.dtype, g_[k], v.numel());  // f32 views were written in place
+      if (v.dtype != DType::kF32)
+        k_.add_f32_into(v.data, v.dtype, g_[k], v.numel());  // f32 views were written in place
     }
   }
   const float* p(int k) const { return p_[static_cast<std::size_t>(k)]; }
   float* g(int k) const { return g_[static_cast<std::size_t>(k)]; }
 
  private:
+  GptKernels& k_;
   Buffer params_, grads_;
   std::vector<const float*> p_;
   std::vector<float*> g_;
@@ -154,6 +157,7 @@ struct GptModel::Impl {
   GptConfig cfg;
   ShardedModel& model;
   Device& dev;
+  std::unique_ptr<GptKernels> k;  // every kernel, zeroing, conversion and copy goes through it
   int B, T, N;
   bool recompute;
   std::vector<Buffer> x_in;       // per layer: the block input [N, C]; x_in[L] is the final residual stream
@@ -161,11 +165,11 @@ struct GptModel::Impl {
   Buffer attproj, fcproj;         // forward scratch [N, C]
   Buffer lnf, lnf_mean, lnf_rstd, logits, losses;
   Buffer dres, dln, datty, dqkv, dfch, dfch_gelu;  // backward scratch
-  Buffer tokens_in, tokens_tgt;
+  Buffer tokens_in, tokens_tgt;  // the micro-batch's tokens [N] in the device's memory
   std::unique_ptr<UnitF32> emb, unit;
 
   Impl(const GptConfig& c, ShardedModel& m, Device& d, int b, int t, bool rc)
-      : cfg(c), model(m), dev(d), B(b), T(t), N(b * t), recompute(rc) {
+      : cfg(c), model(m), dev(d), k(make_gpt_kernels(d)), B(b), T(t), N(b * t), recompute(rc) {
     const std::size_t C = static_cast<std::size_t>(cfg.embd), n = static_cast<std::size_t>(N);
     auto act = [&](std::size_t floats) { return dev.allocate(floats * 4, MemCategory::kActivations); };
     auto work = [&](std::size_t floats) { return dev.allocate(floats * 4, MemCategory::kWorkspace); };
@@ -191,12 +195,14 @@ struct GptModel::Impl {
     dqkv = work(n * 3 * C);
     dfch = work(n * 4 * C);
     dfch_gelu = work(n * 4 * C);
+    tokens_in = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
+    tokens_tgt = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
     std::size_t emb_numel = model.unit(embeddings_unit()).layout().padded_numel();
     std::size_t max_numel = 0;
     for (int u = 1; u < model.num_units(); ++u)
       max_numel = std::max(max_numel, model.unit(u).layout().padded_numel());
-    emb = std::make_unique<UnitF32>(dev, emb_numel);
-    unit = std::make_unique<UnitF32>(dev, max_numel);
+    emb = std::make_unique<UnitF32>(dev, *k, emb_numel);
+    unit = std::make_unique<UnitF32>(dev, *k, max_numel);
   }
 
   BlockActs& acts_for(int layer) { return acts[recompute ? 0 : static_cast<std::size_t>(layer)]; }
@@ -206,17 +212,18 @@ struct GptModel::Impl {
     BlockActs& a = acts_for(layer);
     const float* x = x_in[static_cast<std::size_t>(layer)].as<float>();
     float* out = x_in[static_cast<std::size_t>(layer) + 1].as<float>();
-    layernorm_forward(a.ln1.as<float>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x, p.p(kLn1W), p.p(kLn1B), N, C);
-    matmul_forward(a.qkv.as<float>(), a.ln1.as<float>(), p.p(kAttnW), p.p(kAttnB), N, C, 3 * C);
-    attention_forward(a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(), B, T, C, NH);
-    matmul_forward(attproj.as<float>(), a.atty.as<float>(), p.p(kProjW), p.p(kProjB), N, C, C);
-    residual_forward(a.x_mid.as<float>(), x, attproj.as<float>(), static_cast<std::size_t>(N) * C);
-    layernorm_forward(a.ln2.as<float>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), a.x_mid.as<float>(),
-                      p.p(kLn2W), p.p(kLn2B), N, C);
-    matmul_forward(a.fch.as<float>(), a.ln2.as<float>(), p.p(kFcW), p.p(kFcB), N, C, 4 * C);
-    gelu_forward(a.fch_gelu.as<float>(), a.fch.as<float>(), static_cast<std::size_t>(N) * 4 * C);
-    matmul_forward(fcproj.as<float>(), a.fch_gelu.as<float>(), p.p(kFcProjW), p.p(kFcProjB), N, 4 * C, C);
-    residual_forward(out, a.x_mid.as<float>(), fcproj.as<float>(), static_cast<std::size_t>(N) * C);
+    k->layernorm_forward(a.ln1.as<float>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x, p.p(kLn1W), p.p(kLn1B),
+                         N, C);
+    k->matmul_forward(a.qkv.as<float>(), a.ln1.as<float>(), p.p(kAttnW), p.p(kAttnB), N, C, 3 * C);
+    k->attention_forward(a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(), B, T, C, NH);
+    k->matmul_forward(attproj.as<float>(), a.atty.as<float>(), p.p(kProjW), p.p(kProjB), N, C, C);
+    k->residual_forward(a.x_mid.as<float>(), x, attproj.as<float>(), static_cast<std::size_t>(N) * C);
+    k->layernorm_forward(a.ln2.as<float>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), a.x_mid.as<float>(),
+                         p.p(kLn2W), p.p(kLn2B), N, C);
+    k->matmul_forward(a.fch.as<float>(), a.ln2.as<float>(), p.p(kFcW), p.p(kFcB), N, C, 4 * C);
+    k->gelu_forward(a.fch_gelu.as<float>(), a.fch.as<float>(), static_cast<std::size_t>(N) * 4 * C);
+    k->matmul_forward(fcproj.as<float>(), a.fch_gelu.as<float>(), p.p(kFcProjW), p.p(kFcProjB), N, 4 * C, C);
+    k->residual_forward(out, a.x_mid.as<float>(), fcproj.as<float>(), static_cast<std::size_t>(N) * C);
   }
 
   // dres holds d(block output) on entry and d(block input) on exit.
@@ -226,34 +233,38 @@ struct GptModel::Impl {
     BlockActs& a = acts_for(layer);
     const float* x = x_in[static_cast<std::size_t>(layer)].as<float>();
     float* d = dres.as<float>();
-    std::memset(dfch_gelu.data(), 0, nC * 4 * 4);
-    matmul_backward(dfch_gelu.as<float>(), p.g(kFcProjW), p.g(kFcProjB), d, a.fch_gelu.as<float>(), p.p(kFcProjW), N,
-                    4 * C, C);
-    std::memset(dfch.data(), 0, nC * 4 * 4);
-    gelu_backward(dfch.as<float>(), a.fch.as<float>(), dfch_gelu.as<float>(), nC * 4);
-    std::memset(dln.data(), 0, nC * 4);
-    matmul_backward(dln.as<float>(), p.g(kFcW), p.g(kFcB), dfch.as<float>(), a.ln2.as<float>(), p.p(kFcW), N, C, 4 * C);
-    layernorm_backward(d, p.g(kLn2W), p.g(kLn2B), dln.as<float>(), a.x_mid.as<float>(), p.p(kLn2W),
-                       a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), N, C);
-    std::memset(datty.data(), 0, nC * 4);
-    matmul_backward(datty.as<float>(), p.g(kProjW), p.g(kProjB), d, a.atty.as<float>(), p.p(kProjW), N, C, C);
-    std::memset(dqkv.data(), 0, nC * 3 * 4);
-    attention_backward(dqkv.as<float>(), datty.as<float>(), a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(),
-                       B, T, C, NH);
-    std::memset(dln.data(), 0, nC * 4);
-    matmul_backward(dln.as<float>(), p.g(kAttnW), p.g(kAttnB), dqkv.as<float>(), a.ln1.as<float>(), p.p(kAttnW), N, C,
-                    3 * C);
-    layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), dln.as<float>(), x, p.p(kLn1W), a.ln1_mean.as<float>(),
-                       a.ln1_rstd.as<float>(), N, C);
+    k->zero(dfch_gelu.data(), nC * 4 * 4);
+    k->matmul_backward(dfch_gelu.as<float>(), p.g(kFcProjW), p.g(kFcProjB), d, a.fch_gelu.as<float>(), p.p(kFcProjW), N,
+                       4 * C, C);
+    k->zero(dfch.data(), nC * 4 * 4);
+    k->gelu_backward(dfch.as<float>(), a.fch.as<float>(), dfch_gelu.as<float>(), nC * 4);
+    k->zero(dln.data(), nC * 4);
+    k->matmul_backward(dln.as<float>(), p.g(kFcW), p.g(kFcB), dfch.as<float>(), a.ln2.as<float>(), p.p(kFcW), N, C,
+                       4 * C);
+    k->layernorm_backward(d, p.g(kLn2W), p.g(kLn2B), dln.as<float>(), a.x_mid.as<float>(), p.p(kLn2W),
+                          a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), N, C);
+    k->zero(datty.data(), nC * 4);
+    k->matmul_backward(datty.as<float>(), p.g(kProjW), p.g(kProjB), d, a.atty.as<float>(), p.p(kProjW), N, C, C);
+    k->zero(dqkv.data(), nC * 3 * 4);
+    k->attention_backward(dqkv.as<float>(), datty.as<float>(), a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(),
+                          B, T, C, NH);
+    k->zero(dln.data(), nC * 4);
+    k->matmul_backward(dln.as<float>(), p.g(kAttnW), p.g(kAttnB), dqkv.as<float>(), a.ln1.as<float>(), p.p(kAttnW), N,
+                       C, 3 * C);
+    k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), dln.as<float>(), x, p.p(kLn1W), a.ln1_mean.as<float>(),
+                          a.ln1_rstd.as<float>(), N, C);
   }
 
-  // Forward through every unit; leaves the embeddings unit open (it is the tied LM head). Returns the mean loss and
-  // leaves dlogits (scaled by dscale) in `logits` when dscale != 0.
+  // Forward through every unit; leaves the embeddings unit open (it is the tied LM head). in and tgt are N host
+  // tokens, uploaded to tokens_in / tokens_tgt (the backward reads tokens_in). Returns the mean loss and leaves
+  // dlogits (scaled by dscale) in `logits` when dscale != 0.
   double forward(const std::int32_t* in, const std::int32_t* tgt, float dscale) {
     const int C = cfg.embd, V = cfg.vocab, L = cfg.layers;
     STRATA_CHECK(T <= cfg.ctx, "sequence length {} exceeds the context {}", T, cfg.ctx);
+    k->upload_tokens(tokens_in.as<std::int32_t>(), in, static_cast<std::size_t>(N));
+    k->upload_tokens(tokens_tgt.as<std::int32_t>(), tgt, static_cast<std::size_t>(N));
     emb->load(model.begin_forward(embeddings_unit()));
-    encoder_forward(x_in[0].as<float>(), in, emb->p(kWte), emb->p(kWpe), B, T, C);
+    k->encoder_forward(x_in[0].as<float>(), tokens_in.as<std::int32_t>(), emb->p(kWte), emb->p(kWpe), B, T, C);
     for (int l = 0; l < L; ++l) {
       unit->load(model.begin_forward(block_unit(l)));
       block_forward(l, *unit);
@@ -261,32 +272,31 @@ struct GptModel::Impl {
     }
     int f = final_norm_unit(cfg);
     unit->load(model.begin_forward(f));
-    layernorm_forward(lnf.as<float>(), lnf_mean.as<float>(), lnf_rstd.as<float>(), x_in[static_cast<std::size_t>(L)].as<float>(),
-                      unit->p(kLnfW), unit->p(kLnfB), N, C);
+    k->layernorm_forward(lnf.as<float>(), lnf_mean.as<float>(), lnf_rstd.as<float>(),
+                         x_in[static_cast<std::size_t>(L)].as<float>(), unit->p(kLnfW), unit->p(kLnfB), N, C);
     model.end_forward(f);
-    lm_head_forward(logits.as<float>(), lnf.as<float>(), emb->p(kWte), N, C, V);
-    crossentropy_softmax(losses.as<float>(), logits.as<float>(), logits.as<float>(), tgt, N, V, dscale);
+    k->lm_head_forward(logits.as<float>(), lnf.as<float>(), emb->p(kWte), N, C, V);
+    k->crossentropy_softmax(losses.as<float>(), logits.as<float>(), logits.as<float>(), tokens_tgt.as<std::int32_t>(),
+                            N, V, dscale);
     model.end_forward(embeddings_unit());
-    double sum = 0;
-    for (int i = 0; i < N; ++i) sum += losses.as<float>()[i];
-    return sum / N;
+    return k->sum(losses.as<float>(), static_cast<std::size_t>(N)) / N;
   }
 
-  void backward(const std::int32_t* in) {
+  void backward() {
     const int C = cfg.embd, V = cfg.vocab, L = cfg.layers;
     BackwardViews ev = model.begin_backward(embeddings_unit());
     emb->load(ev.params);
     emb->open_grads(ev.grads);
-    std::memset(dln.data(), 0, static_cast<std::size_t>(N) * C * 4);
-    lm_head_backward(dln.as<float>(), emb->g(kWte), logits.as<float>(), lnf.as<float>(), emb->p(kWte), N, C, V);
+    k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
+    k->lm_head_backward(dln.as<float>(), emb->g(kWte), logits.as<float>(), lnf.as<float>(), emb->p(kWte), N, C, V);
     int f = final_norm_unit(cfg);
     BackwardViews fv = model.begin_backward(f);
     unit->load(fv.params);
     unit->open_grads(fv.grads);
-    std::memset(dres.data(), 0, static_cast<std::size_t>(N) * C * 4);
-    layernorm_backward(dres.as<float>(), unit->g(kLnfW), unit->g(kLnfB), dln.as<float>(),
-                       x_in[static_cast<std::size_t>(L)].as<float>(), unit->p(kLnfW), lnf_mean.as<float>(),
-                       lnf_rstd.as<float>(), N, C);
+    k->zero(dres.data(), static_cast<std::size_t>(N) * C * 4);
+    k->layernorm_backward(dres.as<float>(), unit->g(kLnfW), unit->g(kLnfB), dln.as<float>(),
+                          x_in[static_cast<std::size_t>(L)].as<float>(), unit->p(kLnfW), lnf_mean.as<float>(),
+                          lnf_rstd.as<float>(), N, C);
     unit->close_grads(fv.grads);
     model.end_backward(f);
     for (int l = L - 1; l >= 0; --l) {
@@ -298,7 +308,7 @@ struct GptModel::Impl {
       unit->close_grads(bv.grads);
       model.end_backward(block_unit(l));
     }
-    encoder_backward(emb->g(kWte), emb->g(kWpe), dres.as<float>(), in, B, T, C);
+    k->encoder_backward(emb->g(kWte), emb->g(kWpe), dres.as<float>(), tokens_in.as<std::int32_t>(), B, T, C);
     emb->close_grads(ev.grads);
     model.end_backward(embeddings_unit());
   }
@@ -314,7 +324,7 @@ GptModel::~GptModel() = default;
 
 double GptModel::forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float grad_scale) {
   double loss = impl_->forward(inputs, targets, grad_scale / static_cast<float>(impl_->N));
-  impl_->backward(inputs);
+  impl_->backward();
   return loss;
 }
 

@@ -1,5 +1,5 @@
 // GptModel: the spec's GPT-2 (shared/specs/gpt2-training.md) on a ShardedModel: units, init, and one
-// micro-batch of forward and backward through the CPU kernels.
+// micro-batch of forward and backward through the kernels of its device (GptKernels: CPU or CUDA).
 #pragma once
 
 #include <cstdint>
@@ -41,7 +41,8 @@ class GptModel {
   ~GptModel();
 
   // Forward and backward of one micro-batch; gradients (scaled by grad_scale / (B*T)) are added into Strata's
-  // buffers. Returns the mean cross-entropy over the B*T targets.
+  // buffers. inputs and targets are B*T tokens in host memory (copied to the device). Returns the mean
+  // cross-entropy over the B*T targets.
   double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float grad_scale);
   // Forward only (evaluation).
   double forward_loss(const std::int32_t* inputs, const std::int32_t* targets);
