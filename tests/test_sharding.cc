@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <map>
+#include <mutex>
+#include <thread>
 
 #include "examples/mlp/mlp.h"
 #include "runtime/core/error.h"
@@ -338,31 +340,39 @@ TEST(Sharding, BytesMovedEqualThePrediction) {
 }
 
 // The profiler ranges (NVTX on CUDA) nest: every unit's forward and backward and the optimizer step push one range
-// and pop it on the same thread.
-std::vector<std::string> g_ranges;
-int g_depth = 0, g_max_depth = 0;
+// and pop it on the same thread. Communication threads push ranges of their own (each collective's span), so the
+// hooks are thread-safe and keep one depth per thread.
+std::mutex g_ranges_mutex;
+std::vector<std::pair<std::thread::id, std::string>> g_ranges;
+thread_local int t_depth = 0;
 
 TEST(Sharding, ProfilerRangesBracketEveryUnitAndTheStep) {
   Runtime& rt = runtime();
   Tracer::global().set_range_hooks(
       [](const char* name) {
-        g_ranges.emplace_back(name);
-        g_max_depth = std::max(g_max_depth, ++g_depth);
+        ++t_depth;
+        std::lock_guard<std::mutex> lock(g_ranges_mutex);
+        g_ranges.emplace_back(std::this_thread::get_id(), name);
       },
-      [] { --g_depth; });
+      [] { --t_depth; });
   {
     ShardedModel model(rt, mlp::mlp_units(small_config()), ShardingOptions{}, test_adamw());
     model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
-    g_ranges.clear();
+    {
+      std::lock_guard<std::mutex> lock(g_ranges_mutex);
+      g_ranges.clear();
+    }
     const int rows = kGlobalRows / rt.world_size();
     mlp::forward_backward(model, small_config(),
                           mlp::make_batch(small_config(), static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed),
                           1.0f);
     model.step(1e-2);
     const int units = model.num_units();
-    EXPECT_EQ(g_depth, 0) << "a range was left open";
+    EXPECT_EQ(t_depth, 0) << "a range was left open on the caller's thread";
     int forward = 0, backward = 0, optimizer = 0;
-    for (const std::string& r : g_ranges) {
+    std::lock_guard<std::mutex> lock(g_ranges_mutex);
+    for (const auto& [thread, r] : g_ranges) {
+      if (thread != std::this_thread::get_id()) continue;  // a communication thread's collective
       forward += r.rfind("forward ", 0) == 0;
       backward += r.rfind("backward ", 0) == 0;
       optimizer += r == "optimizer step";
