@@ -28,31 +28,53 @@ finish() {
 trap finish EXIT
 
 # ---- packages: only what is missing (a tool already on PATH counts as present) ------------------------------------
-packages=(openmpi-bin libopenmpi-dev libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcli11-dev cmake g++)
-declare -A provides=([openmpi-bin]=mpirun [cmake]=cmake [g++]=g++)
+# The lent GPU machine has CUDA, CMake and Python but no MPI and no package registry. Then the Debian packages come
+# from $STRATA_DEB_DIR (default .gpu-debs/, filled by scripts/gpu_kit.sh where apt works, and carried): they are
+# unpacked with dpkg -x into /opt/strata-deps (never into /), and the build and the runs are pointed at it.
+packages=(openmpi-bin libopenmpi-dev libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev)
+declare -A provides=([openmpi-bin]=mpirun)
 missing=()
 for p in "${packages[@]}"; do
   if [ -n "${provides[$p]:-}" ] && command -v "${provides[$p]}" >/dev/null 2>&1; then continue; fi
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# STRATA_GPU_KIT=always uses the carried packages even where the system has its own (to try the kit anywhere).
+[ "${STRATA_GPU_KIT:-auto}" = always ] && missing+=("(kit forced)")
+cmake_extra=()
 status_setup=ok
+extract_deb() {  # FILE DIR: dpkg -x, or ar + tar where there is no dpkg
+  if command -v dpkg >/dev/null 2>&1; then dpkg -x "$1" "$2"; else (ar p "$1" data.tar.xz | tar -xJ -C "$2"); fi
+}
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "gpu_check: installing ${missing[*]}"
-  sudo_cmd=()
-  [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
   deb_dir=${STRATA_DEB_DIR:-.gpu-debs}
-  export DEBIAN_FRONTEND=noninteractive
   if compgen -G "$deb_dir/*.deb" >/dev/null; then
-    install_cmd=("${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "$deb_dir"/*.deb)
+    echo "gpu_check: ${missing[*]} missing; unpacking $(ls "$deb_dir"/*.deb | wc -l) packages from $deb_dir into /opt/strata-deps"
+    rm -rf /opt/strata-deps && mkdir -p /opt/strata-deps
+    for f in "$deb_dir"/*.deb; do extract_deb "$f" /opt/strata-deps; done >"$logs/setup.log" 2>&1 || {
+      status_setup=failed; tail -n 20 "$logs/setup.log"; exit 1; }
+    P=/opt/strata-deps/usr
+    # Debian's Open MPI relocates with OPAL_PREFIX; its programs are reached through alternatives links that dpkg -x
+    # does not make, so make them here.
+    ln -sf mpiexec.openmpi "$P/bin/mpirun"
+    ln -sf mpiexec.openmpi "$P/bin/mpiexec"
+    ln -sf mpicxx.openmpi "$P/bin/mpicxx"
+    export OPAL_PREFIX=$P PMIX_INSTALL_PREFIX=$P/lib/x86_64-linux-gnu/pmix2 PATH="$P/bin:$PATH" CPATH="$P/include"
+    export LD_LIBRARY_PATH="$P/lib/x86_64-linux-gnu:$P/lib/x86_64-linux-gnu/openmpi/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    cmake_extra=(-DCMAKE_PREFIX_PATH="$P" -DMPI_CXX_COMPILER="$P/bin/mpicxx.openmpi"
+                 -DMPIEXEC_EXECUTABLE="$P/bin/mpiexec.openmpi")
   else
-    install_cmd=(bash -c "timeout 120 ${sudo_cmd[*]} apt-get update -qq &&
-                          ${sudo_cmd[*]} apt-get install -y -qq --no-install-recommends ${missing[*]}")
-  fi
-  if ! "${install_cmd[@]}" >"$logs/setup.log" 2>&1; then
-    status_setup=failed
-    tail -n 20 "$logs/setup.log"
-    echo "gpu_check: could not install ${missing[*]}; without a package registry, put their .deb files in $deb_dir"
-    exit 1
+    echo "gpu_check: installing ${missing[*]}"
+    sudo_cmd=()
+    [ "$(id -u)" -ne 0 ] && sudo_cmd=(sudo)
+    export DEBIAN_FRONTEND=noninteractive
+    if ! bash -c "timeout 60 ${sudo_cmd[*]} apt-get update -qq &&
+                  ${sudo_cmd[*]} apt-get install -y -qq --no-install-recommends ${missing[*]}" >"$logs/setup.log" 2>&1; then
+      status_setup=failed
+      tail -n 20 "$logs/setup.log"
+      echo "gpu_check: could not install ${missing[*]}; without a package registry, run scripts/gpu_kit.sh where apt"
+      echo "           works and carry $deb_dir"
+      exit 1
+    fi
   fi
 fi
 
@@ -72,12 +94,12 @@ if [ -z "${NCCL_HOME:-}" ] && [ ! -f /usr/local/cuda/include/nccl.h ]; then
   fi
 fi
 
-nvidia-smi -L 2>&1 | tee "$logs/nvidia-smi.log"
+nvidia-smi -L 2>&1 | tee "$logs/nvidia-smi.log" || echo "gpu_check: nvidia-smi not found or failed"
 
 # ---- build -----------------------------------------------------------------------------------------------------------
 status_build=failed
 if ! cmake -S . -B build-gpu -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
-    >"$logs/configure.log" 2>&1; then
+    "${cmake_extra[@]}" >"$logs/configure.log" 2>&1; then
   tail -n 30 "$logs/configure.log"
   exit 1
 fi
@@ -88,13 +110,24 @@ fi
 status_build=ok
 
 # ---- tests labelled gpu (a missing registration fails rather than passing with no tests) ----------------------------
-if timeout 330 ctest --test-dir build-gpu -L gpu --no-tests=error --output-on-failure --timeout 300 2>&1 |
-    tee "$logs/ctest.log"; then
-  status_tests=ok
+# STRATA_BACKEND=cuda: the tests' runtime must be on the GPU; a test that skips for want of a GPU fails the check
+# too (skips for want of a second rank are expected on one GPU).
+if STRATA_BACKEND=cuda timeout 330 ctest --test-dir build-gpu -L gpu --no-tests=error -V --timeout 300 \
+    >"$logs/ctest.log" 2>&1; then
+  no_gpu="no CUDA device visible|not on the CUDA backend|needs the CUDA backend|needs one GPU per rank"
+  if grep -Eq "$no_gpu" "$logs/ctest.log"; then
+    grep -E "$no_gpu" "$logs/ctest.log" | head -n 20
+    status_tests="skipped (no GPU seen)"
+    failed=1
+  else
+    status_tests=ok
+  fi
 else
+  grep -E "Failure|FAILED|Expected|Which is|error|Test +#" "$logs/ctest.log" | head -n 60
   status_tests=failed
   failed=1
 fi
+grep -E "Test +#|tests passed" "$logs/ctest.log" || true
 
 # ---- benchmark (optional: built only once examples/collectives_bench exists) -----------------------------------------
 bench=build-gpu/bin/collectives_bench

@@ -132,6 +132,8 @@ TEST(CudaShardedModel, OneStepEqualsTheHostArithmetic) {
       ASSERT_EQ(fwd.size(), 2u);
       model.end_forward(0);
       BackwardViews bv = model.begin_backward(0);
+      // The views were zeroed on the compute stream; copy_from_host is ordered with no stream, so wait first.
+      dev.compute_stream().synchronize();
       // gradient = the gathered parameter (in param dtype) times 3: written from the host through a copy.
       std::vector<float> gw(n0), gb(n1);
       for (std::size_t i = 0; i < n0; ++i) gw[i] = 3 * w0[i];

@@ -27,7 +27,8 @@ CudaDevice& as_cuda(Device& device) {
 
 }  // namespace
 
-CudaFlatOps::CudaFlatOps(Device& device) : device_(as_cuda(device)) {}
+CudaFlatOps::CudaFlatOps(Device& device)
+    : device_(as_cuda(device)), scratch_(device.allocate(cuda_flat::kSumBlocks * 8, MemCategory::kWorkspace)) {}
 
 void CudaFlatOps::convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n,
                           Stream& stream) {
@@ -54,7 +55,8 @@ void CudaFlatOps::scale_f32(float* x, std::size_t n, float factor, Stream& strea
 }
 
 void CudaFlatOps::add_sum_squares(const float* x, std::size_t n, double* out, Stream& stream) {
-  STRATA_CHECK_CUDA(cuda_flat::add_sum_squares(x, n, out, device_.cuda_stream(stream, "add_sum_squares")));
+  STRATA_CHECK_CUDA(cuda_flat::add_sum_squares(x, n, out, scratch_.as<double>(),
+                                               device_.cuda_stream(stream, "add_sum_squares")));
 }
 
 void CudaFlatOps::adamw(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg,

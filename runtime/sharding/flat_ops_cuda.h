@@ -20,6 +20,7 @@ class CudaFlatOps : public FlatOps {
 
  private:
   CudaDevice& device_;
+  Buffer scratch_;  // the sum of squares' per-block partials (used in stream order on the compute stream)
 };
 
 }  // namespace strata

@@ -48,18 +48,31 @@ __global__ void scale_kernel(float* x, std::size_t n, float f) {
     x[i] *= f;
 }
 
-// One block: each thread sums a fixed stride of elements, then a fixed tree; the same order every run.
-__global__ void sum_squares_kernel(const float* x, std::size_t n, double* out) {
+// Sums of squares in two passes with a grid that depends only on n: each block sums a fixed stride of elements into
+// partial[block] (a fixed tree in shared memory), then one block adds the partials in a fixed order. The same
+// order every run, so the result does not vary.
+__device__ void block_sum_into(double acc, double* dst, bool add) {
   __shared__ double partial[kThreads];
-  double acc = 0;
-  for (std::size_t i = threadIdx.x; i < n; i += kThreads) acc += static_cast<double>(x[i]) * x[i];
   partial[threadIdx.x] = acc;
   __syncthreads();
   for (int width = kThreads / 2; width > 0; width /= 2) {
     if (static_cast<int>(threadIdx.x) < width) partial[threadIdx.x] += partial[threadIdx.x + width];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *out += partial[0];
+  if (threadIdx.x == 0) *dst = add ? *dst + partial[0] : partial[0];
+}
+
+__global__ void sum_squares_partial_kernel(const float* x, std::size_t n, double* partials) {
+  double acc = 0;
+  for (std::size_t i = blockIdx.x * std::size_t{kThreads} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * kThreads)
+    acc += static_cast<double>(x[i]) * x[i];
+  block_sum_into(acc, partials + blockIdx.x, false);
+}
+
+__global__ void sum_partials_kernel(const double* partials, unsigned count, double* out) {
+  double acc = 0;
+  for (unsigned i = threadIdx.x; i < count; i += kThreads) acc += partials[i];
+  block_sum_into(acc, out, true);
 }
 
 __global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::size_t n, AdamW k) {
@@ -103,9 +116,11 @@ cudaError_t scale_f32(float* x, std::size_t n, float factor, cudaStream_t s) {
   return cudaGetLastError();
 }
 
-cudaError_t add_sum_squares(const float* x, std::size_t n, double* out, cudaStream_t s) {
+cudaError_t add_sum_squares(const float* x, std::size_t n, double* out, double* scratch, cudaStream_t s) {
   if (n == 0) return cudaSuccess;
-  sum_squares_kernel<<<1, kThreads, 0, s>>>(x, n, out);
+  const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((n + kThreads - 1) / kThreads, kSumBlocks));
+  sum_squares_partial_kernel<<<blocks, kThreads, 0, s>>>(x, n, scratch);
+  sum_partials_kernel<<<1, kThreads, 0, s>>>(scratch, blocks, out);
   return cudaGetLastError();
 }
 

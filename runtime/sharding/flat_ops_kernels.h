@@ -20,8 +20,10 @@ cudaError_t convert(const void* src, Type src_type, void* dst, Type dst_type, st
 cudaError_t accumulate_f32(float* dst, const void* src, Type src_type, std::size_t n, cudaStream_t s);
 cudaError_t add_f32_into(void* dst, Type dst_type, const float* src, std::size_t n, cudaStream_t s);
 cudaError_t scale_f32(float* x, std::size_t n, float factor, cudaStream_t s);
-// *out += sum of x[i]^2 in double, in a fixed order (one block), so the result does not vary between runs.
-cudaError_t add_sum_squares(const float* x, std::size_t n, double* out, cudaStream_t s);
+// *out += sum of x[i]^2 in double, in an order fixed by n (two passes through `scratch`, kSumBlocks doubles of
+// device memory used by one stream at a time), so the result does not vary between runs.
+constexpr unsigned kSumBlocks = 1024;
+cudaError_t add_sum_squares(const float* x, std::size_t n, double* out, double* scratch, cudaStream_t s);
 cudaError_t adamw(float* p, const float* g, float* m, float* v, std::size_t n, AdamW k, cudaStream_t s);
 
 }  // namespace strata::cuda_flat
