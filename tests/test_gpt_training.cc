@@ -224,7 +224,7 @@ TEST(GptMemory, OverBudgetErrorNamesAChangeThatFits) {
   if (code == ErrorCode::kOutOfMemory) {
     EXPECT_NE(message.find("device memory budget"), std::string::npos) << message;
     EXPECT_NE(message.find("optim_state"), std::string::npos) << "the ledger: " << message;
-    EXPECT_NE(message.find("memory planner: " + advice), std::string::npos) << message;
+    EXPECT_NE(message.find("memory planner (this GPT, activations included): " + advice), std::string::npos) << message;
   }
   // The advice names flags; follow it.
   TrainConfig advised = cfg;

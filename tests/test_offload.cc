@@ -181,9 +181,9 @@ TEST(Offload, NoAllocationInsideAStepAfterTheFirst) {
   }
 }
 
-// A device budget the model does not fit without offload: the allocator refuses with the ledger in the message,
-// and with the optimizer on the host the same model fits and trains.
-TEST(Offload, DeviceBudgetThatOnlyOffloadFits) {
+// A device budget the model does not fit at ZeRO-0: the allocator refuses with the ledger and the planner's advice
+// in the message; the advised change fits and trains in the same budget, and so does optimizer offload alone.
+TEST(Offload, OverBudgetErrorAdvisesAChangeThatFits) {
   Runtime& rt = runtime();
   Device& dev = rt.device();
   const std::size_t saved = dev.memory_budget();
@@ -194,17 +194,32 @@ TEST(Offload, DeviceBudgetThatOnlyOffloadFits) {
     for (const SlotSpec& s : u.slots) params += shape_numel(s.shape);
   // Room for the parameters, gradients and staging, not for the 12 bytes per parameter of master and Adam state.
   dev.set_memory_budget(dev.memory_stats().current_total() + 10 * params + 4096);
+  std::string message;
   try {
     ShardedModel model(rt, mlp::mlp_units(small_config()), o, test_adamw());
     ADD_FAILURE() << "the model fit in a budget too small for it";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
-    EXPECT_NE(std::string(e.what()).find("device memory budget"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("optim_state"), std::string::npos) << "the ledger: " << e.what();
+    message = e.what();
   }
-  o.offload = OffloadPolicy::kOptimizer;
-  {
-    ShardedModel model(rt, mlp::mlp_units(small_config()), o, test_adamw());
+  EXPECT_NE(message.find("device memory budget"), std::string::npos) << message;
+  EXPECT_NE(message.find("optim_state"), std::string::npos) << "the ledger: " << message;
+  EXPECT_NE(message.find("memory planner (Strata's own state): needs "), std::string::npos) << message;
+  const std::size_t at = message.find("the cheapest change that fits: ");
+  ASSERT_NE(at, std::string::npos) << message;
+  // Follow the advice (ZeRO-3 where there are ranks to shard over, else offload), then offload alone.
+  ShardingOptions advised = o;
+  const std::string advice = message.substr(at);
+  if (advice.find("ZeRO stage 3") != std::string::npos) advised.stage = ZeroStage::kParameters;
+  if (advice.find("parameter offload") != std::string::npos)
+    advised.offload = OffloadPolicy::kOptimizerAndParams;
+  else if (advice.find("offload") != std::string::npos)
+    advised.offload = OffloadPolicy::kOptimizer;
+  ShardingOptions offload_only = o;
+  offload_only.offload = OffloadPolicy::kOptimizer;
+  for (const ShardingOptions& fits : {advised, offload_only}) {
+    SCOPED_TRACE(fits.describe());
+    ShardedModel model(rt, mlp::mlp_units(small_config()), fits, test_adamw());
     model.init(
         [](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
     for (int step = 0; step < 2; ++step) train_one_step(model, step, 1);

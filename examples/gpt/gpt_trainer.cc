@@ -30,7 +30,8 @@ void GptTrainer::with_fit_advice(Fn&& fn) {
     // The prediction covers this trainer's memory: compare it with what the budget left it.
     const std::uint64_t left = budget > baseline_bytes_ ? budget - baseline_bytes_ : 0;
     throw Error(ErrorCode::kOutOfMemory,
-                std::string(e.what()) + "\nmemory planner: " + fit_advice(cfg_, rt_.world_size(), left));
+                std::string(e.what()) + "\nmemory planner (this GPT, activations included): " +
+                    fit_advice(cfg_, rt_.world_size(), left));
   }
 }
 

@@ -29,6 +29,76 @@ std::string describe_unit(const UnitSpec& u) {
   return s + "}";
 }
 
+// The device bytes a ShardedModel's own buffers take under `o` (persistent state and the pools as they start; the
+// trainer's activations and a pool's growth in the first step are not counted): the arithmetic of the constructor.
+std::uint64_t state_bytes(const std::vector<UnitSpec>& specs, const ShardingOptions& o, int shard, int world) {
+  const StagePlan plan = StagePlan::from(o);
+  const std::uint64_t psz = dtype_size(o.mixed_precision.param_dtype);
+  const std::uint64_t rsz = dtype_size(o.mixed_precision.reduce_dtype);
+  std::uint64_t sum_p = 0, sum_s = 0, max_p = 0, max_s = 0;
+  for (const UnitSpec& spec : specs) {
+    ShardLayout l(spec.slots, shard, o.align_elements);
+    sum_p += l.padded_numel();
+    sum_s += l.shard_numel();
+    max_p = std::max<std::uint64_t>(max_p, l.padded_numel());
+    max_s = std::max<std::uint64_t>(max_s, l.shard_numel());
+  }
+  auto slot = [](std::uint64_t b) { return std::max<std::uint64_t>(b, 64); };
+  const std::uint64_t depth = static_cast<std::uint64_t>(o.prefetch_depth) + 1;
+  std::uint64_t b = 0;
+  b += plan.params_sharded ? (plan.offload_params ? depth * slot(max_s * psz) : sum_s * psz) : sum_p * psz;
+  if (!plan.offload_optimizer) b += (plan.separate_master ? 4 : 0) * sum_s + 12 * sum_s;
+  b += plan.params_sharded ? depth * slot(max_p * psz) : 0;
+  b += plan.grads_persist ? sum_p * psz : 2 * slot(max_p * psz);
+  b += 2 * slot(max_s * rsz);
+  if (o.mixed_precision.reduce_dtype != o.mixed_precision.param_dtype) b += 2 * slot(max_p * rsz);
+  // The MPI backend's grow-only staging for its largest reduction (an all-to-all of a unit, or stage 0's padded
+  // all-reduce) and the norm's f64 all-reduce; NCCL needs none, so on a GPU this errs on the safe side.
+  const std::uint64_t n = static_cast<std::uint64_t>(world);
+  std::uint64_t lane = plan.reduce_is_all_reduce ? 2 * n * ((max_p + n - 1) / n) * rsz : n * max_s * rsz;
+  if (shard > 1) lane = std::max<std::uint64_t>(lane, 2 * n * 8);
+  return b + lane;
+}
+
+std::string state_fit_advice(const std::vector<UnitSpec>& specs, const ShardingOptions& o, int world, int local_size,
+                             std::uint64_t budget) {
+  auto size = [](std::uint64_t x) {
+    if (x >= (1u << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(x) / (1024.0 * 1024.0));
+    if (x >= (1u << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(x) / 1024.0);
+    return fmt::format("{} bytes", x);
+  };
+  auto bytes = [&](const ShardingOptions& c) {
+    return state_bytes(specs, c, c.stage == ZeroStage::kNone ? 1 : c.shard_group_size(world, local_size), world);
+  };
+  const std::uint64_t now = bytes(o);
+  struct Change {
+    const char* what;
+    ZeroStage stage;
+    OffloadPolicy offload;
+  };
+  // strata-plan's order (fit_changes), without what is the trainer's to change (recomputation).
+  const Change changes[] = {{"shard parameters too (ZeRO stage 3)", ZeroStage::kParameters, o.offload},
+                            {"offload the optimizer to host memory", o.stage, OffloadPolicy::kOptimizer},
+                            {"ZeRO stage 3 and optimizer offload", ZeroStage::kParameters, OffloadPolicy::kOptimizer},
+                            {"ZeRO stage 3 and optimizer and parameter offload", ZeroStage::kParameters,
+                             OffloadPolicy::kOptimizerAndParams}};
+  for (const Change& c : changes) {
+    if (c.stage == o.stage && c.offload == o.offload) continue;
+    if (c.offload == OffloadPolicy::kOptimizerAndParams && c.stage != ZeroStage::kParameters) continue;
+    ShardingOptions t = o;
+    t.stage = c.stage;
+    t.offload = c.offload;
+    const std::uint64_t need = bytes(t);
+    if (need <= budget)
+      return fmt::format("needs {} per rank against the {} the budget left it; the "
+                         "cheapest change that fits: {} ({}, before your activations)",
+                         size(now), size(budget), c.what, size(need));
+  }
+  return fmt::format("needs {} per rank against the {} the budget left it, and no change "
+                     "of ZeRO stage or offload fits: use more ranks or more memory",
+                     size(now), size(budget));
+}
+
 }  // namespace
 
 ShardedModel::ShardedModel(Device& device, Communicator& world, int local_size, std::vector<UnitSpec> units,
@@ -43,7 +113,23 @@ ShardedModel::ShardedModel(Device& device, Communicator& world, int local_size, 
   adamw_.validate();
   STRATA_CHECK(!specs_.empty(), "a model needs at least one unit");
   check_same_across_ranks();
-  comm_ = std::make_unique<CommContext>(device, world, options_, local_size);
+  const std::uint64_t in_use = device.memory_stats().current_total();
+  try {
+    build(local_size);
+  } catch (const Error& e) {
+    const std::uint64_t budget = device.memory_budget();
+    if (e.code() != ErrorCode::kOutOfMemory || budget == 0) throw;
+    throw Error(ErrorCode::kOutOfMemory,
+                std::string(e.what()) + "\nmemory planner (Strata's own state): " +
+                    state_fit_advice(specs_, options_, world.size(), local_size, budget > in_use ? budget - in_use : 0));
+  }
+  logger("shard").info("sharded model: {} units, {}; shard group {} of {}", units_.size(), options_.describe(),
+                       comm_->shard_rank(), comm_->shard_size());
+}
+
+void ShardedModel::build(int local_size) {
+  Device& device = device_;
+  comm_ = std::make_unique<CommContext>(device, world_, options_, local_size);
   // The pools hold slots of the largest unit: gathered parameters (prefetch depth + 1 in flight), unsharded
   // gradients (one computing, one reducing), and the reduction's staging. See docs/notes/prefetch.md.
   std::size_t max_padded = 0, max_shard = 0;
@@ -95,8 +181,6 @@ ShardedModel::ShardedModel(Device& device, Communicator& world, int local_size, 
   norm_buffer_ = device.allocate(8, MemCategory::kWorkspace);
   norm_event_ = device.create_event();
   device.compute_stream().synchronize();
-  logger("shard").info("sharded model: {} units, {}; shard group {} of {}", units_.size(), options_.describe(),
-                       comm_->shard_rank(), comm_->shard_size());
 }
 
 ShardedModel::ShardedModel(Runtime& runtime, std::vector<UnitSpec> units, const ShardingOptions& options,

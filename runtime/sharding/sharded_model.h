@@ -95,6 +95,8 @@ class ShardedModel {
   int pool_allocations() const;
 
  private:
+  // The allocating part of the constructor (its kOutOfMemory gets the planner's advice appended).
+  void build(int local_size);
   void check_unit(int i, const char* call) const;
   void check_same_across_ranks();
   void mark_step_start();
