@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh), then runs Strata's main job: train_gpt trains a byte-level GPT-2 (vocab 256) on a
 # text that ships with the OS (the GPL-3 licence text) on 2 ranks with ZeRO-3 for about a minute; the loss falls
-# from about 5.5 (log 256) to about 2. The CPU backend for now: the sharding runtime and the GPT kernels have no
-# CUDA implementation yet (train_gpt --backend cuda says so).
+# from about 5.5 (log 256) to about 2. On the CPU backend (train_gpt's default) until the CUDA path, written and
+# compiled, has passed scripts/gpu_check.sh on a GPU; then `scripts/run.sh --backend auto` uses the GPUs.
 # Extra arguments go to train_gpt (e.g. --steps 200, --zero-stage 2, --text FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."
