@@ -8,53 +8,32 @@
 #include "runtime/memory/memory_planner.h"
 #include "runtime/sharding/shard_layout.h"
 #include "runtime/sharding/sharded_unit.h"
+#include "runtime/sharding/state_memory.h"
 
 namespace strata::gpt {
 
 CategoryBytes predict_step_memory(const TrainConfig& cfg, int world) {
   const ShardingOptions& o = cfg.sharding;
   const StagePlan plan = StagePlan::from(o);
-  const std::uint64_t psz = dtype_size(o.mixed_precision.param_dtype);
-  const std::uint64_t rsz = dtype_size(o.mixed_precision.reduce_dtype);
-  const int shard = o.stage == ZeroStage::kNone ? 1 : o.shard_group_size(world, world);
-  std::uint64_t sum_p = 0, sum_s = 0, max_p = 0, max_s = 0, emb_p = 0, max_other_p = 0;
-  auto units = gpt_units(cfg.model);
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    ShardLayout l(units[u].slots, shard, o.align_elements);
-    sum_p += l.padded_numel();
-    sum_s += l.shard_numel();
-    max_p = std::max<std::uint64_t>(max_p, l.padded_numel());
-    max_s = std::max<std::uint64_t>(max_s, l.shard_numel());
-    if (u == 0)
-      emb_p = l.padded_numel();
-    else
-      max_other_p = std::max<std::uint64_t>(max_other_p, l.padded_numel());
-  }
-  auto slot = [](std::uint64_t bytes) { return std::max<std::uint64_t>(bytes, 64); };  // BufferPool's minimum
-  CategoryBytes b{};
+  const auto units = gpt_units(cfg.model);
+  // Strata's own buffers (train_gpt runs its ranks on one node: local size = world).
+  CategoryBytes b = predict_state_memory(units, o, world, world).device;
   auto at = [&](MemCategory c) -> std::uint64_t& { return b[static_cast<std::size_t>(c)]; };
-  // Offloaded parameter shards are staged on the device one per gather in flight (prefetch depth + 1).
-  at(MemCategory::kParamShard) = plan.offload_params
-                                     ? static_cast<std::uint64_t>(o.prefetch_depth + 1) * slot(max_s * psz)
-                                 : plan.params_sharded ? sum_s * psz
-                                                       : 0;
-  if (!plan.offload_optimizer) {
-    at(MemCategory::kMaster) = plan.separate_master ? sum_s * 4 : 0;
-    at(MemCategory::kGradShard) = sum_s * 4;
-    at(MemCategory::kOptimState) = sum_s * 8;
+  const int shard = o.shard_group_size(world, world);
+  std::uint64_t max_p = 0, emb_p = 0, max_other_p = 0;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const std::uint64_t p = ShardLayout(units[u].slots, shard, o.align_elements).padded_numel();
+    max_p = std::max(max_p, p);
+    if (u == 0)
+      emb_p = p;
+    else
+      max_other_p = std::max(max_other_p, p);
   }
   // The trainer keeps the embeddings unit (the tied LM head) gathered from the first forward to the head, and its
-  // gradients open through the whole backward: one pool slot more than prefetch depth + 1 and than 2.
-  at(MemCategory::kUnshardedParams) =
-      plan.params_sharded ? static_cast<std::uint64_t>(o.prefetch_depth + 2) * slot(max_p * psz) : sum_p * psz;
-  at(MemCategory::kUnshardedGrads) = plan.grads_persist ? sum_p * psz : 3 * slot(max_p * psz);
-  // Reduction staging: two reduce-output slots, two conversion slots when the dtypes differ, and the MPI lane's
-  // grow-only scratch for the largest reduction (an all-to-all of the unit, or stage 0's padded all-reduce).
-  const std::uint64_t n = static_cast<std::uint64_t>(world);
-  std::uint64_t lane = plan.reduce_is_all_reduce ? 2 * n * ((max_p + n - 1) / n) * rsz : n * max_s * rsz;
-  if (shard > 1) lane = std::max<std::uint64_t>(lane, 2 * n * 8);  // the norm's f64 all-reduce
-  const bool convert = o.mixed_precision.reduce_dtype != o.mixed_precision.param_dtype;
-  at(MemCategory::kCommBuffer) = 2 * slot(max_s * rsz) + (convert ? 2 * slot(max_p * rsz) : 0) + lane;
+  // gradients open through the whole backward: each pool grows by one slot in the first step.
+  const std::uint64_t extra_slot = std::max<std::uint64_t>(max_p * dtype_size(o.mixed_precision.param_dtype), 64);
+  if (plan.params_sharded) at(MemCategory::kUnshardedParams) += extra_slot;
+  if (!plan.grads_persist) at(MemCategory::kUnshardedGrads) += extra_slot;
   // Activations and workspace, as GptModel allocates them (f32 compute).
   const std::uint64_t B = static_cast<std::uint64_t>(cfg.batch), T = static_cast<std::uint64_t>(cfg.seq);
   const std::uint64_t N = B * T, C = static_cast<std::uint64_t>(cfg.model.embd);
@@ -63,42 +42,13 @@ CategoryBytes predict_step_memory(const TrainConfig& cfg, int world) {
   const std::uint64_t block = 15 * N * C + 4 * N + H * N;  // ln1, stats, qkv, attention out, lse, x_mid, ln2, MLP
   at(MemCategory::kActivations) = 4 * ((L + 1) * N * C + (cfg.recompute ? 0 : L * block) + N * C + 3 * N + N * V);
   // Workspace: f32 parameters and gradients of the embeddings and of the largest other unit, the scratch, the block's
-  // activations under recomputation, the int32 input and target tokens [N], and ShardedModel's 8-byte norm buffer.
-  at(MemCategory::kWorkspace) =
-      4 * (2 * emb_p + 2 * max_other_p + 16 * N * C + (cfg.recompute ? block : 0) + 2 * N) + 8;
+  // activations under recomputation, and the int32 input and target tokens [N] (beside Strata's norm buffer).
+  at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * max_other_p + 16 * N * C + (cfg.recompute ? block : 0) + 2 * N);
   return b;
 }
 
 CategoryBytes predict_host_memory(const TrainConfig& cfg, int world) {
-  const ShardingOptions& o = cfg.sharding;
-  const StagePlan plan = StagePlan::from(o);
-  CategoryBytes b{};
-  if (!plan.offload_optimizer) return b;
-  const std::uint64_t psz = dtype_size(o.mixed_precision.param_dtype);
-  const std::uint64_t rsz = dtype_size(o.mixed_precision.reduce_dtype);
-  const int shard = o.stage == ZeroStage::kNone ? 1 : o.shard_group_size(world, world);
-  std::uint64_t sum_s = 0, max_s = 0;
-  for (const UnitSpec& u : gpt_units(cfg.model)) {
-    ShardLayout l(u.slots, shard, o.align_elements);
-    sum_s += l.shard_numel();
-    max_s = std::max<std::uint64_t>(max_s, l.shard_numel());
-  }
-  auto slot = [](std::uint64_t bytes) { return std::max<std::uint64_t>(bytes, 64); };
-  auto at = [&](MemCategory c) -> std::uint64_t& { return b[static_cast<std::size_t>(c)]; };
-  at(MemCategory::kParamShard) = plan.offload_params ? sum_s * psz : 0;
-  at(MemCategory::kMaster) = plan.separate_master ? sum_s * 4 : 0;
-  at(MemCategory::kGradShard) = sum_s * 4;
-  at(MemCategory::kOptimState) = sum_s * 8;
-  // Landing slots for two reduced gradient shards, and two upload slots when parameters are cast before the copy.
-  const bool upload_slots = !plan.offload_params && o.mixed_precision.param_dtype != DType::kF32;
-  at(MemCategory::kCommBuffer) = 2 * slot(max_s * rsz) + (upload_slots ? 2 * slot(max_s * psz) : 0);
-  return b;
-}
-
-std::uint64_t total(const CategoryBytes& b) {
-  std::uint64_t t = 0;
-  for (std::uint64_t x : b) t += x;
-  return t;
+  return predict_state_memory(gpt_units(cfg.model), cfg.sharding, world, world).host;
 }
 
 std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) {
@@ -130,8 +80,7 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) 
     if (need <= budget)
       return fmt::format(
           "predicted {:.1f} MiB per rank against the {:.1f} MiB of the budget left to training; the cheapest change "
-          "that "
-          "fits: {} ({:.1f} MiB per rank predicted)",
+          "that fits: {} ({:.1f} MiB per rank predicted)",
           mib(now), mib(budget), change.what, mib(need));
   }
   return fmt::format(

@@ -10,6 +10,7 @@
 #include "runtime/core/logging.h"
 #include "runtime/core/tracer.h"
 #include "runtime/sharding/flat_ops.h"
+#include "runtime/sharding/state_memory.h"
 
 namespace strata {
 namespace {
@@ -29,37 +30,6 @@ std::string describe_unit(const UnitSpec& u) {
   return s + "}";
 }
 
-// The device bytes a ShardedModel's own buffers take under `o` (persistent state and the pools as they start; the
-// trainer's activations and a pool's growth in the first step are not counted): the arithmetic of the constructor.
-std::uint64_t state_bytes(const std::vector<UnitSpec>& specs, const ShardingOptions& o, int shard, int world) {
-  const StagePlan plan = StagePlan::from(o);
-  const std::uint64_t psz = dtype_size(o.mixed_precision.param_dtype);
-  const std::uint64_t rsz = dtype_size(o.mixed_precision.reduce_dtype);
-  std::uint64_t sum_p = 0, sum_s = 0, max_p = 0, max_s = 0;
-  for (const UnitSpec& spec : specs) {
-    ShardLayout l(spec.slots, shard, o.align_elements);
-    sum_p += l.padded_numel();
-    sum_s += l.shard_numel();
-    max_p = std::max<std::uint64_t>(max_p, l.padded_numel());
-    max_s = std::max<std::uint64_t>(max_s, l.shard_numel());
-  }
-  auto slot = [](std::uint64_t b) { return std::max<std::uint64_t>(b, 64); };
-  const std::uint64_t depth = static_cast<std::uint64_t>(o.prefetch_depth) + 1;
-  std::uint64_t b = 0;
-  b += plan.params_sharded ? (plan.offload_params ? depth * slot(max_s * psz) : sum_s * psz) : sum_p * psz;
-  if (!plan.offload_optimizer) b += (plan.separate_master ? 4 : 0) * sum_s + 12 * sum_s;
-  b += plan.params_sharded ? depth * slot(max_p * psz) : 0;
-  b += plan.grads_persist ? sum_p * psz : 2 * slot(max_p * psz);
-  b += 2 * slot(max_s * rsz);
-  if (o.mixed_precision.reduce_dtype != o.mixed_precision.param_dtype) b += 2 * slot(max_p * rsz);
-  // The MPI backend's grow-only staging for its largest reduction (an all-to-all of a unit, or stage 0's padded
-  // all-reduce) and the norm's f64 all-reduce; NCCL needs none, so on a GPU this errs on the safe side.
-  const std::uint64_t n = static_cast<std::uint64_t>(world);
-  std::uint64_t lane = plan.reduce_is_all_reduce ? 2 * n * ((max_p + n - 1) / n) * rsz : n * max_s * rsz;
-  if (shard > 1) lane = std::max<std::uint64_t>(lane, 2 * n * 8);
-  return b + lane;
-}
-
 std::string state_fit_advice(const std::vector<UnitSpec>& specs, const ShardingOptions& o, int world, int local_size,
                              std::uint64_t budget) {
   auto size = [](std::uint64_t x) {
@@ -67,9 +37,7 @@ std::string state_fit_advice(const std::vector<UnitSpec>& specs, const ShardingO
     if (x >= (1u << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(x) / 1024.0);
     return fmt::format("{} bytes", x);
   };
-  auto bytes = [&](const ShardingOptions& c) {
-    return state_bytes(specs, c, c.stage == ZeroStage::kNone ? 1 : c.shard_group_size(world, local_size), world);
-  };
+  auto bytes = [&](const ShardingOptions& c) { return total(predict_state_memory(specs, c, world, local_size).device); };
   const std::uint64_t now = bytes(o);
   struct Change {
     const char* what;

@@ -88,6 +88,8 @@ std::size_t ShardedUnit::master_numel() const { return layout_.shard_numel(); }
 
 Device& ShardedUnit::state_device() { return plan_.offload_optimizer ? *pools_.host : comm_.device(); }
 
+FlatOps& ShardedUnit::state_ops() { return plan_.offload_optimizer ? *pools_.host_ops : *pools_.ops; }
+
 float* ShardedUnit::master() {
   if (plan_.separate_master) return master_.as<float>();
   if (plan_.params_sharded) return param_shard_.as<float>();
@@ -143,7 +145,7 @@ void ShardedUnit::publish_params() {
     const void* src = master();
     if (param_dtype_ != DType::kF32) {
       upload_slot_.borrow(*pools_.param_upload);
-      convert(master(), DType::kF32, upload_slot_.data(), param_dtype_, S);
+      state_ops().convert(master(), DType::kF32, upload_slot_.data(), param_dtype_, S, state_device().compute_stream());
       src = upload_slot_.data();
     }
     Stream& up = *pools_.upload;
@@ -164,12 +166,9 @@ void ShardedUnit::publish_params() {
     return;
   }
   Stream& compute = comm_.device().compute_stream();
-  if (plan_.separate_master) {
-    if (plan_.offload_params)  // both in host memory
-      convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, master_numel());
-    else
-      pools_.ops->convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, master_numel(), compute);
-  }
+  if (plan_.separate_master)  // master and parameters in the same memory: the device's, or the host's (offload)
+    state_ops().convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, master_numel(),
+                        state_device().compute_stream());
   if (plan_.params_sharded && !plan_.offload_params) {
     // The next gather reads the shard the compute stream just updated (AdamW, the cast): it waits for this.
     compute.record(*computed_event_);
@@ -313,19 +312,13 @@ void ShardedUnit::finish_reduce() {
 void ShardedUnit::add_grad_sum_squares(double* out) {
   const float* g = grad_shard_.as<float>();
   for (const ShardSegment& seg : master_segments()) {
-    if (!layout_.slots()[seg.slot].trainable) continue;
-    if (plan_.offload_optimizer)
-      *out += sum_squares(g + seg.shard_begin, seg.length);
-    else
-      pools_.ops->add_sum_squares(g + seg.shard_begin, seg.length, out, comm_.device().compute_stream());
+    if (layout_.slots()[seg.slot].trainable)
+      state_ops().add_sum_squares(g + seg.shard_begin, seg.length, out, state_device().compute_stream());
   }
 }
 
 void ShardedUnit::scale_grads(float factor) {
-  if (plan_.offload_optimizer)
-    scale_f32(grad_shard_.as<float>(), master_numel(), factor);
-  else
-    pools_.ops->scale_f32(grad_shard_.as<float>(), master_numel(), factor, comm_.device().compute_stream());
+  state_ops().scale_f32(grad_shard_.as<float>(), master_numel(), factor, state_device().compute_stream());
 }
 
 void ShardedUnit::zero_grad_shard() {
@@ -347,11 +340,8 @@ void ShardedUnit::adamw_step(const AdamWConfig& cfg, double lr, std::int64_t t) 
     const ParamSlot& slot = layout_.slots()[seg.slot];
     if (!slot.trainable) continue;
     std::size_t o = seg.shard_begin;
-    if (plan_.offload_optimizer)
-      adamw_update(p + o, g + o, m + o, v + o, seg.length, cfg, lr, t, slot.weight_decay);
-    else
-      pools_.ops->adamw(p + o, g + o, m + o, v + o, seg.length, cfg, lr, t, slot.weight_decay,
-                        comm_.device().compute_stream());
+    state_ops().adamw(p + o, g + o, m + o, v + o, seg.length, cfg, lr, t, slot.weight_decay,
+                      state_device().compute_stream());
   }
 }
 

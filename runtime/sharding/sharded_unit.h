@@ -123,6 +123,8 @@ class ShardedUnit {
   std::size_t master_numel() const;  // S, or P under stage 0
   float* master();                   // this rank's f32 master elements (host memory under offload)
   Device& state_device();            // where the master, gradient shard and Adam state live
+  FlatOps& state_ops();              // the element-wise operations on that memory (its compute stream orders them;
+                                     // the host's runs inline)
   void* param_shard_ptr();           // this rank's slice of the parameters in param dtype
   void make_views(std::vector<TensorView>& views, void* base, DType dtype);
   // Runs on `stream` around a collective: accumulates its wall time into stats_ (CPU streams).
