@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -25,6 +27,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kP2pValidationTag = 0x5354;  // control-communicator tag of the send/recv OpDesc exchange
 constexpr auto kAbortLockWait = std::chrono::seconds(5);  // a timeout handler waits this long for a busy comm
+// ncclCommAbort frees device memory, which waits for all work on the device: a host callback that never returns,
+// or a kernel NCCL does not own, would hold it indefinitely. Its caller waits this long and then leaves it running.
+constexpr auto kAbortCallWait = std::chrono::seconds(3);
 
 static_assert(std::is_trivially_copyable_v<OpDesc>, "OpDesc travels between ranks as bytes");
 
@@ -54,10 +59,13 @@ ncclDataType_t nccl_dtype(DType t) {
   STRATA_THROW(ErrorCode::kInvalidArgument, "dtype value {} has no NCCL type", static_cast<int>(t));
 }
 
-ncclRedOp_t nccl_op(ReduceOp op) {
+// The NCCL operation for `op` in a communicator of `size` ranks. One rank's average is its input, which ncclSum
+// copies exactly: the one-rank ncclAvg of the NCCL in the H200 image (a pip wheel) left the elements from 2^20 on
+// unwritten (all_reduce and reduce_scatter of 2^20 + 3 elements, every dtype; tests/test_nccl_communicator.cc).
+ncclRedOp_t nccl_op(ReduceOp op, int size) {
   switch (op) {
     case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kAvg: return size == 1 ? ncclSum : ncclAvg;
     case ReduceOp::kMax: return ncclMax;
   }
   STRATA_THROW(ErrorCode::kInvalidArgument, "reduction value {} has no NCCL operation", static_cast<int>(op));
@@ -207,14 +215,37 @@ struct NcclCommunicator::State {
   std::string abort_reason;  // why the communicator was aborted
 
  private:
+  // Aborts on a thread of its own, waited for at most kAbortCallWait: the communicator is unusable from here on
+  // either way, and a timed-out wait must throw within its bound.
   void abort_locked(const std::string& why) {
     if (comm == nullptr) return;
-    (void)cudaSetDevice(cuda_device);
-    ncclResult_t rc = ncclCommAbort(comm);
+    ncclComm_t doomed = comm;
     comm = nullptr;
     abort_reason = why;
+    struct Call {
+      std::mutex m;
+      std::condition_variable cv;
+      bool done = false;
+      ncclResult_t rc = ncclSuccess;
+    };
+    auto call = std::make_shared<Call>();
+    std::thread([call, doomed, device = cuda_device] {
+      (void)cudaSetDevice(device);
+      ncclResult_t rc = ncclCommAbort(doomed);
+      std::lock_guard<std::mutex> lock(call->m);
+      call->rc = rc;
+      call->done = true;
+      call->cv.notify_all();
+    }).detach();
+    std::unique_lock<std::mutex> lock(call->m);
+    if (!call->cv.wait_for(lock, kAbortCallWait, [&] { return call->done; })) {
+      logger("comm").warn("aborted NCCL communicator '{}': {} (ncclCommAbort still running after {} s, left to finish: "
+                          "it waits for the device's other work)",
+                          name, why, kAbortCallWait.count());
+      return;
+    }
     logger("comm").warn("aborted NCCL communicator '{}': {}{}", name, why,
-                        rc == ncclSuccess ? "" : " (ncclCommAbort: " + detail::nccl_error_text(rc) + ")");
+                        call->rc == ncclSuccess ? "" : " (ncclCommAbort: " + detail::nccl_error_text(call->rc) + ")");
   }
 };
 
@@ -284,8 +315,11 @@ NcclCommunicator::NcclCommunicator(Device& device, MPI_Comm parent, std::string 
                     fmt::format("ncclCommInitRankConfig of '{}' (rank {} of {})", this->name(), rank(), size()));
   }  // on any failure above, ~State aborts the half-made communicator
   finish_setup();
-  logger("comm").info("NCCL communicator '{}' ready: rank {} of {} on {}{}", this->name(), rank(), size(),
-                      device.name(), this->options().validate ? " (validation on)" : "");
+  int version = 0;
+  (void)ncclGetVersion(&version);
+  logger("comm").info("NCCL communicator '{}' ready: rank {} of {} on {}, NCCL {}.{}.{}{}", this->name(), rank(),
+                      size(), device.name(), version / 10000, version / 100 % 100, version % 100,
+                      this->options().validate ? " (validation on)" : "");
 }
 
 NcclCommunicator::NcclCommunicator(Device& device, OwnedMpiComm control, std::shared_ptr<State> state, int rank,
@@ -413,7 +447,7 @@ void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t send
 void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, ReduceOp op,
                                       Stream& stream) {
   ncclDataType_t type = nccl_dtype(dtype);
-  ncclRedOp_t red = nccl_op(op);
+  ncclRedOp_t red = nccl_op(op, size());
   cudaStream_t s = stream_of(stream, "reduce_scatter");
   OpDesc desc = next_op(OpKind::kReduceScatter, recv_count, dtype, op);
   if (options().validate) validate_collective(desc);
@@ -426,7 +460,7 @@ void NcclCommunicator::reduce_scatter(const void* send, void* recv, std::size_t 
 void NcclCommunicator::all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
                                   Stream& stream) {
   ncclDataType_t type = nccl_dtype(dtype);
-  ncclRedOp_t red = nccl_op(op);
+  ncclRedOp_t red = nccl_op(op, size());
   cudaStream_t s = stream_of(stream, "all_reduce");
   OpDesc desc = next_op(OpKind::kAllReduce, count, dtype, op);
   if (options().validate) validate_collective(desc);

@@ -25,7 +25,7 @@ struct Flags {
   int seq = 8, batch = 4, steps = 20, grad_accum = 1, zero_stage = 3;
   double lr = 1e-3, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   std::uint64_t seed = 1, tokens = 1 << 16;
-  std::string init, save, data, text, make_data, metrics, backend = "cpu", param_dtype = "f32", reduce_dtype = "f32";
+  std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32";
   bool recompute = false, no_progress = false;
   int prefetch = 1, warmup = 0;
   bool cosine = false;
@@ -63,7 +63,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);
   app.add_flag("--recompute", f.recompute, "keep only each block's input; recompute it in backward");
-  app.add_option("--backend", f.backend, "cpu (default), cuda, or auto")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--backend", f.backend,
+                 "auto (the default, from STRATA_BACKEND): CUDA when every rank on a node has its own GPU, else cpu; "
+                 "or cpu, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--metrics", f.metrics, "write one JSON record per step to this file");
   app.add_option("--prefetch", f.prefetch, "units gathered ahead (0: no prefetch)")->check(CLI::Range(0, 8));
   app.add_option("--trace", f.trace, "write a Chrome trace / Perfetto JSON of all ranks here (as STRATA_TRACE)");

@@ -3,7 +3,8 @@
 
 The model of the issue: 6 layers, 384 wide, 6 heads, vocab 8192, sequence 256, on synthetic tokens (the spec's
 generator). Prints a Markdown table of mean step time (steps >= 2), tokens/s and peak memory per rank.
-Usage: scripts/bench_gpt.py [--np 2] [--steps 8] [--batch 2] [--stages 0,1,2,3] [-- extra train_gpt flags]
+Usage: scripts/bench_gpt.py [--np 2] [--steps 8] [--batch 2] [--stages 0,1,2,3] [--bin build/bin/train_gpt]
+                            [-- extra train_gpt flags]
 """
 import argparse
 import json
@@ -18,6 +19,7 @@ def main():
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--stages", default="0,1,2,3")
+    ap.add_argument("--bin", default="build/bin/train_gpt", help="the train_gpt to run")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     mpi = ["mpirun", "--oversubscribe", "-np", str(a.np)] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
@@ -25,7 +27,7 @@ def main():
              "--batch", str(a.batch), "--steps", str(a.steps), "--tokens", "1000000", "--no-progress"]
     rows = []
     for stage in [int(s) for s in a.stages.split(",")]:
-        cmd = mpi + ["build/bin/train_gpt"] + model + ["--zero-stage", str(stage)] + a.extra
+        cmd = mpi + [a.bin] + model + ["--zero-stage", str(stage)] + a.extra
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         summary = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
         peak = max(r["peak_bytes"]["total"] for r in summary["peak_memory"])
@@ -38,9 +40,12 @@ def main():
           f"communication | peak MiB per rank | loss after {a.steps} steps |")
     print("|---|---|---|---|---|---|---|---|")
     for stage, ms, tps, peak, loss, comm, exposed in rows:
-        print(f"| {stage} | {ms:.0f} | {tps:.0f} | {ms / base:.2f}x | {comm:.0f} | {100 * exposed:.1f}% | "
+        # Communication is not timed on CUDA yet: train_gpt reports it as null there.
+        comm_s = "n/a" if comm is None else f"{comm:.0f}"
+        exposed_s = "n/a" if exposed is None else f"{100 * exposed:.1f}%"
+        print(f"| {stage} | {ms:.0f} | {tps:.0f} | {ms / base:.2f}x | {comm_s} | {exposed_s} | "
               f"{peak / 2**20:.1f} | {loss:.4f} |")
-    print(f"\n`{' '.join(mpi + ['build/bin/train_gpt'] + model + a.extra)} --zero-stage S`, "
+    print(f"\n`{' '.join(mpi + [a.bin] + model + a.extra)} --zero-stage S`, "
           f"{a.np} ranks x {a.batch} rows x 256 tokens per step.")
 
 

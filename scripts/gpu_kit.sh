@@ -21,4 +21,7 @@ packages=(
 )
 o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64)
 (cd "$dir" && apt-get "${o[@]}" download "${packages[@]}")
+# NCCL's header, in case that machine's NCCL (a pip wheel) comes without one.
+nccl_h=${NCCL_HOME:-/usr/local/cuda}/include/nccl.h
+[ -f "$nccl_h" ] && mkdir -p "$dir/nccl/include" && cp "$nccl_h" "$dir/nccl/include/"
 du -sh "$dir"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Sets up (scripts/setup.sh), then runs Strata's main job: train_gpt trains a byte-level GPT-2 (vocab 256) on a
 # text that ships with the OS (the GPL-3 licence text) on 2 ranks with ZeRO-3 for about a minute; the loss falls
-# from about 5.5 (log 256) to about 2. On the CPU backend (train_gpt's default) until the CUDA path, written and
-# compiled, has passed scripts/gpu_check.sh on a GPU; then `scripts/run.sh --backend auto` uses the GPUs.
+# from about 5.5 (log 256) to about 2. The backend is train_gpt's default, auto: CUDA + NCCL where each of the 2
+# ranks has a GPU of its own, else the CPU backend (NCCL refuses two ranks on one GPU; a machine with one GPU says so
+# and runs on the CPU).
 # Extra arguments go to train_gpt (e.g. --steps 200, --zero-stage 2, --text FILE).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,13 +5,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 #include "tests/test_support.h"
 
 namespace strata::gpt::test {
 
-std::string data_dir() { return STRATA_SOURCE_DIR "/tests/data/"; }
+// The checkout the test was built from; STRATA_SOURCE_DIR in the environment overrides it for a build run elsewhere
+// (scripts/gpu_check.sh's prebuilt fallback).
+std::string data_dir() {
+  const char* env = std::getenv("STRATA_SOURCE_DIR");
+  return std::string(env && *env ? env : STRATA_SOURCE_DIR) + "/tests/data/";
+}
 
 nlohmann::json load_json(const std::string& path) {
   std::ifstream in(path);

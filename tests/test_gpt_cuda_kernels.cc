@@ -254,8 +254,9 @@ TEST_F(GptCudaKernels, MatmulForwardBf16) {
       Floats out(static_cast<std::size_t>(s.N) * s.OC);
       matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, s.N, s.IC, s.OC);
       DeviceArray<__nv_bfloat16> d_x(to_bf16(x)), d_w(to_bf16(w)), d_b(to_bf16(b)), d_out(out.size());
+      DeviceArray<float> workspace(out.size());
       cuda::matmul_forward_bf16(d_out.get(), d_x.get(), d_w.get(), with_bias ? d_b.get() : nullptr, s.N, s.IC, s.OC,
-                                blas);
+                                blas, with_bias ? workspace.get() : nullptr);
       const std::vector<__nv_bfloat16> got_bf16 = d_out.host(stream_);
       Floats got(got_bf16.size());
       for (std::size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(got_bf16[i]);
@@ -266,6 +267,12 @@ TEST_F(GptCudaKernels, MatmulForwardBf16) {
       for (std::size_t i = 0; i < got.size(); ++i)
         far += std::fabs(static_cast<double>(got[i]) - out[i]) > std::ldexp(std::fabs(out[i]), -8) + 1e-6 * scale;
       EXPECT_EQ(far, 0u) << "elements further than a bf16 ulp from the f32 product";
+      if (with_bias) {
+        EXPECT_THROW(cuda::matmul_forward_bf16(d_out.get(), d_x.get(), d_w.get(), d_b.get(), s.N, s.IC, s.OC, blas,
+                                               nullptr),
+                     strata::Error)
+            << "a bias without the f32 workspace";
+      }
     }
 }
 

@@ -26,20 +26,27 @@ namespace {
 
 std::size_t element_bytes(cudaDataType_t type) { return type == CUDA_R_16BF ? 2 : 4; }
 
-// Column-major C[m x n] = op(A) op(B) + beta C with A, B and C of `type`, accumulated in f32 (CUBLAS_COMPUTE_32F:
-// under the handle's default math mode, no TF32). beta is 0 or 1. With k = 0 the product is empty.
+// Column-major C[m x n] = op(A) op(B) + beta C with A and B of `type` and C of `c_type`, accumulated in f32
+// (CUBLAS_COMPUTE_32F: under the handle's default math mode, no TF32). beta is 0 or 1. With k = 0 the product is
+// empty.
 void gemm(Blas& blas, cudaDataType_t type, bool ta, bool tb, int m, int n, int k, const void* A, int lda,
-          const void* B, int ldb, float beta, void* C, int ldc) {
+          const void* B, int ldb, float beta, void* C, int ldc, cudaDataType_t c_type) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     if (beta == 0.0f)
-      STRATA_CHECK_CUDA(cudaMemset2DAsync(C, ldc * element_bytes(type), 0, m * element_bytes(type), n, blas.stream()));
+      STRATA_CHECK_CUDA(
+          cudaMemset2DAsync(C, ldc * element_bytes(c_type), 0, m * element_bytes(c_type), n, blas.stream()));
     return;
   }
   const float alpha = 1.0f;
   STRATA_CHECK_CUBLAS(cublasGemmEx(blas.handle(), ta ? CUBLAS_OP_T : CUBLAS_OP_N, tb ? CUBLAS_OP_T : CUBLAS_OP_N, m,
-                                   n, k, &alpha, A, type, lda, B, type, ldb, &beta, C, type, ldc, CUBLAS_COMPUTE_32F,
+                                   n, k, &alpha, A, type, lda, B, type, ldb, &beta, C, c_type, ldc, CUBLAS_COMPUTE_32F,
                                    CUBLAS_GEMM_DEFAULT));
+}
+
+void gemm(Blas& blas, cudaDataType_t type, bool ta, bool tb, int m, int n, int k, const void* A, int lda,
+          const void* B, int ldb, float beta, void* C, int ldc) {
+  gemm(blas, type, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc, type);
 }
 
 void check_sizes(int N, int K, int M) {
@@ -74,14 +81,19 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 }
 
 void matmul_forward_bf16(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight,
-                         const __nv_bfloat16* bias, int N, int IC, int OC, Blas& blas) {
+                         const __nv_bfloat16* bias, int N, int IC, int OC, Blas& blas, float* f32_workspace) {
   check_sizes(N, IC, OC);
-  float beta = 0.0f;
-  if (bias != nullptr) {  // bf16 bias rows, read back by cuBLAS in f32: the sum is rounded once
-    STRATA_CHECK_CUDA(detail::launch_fill_rows(out, bias, N, OC, blas.stream()));
-    beta = 1.0f;
+  if (bias == nullptr) {  // cuBLAS rounds the f32 accumulator to bf16 once
+    gemm(blas, CUDA_R_16BF, false, false, OC, N, IC, weight, OC, inp, IC, 0.0f, out, OC);  // out = inp @ weight
+    return;
   }
-  gemm(blas, CUDA_R_16BF, false, false, OC, N, IC, weight, OC, inp, IC, beta, out, OC);  // out = inp @ weight
+  STRATA_CHECK(f32_workspace != nullptr || N == 0 || OC == 0,
+               "matmul_forward_bf16 with a bias needs an f32 workspace of N * OC = {} floats", std::size_t(N) * OC);
+  // f32 bias rows, the product accumulated onto them in f32, then one rounding to bf16.
+  STRATA_CHECK_CUDA(detail::launch_fill_rows(f32_workspace, bias, N, OC, blas.stream()));
+  gemm(blas, CUDA_R_16BF, false, false, OC, N, IC, weight, OC, inp, IC, 1.0f, f32_workspace, OC, CUDA_R_32F);
+  STRATA_CHECK_CUDA(
+      detail::launch_round_to_bf16(out, f32_workspace, static_cast<std::size_t>(N) * OC, blas.stream()));
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

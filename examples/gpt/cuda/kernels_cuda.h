@@ -61,9 +61,11 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
                     Blas& blas);
 // The same in bf16: bf16 inp, weight, bias and out; products accumulated in f32 (CUBLAS_COMPUTE_32F), the bias
-// added in f32, and out rounded to bf16 once.
+// added in f32, and out rounded to bf16 once. With a bias, `f32_workspace` (N * OC floats) holds the f32 result
+// before that rounding: cuBLAS's own beta path with a bf16 C was seen on an H200 to round the product before adding
+// the bias. Without a bias it may be null.
 void matmul_forward_bf16(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight,
-                         const __nv_bfloat16* bias, int N, int IC, int OC, Blas& blas);
+                         const __nv_bfloat16* bias, int N, int IC, int OC, Blas& blas, float* f32_workspace);
 // dinp += dout @ weight^T (skipped when dinp is null), dweight += inp^T @ dout, dbias += column sums of dout
 // (skipped when dbias is null).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
