@@ -40,7 +40,7 @@ struct StepSummary {
   double step_ms = 0;         // from the first begin_* after the previous step() to the end of this one
   double compute_ms = 0;      // step_ms - exposed_comm_ms
   double comm_ms = 0;         // wall time of the collectives on the communication streams (NaN on CUDA: not timed yet)
-  double exposed_comm_ms = 0; // time the caller waited on communication (compute could not proceed)
+  double exposed_comm_ms = 0; // time the caller waited on communication (compute could not proceed; NaN on CUDA)
   std::uint64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;
   std::uint64_t predicted_all_gather_bytes = 0, predicted_reduce_scatter_bytes = 0, predicted_all_reduce_bytes = 0;
   std::uint64_t to_device_bytes = 0, to_host_bytes = 0;  // offload copies
