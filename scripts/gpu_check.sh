@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # The one prepared check for a machine with a GPU: installs what is missing, builds with CUDA for sm_90, runs the
-# gpu-labelled tests and the collectives benchmark, copies the logs into $OUT (when set) and prints one verdict line.
-# Usage: scripts/gpu_check.sh   (as root or with sudo; about 5 minutes on one H200 with 16 cores)
+# gpu-labelled tests, the collectives benchmark and a short train_gpt on CUDA against the same run on the CPU (these
+# decide the verdict), then the benchmark model on both backends and the main job on the GPU (informational); copies
+# the logs into $OUT (when set) and prints one verdict line.
+# Usage: scripts/gpu_check.sh   (as root or with sudo; about 2.5 minutes on one H200 with 16 cores)
 #        scripts/gpu_check.sh --prebuild   (where CUDA compiles, GPU or not: builds the checked binaries into
 #                                           .gpu-prebuilt/, to carry beside the kit as a fallback for the build there)
 # A machine without a package registry can be handed Debian packages in $STRATA_DEB_DIR (default .gpu-debs/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# What the check builds and runs: the gpu-labelled tests, the benchmark and the trainer.
+gpu_tests=(test_cuda_device test_nccl_communicator test_cuda_sharding test_gpt_cuda_kernels test_gpt_cuda_training)
+targets=("${gpu_tests[@]}" train_gpt collectives_bench)
+
 if [ "${1:-}" = --prebuild ]; then
   cmake -S . -B build-gpu-prebuild -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release >/dev/null
-  cmake --build build-gpu-prebuild -j"$(nproc)" --target test_cuda_device test_nccl_communicator test_cuda_sharding \
-    test_gpt_cuda_kernels test_gpt_cuda_training train_gpt collectives_bench
+  cmake --build build-gpu-prebuild -j"$(nproc)" --target "${targets[@]}"
   rm -rf .gpu-prebuilt && mkdir -p .gpu-prebuilt
-  cp build-gpu-prebuild/bin/{test_cuda_device,test_nccl_communicator,test_cuda_sharding,test_gpt_cuda_kernels} \
-     build-gpu-prebuild/bin/{test_gpt_cuda_training,train_gpt,collectives_bench} .gpu-prebuilt/
+  for t in "${targets[@]}"; do cp "build-gpu-prebuild/bin/$t" .gpu-prebuilt/; done
   du -sh .gpu-prebuilt
   exit 0
 fi
@@ -149,8 +153,6 @@ fi
 # If the build fails here (another compiler than ours, say) and binaries built elsewhere were carried in
 # $STRATA_GPU_PREBUILT (default .gpu-prebuilt/, made by `scripts/gpu_check.sh --prebuild` on a machine without a GPU),
 # the checks still run, on those binaries, and the verdict says so.
-gpu_tests=(test_cuda_device test_nccl_communicator test_cuda_sharding test_gpt_cuda_kernels test_gpt_cuda_training)
-targets=("${gpu_tests[@]}" train_gpt collectives_bench)
 bin=build-gpu/bin
 status_build=failed
 if cmake -S . -B build-gpu -DSTRATA_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
