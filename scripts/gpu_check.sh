@@ -242,11 +242,9 @@ if [ "${STRATA_GPU_QUICK:-0}" != 1 ] && [ "$status_tests" = ok ] && [ "$status_t
     --stages 0,3 -- --backend cuda 2>&1 | tee "$logs/bench_gpt_cuda.log" || echo "gpu_check: bench_gpt on CUDA failed"
   PYTHONUNBUFFERED=1 timeout 60 python3 scripts/bench_gpt.py --bin "$bin/train_gpt" --np 1 --steps 4 --batch 16 \
     --stages 3 -- --backend cpu 2>&1 | tee "$logs/bench_gpt_cpu.log" || echo "gpu_check: bench_gpt on the CPU failed"
-  # The main job (scripts/run.sh's model and text) on this GPU, at one rank: the backend is train_gpt's default.
-  text=/usr/share/common-licenses/GPL-3
-  [ -f "$text" ] || text=README.md
-  if timeout 90 "${mpirun_[@]}" "$bin/train_gpt" --text "$text" --layers 4 --heads 4 --embd 128 --ctx 128 --seq 128 \
-       --batch 8 --steps 500 --lr 2e-3 --warmup 30 --cosine --zero-stage 3 --no-progress >"$logs/main_job.log" 2>&1; then
+  # The main job (scripts/run.sh) on this GPU, at one rank: the backend is train_gpt's default.
+  if STRATA_TRAIN_GPT=$bin/train_gpt STRATA_RUN_NP=1 timeout 90 scripts/run.sh --no-progress >"$logs/main_job.log" 2>&1
+  then
     grep -E "backend|^step (0|100|200|300|400|499) " "$logs/main_job.log" | sed 's/^/main job: /'
   else
     tail -n 20 "$logs/main_job.log"

@@ -5,12 +5,15 @@
 # ranks has a GPU of its own, else the CPU backend (NCCL refuses two ranks on one GPU; a machine with one GPU says so
 # and runs on the CPU).
 # Extra arguments go to train_gpt (e.g. --steps 200, --zero-stage 2, --text FILE).
+# STRATA_TRAIN_GPT=PATH runs that train_gpt without setting up, and STRATA_RUN_NP=N on N ranks (scripts/gpu_check.sh
+# runs this job on one GPU so).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh
+train_gpt=${STRATA_TRAIN_GPT:-build/bin/train_gpt}
+[ -n "${STRATA_TRAIN_GPT:-}" ] || scripts/setup.sh
 text=/usr/share/common-licenses/GPL-3
 [ -f "$text" ] || text=README.md
 mpi_flags=(--oversubscribe)
 [ "$(id -u)" -eq 0 ] && mpi_flags+=(--allow-run-as-root)
-exec mpirun "${mpi_flags[@]}" -np 2 build/bin/train_gpt --text "$text" --layers 4 --heads 4 --embd 128 --ctx 128 \
-  --seq 128 --batch 8 --steps 500 --lr 2e-3 --warmup 30 --cosine --zero-stage 3 "$@"
+exec mpirun "${mpi_flags[@]}" -np "${STRATA_RUN_NP:-2}" "$train_gpt" --text "$text" --layers 4 --heads 4 --embd 128 \
+  --ctx 128 --seq 128 --batch 8 --steps 500 --lr 2e-3 --warmup 30 --cosine --zero-stage 3 "$@"

@@ -9,6 +9,7 @@
 #include "examples/gpt/cuda/launch.h"
 #include "runtime/core/cuda_check.h"
 #include "runtime/core/error.h"
+#include "runtime/sharding/flat_ops_kernels.h"
 
 // STRATA_CHECK_CUBLAS(call): throws strata::Error(kCuda) naming the cuBLAS call and its status.
 #define STRATA_CHECK_CUBLAS(call)                                                                              \
@@ -92,8 +93,8 @@ void matmul_forward_bf16(__nv_bfloat16* out, const __nv_bfloat16* inp, const __n
   // f32 bias rows, the product accumulated onto them in f32, then one rounding to bf16.
   STRATA_CHECK_CUDA(detail::launch_fill_rows(f32_workspace, bias, N, OC, blas.stream()));
   gemm(blas, CUDA_R_16BF, false, false, OC, N, IC, weight, OC, inp, IC, 1.0f, f32_workspace, OC, CUDA_R_32F);
-  STRATA_CHECK_CUDA(
-      detail::launch_round_to_bf16(out, f32_workspace, static_cast<std::size_t>(N) * OC, blas.stream()));
+  STRATA_CHECK_CUDA(cuda_flat::convert(f32_workspace, cuda_flat::kF32, out, cuda_flat::kBF16,
+                                       static_cast<std::size_t>(N) * OC, blas.stream()));  // to nearest even
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,

@@ -28,8 +28,6 @@ cudaError_t launch_layernorm_backward(float* dinp, float* dweight, float* dbias,
 cudaError_t launch_fill_rows(float* out, const float* row, int N, int C, cudaStream_t stream);
 cudaError_t launch_fill_rows(__nv_bfloat16* out, const __nv_bfloat16* row, int N, int C, cudaStream_t stream);
 cudaError_t launch_fill_rows(float* out, const __nv_bfloat16* row, int N, int C, cudaStream_t stream);
-// out[i] = in[i] rounded to the nearest bf16 (ties to even), i < n.
-cudaError_t launch_round_to_bf16(__nv_bfloat16* out, const float* in, std::size_t n, cudaStream_t stream);
 // dst[c] += sum over n < N of src[n, c], summed in double in a fixed order.
 cudaError_t launch_add_column_sums(float* dst, const float* src, int N, int C, cudaStream_t stream);
 

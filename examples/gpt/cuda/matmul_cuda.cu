@@ -1,5 +1,5 @@
 // The matmuls' helper kernels (the products themselves are cuBLAS calls in blas_cuda.cc): bias rows for the
-// forward, the bf16 forward's rounding of its f32 result, the fixed-order column sum for dbias.
+// forward (f32 rows from a bf16 bias for the bf16 forward), the fixed-order column sum for dbias.
 #include <cstddef>
 
 #include "examples/gpt/cuda/kernel_utils.cuh"
@@ -13,7 +13,6 @@ constexpr int kThreads = 256;
 __device__ inline float convert(float x, float*) { return x; }
 __device__ inline float convert(__nv_bfloat16 x, float*) { return __bfloat162float(x); }
 __device__ inline __nv_bfloat16 convert(__nv_bfloat16 x, __nv_bfloat16*) { return x; }
-__device__ inline __nv_bfloat16 convert(float x, __nv_bfloat16*) { return __float2bfloat16_rn(x); }
 
 template <typename Out, typename In>
 __global__ void fill_rows_kernel(Out* out, const In* row, int C, std::size_t total) {
@@ -22,12 +21,12 @@ __global__ void fill_rows_kernel(Out* out, const In* row, int C, std::size_t tot
     out[idx] = convert(row[idx % C], out);
 }
 
-// out[n, c] = row[c] converted, for N rows of C; with N = 1 and C = n, a plain element-wise conversion.
+// out[n, c] = row[c] converted, for N rows of C.
 template <typename Out, typename In>
-cudaError_t fill_rows(Out* out, const In* row, std::size_t N, std::size_t C, cudaStream_t stream) {
-  const std::size_t total = N * C;
+cudaError_t fill_rows(Out* out, const In* row, int N, int C, cudaStream_t stream) {
+  const std::size_t total = static_cast<std::size_t>(N) * C;
   if (total == 0) return cudaSuccess;
-  fill_rows_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(out, row, static_cast<int>(C), total);
+  fill_rows_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(out, row, C, total);
   return cudaGetLastError();
 }
 
@@ -53,10 +52,6 @@ cudaError_t launch_fill_rows(__nv_bfloat16* out, const __nv_bfloat16* row, int N
 
 cudaError_t launch_fill_rows(float* out, const __nv_bfloat16* row, int N, int C, cudaStream_t stream) {
   return fill_rows(out, row, N, C, stream);
-}
-
-cudaError_t launch_round_to_bf16(__nv_bfloat16* out, const float* in, std::size_t n, cudaStream_t stream) {
-  return fill_rows(out, in, 1, n, stream);
 }
 
 cudaError_t launch_add_column_sums(float* dst, const float* src, int N, int C, cudaStream_t stream) {
