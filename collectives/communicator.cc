@@ -1,7 +1,7 @@
 // Communicator's backend-independent parts: options from the environment and sequence numbering.
 #include "collectives/communicator.h"
 
-#include "runtime/core/env.h"
+#include "core/env.h"
 
 namespace strata {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "collectives/op_desc.h"
-#include "runtime/core/device.h"
-#include "runtime/core/dtype.h"
+#include "core/device.h"
+#include "core/dtype.h"
 
 namespace strata {
 

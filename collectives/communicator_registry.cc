@@ -2,8 +2,8 @@
 #include "collectives/communicator_registry.h"
 
 #include "collectives/mpi_communicator.h"
-#include "runtime/core/config.h"
-#include "runtime/core/error.h"
+#include "core/config.h"
+#include "core/error.h"
 
 #if STRATA_WITH_CUDA
 #include "collectives/nccl_communicator.h"

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "runtime/core/error.h"
+#include "core/error.h"
 
 namespace strata {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstddef>
 
 #include "collectives/op_desc.h"
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata {
 

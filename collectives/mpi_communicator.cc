@@ -6,10 +6,10 @@
 
 #include "collectives/host_reduce.h"
 #include "collectives/mpi_util.h"
-#include "runtime/core/error.h"
-#include "runtime/core/in_flight.h"
-#include "runtime/core/logging.h"
-#include "runtime/core/tracer.h"
+#include "core/error.h"
+#include "core/in_flight.h"
+#include "core/logging.h"
+#include "core/tracer.h"
 
 namespace strata {
 namespace {

@@ -4,8 +4,8 @@
 #include <chrono>
 #include <thread>
 
-#include "runtime/core/error.h"
-#include "runtime/core/in_flight.h"
+#include "core/error.h"
+#include "core/in_flight.h"
 
 namespace strata {
 

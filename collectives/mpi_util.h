@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata {
 

@@ -6,7 +6,7 @@
 
 #include <string>
 
-#include "runtime/core/error.h"
+#include "core/error.h"
 
 namespace strata::detail {
 // "<result string> (last NCCL error: <ncclGetLastError text, or 'none'>)".

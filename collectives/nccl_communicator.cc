@@ -14,12 +14,12 @@
 #include <type_traits>
 #include <vector>
 
-#include "runtime/core/backoff.h"
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/error.h"
-#include "runtime/core/in_flight.h"
-#include "runtime/core/logging.h"
-#include "runtime/core/wait_hooks.h"
+#include "core/backoff.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "core/in_flight.h"
+#include "core/logging.h"
+#include "core/wait_hooks.h"
 
 namespace strata {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "runtime/core/error.h"
+#include "core/error.h"
 
 namespace strata {
 

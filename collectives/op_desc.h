@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata {
 

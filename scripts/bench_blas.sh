@@ -16,7 +16,7 @@ threads=("$@")
 n=${N:-512} c=${C:-384} v=${V:-8192} reps=${REPS:-20} rounds=${ROUNDS:-3}
 dir=${BENCH_DIR:-/tmp/strata-bench-blas}
 mkdir -p "$dir"
-g++ -O3 -march=native -std=c++20 -fopenmp -Wall -Wextra scripts/bench_blas.cc -o "$dir/bench_blas" -ldl
+g++ -O3 -march=native -std=c++20 -fopenmp -Wall -Wextra tools/bench_blas.cc -o "$dir/bench_blas" -ldl
 
 lib=/usr/lib/x86_64-linux-gnu
 # name | path | api | environment template ({T} = thread count)

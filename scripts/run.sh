@@ -5,7 +5,7 @@
 # ranks has a GPU of its own, else the CPU backend (NCCL refuses two ranks on one GPU; a machine with one GPU says so
 # and runs on the CPU).
 # Extra arguments go to train_gpt (e.g. --steps 200, --zero-stage 2, --text FILE).
-# STRATA_TRAIN_GPT=PATH runs that train_gpt without setting up, and STRATA_RUN_NP=N on N ranks (scripts/gpu_check.sh
+# STRATA_TRAIN_GPT=PATH runs that train_gpt without setting up, and STRATA_RUN_NP=N on N ranks (scripts/gpu/gpu_check.sh
 # runs this job on one GPU so).
 set -euo pipefail
 cd "$(dirname "$0")/.."

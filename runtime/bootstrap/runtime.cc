@@ -7,10 +7,10 @@
 
 #include "collectives/communicator_registry.h"
 #include "collectives/mpi_util.h"
-#include "runtime/core/device_registry.h"
-#include "runtime/core/error.h"
-#include "runtime/core/logging.h"
-#include "runtime/core/tracer.h"
+#include "core/device_registry.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/tracer.h"
 
 namespace strata {
 namespace {

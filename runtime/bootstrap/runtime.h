@@ -9,8 +9,8 @@
 #include <string>
 
 #include "collectives/communicator.h"
-#include "runtime/core/device.h"
-#include "runtime/core/env.h"
+#include "core/device.h"
+#include "core/env.h"
 
 namespace strata {
 

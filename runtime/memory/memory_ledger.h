@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "runtime/core/memory_stats.h"
+#include "core/memory_stats.h"
 
 namespace strata {
 

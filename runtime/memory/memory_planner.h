@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 #include "runtime/sharding/sharding_options.h"
 
 namespace strata {
@@ -88,7 +88,7 @@ struct PlanChange {
 };
 // The changes tried when a plan does not fit, cheapest first (recomputation, ZeRO-3, offload, then tensor and
 // pipeline parallelism on the same devices). plan_memory's advice is the first that fits; a trainer with an
-// exact predictor of its own (examples/gpt/gpt_memory.h) walks the same list.
+// exact predictor of its own (models/gpt/gpt_memory.h) walks the same list.
 std::vector<PlanChange> fit_changes(const PlanInput& in);
 
 }  // namespace strata

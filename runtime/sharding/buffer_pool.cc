@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "runtime/core/error.h"
-#include "runtime/core/logging.h"
+#include "core/error.h"
+#include "core/logging.h"
 
 namespace strata {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/device.h"
+#include "core/device.h"
 
 namespace strata {
 

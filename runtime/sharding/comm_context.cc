@@ -1,7 +1,7 @@
 // CommContext: group construction for plain and hybrid sharding, and the communication streams.
 #include "runtime/sharding/comm_context.h"
 
-#include "runtime/core/logging.h"
+#include "core/logging.h"
 
 namespace strata {
 

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "collectives/communicator.h"
-#include "runtime/core/device.h"
+#include "core/device.h"
 #include "runtime/sharding/sharding_options.h"
 
 namespace strata {

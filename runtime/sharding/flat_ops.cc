@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "runtime/core/error.h"
+#include "core/error.h"
 
 namespace strata {
 namespace {

@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <memory>
 
-#include "runtime/core/device.h"
-#include "runtime/core/dtype.h"
+#include "core/device.h"
+#include "core/dtype.h"
 #include "runtime/optim/adamw.h"
 
 namespace strata {

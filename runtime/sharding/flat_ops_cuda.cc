@@ -1,9 +1,9 @@
 // CudaFlatOps: argument checks and stream lookup on the host, then the launchers of flat_ops_kernels.cu.
 #include "runtime/sharding/flat_ops_cuda.h"
 
-#include "runtime/core/cuda_check.h"
-#include "runtime/core/cuda_device.h"
-#include "runtime/core/error.h"
+#include "core/cuda_check.h"
+#include "core/cuda_device.h"
+#include "core/error.h"
 #include "runtime/sharding/flat_ops_kernels.h"
 
 namespace strata {

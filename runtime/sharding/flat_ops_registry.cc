@@ -1,6 +1,6 @@
 // create_flat_ops: the one place in strata_runtime that tests STRATA_WITH_CUDA (as device_registry.cc in core).
-#include "runtime/core/config.h"
-#include "runtime/core/error.h"
+#include "core/config.h"
+#include "core/error.h"
 #include "runtime/sharding/flat_ops.h"
 
 #if STRATA_WITH_CUDA

@@ -5,7 +5,7 @@
 
 #include <algorithm>
 
-#include "runtime/core/error.h"
+#include "core/error.h"
 
 namespace strata {
 

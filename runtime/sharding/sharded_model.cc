@@ -5,10 +5,10 @@
 #include <cstring>
 
 #include "runtime/bootstrap/runtime.h"
-#include "runtime/core/device_registry.h"
-#include "runtime/core/error.h"
-#include "runtime/core/logging.h"
-#include "runtime/core/tracer.h"
+#include "core/device_registry.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/tracer.h"
 #include "runtime/sharding/flat_ops.h"
 #include "runtime/sharding/state_memory.h"
 

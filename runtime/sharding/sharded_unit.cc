@@ -5,7 +5,7 @@
 #include <cstring>
 #include <memory>
 
-#include "runtime/core/error.h"
+#include "core/error.h"
 #include "runtime/sharding/flat_ops.h"
 
 namespace strata {

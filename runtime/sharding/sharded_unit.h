@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/core/device.h"
+#include "core/device.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/comm_context.h"

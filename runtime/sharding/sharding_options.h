@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string>
 
-#include "runtime/core/dtype.h"
+#include "core/dtype.h"
 
 namespace strata {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "runtime/core/memory_stats.h"
+#include "core/memory_stats.h"
 #include "runtime/sharding/sharded_model.h"
 
 namespace strata {

@@ -1,0 +1,217 @@
+// CpuDevice, CpuStream (a task queue and its thread) and CpuEvent (a generation counter with a condition variable).
+#include "core/cpu_device.h"
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "core/backoff.h"
+#include "core/error.h"
+#include "core/in_flight.h"
+#include "core/tracer.h"
+
+namespace strata {
+namespace {
+constexpr std::size_t kHostAlignment = 64;
+
+}  // namespace
+
+// ---- CpuEvent ---------------------------------------------------------------------------------------------------
+
+std::uint64_t CpuEventState::arm() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return ++armed_;
+}
+
+std::uint64_t CpuEventState::armed() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return armed_;
+}
+
+void CpuEventState::complete(std::uint64_t generation, const std::string& failure, ErrorCode failure_code) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (generation > completed_) completed_ = generation;
+    if (!failure.empty()) {
+      failure_ = failure;
+      failure_code_ = failure_code;
+    }
+  }
+  cv_.notify_all();
+}
+
+bool CpuEventState::query() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (completed_ < armed_) return false;
+  STRATA_CHECK_CODE(failure_code_, failure_.empty(), "event's stream failed: {}", failure_);
+  return true;
+}
+
+void CpuEventState::wait_for(std::uint64_t generation, const char* waiter) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (completed_ < generation) {
+    InFlightScope scope(fmt::format("{} waiting on an event (generation {})", waiter, generation));
+    if (!cv_.wait_for(lock, to_duration(timeout_s_), [&] { return completed_ >= generation; })) {
+      lock.unlock();
+      throw_timeout(__FILE__, __LINE__, fmt::format("{}: wait on an event", waiter), timeout_s_);
+    }
+  }
+  STRATA_CHECK_CODE(failure_code_, failure_.empty(), "{} waited on an event whose stream failed: {}", waiter,
+                    failure_);
+}
+
+// ---- CpuStream --------------------------------------------------------------------------------------------------
+
+CpuStream::CpuStream(Device& device, std::string name, std::uint64_t id, bool threaded)
+    : Stream(device, std::move(name), id), threaded_(threaded) {
+  if (threaded_) worker_ = std::thread([this] { run(); });
+}
+
+CpuStream::~CpuStream() {
+  if (!threaded_) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  worker_.join();
+}
+
+void CpuStream::push(std::function<void()> fn, bool always_run) {
+  if (!threaded_) {
+    fn();  // inline: exceptions reach the caller directly
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(Task{std::move(fn), always_run});
+  }
+  cv_.notify_all();
+}
+
+void CpuStream::run() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping and drained
+    Task task = std::move(queue_.front());
+    queue_.pop_front();
+    bool failed = failure_ != nullptr;
+    lock.unlock();
+    if (!failed || task.always_run) {
+      try {
+        task.fn();
+      } catch (const std::exception& e) {
+        lock.lock();
+        if (!failure_) {
+          failure_ = std::current_exception();
+          failure_message_ = e.what();
+          const auto* strata_error = dynamic_cast<const Error*>(&e);
+          failure_code_ = strata_error ? strata_error->code() : ErrorCode::kInternal;
+        }
+        lock.unlock();
+      }
+    }
+    lock.lock();
+    cv_.notify_all();
+  }
+}
+
+std::string CpuStream::failure_text() const { return failure_ ? failure_message_ : std::string(); }
+
+void CpuStream::enqueue_host(std::function<void()> fn) { push(std::move(fn), false); }
+
+void CpuStream::record(Event& event) {
+  std::shared_ptr<CpuEventState> e = static_cast<CpuEvent&>(event).state();
+  std::uint64_t generation = e->arm();
+  if (!threaded_) {
+    e->complete(generation, "", ErrorCode::kInternal);
+    return;
+  }
+  push(
+      [this, e, generation] {
+        std::string failure;
+        ErrorCode code;
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          failure = failure_text();
+          code = failure_code_;
+        }
+        e->complete(generation, failure, code);
+      },
+      true);
+}
+
+void CpuStream::wait(Event& event) {
+  std::shared_ptr<CpuEventState> e = static_cast<CpuEvent&>(event).state();
+  std::uint64_t generation = e->armed();
+  if (generation == 0) return;  // never recorded: nothing to wait for (as cudaStreamWaitEvent)
+  std::string waiter = "stream '" + name() + "'";
+  push([e, generation, waiter] { e->wait_for(generation, waiter.c_str()); }, false);
+}
+
+void CpuStream::synchronize() {
+  if (!threaded_) return;
+  auto done = std::make_shared<CpuEventState>(device().timeout_s());
+  std::uint64_t generation = done->arm();
+  push([done, generation] { done->complete(generation, "", ErrorCode::kInternal); }, true);
+  std::string waiter = "host synchronize of stream '" + name() + "'";
+  done->wait_for(generation, waiter.c_str());
+  std::exception_ptr failure;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::swap(failure, failure_);
+    failure_message_.clear();
+  }
+  if (failure) std::rethrow_exception(failure);
+}
+
+// ---- CpuDevice --------------------------------------------------------------------------------------------------
+
+CpuDevice::CpuDevice(double timeout_s, std::string label) : Device(0, timeout_s) {
+  if (!label.empty()) set_label(std::move(label));
+  compute_ = std::make_unique<CpuStream>(*this, "compute", next_stream_id(), /*threaded=*/false);
+}
+
+std::unique_ptr<Stream> CpuDevice::create_stream(const std::string& name) {
+  return std::make_unique<CpuStream>(*this, name, next_stream_id(), /*threaded=*/true);
+}
+
+std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEvent>(timeout_s()); }
+
+void CpuDevice::copy(void* dst, const void* src, std::size_t bytes, Stream& stream) {
+  if (bytes == 0) return;
+  if (&stream == compute_.get() || !Tracer::global().enabled()) {
+    stream.enqueue_host([=] { std::memcpy(dst, src, bytes); });
+    return;
+  }
+  // A copy on a side stream (offload's uploads, gradient shards coming back) is a span on that stream's track.
+  stream.enqueue_host([=, track = stream.name()] {
+    TraceSpan span("copy", "copy", track, fmt::format(R"("bytes":{})", bytes));
+    std::memcpy(dst, src, bytes);
+  });
+}
+
+void CpuDevice::fill_zero(void* dst, std::size_t bytes, Stream& stream) {
+  if (bytes == 0) return;
+  stream.enqueue_host([=] { std::memset(dst, 0, bytes); });
+}
+
+void CpuDevice::copy_to_host(void* host_dst, const void* dev_src, std::size_t bytes) {
+  if (bytes) std::memcpy(host_dst, dev_src, bytes);
+}
+
+void CpuDevice::copy_from_host(void* dev_dst, const void* host_src, std::size_t bytes) {
+  if (bytes) std::memcpy(dev_dst, host_src, bytes);
+}
+
+void* CpuDevice::raw_allocate(std::size_t bytes) {
+  std::size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
+  void* p = std::aligned_alloc(kHostAlignment, rounded);
+  STRATA_CHECK_CODE(ErrorCode::kOutOfMemory, p != nullptr, "host allocation of {} bytes failed", bytes);
+  return p;
+}
+
+void CpuDevice::raw_free(void* ptr) { std::free(ptr); }
+
+}  // namespace strata

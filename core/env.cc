@@ -1,0 +1,92 @@
+// Reads every STRATA_* variable (the only getenv of STRATA_* in the project).
+#include "core/env.h"
+
+#include <cctype>
+#include <cstdlib>
+#include <mutex>
+
+#include "core/error.h"
+
+namespace strata {
+namespace {
+
+std::mutex g_env_mutex;
+Env* g_env = nullptr;
+
+const char* get(const char* name) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : nullptr;
+}
+
+bool parse_bool(const char* text, const char* what) {
+  std::string s(text);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  STRATA_THROW(ErrorCode::kInvalidArgument, "{}='{}' is not a boolean (use 0 or 1)", what, text);
+}
+
+}  // namespace
+
+double parse_seconds(const std::string& text, const char* what) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, end != text.c_str() && *end == '\0' && v > 0,
+                    "{}='{}' is not a positive number of seconds", what, text);
+  return v;
+}
+
+std::size_t parse_bytes(const std::string& text, const char* what) {
+  char* end = nullptr;
+  double v = std::strtod(text.c_str(), &end);
+  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, end != text.c_str() && v >= 0, "{}='{}' is not a size in bytes",
+                    what, text);
+  std::string unit(end);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  double mult = 1;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB") mult = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
+  else STRATA_THROW(ErrorCode::kInvalidArgument, "{}='{}': unknown unit '{}' (use K, M, G or T)", what, text, end);
+  return static_cast<std::size_t>(v * mult);
+}
+
+Env Env::from_environment() {
+  Env e;
+  if (const char* v = get("STRATA_BACKEND")) {
+    e.backend = v;
+    STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, e.backend == "auto" || e.backend == "cpu" || e.backend == "cuda",
+                      "STRATA_BACKEND='{}' must be auto, cpu or cuda", v);
+  }
+  if (const char* v = get("STRATA_TIMEOUT_S")) e.timeout_s = parse_seconds(v, "STRATA_TIMEOUT_S");
+  if (const char* v = get("STRATA_VALIDATE")) e.validate = parse_bool(v, "STRATA_VALIDATE");
+  if (const char* v = get("STRATA_LOG_LEVEL")) e.log_level = v;
+  if (const char* v = get("STRATA_LOG_RANKS")) e.log_ranks = v;
+  if (const char* v = get("STRATA_TRACE")) e.trace_file = v;
+  if (const char* v = get("STRATA_DEVICE_MEMORY")) e.device_memory = parse_bytes(v, "STRATA_DEVICE_MEMORY");
+  return e;
+}
+
+std::string Env::describe() const {
+  return fmt::format(
+      "STRATA_BACKEND={} STRATA_TIMEOUT_S={} STRATA_VALIDATE={} STRATA_LOG_LEVEL={} STRATA_LOG_RANKS={} "
+      "STRATA_TRACE={} STRATA_DEVICE_MEMORY={}",
+      backend, timeout_s, validate ? 1 : 0, log_level, log_ranks, trace_file.empty() ? "(off)" : trace_file,
+      device_memory == 0 ? std::string("(unlimited)") : std::to_string(device_memory));
+}
+
+const Env& env() {
+  std::lock_guard<std::mutex> lock(g_env_mutex);
+  if (!g_env) g_env = new Env(Env::from_environment());
+  return *g_env;
+}
+
+void set_env(const Env& e) {
+  std::lock_guard<std::mutex> lock(g_env_mutex);
+  if (!g_env) g_env = new Env(e);
+  else *g_env = e;
+}
+
+}  // namespace strata

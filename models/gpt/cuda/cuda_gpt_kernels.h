@@ -1,0 +1,15 @@
+// make_cuda_gpt_kernels: the GptKernels of a CUDA device (the kernels of kernels_cuda.h on its compute stream).
+// No CUDA header here: models/gpt/gpt_kernels.cc includes it from a host-only translation unit.
+#pragma once
+
+#include <memory>
+
+#include "models/gpt/gpt_kernels.h"
+#include "core/device.h"
+
+namespace strata::gpt::cuda {
+
+// `device` must be a CUDA device; the kernels enqueue on its compute stream and must not outlive it.
+std::unique_ptr<GptKernels> make_cuda_gpt_kernels(Device& device);
+
+}  // namespace strata::gpt::cuda

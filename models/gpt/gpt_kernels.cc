@@ -1,0 +1,104 @@
+// make_gpt_kernels and the CPU GptKernels: kernels.h, std::memset and flat_ops.h's host loops, as GptModel called
+// them before the seam, so that CPU results stay bitwise what they were.
+#include "models/gpt/gpt_kernels.h"
+
+#include <cstring>
+
+#include "models/gpt/kernels.h"
+#include "core/error.h"
+#include "runtime/sharding/flat_ops.h"
+
+// The one #if of models/gpt: whether strata_gpt_cuda is linked in (models/gpt/CMakeLists.txt).
+#if STRATA_GPT_WITH_CUDA
+#include "models/gpt/cuda/cuda_gpt_kernels.h"
+#endif
+
+namespace strata::gpt {
+namespace {
+
+// Host memory, work inline on the calling thread (the CPU compute stream).
+class CpuGptKernels final : public GptKernels {
+ public:
+  void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
+                       int C) override {
+    gpt::encoder_forward(out, tokens, wte, wpe, B, T, C);
+  }
+  void encoder_backward(float* dwte, float* dwpe, const float* dout, const std::int32_t* tokens, int B, int T,
+                        int C) override {
+    gpt::encoder_backward(dwte, dwpe, dout, tokens, B, T, C);
+  }
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                         const float* bias, int N, int C) override {
+    gpt::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+  }
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                          const float* weight, const float* mean, const float* rstd, int N, int C) override {
+    gpt::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+  }
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
+                      int OC) override {
+    gpt::matmul_forward(out, inp, weight, bias, N, IC, OC);
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int IC, int OC) override {
+    gpt::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+  }
+  void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) override {
+    gpt::lm_head_forward(logits, inp, wte, N, C, V);
+  }
+  void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N,
+                        int C, int V) override {
+    gpt::lm_head_backward(dinp, dwte, dlogits, inp, wte, N, C, V);
+  }
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
+    gpt::attention_forward(out, lse, qkv, B, T, C, NH);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+                          int T, int C, int NH) override {
+    gpt::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH);
+  }
+  void gelu_forward(float* out, const float* inp, std::size_t n) override { gpt::gelu_forward(out, inp, n); }
+  void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
+    gpt::gelu_backward(dinp, inp, dout, n);
+  }
+  void residual_forward(float* out, const float* a, const float* b, std::size_t n) override {
+    gpt::residual_forward(out, a, b, n);
+  }
+  void crossentropy_softmax(float* losses, float* dlogits, const float* logits, const std::int32_t* targets, int N,
+                            int V, float dscale) override {
+    gpt::crossentropy_softmax(losses, dlogits, logits, targets, N, V, dscale);
+  }
+
+  void zero(void* p, std::size_t bytes) override {
+    if (bytes) std::memset(p, 0, bytes);
+  }
+  void to_f32(const void* src, DType dtype, float* dst, std::size_t n) override {
+    strata::convert(src, dtype, dst, DType::kF32, n);
+  }
+  void add_f32_into(void* dst, DType dtype, const float* src, std::size_t n) override {
+    strata::add_f32_into(dst, dtype, src, n);
+  }
+  void upload_tokens(std::int32_t* device_dst, const std::int32_t* host_src, std::size_t n) override {
+    if (n) std::memcpy(device_dst, host_src, n * sizeof(std::int32_t));
+  }
+  double sum(const float* device_values, std::size_t n) override {
+    double s = 0;
+    for (std::size_t i = 0; i < n; ++i) s += device_values[i];
+    return s;
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<GptKernels> make_gpt_kernels(Device& device) {
+  if (device.kind() == DeviceKind::kCpu) return std::make_unique<CpuGptKernels>();
+#if STRATA_GPT_WITH_CUDA
+  return cuda::make_cuda_gpt_kernels(device);
+#else
+  STRATA_THROW(ErrorCode::kUnsupported,
+               "the GPT example has no kernels for {}: this build has no CUDA (configure with -DSTRATA_CUDA=ON)",
+               device.name());
+#endif
+}
+
+}  // namespace strata::gpt

@@ -1,0 +1,32 @@
+// Predicts, category by category, the bytes train_gpt's ledger will show on a rank: Strata's own buffers
+// (predict_state_memory: the exact layout with the run's padding, the pools, the MPI backend's staging) plus the
+// pool slots the GPT trainer adds, the activations GptModel keeps and its workspace. train_gpt prints it beside the measured peak; a test holds them within 2%.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "models/gpt/gpt_trainer.h"
+#include "core/memory_stats.h"
+#include "runtime/sharding/state_memory.h"
+
+namespace strata::gpt {
+
+using strata::CategoryBytes;  // bytes per MemCategory (runtime/sharding/state_memory.h)
+using strata::total;
+
+// Peak bytes per category during a training step (persistent state included) on the device, for a rank of a job
+// of `world` ranks on the CPU backend.
+CategoryBytes predict_step_memory(const TrainConfig& cfg, int world);
+// The same for the host memory offload uses (all zero without offload).
+CategoryBytes predict_host_memory(const TrainConfig& cfg, int world);
+
+// When `budget` device bytes per rank (what the device budget leaves to training) are too few: the first of the
+// planner's changes (fit_changes, cheapest first) that this trainer supports and whose exact prediction fits, as
+// "what: N MiB per rank predicted", or why none does.
+std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget);
+
+// "category  predicted  measured  ratio" rows for the categories either side uses.
+std::string prediction_table(const CategoryBytes& predicted, const CategoryBytes& measured);
+
+}  // namespace strata::gpt

@@ -1,0 +1,58 @@
+// GptModel: the spec's GPT-2 (shared/specs/gpt2-training.md) on a ShardedModel: units, init, and one
+// micro-batch of forward and backward through the kernels of its device (GptKernels: CPU or CUDA).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "runtime/sharding/sharded_model.h"
+
+namespace strata::gpt {
+
+struct GptConfig {
+  int layers = 2;
+  int heads = 2;
+  int embd = 32;
+  int vocab = 64;
+  int ctx = 16;  // positions in wpe (Tctx)
+  void validate() const;
+  std::string describe() const;
+};
+
+// One unit for the embeddings (wte, wpe; wte is also the tied LM head), one per block "h.{i}", one for "ln_f".
+std::vector<UnitSpec> gpt_units(const GptConfig& cfg);
+int embeddings_unit();
+int block_unit(int layer);  // 1 + layer
+int final_norm_unit(const GptConfig& cfg);
+
+// The spec's init distributions from our own counter-based generator: element k of a parameter depends only on
+// (seed, parameter name, k), so any rank can fill any shard and the result does not depend on the rank count.
+void spec_init(const GptConfig& cfg, const ParamSlot& slot, std::size_t begin, std::size_t count, float* out,
+               std::uint64_t seed);
+
+class GptModel {
+ public:
+  // B rows of T tokens per micro-batch on this rank. recompute: keep only each block's input and recompute its
+  // forward during its backward.
+  GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, bool recompute);
+  ~GptModel();
+
+  // Forward and backward of one micro-batch; gradients (scaled by grad_scale / (B*T)) are added into Strata's
+  // buffers. inputs and targets are B*T tokens in host memory (copied to the device). Returns the mean
+  // cross-entropy over the B*T targets.
+  double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float grad_scale);
+  // Forward only (evaluation).
+  double forward_loss(const std::int32_t* inputs, const std::int32_t* targets);
+
+  // Bytes of activations this model keeps for backward at its peak (as allocated, category kActivations).
+  std::size_t activation_bytes_kept() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::gpt

@@ -1,0 +1,67 @@
+// GptTrainer: one training run of the spec's GPT-2 on Strata (model, init, data windows, steps, saving), shared
+// by train_gpt and the tests.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "models/gpt/gpt_model.h"
+#include "models/gpt/token_data.h"
+#include "runtime/bootstrap/runtime.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/sharding/sharded_model.h"
+
+namespace strata::gpt {
+
+struct TrainConfig {
+  GptConfig model;
+  int seq = 8;
+  int batch = 4;  // rows per rank per micro-batch
+  int grad_accum = 1;
+  AdamWConfig adamw{1e-3, 0.9, 0.95, 1e-8, 0.1};
+  // Learning rate per step: constant adamw.lr (the spec's default) unless warmup or cosine decay is asked for.
+  std::int64_t warmup_steps = 0;
+  std::int64_t cosine_steps = 0;  // > 0: cosine decay from adamw.lr to adamw.lr / 10 at this step
+  double lr_at(int step) const;
+  ShardingOptions sharding;  // grad_clip lives here
+  bool recompute = false;
+  std::string init;  // safetensors file; empty: the spec's distributions from `seed`
+  std::uint64_t seed = 1;
+};
+
+struct StepRecord {
+  int step = 0;
+  double loss = 0;       // mean over ranks and micro-batches, with the weights before this step's update
+  double time_ms = 0;
+  double grad_norm = 0;  // global, before clipping
+  bool skipped = false;
+  float loss_scale = 1;
+};
+
+class GptTrainer {
+ public:
+  GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenFile& data);
+  ~GptTrainer();
+
+  StepRecord step(int step);
+  ShardedModel& model() { return *model_; }
+  std::size_t parameters() const { return parameters_; }
+  // Collective: gathers every unit; rank 0 writes the weights under the spec's names (F32 safetensors).
+  void save(const std::string& path);
+
+ private:
+  // Runs fn; an allocation over the device budget is rethrown with the planner's advice appended.
+  template <typename Fn>
+  void with_fit_advice(Fn&& fn);
+
+  Runtime& rt_;
+  TrainConfig cfg_;
+  const TokenFile& data_;
+  std::uint64_t baseline_bytes_;  // device bytes in use before this trainer allocated anything
+  std::unique_ptr<ShardedModel> model_;
+  std::unique_ptr<GptModel> gpt_;
+  std::vector<std::int32_t> inputs_, targets_;
+  std::size_t parameters_ = 0;
+};
+
+}  // namespace strata::gpt

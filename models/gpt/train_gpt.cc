@@ -1,0 +1,264 @@
+// train_gpt: trains the spec's GPT-2 (shared/specs/gpt2-training.md) with Strata's sharding, under mpirun.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <thread>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "models/gpt/gpt_memory.h"
+#include "models/gpt/gpt_trainer.h"
+#include "models/gpt/kernels.h"
+#include "models/gpt/safetensors.h"
+#include "models/gpt/token_data.h"
+#include "runtime/bootstrap/runtime.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "runtime/memory/memory_ledger.h"
+
+namespace {
+
+struct Flags {
+  strata::gpt::GptConfig model;
+  int seq = 8, batch = 4, steps = 20, grad_accum = 1, zero_stage = 3;
+  double lr = 1e-3, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
+  std::uint64_t seed = 1, tokens = 1 << 16;
+  std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32";
+  bool recompute = false, no_progress = false;
+  int prefetch = 1, warmup = 0;
+  bool cosine = false;
+  std::string trace, offload = "none", device_memory;
+};
+
+void add_flags(CLI::App& app, Flags& f) {
+  app.add_option("--layers", f.model.layers, "transformer blocks")->check(CLI::PositiveNumber);
+  app.add_option("--heads", f.model.heads, "attention heads")->check(CLI::PositiveNumber);
+  app.add_option("--embd", f.model.embd, "embedding width C (a multiple of --heads)")->check(CLI::PositiveNumber);
+  app.add_option("--vocab", f.model.vocab, "vocabulary size (256 with --text)")->check(CLI::Range(2, 65536));
+  app.add_option("--ctx", f.model.ctx, "positions in wpe")->check(CLI::PositiveNumber);
+  app.add_option("--seq", f.seq, "sequence length T (<= --ctx)")->check(CLI::PositiveNumber);
+  app.add_option("--batch", f.batch, "rows per rank per micro-batch")->check(CLI::PositiveNumber);
+  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr", f.lr, "learning rate (constant unless --warmup / --cosine)")->check(CLI::NonNegativeNumber);
+  app.add_option("--warmup", f.warmup, "linear learning-rate warmup over this many steps")->check(CLI::NonNegativeNumber);
+  app.add_flag("--cosine", f.cosine, "cosine decay of the learning rate to lr/10 at the last step");
+  app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (2-D parameters)")->check(CLI::NonNegativeNumber);
+  app.add_option("--beta1", f.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--beta2", f.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--eps", f.eps, "AdamW eps")->check(CLI::PositiveNumber);
+  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm clip (0: off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", f.seed, "seed of the init (without --init) and of --make-data");
+  app.add_option("--init", f.init, "initial weights (safetensors, the spec's names)")->check(CLI::ExistingFile);
+  app.add_option("--save", f.save, "write the final weights here (safetensors, F32)");
+  auto* data = app.add_option("--data", f.data, "training tokens (flat uint16)")->check(CLI::ExistingFile);
+  auto* text = app.add_option("--text", f.text, "train a byte-level model (vocab 256) on this text file")
+                   ->check(CLI::ExistingFile);
+  data->excludes(text);
+  app.add_option("--make-data", f.make_data, "write the spec's synthetic tokens to this file and exit");
+  app.add_option("--tokens", f.tokens, "number of synthetic tokens (with --make-data, or without --data)");
+  app.add_option("--zero-stage", f.zero_stage, "0 (DDP), 1, 2 or 3")->check(CLI::Range(0, 3));
+  app.add_option("--param-dtype", f.param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);
+  app.add_flag("--recompute", f.recompute, "keep only each block's input; recompute it in backward");
+  app.add_option("--backend", f.backend,
+                 "auto (the default, from STRATA_BACKEND): CUDA when every rank on a node has its own GPU, else cpu; "
+                 "or cpu, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--metrics", f.metrics, "write one JSON record per step to this file");
+  app.add_option("--prefetch", f.prefetch, "units gathered ahead (0: no prefetch)")->check(CLI::Range(0, 8));
+  app.add_option("--trace", f.trace, "write a Chrome trace / Perfetto JSON of all ranks here (as STRATA_TRACE)");
+  app.add_flag("--no-progress", f.no_progress, "no progress bar on a terminal");
+  app.add_option("--offload", f.offload, "optimizer state (and parameter shards) in host memory: none, optimizer or "
+                                         "optimizer+params (ZeRO-3)")
+      ->check(CLI::IsMember({"none", "optimizer", "optimizer+params"}));
+  app.add_option("--device-memory", f.device_memory,
+                 "device memory budget per rank, e.g. 200MiB (as STRATA_DEVICE_MEMORY): going over it is an error "
+                 "with the ledger and the planner's advice");
+}
+
+// A one-line progress bar with an ETA, redrawn on stderr when it is a terminal.
+void progress(int done, int total, double mean_ms) {
+  int width = 30, filled = total ? done * width / total : width;
+  double eta_s = (total - done) * mean_ms / 1000.0;
+  std::fprintf(stderr, "\r[%.*s%*s] %d/%d ETA %.0fs ", filled, "##############################", width - filled, "",
+               done, total, eta_s);
+  if (done == total) std::fputc('\n', stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"train_gpt: the spec's GPT-2 trained with Strata (run under mpirun)"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags override
+  Flags f;
+  add_flags(app, f);
+  CLI11_PARSE(app, argc, argv);
+
+  return strata::run_main([&] {
+    using namespace strata;
+    if (!f.make_data.empty()) {
+      // A tool mode: only the launcher's first process writes (the file is rank-independent).
+      Runtime rt(&argc, &argv, RuntimeOptions{"cpu"});
+      if (rt.rank() == 0) {
+        gpt::make_synthetic_tokens(f.make_data, f.tokens, f.model.vocab, f.seed);
+        std::printf("wrote %llu synthetic tokens (vocab %d, seed %llu) to %s\n",
+                    static_cast<unsigned long long>(f.tokens), f.model.vocab, static_cast<unsigned long long>(f.seed),
+                    f.make_data.c_str());
+      }
+      return 0;
+    }
+    if (!f.trace.empty()) {
+      Env e = env();
+      e.trace_file = f.trace;
+      set_env(e);
+    }
+    Runtime rt(&argc, &argv, RuntimeOptions{f.backend});
+    const int world = rt.world_size(), rank = rt.rank();
+    if (!f.text.empty()) f.model.vocab = 256;
+    f.model.validate();
+    STRATA_CHECK(f.seq <= f.model.ctx, "--seq {} exceeds --ctx {}", f.seq, f.model.ctx);
+
+    gpt::TokenFile data = !f.text.empty()   ? gpt::TokenFile::from_text(f.text, f.seq)
+                          : !f.data.empty() ? gpt::TokenFile::open(f.data, f.seq, f.model.vocab)
+                                            : gpt::TokenFile::from_tokens(gpt::synthetic_tokens(f.tokens, f.model.vocab, f.seed),
+                                                                          f.seq, f.model.vocab, "<synthetic>");
+
+    gpt::TrainConfig cfg;
+    cfg.model = f.model;
+    cfg.seq = f.seq;
+    cfg.batch = f.batch;
+    cfg.grad_accum = f.grad_accum;
+    cfg.adamw = AdamWConfig{f.lr, f.beta1, f.beta2, f.eps, f.weight_decay};
+    cfg.sharding.stage = zero_stage_from_int(f.zero_stage);
+    cfg.sharding.mixed_precision = {parse_dtype(f.param_dtype), parse_dtype(f.reduce_dtype)};
+    cfg.sharding.grad_clip = f.grad_clip;
+    cfg.sharding.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
+    cfg.sharding.prefetch_depth = f.prefetch;
+    cfg.sharding.offload = offload_from_name(f.offload);
+    if (!f.device_memory.empty()) rt.device().set_memory_budget(parse_bytes(f.device_memory, "--device-memory"));
+    cfg.warmup_steps = f.warmup;
+    cfg.cosine_steps = f.cosine ? f.steps : 0;
+    cfg.recompute = f.recompute;
+    cfg.init = f.init;
+    cfg.seed = f.seed;
+    gpt::CategoryBytes before{};
+    for (std::size_t i = 0; i < kNumMemCategories; ++i)
+      before[i] = rt.device().memory_stats().current(static_cast<MemCategory>(i));
+    gpt::GptTrainer trainer(rt, cfg, data);
+    rt.device().memory_stats().reset_peaks();  // construction transients are not part of a step
+
+    if (rank == 0) {
+      std::printf("train_gpt: %s, %zu parameters; %d ranks x %d rows x %d tokens x %d micro-batches; %s%s\n",
+                  f.model.describe().c_str(), trainer.parameters(), world, f.batch, f.seq, f.grad_accum,
+                  cfg.sharding.describe().c_str(), f.recompute ? ", recompute" : "");
+      std::printf("train_gpt: data %s (%llu tokens), init %s, backend %s\n", data.path().c_str(),
+                  static_cast<unsigned long long>(data.size()), f.init.empty() ? "spec distributions" : f.init.c_str(),
+                  device_kind_name(rt.backend()));
+      std::fflush(stdout);
+    }
+    std::ofstream metrics;
+    if (rank == 0 && !f.metrics.empty()) {
+      metrics.open(f.metrics);
+      STRATA_CHECK_CODE(ErrorCode::kIo, metrics.good(), "cannot write --metrics {}", f.metrics);
+    }
+    const bool bar = rank == 0 && !f.no_progress && isatty(STDERR_FILENO);
+    const double tokens_per_step = static_cast<double>(world) * f.batch * f.seq * f.grad_accum;
+    double final_loss = 0, time_sum_ms = 0, exposed_sum_ms = 0, comm_sum_ms = 0;
+    int timed = 0;
+    for (int step = 0; step < f.steps; ++step) {
+      gpt::StepRecord r = trainer.step(step);
+      const StepSummary& comm = trainer.model().last_step_summary();
+      if (step >= 2) {
+        time_sum_ms += r.time_ms;
+        exposed_sum_ms += comm.exposed_comm_ms;
+        comm_sum_ms += comm.comm_ms;
+        ++timed;
+      }
+      final_loss = r.loss;
+      double tok_s = tokens_per_step / (r.time_ms / 1000.0);
+      std::size_t peak = rt.device().memory_stats().peak_total();
+      if (rank == 0) {
+        std::printf("step %d loss %.6f time_ms %.1f tok/s %.0f peak_mem_MiB %.1f grad_norm %.4f comm_ms %.1f "
+                    "exposed_comm_ms %.1f%s\n",
+                    step, r.loss, r.time_ms, tok_s, static_cast<double>(peak) / (1024.0 * 1024.0), r.grad_norm,
+                    comm.comm_ms, comm.exposed_comm_ms, r.skipped ? " skipped" : "");
+        std::fflush(stdout);
+        if (metrics.is_open())
+          metrics << nlohmann::json{{"step", step},
+                                    {"loss", r.loss},
+                                    {"time_ms", r.time_ms},
+                                    {"tokens_per_s", tok_s},
+                                    {"grad_norm", r.grad_norm},
+                                    {"skipped", r.skipped},
+                                    {"loss_scale", r.loss_scale},
+                                    {"peak_mem_bytes", peak},
+                                    {"comm_ms", comm.comm_ms},
+                                    {"exposed_comm_ms", comm.exposed_comm_ms},
+                                    {"all_gather_bytes", comm.all_gather_bytes},
+                                    {"predicted_all_gather_bytes", comm.predicted_all_gather_bytes},
+                                    {"reduce_scatter_bytes", comm.reduce_scatter_bytes},
+                                    {"predicted_reduce_scatter_bytes", comm.predicted_reduce_scatter_bytes},
+                                    {"all_reduce_bytes", comm.all_reduce_bytes},
+                                    {"predicted_all_reduce_bytes", comm.predicted_all_reduce_bytes}}
+                         .dump()
+                  << "\n";
+        if (bar) progress(step + 1, f.steps, timed ? time_sum_ms / timed : r.time_ms);
+      }
+      if (step == 0 && rank == 0 && rt.backend() == DeviceKind::kCpu) {
+        // The planner's prediction beside the ledger's measured peak (rank 0), after the first step.
+        gpt::CategoryBytes measured{};
+        for (std::size_t i = 0; i < kNumMemCategories; ++i)
+          measured[i] = rt.device().memory_stats().peak(static_cast<MemCategory>(i)) - before[i];
+        std::printf("memory after step 0, rank 0 (bytes):\n%s",
+                    gpt::prediction_table(gpt::predict_step_memory(cfg, world), measured).c_str());
+        if (const Device* host = trainer.model().host_device()) {
+          gpt::CategoryBytes host_measured{};
+          for (std::size_t i = 0; i < kNumMemCategories; ++i)
+            host_measured[i] = host->memory_stats().peak(static_cast<MemCategory>(i));
+          std::printf("host memory (offload) after step 0, rank 0 (bytes):\n%s",
+                      gpt::prediction_table(gpt::predict_host_memory(cfg, world), host_measured).c_str());
+        }
+        std::fflush(stdout);
+      }
+    }
+    if (!f.save.empty()) trainer.save(f.save);
+
+    auto ledger = MemoryLedger::gather(rt.device(), rt.world());
+    std::vector<LedgerRow> host_ledger;
+    if (Device* host = trainer.model().host_device()) host_ledger = MemoryLedger::gather(*host, rt.world());
+    if (rank == 0) {
+      auto peaks_of = [](const std::vector<LedgerRow>& rows) {
+        nlohmann::json peaks = nlohmann::json::array();
+        for (const LedgerRow& row : rows) {
+          nlohmann::json p;
+          for (std::size_t i = 0; i < kNumMemCategories; ++i)
+            if (row.peak[i]) p[mem_category_name(static_cast<MemCategory>(i))] = row.peak[i];
+          p["total"] = row.peak_total;
+          peaks.push_back({{"rank", row.rank}, {"peak_bytes", p}});
+        }
+        return peaks;
+      };
+      double mean_ms = timed ? time_sum_ms / timed : 0;
+      nlohmann::json summary{{"final_loss", final_loss},
+                             {"mean_step_ms", mean_ms},
+                             {"tokens_per_s", mean_ms > 0 ? tokens_per_step / (mean_ms / 1000.0) : 0},
+                             {"steps", f.steps},
+                             {"mean_exposed_comm_ms", timed ? exposed_sum_ms / timed : 0},
+                             {"mean_comm_ms", timed ? comm_sum_ms / timed : 0},
+                             {"exposed_comm_fraction", time_sum_ms > 0 ? exposed_sum_ms / time_sum_ms : 0},
+                             {"last_step", trainer.model().last_step_summary().describe()},
+                             {"ranks", world},
+                             {"zero_stage", f.zero_stage},
+                             {"parameters", trainer.parameters()},
+                             {"offload", f.offload},
+                             {"peak_memory", peaks_of(ledger)},
+                             {"host_peak_memory", peaks_of(host_ledger)}};
+      std::printf("%s\n", summary.dump().c_str());
+    }
+    return 0;
+  });
+}

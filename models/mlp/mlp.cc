@@ -1,0 +1,187 @@
+// The MLP regression: declaration, deterministic init and data, per-layer forward and backward.
+#include "models/mlp/mlp.h"
+
+#include <cmath>
+
+#include "models/common/hash.h"
+#include "core/error.h"
+#include "runtime/sharding/flat_ops.h"
+
+namespace strata::mlp {
+namespace {
+
+using models::fnv1a;
+using models::splitmix64;
+
+// Uniform in [-1, 1), a pure function of its arguments.
+float uniform(std::uint64_t a, std::uint64_t b, std::uint64_t seed) {
+  std::uint64_t r = splitmix64(a ^ splitmix64(b ^ splitmix64(seed)));
+  return static_cast<float>(static_cast<double>(r >> 11) * (2.0 / 9007199254740992.0) - 1.0);
+}
+
+}  // namespace
+
+std::vector<UnitSpec> mlp_units(const MlpConfig& cfg) {
+  std::vector<UnitSpec> units;
+  for (int i = 0; i < cfg.num_layers(); ++i) {
+    UnitSpec u;
+    u.name = "layer" + std::to_string(i);
+    u.slots.push_back({u.name + ".weight", {cfg.layer_in(i), cfg.layer_out(i)}, true, true});
+    u.slots.push_back({u.name + ".bias", {cfg.layer_out(i)}, false, true});
+    if (i == 0) {
+      u.slots.push_back({u.name + ".input_scale", {cfg.in}, false, false});
+      u.slots.push_back({u.name + ".unused", {0}, true, true});
+    }
+    units.push_back(std::move(u));
+  }
+  return units;
+}
+
+void mlp_init(const ParamSlot& slot, std::size_t begin, std::size_t count, float* out, std::uint64_t seed) {
+  std::uint64_t h = fnv1a(slot.name);
+  bool is_weight = slot.name.find(".weight") != std::string::npos;
+  bool is_scale = slot.name.find(".input_scale") != std::string::npos;
+  float fan_in = slot.shape.empty() ? 1.0f : static_cast<float>(slot.shape[0]);
+  for (std::size_t k = 0; k < count; ++k) {
+    float u = uniform(h, begin + k, seed);
+    if (is_weight) out[k] = u / std::sqrt(fan_in);
+    else if (is_scale) out[k] = 1.0f + 0.25f * u;
+    else out[k] = 0.05f * u;
+  }
+}
+
+Batch make_batch(const MlpConfig& cfg, std::uint64_t first_row, int rows, std::uint64_t seed) {
+  Batch b;
+  b.rows = rows;
+  b.x.resize(static_cast<std::size_t>(rows) * cfg.in);
+  b.t.resize(static_cast<std::size_t>(rows) * cfg.out);
+  for (int r = 0; r < rows; ++r) {
+    std::uint64_t row = first_row + static_cast<std::uint64_t>(r);
+    float* x = &b.x[static_cast<std::size_t>(r) * cfg.in];
+    for (int j = 0; j < cfg.in; ++j) x[j] = uniform(row, static_cast<std::uint64_t>(j), seed ^ 0xda7aull);
+    for (int o = 0; o < cfg.out; ++o) {
+      // A smooth teacher function of the inputs, plus nothing random: the loss can fall towards zero.
+      float acc = 0;
+      for (int j = 0; j < cfg.in; ++j) acc += std::sin(static_cast<float>((o + 1) * (j + 1)) * 0.37f) * x[j];
+      b.t[static_cast<std::size_t>(r) * cfg.out + o] = std::tanh(acc) + 0.1f * static_cast<float>(o);
+    }
+  }
+  return b;
+}
+
+LayerParams read_layer(const std::vector<TensorView>& views) {
+  LayerParams p;
+  auto read = [](const TensorView& v) {
+    std::vector<float> out(v.numel());
+    convert(v.data, v.dtype, out.data(), DType::kF32, v.numel());
+    return out;
+  };
+  for (const TensorView& v : views) {
+    const std::string& n = v.slot->name;
+    if (n.ends_with(".weight")) p.weight = read(v);
+    else if (n.ends_with(".bias")) p.bias = read(v);
+    else if (n.ends_with(".input_scale")) p.input_scale = read(v);
+  }
+  return p;
+}
+
+void layer_forward(const MlpConfig& cfg, int layer, const LayerParams& p, const std::vector<float>& x, int rows,
+                   Activations& acts) {
+  const int in = cfg.layer_in(layer), out = cfg.layer_out(layer);
+  const bool tanh_act = layer != cfg.num_layers() - 1;
+  std::vector<float> xs = x;
+  if (!p.input_scale.empty())
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < in; ++j) xs[static_cast<std::size_t>(r) * in + j] *= p.input_scale[static_cast<std::size_t>(j)];
+  std::vector<float> y(static_cast<std::size_t>(rows) * out);
+  for (int r = 0; r < rows; ++r) {
+    for (int o = 0; o < out; ++o) {
+      float acc = p.bias[static_cast<std::size_t>(o)];
+      for (int j = 0; j < in; ++j)
+        acc += xs[static_cast<std::size_t>(r) * in + j] * p.weight[static_cast<std::size_t>(j) * out + o];
+      y[static_cast<std::size_t>(r) * out + o] = tanh_act ? std::tanh(acc) : acc;
+    }
+  }
+  acts.inputs.push_back(std::move(xs));
+  acts.outputs.push_back(std::move(y));
+}
+
+double mse_loss(const std::vector<float>& y, const std::vector<float>& t, std::vector<float>& dy, float grad_scale) {
+  STRATA_CHECK(y.size() == t.size(), "prediction size {} != target size {}", y.size(), t.size());
+  dy.resize(y.size());
+  double loss = 0;
+  const float n = static_cast<float>(y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    float d = y[i] - t[i];
+    loss += static_cast<double>(d) * d;
+    dy[i] = grad_scale * 2.0f * d / n;
+  }
+  return loss / static_cast<double>(y.size());
+}
+
+std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerParams& p, const Activations& acts,
+                                  const std::vector<float>& dy, int rows, std::vector<float>& dweight,
+                                  std::vector<float>& dbias) {
+  const int in = cfg.layer_in(layer), out = cfg.layer_out(layer);
+  const bool tanh_act = layer != cfg.num_layers() - 1;
+  const std::vector<float>& xs = acts.inputs[static_cast<std::size_t>(layer)];
+  const std::vector<float>& y = acts.outputs[static_cast<std::size_t>(layer)];
+  std::vector<float> dz(dy);
+  if (tanh_act)
+    for (std::size_t i = 0; i < dz.size(); ++i) dz[i] *= 1.0f - y[i] * y[i];
+  dweight.assign(static_cast<std::size_t>(in) * out, 0.0f);
+  dbias.assign(static_cast<std::size_t>(out), 0.0f);
+  std::vector<float> dx(static_cast<std::size_t>(rows) * in, 0.0f);
+  for (int r = 0; r < rows; ++r) {
+    for (int o = 0; o < out; ++o) {
+      float g = dz[static_cast<std::size_t>(r) * out + o];
+      dbias[static_cast<std::size_t>(o)] += g;
+      for (int j = 0; j < in; ++j) {
+        dweight[static_cast<std::size_t>(j) * out + o] += xs[static_cast<std::size_t>(r) * in + j] * g;
+        dx[static_cast<std::size_t>(r) * in + j] += g * p.weight[static_cast<std::size_t>(j) * out + o];
+      }
+    }
+  }
+  return dx;
+}
+
+void add_into(const TensorView& grad, const std::vector<float>& values) {
+  STRATA_CHECK(values.size() == grad.numel(), "gradient of '{}' has {} values, expected {}", grad.slot->name,
+               values.size(), grad.numel());
+  add_f32_into(grad.data, grad.dtype, values.data(), values.size());
+}
+
+}  // namespace strata::mlp
+
+namespace strata::mlp {
+
+double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale) {
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.comm().device().kind() == DeviceKind::kCpu,
+                    "the MLP example computes on the host: run it on the CPU backend (device {})",
+                    model.comm().device().name());
+  const int layers = cfg.num_layers();
+  Activations acts;
+  std::vector<float> x = batch.x;
+  for (int i = 0; i < layers; ++i) {
+    LayerParams p = read_layer(model.begin_forward(i));  // gathers unit i (ZeRO-3), waits for it
+    layer_forward(cfg, i, p, x, batch.rows, acts);
+    model.end_forward(i);                                 // frees it again (reshard_after_forward)
+    x = acts.outputs.back();
+  }
+  std::vector<float> dy;
+  double loss = mse_loss(x, batch.t, dy, grad_scale);
+  for (int i = layers - 1; i >= 0; --i) {
+    BackwardViews v = model.begin_backward(i);  // gathers again if needed; gradient buffers zeroed
+    LayerParams p = read_layer(v.params);
+    std::vector<float> dw, db;
+    dy = layer_backward(cfg, i, p, acts, dy, batch.rows, dw, db);
+    for (const TensorView& g : v.grads) {
+      if (g.slot->name.ends_with(".weight")) add_into(g, dw);
+      else if (g.slot->name.ends_with(".bias")) add_into(g, db);
+    }
+    model.end_backward(i);  // reduce-scatter into the f32 gradient shard
+  }
+  return loss;
+}
+
+}  // namespace strata::mlp

@@ -1,0 +1,74 @@
+// A small MLP regression used by examples/custom_trainer/custom_trainer.cpp and the sharding tests: the model declaration as
+// Strata units, deterministic init and data, and per-layer forward / backward on host f32 arrays.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/sharding/sharded_model.h"
+
+namespace strata::mlp {
+
+// in -> hidden (tanh) -> ... -> hidden (tanh) -> out (linear); `hidden_layers` >= 1 tanh layers.
+struct MlpConfig {
+  int in = 7;
+  int hidden = 13;
+  int out = 3;
+  int hidden_layers = 2;
+  int num_layers() const { return hidden_layers + 1; }
+  int layer_in(int i) const { return i == 0 ? in : hidden; }
+  int layer_out(int i) const { return i == num_layers() - 1 ? out : hidden; }
+};
+
+// One unit per layer: "layer{i}" with "layer{i}.weight" [in, out] (Conv1D layout, decayed) and "layer{i}.bias"
+// [out] (not decayed). Layer 0 also holds a frozen "layer0.input_scale" [in] and a zero-size "layer0.unused" [0],
+// so uneven, frozen and empty parameters are always exercised.
+std::vector<UnitSpec> mlp_units(const MlpConfig& cfg);
+
+// Deterministic init: weights uniform in +-1/sqrt(fan_in), biases small, input_scale around 1. Depends only on
+// (slot name, element index, seed), so every rank can fill any part.
+void mlp_init(const ParamSlot& slot, std::size_t begin, std::size_t count, float* out, std::uint64_t seed);
+
+// Rows [first_row, first_row + rows) of the synthetic regression data set (inputs and targets).
+struct Batch {
+  int rows = 0;
+  std::vector<float> x;  // [rows, in]
+  std::vector<float> t;  // [rows, out]
+};
+Batch make_batch(const MlpConfig& cfg, std::uint64_t first_row, int rows, std::uint64_t seed);
+
+// The parameters of one layer as f32 (converted from the gathered dtype when needed).
+struct LayerParams {
+  std::vector<float> weight, bias, input_scale;  // input_scale empty except for layer 0
+};
+LayerParams read_layer(const std::vector<TensorView>& views);
+
+// Forward activations kept for backward.
+struct Activations {
+  std::vector<std::vector<float>> inputs;   // per layer: its (scaled) input [rows, layer_in]
+  std::vector<std::vector<float>> outputs;  // per layer: its output [rows, layer_out]
+};
+
+// y = act(x' @ W + b), x' = x * input_scale for layer 0. Appends to `acts`.
+void layer_forward(const MlpConfig& cfg, int layer, const LayerParams& p, const std::vector<float>& x, int rows,
+                   Activations& acts);
+// Mean squared error over rows x out, and its gradient with respect to the output (scaled by `grad_scale`).
+double mse_loss(const std::vector<float>& y, const std::vector<float>& t, std::vector<float>& dy, float grad_scale);
+// From dy (gradient of the layer output) computes dW, db (added into dweight / dbias) and returns dx (the gradient
+// of the layer's scaled input).
+std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerParams& p, const Activations& acts,
+                                  const std::vector<float>& dy, int rows, std::vector<float>& dweight,
+                                  std::vector<float>& dbias);
+// Adds f32 gradients into a gradient view of any float dtype.
+void add_into(const TensorView& grad, const std::vector<float>& values);
+
+}  // namespace strata::mlp
+
+namespace strata::mlp {
+
+// One micro-batch through a ShardedModel: forward unit by unit, loss, backward in reverse, gradients added into
+// Strata's buffers (scaled by grad_scale, e.g. 1/micro_batches times the loss scale). Returns the local loss.
+double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale);
+
+}  // namespace strata::mlp

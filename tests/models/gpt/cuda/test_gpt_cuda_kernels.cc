@@ -1,0 +1,518 @@
+// The GPT-2 CUDA kernels (models/gpt/cuda) against the CPU kernels, their reference: every forward and backward
+// at sizes that are and are not multiples of the tiles. Every test skips where no GPU is visible.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "models/gpt/cuda/kernels_cuda.h"
+#include "models/gpt/kernels.h"
+#include "core/cuda_check.h"
+#include "core/device_registry.h"
+#include "tests/support/test_support.h"
+
+namespace strata::gpt {
+namespace {
+
+using Floats = std::vector<float>;
+using Tokens = std::vector<int32_t>;
+
+// Tolerances: max |gpu - cpu| over the tensor's scale (see rel_err). The f32 kernels differ from the CPU only in
+// summation order and in exp/log implementations; attention and the lm head sum longer chains.
+constexpr double kTol = 1e-5;
+constexpr double kAttentionTol = 1e-4;
+constexpr double kBf16Tol = 1e-2;
+
+Floats randn(std::size_t n, unsigned seed, float stddev = 1.0f, float mean = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(mean, stddev);
+  Floats v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+Tokens rand_tokens(std::size_t n, int V, unsigned seed) {
+  std::mt19937 rng(seed);
+  Tokens v(n);
+  for (auto& x : v) x = static_cast<int32_t>(rng() % static_cast<unsigned>(V));
+  return v;
+}
+
+// max |got - want| over max |want - base|: the error relative to the tensor's scale. For a gradient, base is the
+// value it was pre-filled with, so the error is judged against what the backward added (and a kernel that
+// overwrote instead of adding fails). Infinite when got has a non-finite value where want has none.
+double rel_err(const Floats& got, const Floats& want, const Floats& base = {}) {
+  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
+  double err = 0, scale = 1e-30;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (std::isfinite(want[i]) && !std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
+    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i]) - (base.empty() ? 0.0 : base[i])));
+  }
+  return err / scale;
+}
+#define EXPECT_CLOSE(got, want, tol) EXPECT_LE(rel_err((got), (want)), (tol)) << #got " vs " #want
+#define EXPECT_GRAD_CLOSE(got, want, base, tol) \
+  EXPECT_LE(rel_err((got), (want), (base)), (tol)) << #got " vs " #want " (pre-filled with " #base ")"
+
+// Device memory for n elements of T, freed on destruction. Made from a host vector it holds a copy; made from a
+// size it holds 0xff bytes (NaN as floats), so an output element a kernel fails to write is caught.
+template <typename T>
+class DeviceArray {
+ public:
+  explicit DeviceArray(std::size_t n) : n_(n) {
+    if (n_ == 0) return;
+    STRATA_CHECK_CUDA(cudaMalloc(&ptr_, bytes()));
+    STRATA_CHECK_CUDA(cudaMemset(ptr_, 0xff, bytes()));
+  }
+  explicit DeviceArray(const std::vector<T>& host) : n_(host.size()) {
+    if (n_ == 0) return;
+    STRATA_CHECK_CUDA(cudaMalloc(&ptr_, bytes()));
+    STRATA_CHECK_CUDA(cudaMemcpy(ptr_, host.data(), bytes(), cudaMemcpyHostToDevice));
+  }
+  ~DeviceArray() {
+    if (ptr_ != nullptr) (void)cudaFree(ptr_);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  T* get() const { return static_cast<T*>(ptr_); }
+  // The contents once `stream` has finished.
+  std::vector<T> host(cudaStream_t stream) const {
+    STRATA_CHECK_CUDA(cudaStreamSynchronize(stream));
+    std::vector<T> out(n_);
+    if (n_ > 0) STRATA_CHECK_CUDA(cudaMemcpy(out.data(), ptr_, bytes(), cudaMemcpyDeviceToHost));
+    return out;
+  }
+
+ private:
+  std::size_t bytes() const { return n_ * sizeof(T); }
+  void* ptr_ = nullptr;
+  std::size_t n_;
+};
+using Dev = DeviceArray<float>;
+
+std::string shape(std::initializer_list<std::pair<const char*, long>> dims) {
+  std::string s;
+  for (const auto& [name, value] : dims) s += std::string(s.empty() ? "" : ", ") + name + " = " + std::to_string(value);
+  return s;
+}
+
+class GptCudaKernels : public testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";  // before any other CUDA call
+    STRATA_CHECK_CUDA(cudaSetDevice(test::runtime().local_rank() % cuda_device_count()));
+    STRATA_CHECK_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  void TearDown() override {
+    if (stream_ != nullptr) (void)cudaStreamDestroy(stream_);
+  }
+  cudaStream_t stream_ = nullptr;
+};
+
+// ---- encoder ------------------------------------------------------------------------------------------------
+
+TEST_F(GptCudaKernels, Encoder) {
+  const int V = 101;
+  struct Shape {
+    int B, T, C;
+  };
+  for (const Shape s : {Shape{1, 1, 48}, Shape{2, 37, 48}, Shape{3, 128, 64}}) {
+    SCOPED_TRACE(shape({{"B", s.B}, {"T", s.T}, {"C", s.C}}));
+    const std::size_t N = static_cast<std::size_t>(s.B) * s.T;
+    const Tokens tokens = rand_tokens(N, V, 1);  // N > V for the larger shapes: tokens repeat
+    const Floats wte = randn(static_cast<std::size_t>(V) * s.C, 2), wpe = randn(static_cast<std::size_t>(s.T) * s.C, 3);
+    Floats out(N * s.C);
+    encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), s.B, s.T, s.C);
+    DeviceArray<int32_t> d_tokens(tokens);
+    Dev d_wte(wte), d_wpe(wpe), d_out(N * s.C);
+    cuda::encoder_forward(d_out.get(), d_tokens.get(), d_wte.get(), d_wpe.get(), s.B, s.T, s.C, stream_);
+    EXPECT_CLOSE(d_out.host(stream_), out, kTol);
+
+    const Floats dout = randn(N * s.C, 4);
+    const Floats dwte0 = randn(wte.size(), 5, 0.5f), dwpe0 = randn(wpe.size(), 6, 0.5f);
+    Floats dwte = dwte0, dwpe = dwpe0;
+    encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), s.B, s.T, s.C);
+    Dev d_dout(dout), d_dwte(dwte0), d_dwpe(dwpe0);
+    cuda::encoder_backward(d_dwte.get(), d_dwpe.get(), d_dout.get(), d_tokens.get(), s.B, s.T, s.C, stream_);
+    EXPECT_GRAD_CLOSE(d_dwte.host(stream_), dwte, dwte0, kTol);
+    EXPECT_GRAD_CLOSE(d_dwpe.host(stream_), dwpe, dwpe0, kTol);
+  }
+}
+
+// ---- layernorm ----------------------------------------------------------------------------------------------
+
+TEST_F(GptCudaKernels, LayerNorm) {
+  struct Shape {
+    int N, C;
+  };
+  for (const Shape s : {Shape{1, 48}, Shape{37, 48}, Shape{128, 64}, Shape{75, 333}}) {
+    SCOPED_TRACE(shape({{"N", s.N}, {"C", s.C}}));
+    const std::size_t NC = static_cast<std::size_t>(s.N) * s.C;
+    const Floats x = randn(NC, 10, 2.0f, 0.5f);  // an offset mean exercises the variance's centring
+    const Floats w = randn(s.C, 11, 0.5f, 1.0f), b = randn(s.C, 12, 0.5f);
+    Floats out(NC), mean(s.N), rstd(s.N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), s.N, s.C);
+    Dev d_x(x), d_w(w), d_b(b), d_out(NC), d_mean(s.N), d_rstd(s.N);
+    cuda::layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_x.get(), d_w.get(), d_b.get(), s.N, s.C,
+                            stream_);
+    EXPECT_CLOSE(d_out.host(stream_), out, kTol);
+    EXPECT_CLOSE(d_mean.host(stream_), mean, kTol);
+    EXPECT_CLOSE(d_rstd.host(stream_), rstd, kTol);
+
+    // The backward from the CPU's saved statistics, so it is judged on its own.
+    const Floats dout = randn(NC, 13);
+    const Floats dx0 = randn(NC, 14, 0.5f), dw0 = randn(s.C, 15, 0.5f), db0 = randn(s.C, 16, 0.5f);
+    Floats dx = dx0, dw = dw0, db = db0;
+    layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(),
+                       s.N, s.C);
+    Dev d_dout(dout), d_cpu_mean(mean), d_cpu_rstd(rstd), d_dx(dx0), d_dw(dw0), d_db(db0);
+    cuda::layernorm_backward(d_dx.get(), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(), d_cpu_mean.get(),
+                             d_cpu_rstd.get(), s.N, s.C, stream_);
+    EXPECT_GRAD_CLOSE(d_dx.host(stream_), dx, dx0, kTol);
+    EXPECT_GRAD_CLOSE(d_dw.host(stream_), dw, dw0, kTol);
+    EXPECT_GRAD_CLOSE(d_db.host(stream_), db, db0, kTol);
+  }
+}
+
+// ---- matmuls ------------------------------------------------------------------------------------------------
+
+struct MatmulShape {
+  int N, IC, OC;
+};
+constexpr MatmulShape kMatmulShapes[] = {{1, 48, 144}, {37, 48, 192}, {128, 64, 256}, {37, 37, 5}};
+
+TEST_F(GptCudaKernels, MatmulForward) {
+  cuda::Blas blas(stream_);
+  for (const MatmulShape s : kMatmulShapes)
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(shape({{"N", s.N}, {"IC", s.IC}, {"OC", s.OC}, {"bias", with_bias}}));
+      const Floats x = randn(static_cast<std::size_t>(s.N) * s.IC, 20);
+      const Floats w = randn(static_cast<std::size_t>(s.IC) * s.OC, 21, 0.2f), b = randn(s.OC, 22);
+      Floats out(static_cast<std::size_t>(s.N) * s.OC);
+      matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, s.N, s.IC, s.OC);
+      Dev d_x(x), d_w(w), d_b(b), d_out(out.size());
+      cuda::matmul_forward(d_out.get(), d_x.get(), d_w.get(), with_bias ? d_b.get() : nullptr, s.N, s.IC, s.OC, blas);
+      EXPECT_CLOSE(d_out.host(stream_), out, kTol);
+    }
+}
+
+TEST_F(GptCudaKernels, MatmulBackward) {
+  cuda::Blas blas(stream_);
+  for (const MatmulShape s : kMatmulShapes)
+    for (bool full : {true, false}) {  // full: dinp and dbias too; otherwise both are null
+      SCOPED_TRACE(shape({{"N", s.N}, {"IC", s.IC}, {"OC", s.OC}, {"dinp and dbias", full}}));
+      const std::size_t NI = static_cast<std::size_t>(s.N) * s.IC, NO = static_cast<std::size_t>(s.N) * s.OC;
+      const Floats x = randn(NI, 30), w = randn(static_cast<std::size_t>(s.IC) * s.OC, 31, 0.2f), dout = randn(NO, 32);
+      const Floats dx0 = randn(NI, 33, 0.5f), dw0 = randn(w.size(), 34, 0.5f), db0 = randn(s.OC, 35, 0.5f);
+      Floats dx = dx0, dw = dw0, db = db0;
+      matmul_backward(full ? dx.data() : nullptr, dw.data(), full ? db.data() : nullptr, dout.data(), x.data(),
+                      w.data(), s.N, s.IC, s.OC);
+      Dev d_x(x), d_w(w), d_dout(dout), d_dx(dx0), d_dw(dw0), d_db(db0);
+      cuda::matmul_backward(full ? d_dx.get() : nullptr, d_dw.get(), full ? d_db.get() : nullptr, d_dout.get(),
+                            d_x.get(), d_w.get(), s.N, s.IC, s.OC, blas);
+      EXPECT_GRAD_CLOSE(d_dw.host(stream_), dw, dw0, kTol);
+      if (full) {
+        EXPECT_GRAD_CLOSE(d_dx.host(stream_), dx, dx0, kTol);
+        EXPECT_GRAD_CLOSE(d_db.host(stream_), db, db0, kTol);
+      } else {
+        EXPECT_EQ(d_dx.host(stream_), dx0) << "dinp is null: nothing may be written";
+        EXPECT_EQ(d_db.host(stream_), db0) << "dbias is null: nothing may be written";
+      }
+    }
+}
+
+// bf16 operands, f32 accumulation, bf16 output: against the f32 CPU product of the same (bf16-rounded) operands.
+// Rounded once, each output is within a bf16 half-ulp (2^-9 relative) of the f32 product, so besides the tensor-
+// wide tolerance every element must be within 2^-8 of it (a bf16 accumulation would miss that at IC = 768).
+TEST_F(GptCudaKernels, MatmulForwardBf16) {
+  cuda::Blas blas(stream_);
+  auto round_bf16 = [](Floats v) {
+    for (auto& x : v) x = __bfloat162float(__float2bfloat16(x));
+    return v;
+  };
+  auto to_bf16 = [](const Floats& v) {
+    std::vector<__nv_bfloat16> out(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) out[i] = __float2bfloat16(v[i]);
+    return out;
+  };
+  for (const MatmulShape s : {MatmulShape{37, 64, 192}, MatmulShape{128, 768, 96}, MatmulShape{1, 48, 5}})
+    for (bool with_bias : {true, false}) {
+      SCOPED_TRACE(shape({{"N", s.N}, {"IC", s.IC}, {"OC", s.OC}, {"bias", with_bias}}));
+      const Floats x = round_bf16(randn(static_cast<std::size_t>(s.N) * s.IC, 40));
+      const Floats w = round_bf16(randn(static_cast<std::size_t>(s.IC) * s.OC, 41, 0.2f));
+      const Floats b = round_bf16(randn(s.OC, 42));
+      Floats out(static_cast<std::size_t>(s.N) * s.OC);
+      matmul_forward(out.data(), x.data(), w.data(), with_bias ? b.data() : nullptr, s.N, s.IC, s.OC);
+      DeviceArray<__nv_bfloat16> d_x(to_bf16(x)), d_w(to_bf16(w)), d_b(to_bf16(b)), d_out(out.size());
+      DeviceArray<float> workspace(out.size());
+      cuda::matmul_forward_bf16(d_out.get(), d_x.get(), d_w.get(), with_bias ? d_b.get() : nullptr, s.N, s.IC, s.OC,
+                                blas, with_bias ? workspace.get() : nullptr);
+      const std::vector<__nv_bfloat16> got_bf16 = d_out.host(stream_);
+      Floats got(got_bf16.size());
+      for (std::size_t i = 0; i < got.size(); ++i) got[i] = __bfloat162float(got_bf16[i]);
+      EXPECT_CLOSE(got, out, kBf16Tol);
+      double scale = 0;
+      for (float v : out) scale = std::max(scale, std::fabs(static_cast<double>(v)));
+      std::size_t far = 0;
+      for (std::size_t i = 0; i < got.size(); ++i)
+        far += std::fabs(static_cast<double>(got[i]) - out[i]) > std::ldexp(std::fabs(out[i]), -8) + 1e-6 * scale;
+      EXPECT_EQ(far, 0u) << "elements further than a bf16 ulp from the f32 product";
+      if (with_bias) {
+        EXPECT_THROW(cuda::matmul_forward_bf16(d_out.get(), d_x.get(), d_w.get(), d_b.get(), s.N, s.IC, s.OC, blas,
+                                               nullptr),
+                     strata::Error)
+            << "a bias without the f32 workspace";
+      }
+    }
+}
+
+TEST_F(GptCudaKernels, LmHead) {
+  cuda::Blas blas(stream_);
+  const int V = 101;
+  struct Shape {
+    int N, C;
+  };
+  for (const Shape s : {Shape{1, 48}, Shape{37, 48}, Shape{128, 64}}) {
+    SCOPED_TRACE(shape({{"N", s.N}, {"C", s.C}, {"V", V}}));
+    const std::size_t NC = static_cast<std::size_t>(s.N) * s.C, NV = static_cast<std::size_t>(s.N) * V;
+    const Floats x = randn(NC, 50), wte = randn(static_cast<std::size_t>(V) * s.C, 51, 0.2f);
+    Floats logits(NV);
+    lm_head_forward(logits.data(), x.data(), wte.data(), s.N, s.C, V);
+    Dev d_x(x), d_wte(wte), d_logits(NV);
+    cuda::lm_head_forward(d_logits.get(), d_x.get(), d_wte.get(), s.N, s.C, V, blas);
+    EXPECT_CLOSE(d_logits.host(stream_), logits, kAttentionTol);
+
+    const Floats dlogits = randn(NV, 52);
+    const Floats dx0 = randn(NC, 53, 0.5f), dwte0 = randn(wte.size(), 54, 0.5f);
+    Floats dx = dx0, dwte = dwte0;
+    lm_head_backward(dx.data(), dwte.data(), dlogits.data(), x.data(), wte.data(), s.N, s.C, V);
+    Dev d_dlogits(dlogits), d_dx(dx0), d_dwte(dwte0);
+    cuda::lm_head_backward(d_dx.get(), d_dwte.get(), d_dlogits.get(), d_x.get(), d_wte.get(), s.N, s.C, V, blas);
+    EXPECT_GRAD_CLOSE(d_dx.host(stream_), dx, dx0, kAttentionTol);
+    EXPECT_GRAD_CLOSE(d_dwte.host(stream_), dwte, dwte0, kAttentionTol);
+  }
+}
+
+// ---- attention ----------------------------------------------------------------------------------------------
+
+struct AttentionShape {
+  int B, T, C, NH;
+};
+// T = 1, primes, an exact multiple of the 32-row tiles and one past it; D = 16, 48 (a partial second pass over
+// the lanes) and 64.
+constexpr AttentionShape kAttentionShapes[] = {
+    {2, 1, 48, 3}, {2, 37, 48, 3}, {1, 128, 64, 4}, {2, 33, 64, 1}, {1, 70, 128, 2}, {1, 45, 96, 2}};
+
+TEST_F(GptCudaKernels, AttentionForward) {
+  for (const AttentionShape s : kAttentionShapes) {
+    SCOPED_TRACE(shape({{"B", s.B}, {"T", s.T}, {"C", s.C}, {"NH", s.NH}}));
+    const std::size_t BT = static_cast<std::size_t>(s.B) * s.T;
+    const Floats qkv = randn(BT * 3 * s.C, 60);
+    Floats out(BT * s.C), lse(BT * s.NH);
+    attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    Dev d_qkv(qkv), d_out(out.size()), d_lse(lse.size());
+    cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, stream_);
+    EXPECT_CLOSE(d_out.host(stream_), out, kAttentionTol);
+    EXPECT_CLOSE(d_lse.host(stream_), lse, kAttentionTol);
+  }
+}
+
+TEST_F(GptCudaKernels, AttentionBackward) {
+  for (const AttentionShape s : kAttentionShapes) {
+    SCOPED_TRACE(shape({{"B", s.B}, {"T", s.T}, {"C", s.C}, {"NH", s.NH}}));
+    const std::size_t BT = static_cast<std::size_t>(s.B) * s.T;
+    const Floats qkv = randn(BT * 3 * s.C, 70);
+    Floats out(BT * s.C), lse(BT * s.NH);
+    attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    const Floats dout = randn(out.size(), 71), dqkv0 = randn(qkv.size(), 72, 0.5f);
+    Floats dqkv = dqkv0;
+    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    // From the CPU's out and lse, so the backward is judged on its own.
+    Dev d_qkv(qkv), d_out(out), d_lse(lse), d_dout(dout), d_dqkv(dqkv0);
+    cuda::attention_backward(d_dqkv.get(), d_dout.get(), d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH,
+                             stream_);
+    const Floats got = d_dqkv.host(stream_);
+    EXPECT_GRAD_CLOSE(got, dqkv, dqkv0, kAttentionTol);
+    // q, k and v come from different kernels: check each part against its own scale. Not at T = 1: a softmax over
+    // one key has no gradient, so dq and dk get exactly 0 on the CPU and rounding noise (~1e-8) here.
+    for (int part = 0; part < 3 && s.T > 1; ++part) {
+      Floats g, want, base;
+      for (std::size_t r = 0; r < BT; ++r)
+        for (int c = 0; c < s.C; ++c) {
+          const std::size_t i = r * 3 * s.C + static_cast<std::size_t>(part) * s.C + c;
+          g.push_back(got[i]);
+          want.push_back(dqkv[i]);
+          base.push_back(dqkv0[i]);
+        }
+      EXPECT_GRAD_CLOSE(g, want, base, kAttentionTol) << " (part " << "qkv"[part] << ")";
+    }
+  }
+}
+
+// ---- elementwise --------------------------------------------------------------------------------------------
+
+TEST_F(GptCudaKernels, Gelu) {
+  for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{4099}}) {
+    SCOPED_TRACE("n = " + std::to_string(n));
+    Floats x = randn(n, 80, 3.0f);
+    if (n > 2) x[0] = -12.0f, x[1] = 12.0f;  // the capped exponent and the saturated side
+    Floats out(n);
+    gelu_forward(out.data(), x.data(), n);
+    Dev d_x(x), d_out(n);
+    cuda::gelu_forward(d_out.get(), d_x.get(), n, stream_);
+    EXPECT_CLOSE(d_out.host(stream_), out, kTol);
+    Dev d_inplace(x);
+    cuda::gelu_forward(d_inplace.get(), d_inplace.get(), n, stream_);
+    EXPECT_CLOSE(d_inplace.host(stream_), out, kTol);
+
+    const Floats dout = randn(n, 81), dx0 = randn(n, 82, 0.5f);
+    Floats dx = dx0;
+    gelu_backward(dx.data(), x.data(), dout.data(), n);
+    Dev d_dout(dout), d_dx(dx0);
+    cuda::gelu_backward(d_dx.get(), d_x.get(), d_dout.get(), n, stream_);
+    EXPECT_GRAD_CLOSE(d_dx.host(stream_), dx, dx0, kTol);
+  }
+}
+
+TEST_F(GptCudaKernels, Residual) {
+  const std::size_t n = 5003;
+  const Floats a = randn(n, 90), b = randn(n, 91);
+  Floats out(n);
+  residual_forward(out.data(), a.data(), b.data(), n);
+  Dev d_a(a), d_b(b), d_out(n);
+  cuda::residual_forward(d_out.get(), d_a.get(), d_b.get(), n, stream_);
+  EXPECT_EQ(d_out.host(stream_), out);  // one rounding, same on both
+  cuda::residual_forward(d_a.get(), d_a.get(), d_b.get(), n, stream_);  // in place
+  EXPECT_EQ(d_a.host(stream_), out);
+}
+
+// ---- loss ---------------------------------------------------------------------------------------------------
+
+TEST_F(GptCudaKernels, CrossEntropySoftmax) {
+  struct Shape {
+    int N, V;
+  };
+  for (const Shape s : {Shape{1, 101}, Shape{37, 101}, Shape{16, 5003}}) {
+    SCOPED_TRACE(shape({{"N", s.N}, {"V", s.V}}));
+    const std::size_t NV = static_cast<std::size_t>(s.N) * s.V;
+    const Floats logits = randn(NV, 100, 3.0f);
+    const Tokens targets = rand_tokens(s.N, s.V, 101);
+    const float dscale = 1.0f / static_cast<float>(s.N);
+    Floats losses(s.N), dlogits(NV);
+    crossentropy_softmax(losses.data(), dlogits.data(), logits.data(), targets.data(), s.N, s.V, dscale);
+    DeviceArray<int32_t> d_targets(targets);
+    Dev d_logits(logits), d_losses(s.N), d_dlogits(NV);
+    cuda::crossentropy_softmax(d_losses.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), s.N, s.V, dscale,
+                               stream_);
+    EXPECT_CLOSE(d_losses.host(stream_), losses, kTol);
+    EXPECT_CLOSE(d_dlogits.host(stream_), dlogits, kTol);
+
+    Dev d_losses_only(s.N);  // no dlogits
+    cuda::crossentropy_softmax(d_losses_only.get(), nullptr, d_logits.get(), d_targets.get(), s.N, s.V, dscale,
+                               stream_);
+    EXPECT_CLOSE(d_losses_only.host(stream_), losses, kTol);
+
+    Dev d_inplace(logits), d_losses_inplace(s.N);  // dlogits == logits
+    cuda::crossentropy_softmax(d_losses_inplace.get(), d_inplace.get(), d_inplace.get(), d_targets.get(), s.N, s.V,
+                               dscale, stream_);
+    EXPECT_CLOSE(d_losses_inplace.host(stream_), losses, kTol);
+    EXPECT_CLOSE(d_inplace.host(stream_), dlogits, kTol);
+  }
+}
+
+TEST_F(GptCudaKernels, CrossEntropyTargetOutsideTheVocabularyGivesNaN) {
+  const int N = 3, V = 101;
+  const Floats logits = randn(static_cast<std::size_t>(N) * V, 110);
+  const Tokens targets = {5, V, 7};
+  DeviceArray<int32_t> d_targets(targets);
+  Dev d_logits(logits), d_losses(N), d_dlogits(logits.size());
+  cuda::crossentropy_softmax(d_losses.get(), d_dlogits.get(), d_logits.get(), d_targets.get(), N, V, 1.0f, stream_);
+  const Floats losses = d_losses.host(stream_), dlogits = d_dlogits.host(stream_);
+  EXPECT_TRUE(std::isfinite(losses[0]));
+  EXPECT_TRUE(std::isnan(losses[1]));
+  EXPECT_TRUE(std::isfinite(losses[2]));
+  EXPECT_TRUE(std::isnan(dlogits[V]));
+  EXPECT_TRUE(std::isfinite(dlogits[2 * V]));
+}
+
+// ---- edge cases and repeatability ---------------------------------------------------------------------------
+
+TEST_F(GptCudaKernels, EmptyInputsEnqueueNothing) {
+  cuda::Blas blas(stream_);
+  Dev w(64 * 64), g(64 * 64);  // parameters and their gradients: must stay untouched (NaN bytes)
+  const Floats before = g.host(stream_);
+  cuda::encoder_forward(nullptr, nullptr, w.get(), w.get(), 0, 4, 64, stream_);
+  cuda::encoder_backward(g.get(), g.get(), nullptr, nullptr, 0, 4, 64, stream_);
+  cuda::encoder_backward(g.get(), g.get(), nullptr, nullptr, 2, 0, 64, stream_);
+  cuda::layernorm_forward(nullptr, nullptr, nullptr, nullptr, w.get(), w.get(), 0, 64, stream_);
+  cuda::layernorm_backward(nullptr, g.get(), g.get(), nullptr, nullptr, w.get(), nullptr, nullptr, 0, 64, stream_);
+  cuda::matmul_forward(nullptr, nullptr, w.get(), w.get(), 0, 64, 64, blas);
+  cuda::matmul_backward(nullptr, g.get(), g.get(), nullptr, nullptr, w.get(), 0, 64, 64, blas);
+  cuda::lm_head_forward(nullptr, nullptr, w.get(), 0, 64, 64, blas);
+  cuda::lm_head_backward(nullptr, g.get(), nullptr, nullptr, w.get(), 0, 64, 64, blas);
+  cuda::attention_forward(nullptr, nullptr, nullptr, 0, 16, 64, 4, stream_);
+  cuda::attention_forward(nullptr, nullptr, nullptr, 2, 0, 64, 4, stream_);
+  cuda::attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 16, 64, 4, stream_);
+  cuda::gelu_forward(nullptr, nullptr, 0, stream_);
+  cuda::gelu_backward(nullptr, nullptr, nullptr, 0, stream_);
+  cuda::residual_forward(nullptr, nullptr, nullptr, 0, stream_);
+  cuda::crossentropy_softmax(nullptr, nullptr, nullptr, nullptr, 0, 64, 1.0f, stream_);
+  const Floats after = g.host(stream_);
+  EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
+}
+
+TEST_F(GptCudaKernels, RejectsBadShapes) {
+  EXPECT_EQ(test::error_code_of([&] { cuda::attention_forward(nullptr, nullptr, nullptr, 1, 4, 50, 3, stream_); }),
+            ErrorCode::kInvalidArgument);
+  EXPECT_EQ(test::error_code_of([&] {
+              cuda::layernorm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, -1, 8, stream_);
+            }),
+            ErrorCode::kInvalidArgument);
+  // A head size whose tiles do not fit in shared memory is refused before launch.
+  EXPECT_EQ(test::error_code_of([&] { cuda::attention_forward(nullptr, nullptr, nullptr, 1, 4, 4096, 1, stream_); }),
+            ErrorCode::kUnsupported);
+}
+
+// No float atomics: the same inputs give the same bits, run after run (parameter gradients included).
+TEST_F(GptCudaKernels, BackwardsAreBitwiseRepeatable) {
+  const int B = 2, T = 70, C = 64, NH = 4, V = 101;
+  const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
+  const Tokens tokens = rand_tokens(BT, V, 120);
+  const Floats dout = randn(BTC, 121), x = randn(BTC, 122), w = randn(C, 123), mean = randn(BT, 124);
+  const Floats rstd(BT, 0.7f), qkv = randn(BT * 3 * C, 125), dout_attn = randn(BTC, 126);
+  Floats out(BTC), lse(BT * NH);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  auto run = [&] {
+    DeviceArray<int32_t> d_tokens(tokens);
+    Dev d_dout(dout), d_x(x), d_w(w), d_mean(mean), d_rstd(rstd), d_qkv(qkv), d_out(out), d_lse(lse), d_da(dout_attn);
+    Dev z_dwte(Floats(static_cast<std::size_t>(V) * C, 0.0f)), z_dwpe(Floats(static_cast<std::size_t>(T) * C, 0.0f));
+    Dev z_dx(Floats(BTC, 0.0f)), z_dw(Floats(C, 0.0f)), z_db(Floats(C, 0.0f)), z_dqkv(Floats(BT * 3 * C, 0.0f));
+    cuda::encoder_backward(z_dwte.get(), z_dwpe.get(), d_dout.get(), d_tokens.get(), B, T, C, stream_);
+    cuda::layernorm_backward(z_dx.get(), z_dw.get(), z_db.get(), d_dout.get(), d_x.get(), d_w.get(), d_mean.get(),
+                             d_rstd.get(), static_cast<int>(BT), C, stream_);
+    cuda::attention_backward(z_dqkv.get(), d_da.get(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, stream_);
+    std::vector<Floats> results;
+    for (const Dev* d : {&z_dwte, &z_dwpe, &z_dx, &z_dw, &z_db, &z_dqkv}) results.push_back(d->host(stream_));
+    return results;
+  };
+  const auto first = run();
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto again = run();
+    for (std::size_t k = 0; k < first.size(); ++k)
+      EXPECT_EQ(std::memcmp(first[k].data(), again[k].data(), first[k].size() * sizeof(float)), 0)
+          << "result " << k << " differs on repetition " << rep;
+  }
+}
+
+}  // namespace
+}  // namespace strata::gpt

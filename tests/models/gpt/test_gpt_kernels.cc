@@ -1,0 +1,624 @@
+// The GPT-2 CPU kernels against naive double-precision references, and their backwards against finite differences.
+#include <gtest/gtest.h>
+#include <malloc.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <new>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "models/gpt/kernels.h"
+#include "models/gpt/vec_math.h"
+
+// ---- an allocation ledger: the peak bytes operator new holds above a baseline (for the attention workspace) ----
+// Every allocation is counted (malloc_usable_size both ways, so new and delete agree); a test resets the peak to
+// the bytes live before the call and reads how far above that the call went. noinline keeps GCC from pairing
+// the free() inside delete with a new at the call site (-Wmismatched-new-delete).
+namespace {
+std::atomic<std::size_t> g_live{0}, g_peak{0};
+
+void ledger_reset() { g_peak = g_live.load(); }
+std::size_t ledger_peak_above(std::size_t base) { return g_peak.load() - base; }
+}  // namespace
+
+__attribute__((noinline)) void* operator new(std::size_t n) {
+  void* p = std::malloc(n == 0 ? 1 : n);
+  if (!p) throw std::bad_alloc();
+  const std::size_t live = g_live.fetch_add(malloc_usable_size(p)) + malloc_usable_size(p);
+  std::size_t peak = g_peak.load();
+  while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
+  }
+  return p;
+}
+__attribute__((noinline)) void operator delete(void* p) noexcept {
+  if (!p) return;
+  g_live.fetch_sub(malloc_usable_size(p));
+  std::free(p);
+}
+__attribute__((noinline)) void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
+
+namespace strata::gpt {
+namespace {
+
+using Vec = std::vector<double>;
+
+std::vector<float> randn(std::size_t n, unsigned seed, float stddev = 1.0f, float mean = 0.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(mean, stddev);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+std::vector<int32_t> rand_tokens(std::size_t n, int V, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> v(n);
+  for (auto& x : v) x = static_cast<int32_t>(rng() % V);
+  return v;
+}
+Vec to_d(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
+
+// max |got - want| over max |want|: the error relative to the tensor's scale.
+double rel_err(const float* got, const Vec& want) {
+  double err = 0, scale = 1e-30;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::fabs(got[i] - want[i]));
+    scale = std::max(scale, std::fabs(want[i]));
+  }
+  return err / scale;
+}
+#define EXPECT_CLOSE(got, want, tol) EXPECT_LE(rel_err((got).data(), (want)), (tol)) << #got " vs " #want
+// A gradient that started at g0 and had delta added: compare (got - g0) with want.
+Vec plus(const std::vector<float>& g0, const Vec& delta) {
+  Vec r(delta.size());
+  for (std::size_t i = 0; i < r.size(); ++i) r[i] = g0[i] + delta[i];
+  return r;
+}
+
+// Central differences of a double function at x, for every index: d f / d x[i].
+Vec finite_diff(const std::function<double(const Vec&)>& f, Vec x, double h = 1e-5) {
+  Vec g(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double xi = x[i];
+    x[i] = xi + h;
+    const double fp = f(x);
+    x[i] = xi - h;
+    const double fm = f(x);
+    x[i] = xi;
+    g[i] = (fp - fm) / (2 * h);
+  }
+  return g;
+}
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+  return s;
+}
+
+// ---- naive double references --------------------------------------------------------------------------------
+
+void ref_layernorm(Vec& out, Vec& mean, Vec& rstd, const Vec& x, const Vec& w, const Vec& b, int N, int C) {
+  out.assign(static_cast<std::size_t>(N) * C, 0);
+  mean.assign(N, 0);
+  rstd.assign(N, 0);
+  for (int n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += x[n * C + c];
+    m /= C;
+    for (int c = 0; c < C; ++c) v += (x[n * C + c] - m) * (x[n * C + c] - m);
+    v /= C;
+    const double s = 1 / std::sqrt(v + 1e-5);
+    for (int c = 0; c < C; ++c) out[n * C + c] = (x[n * C + c] - m) * s * w[c] + b[c];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+void ref_layernorm_backward(Vec& dx, Vec& dw, Vec& db, const Vec& dy, const Vec& x, const Vec& w, int N, int C) {
+  Vec out, mean, rstd;
+  ref_layernorm(out, mean, rstd, x, w, Vec(C, 0), N, C);
+  dx.assign(x.size(), 0);
+  dw.assign(C, 0);
+  db.assign(C, 0);
+  for (int n = 0; n < N; ++n) {
+    double g_mean = 0, gx_mean = 0;
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[n * C + c] - mean[n]) * rstd[n];
+      g_mean += dy[n * C + c] * w[c] / C;
+      gx_mean += dy[n * C + c] * w[c] * xhat / C;
+      dw[c] += dy[n * C + c] * xhat;
+      db[c] += dy[n * C + c];
+    }
+    for (int c = 0; c < C; ++c) {
+      const double xhat = (x[n * C + c] - mean[n]) * rstd[n];
+      dx[n * C + c] = (dy[n * C + c] * w[c] - g_mean - xhat * gx_mean) * rstd[n];
+    }
+  }
+}
+
+// out[M,N] = op(A) op(B), A [M,K] or (ta) [K,M], B [K,N] or (tb) [N,K].
+Vec ref_gemm(bool ta, bool tb, int M, int N, int K, const Vec& A, const Vec& B) {
+  Vec out(static_cast<std::size_t>(M) * N, 0);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int k = 0; k < K; ++k)
+        s += (ta ? A[static_cast<std::size_t>(k) * M + i] : A[static_cast<std::size_t>(i) * K + k]) *
+             (tb ? B[static_cast<std::size_t>(j) * K + k] : B[static_cast<std::size_t>(k) * N + j]);
+      out[static_cast<std::size_t>(i) * N + j] = s;
+    }
+  return out;
+}
+
+// Causal attention with the whole T x T score matrix, straight from the spec.
+void ref_attention(Vec& out, Vec& lse, const Vec& qkv, int B, int T, int C, int NH) {
+  const int D = C / NH;
+  const double scale = 1 / std::sqrt(static_cast<double>(D));
+  out.assign(static_cast<std::size_t>(B) * T * C, 0);
+  lse.assign(static_cast<std::size_t>(B) * NH * T, 0);
+  auto at = [&](int b, int t, int part, int h, int d) {
+    return qkv[(static_cast<std::size_t>(b) * T + t) * 3 * C + part * C + h * D + d];
+  };
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < T; ++i) {
+        Vec s(i + 1);
+        double m = -INFINITY, sum = 0;
+        for (int j = 0; j <= i; ++j) {
+          double acc = 0;
+          for (int d = 0; d < D; ++d) acc += at(b, i, 0, h, d) * at(b, j, 1, h, d);
+          s[j] = acc * scale;
+          m = std::max(m, s[j]);
+        }
+        for (int j = 0; j <= i; ++j) sum += std::exp(s[j] - m);
+        for (int d = 0; d < D; ++d) {
+          double acc = 0;
+          for (int j = 0; j <= i; ++j) acc += std::exp(s[j] - m) / sum * at(b, j, 2, h, d);
+          out[(static_cast<std::size_t>(b) * T + i) * C + h * D + d] = acc;
+        }
+        lse[(static_cast<std::size_t>(b) * NH + h) * T + i] = m + std::log(sum);
+      }
+}
+
+// The textbook softmax backward (no D_i shortcut, no lse): an independent check of the FlashAttention backward.
+Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+  const int D = C / NH;
+  const double scale = 1 / std::sqrt(static_cast<double>(D));
+  Vec dqkv(qkv.size(), 0);
+  auto idx = [&](int b, int t, int part, int h, int d) {
+    return (static_cast<std::size_t>(b) * T + t) * 3 * C + part * C + h * D + d;
+  };
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int i = 0; i < T; ++i) {
+        Vec p(i + 1), dp(i + 1);
+        double m = -INFINITY, sum = 0, pdp = 0;
+        for (int j = 0; j <= i; ++j) {
+          double acc = 0;
+          for (int d = 0; d < D; ++d) acc += qkv[idx(b, i, 0, h, d)] * qkv[idx(b, j, 1, h, d)];
+          p[j] = acc * scale;
+          m = std::max(m, p[j]);
+        }
+        for (int j = 0; j <= i; ++j) sum += (p[j] = std::exp(p[j] - m));
+        for (int j = 0; j <= i; ++j) {
+          p[j] /= sum;
+          double acc = 0;
+          for (int d = 0; d < D; ++d)
+            acc += dout[(static_cast<std::size_t>(b) * T + i) * C + h * D + d] * qkv[idx(b, j, 2, h, d)];
+          dp[j] = acc;
+          pdp += p[j] * dp[j];
+        }
+        for (int j = 0; j <= i; ++j) {
+          const double ds = p[j] * (dp[j] - pdp) * scale;
+          for (int d = 0; d < D; ++d) {
+            dqkv[idx(b, j, 2, h, d)] += p[j] * dout[(static_cast<std::size_t>(b) * T + i) * C + h * D + d];
+            dqkv[idx(b, i, 0, h, d)] += ds * qkv[idx(b, j, 1, h, d)];
+            dqkv[idx(b, j, 1, h, d)] += ds * qkv[idx(b, i, 0, h, d)];
+          }
+        }
+      }
+  return dqkv;
+}
+
+double ref_gelu(double x) { return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x))); }
+double ref_gelu_grad(double x) {
+  const double b = std::sqrt(2 / M_PI), th = std::tanh(b * (x + 0.044715 * x * x * x));
+  return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * b * (1 + 3 * 0.044715 * x * x);
+}
+
+class GptKernels : public testing::Test {
+ protected:
+  void SetUp() override { set_num_threads(2); }
+};
+
+// ---- encoder ------------------------------------------------------------------------------------------------
+
+TEST_F(GptKernels, EncoderForwardAndBackward) {
+  const int B = 3, T = 7, C = 67, V = 5, Tctx = 9;  // V small so tokens repeat within and across rows
+  auto wte = randn(static_cast<std::size_t>(V) * C, 1), wpe = randn(static_cast<std::size_t>(Tctx) * C, 2);
+  auto tokens = rand_tokens(B * T, V, 3);
+  std::vector<float> out(static_cast<std::size_t>(B) * T * C);
+  encoder_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C);
+  for (int i = 0; i < B * T; ++i)
+    for (int c = 0; c < C; ++c) ASSERT_EQ(out[i * C + c], wte[tokens[i] * C + c] + wpe[(i % T) * C + c]);
+
+  auto dout = randn(out.size(), 4);
+  auto dwte = randn(wte.size(), 5), dwpe = randn(wpe.size(), 6);  // nonzero: the backward must add
+  Vec want_wte = to_d(dwte), want_wpe = to_d(dwpe);
+  for (int i = 0; i < B * T; ++i)
+    for (int c = 0; c < C; ++c) {
+      want_wte[tokens[i] * C + c] += dout[i * C + c];
+      want_wpe[(i % T) * C + c] += dout[i * C + c];
+    }
+  encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+  EXPECT_CLOSE(dwte, want_wte, 1e-6);
+  EXPECT_CLOSE(dwpe, want_wpe, 1e-6);
+}
+
+// ---- layernorm ----------------------------------------------------------------------------------------------
+
+TEST_F(GptKernels, LayernormMatchesReference) {
+  for (auto [N, C] : {std::pair{1, 1}, {5, 3}, {64, 384}, {17, 100}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C);
+    auto x = randn(static_cast<std::size_t>(N) * C, 10, 2.0f, 0.5f), w = randn(C, 11), b = randn(C, 12);
+    std::vector<float> out(x.size()), mean(N), rstd(N);
+    layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    Vec rout, rmean, rrstd;
+    ref_layernorm(rout, rmean, rrstd, to_d(x), to_d(w), to_d(b), N, C);
+    EXPECT_CLOSE(out, rout, 2e-6);
+    EXPECT_CLOSE(mean, rmean, 2e-6);
+    EXPECT_CLOSE(rstd, rrstd, 2e-6);
+
+    auto dy = randn(x.size(), 13);
+    auto dx = randn(x.size(), 14), dw = randn(C, 15), db = randn(C, 16);
+    auto dx0 = dx, dw0 = dw, db0 = db;
+    layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+    Vec rdx, rdw, rdb;
+    ref_layernorm_backward(rdx, rdw, rdb, to_d(dy), to_d(x), to_d(w), N, C);
+    EXPECT_LE(rel_err(dx.data(), plus(dx0, rdx)), 2e-6);
+    EXPECT_LE(rel_err(dw.data(), plus(dw0, rdw)), 2e-6);
+    EXPECT_LE(rel_err(db.data(), plus(db0, rdb)), 2e-6);
+  }
+}
+
+TEST_F(GptKernels, LayernormBackwardMatchesFiniteDifferences) {
+  const int N = 4, C = 6;
+  auto x = randn(N * C, 20, 1.5f), w = randn(C, 21), b = randn(C, 22), dy = randn(N * C, 23);
+  std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C, 0), dw(C, 0), db(C, 0);
+  layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+  layernorm_backward(dx.data(), dw.data(), db.data(), dy.data(), x.data(), w.data(), mean.data(), rstd.data(), N, C);
+  const Vec X = to_d(x), W = to_d(w), Bb = to_d(b), DY = to_d(dy);
+  auto loss = [&](const Vec& xx, const Vec& ww, const Vec& bb) {
+    Vec o, m, s;
+    ref_layernorm(o, m, s, xx, ww, bb, N, C);
+    return dot(o, DY);
+  };
+  EXPECT_CLOSE(dx, finite_diff([&](const Vec& v) { return loss(v, W, Bb); }, X), 1e-5);
+  EXPECT_CLOSE(dw, finite_diff([&](const Vec& v) { return loss(X, v, Bb); }, W), 1e-5);
+  EXPECT_CLOSE(db, finite_diff([&](const Vec& v) { return loss(X, W, v); }, Bb), 1e-5);
+}
+
+// ---- matmuls ------------------------------------------------------------------------------------------------
+
+TEST_F(GptKernels, MatmulMatchesReference) {
+  struct Case {
+    int N, IC, OC;
+    bool bias, dinp;
+  };
+  for (auto cs : {Case{1, 1, 1, true, true}, Case{7, 5, 3, true, true}, Case{64, 96, 288, true, true},
+                  Case{33, 100, 17, false, true}, Case{12, 48, 20, true, false}, Case{0, 4, 4, true, true},
+                  Case{3, 0, 5, true, true}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << cs.N << " IC=" << cs.IC << " OC=" << cs.OC << " bias=" << cs.bias);
+    const int N = cs.N, IC = cs.IC, OC = cs.OC;
+    auto x = randn(static_cast<std::size_t>(N) * IC, 30), w = randn(static_cast<std::size_t>(IC) * OC, 31, 0.1f),
+         bias = randn(OC, 32);
+    std::vector<float> out(static_cast<std::size_t>(N) * OC, NAN);
+    matmul_forward(out.data(), x.data(), w.data(), cs.bias ? bias.data() : nullptr, N, IC, OC);
+    Vec want = ref_gemm(false, false, N, OC, IC, to_d(x), to_d(w));
+    if (cs.bias)
+      for (std::size_t i = 0; i < want.size(); ++i) want[i] += bias[i % OC];
+    EXPECT_CLOSE(out, want, 2e-6);
+
+    auto dy = randn(out.size(), 33);
+    auto dx = randn(x.size(), 34), dw = randn(w.size(), 35), db = randn(OC, 36);
+    auto dx0 = dx, dw0 = dw, db0 = db;
+    matmul_backward(cs.dinp ? dx.data() : nullptr, dw.data(), cs.bias ? db.data() : nullptr, dy.data(), x.data(),
+                    w.data(), N, IC, OC);
+    EXPECT_LE(rel_err(dx.data(), cs.dinp ? plus(dx0, ref_gemm(false, true, N, IC, OC, to_d(dy), to_d(w))) : to_d(dx0)),
+              2e-6);
+    EXPECT_LE(rel_err(dw.data(), plus(dw0, ref_gemm(true, false, IC, OC, N, to_d(x), to_d(dy)))), 2e-6);
+    Vec rdb(OC, 0);
+    for (std::size_t i = 0; i < dy.size(); ++i) rdb[i % OC] += dy[i];
+    EXPECT_LE(rel_err(db.data(), cs.bias ? plus(db0, rdb) : to_d(db0)), 2e-6);
+  }
+}
+
+TEST_F(GptKernels, LmHeadMatchesReference) {
+  for (auto [N, C, V] : {std::tuple{1, 1, 1}, {9, 16, 50}, {64, 96, 1000}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " V=" << V);
+    auto x = randn(static_cast<std::size_t>(N) * C, 40), wte = randn(static_cast<std::size_t>(V) * C, 41, 0.1f);
+    std::vector<float> logits(static_cast<std::size_t>(N) * V, NAN);
+    lm_head_forward(logits.data(), x.data(), wte.data(), N, C, V);
+    EXPECT_CLOSE(logits, ref_gemm(false, true, N, V, C, to_d(x), to_d(wte)), 2e-6);
+    auto dl = randn(logits.size(), 42);
+    auto dx = randn(x.size(), 43), dwte = randn(wte.size(), 44);
+    auto dx0 = dx, dwte0 = dwte;
+    lm_head_backward(dx.data(), dwte.data(), dl.data(), x.data(), wte.data(), N, C, V);
+    EXPECT_LE(rel_err(dx.data(), plus(dx0, ref_gemm(false, false, N, C, V, to_d(dl), to_d(wte)))), 2e-6);
+    EXPECT_LE(rel_err(dwte.data(), plus(dwte0, ref_gemm(true, false, V, C, N, to_d(dl), to_d(x)))), 2e-6);
+  }
+}
+
+// ---- attention ----------------------------------------------------------------------------------------------
+
+struct AttnCase {
+  int B, T, C, NH;
+};
+std::ostream& operator<<(std::ostream& os, const AttnCase& c) {
+  return os << "B=" << c.B << " T=" << c.T << " C=" << c.C << " NH=" << c.NH;
+}
+
+class GptAttention : public GptKernels, public testing::WithParamInterface<AttnCase> {};
+
+// Tiles are 64 rows and 64 keys: T = 1, short, exactly one tile, just over one, several with a ragged end; head
+// widths D = 4, 16, 64 and 12 (not a multiple of the 8-float vectors).
+INSTANTIATE_TEST_SUITE_P(Shapes, GptAttention,
+                         testing::Values(AttnCase{1, 1, 8, 2}, AttnCase{2, 5, 12, 3}, AttnCase{1, 64, 32, 2},
+                                         AttnCase{2, 65, 16, 1}, AttnCase{1, 130, 48, 3}, AttnCase{2, 200, 128, 2},
+                                         AttnCase{2, 70, 36, 3}, AttnCase{1, 256, 384, 6}));
+
+TEST_P(GptAttention, MatchesNaiveReference) {
+  const auto [B, T, C, NH] = GetParam();
+  auto qkv = randn(static_cast<std::size_t>(B) * T * 3 * C, 50, 1.5f);  // wide scores: softmax far from uniform
+  std::vector<float> out(static_cast<std::size_t>(B) * T * C, NAN), lse(static_cast<std::size_t>(B) * NH * T, NAN);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  Vec rout, rlse;
+  ref_attention(rout, rlse, to_d(qkv), B, T, C, NH);
+  EXPECT_CLOSE(out, rout, 2e-6);
+  EXPECT_CLOSE(lse, rlse, 2e-6);
+
+  auto dout = randn(out.size(), 51);
+  auto dqkv = randn(qkv.size(), 52);
+  auto dqkv0 = dqkv;
+  attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  EXPECT_LE(rel_err(dqkv.data(), plus(dqkv0, ref_attention_backward(to_d(dout), to_d(qkv), B, T, C, NH))), 1e-5);
+}
+
+TEST_F(GptKernels, AttentionBackwardMatchesFiniteDifferences) {
+  for (AttnCase cs : {AttnCase{1, 1, 4, 1}, AttnCase{2, 7, 8, 2}, AttnCase{1, 67, 4, 2}}) {
+    SCOPED_TRACE(testing::Message() << cs);
+    const auto [B, T, C, NH] = cs;
+    auto qkv = randn(static_cast<std::size_t>(B) * T * 3 * C, 60),
+         dout = randn(static_cast<std::size_t>(B) * T * C, 61);
+    std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * T), dqkv(qkv.size(), 0.0f);
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    const Vec DY = to_d(dout);
+    auto loss = [&](const Vec& q) {
+      Vec o, l;
+      ref_attention(o, l, q, B, T, C, NH);
+      return dot(o, DY);
+    };
+    EXPECT_CLOSE(dqkv, finite_diff(loss, to_d(qkv)), 1e-5);
+  }
+}
+
+TEST_F(GptKernels, AttentionIsStableForLargeScores) {
+  const int B = 1, T = 100, C = 16, NH = 2;
+  auto qkv = randn(static_cast<std::size_t>(B) * T * 3 * C, 70, 30.0f);  // scores in the hundreds
+  std::vector<float> out(static_cast<std::size_t>(B) * T * C), lse(static_cast<std::size_t>(B) * NH * T);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  Vec rout, rlse;
+  ref_attention(rout, rlse, to_d(qkv), B, T, C, NH);
+  for (float x : out) ASSERT_TRUE(std::isfinite(x));
+  // Scores near 1000 carry float rounding of ~1e-4 absolute into exp(): the inputs' own conditioning.
+  EXPECT_CLOSE(out, rout, 5e-4);
+  EXPECT_CLOSE(lse, rlse, 1e-6);
+}
+
+// The workspace is O(T): doubling T at most doubles it, it stays far below one T x T score matrix, and the bytes
+// the kernels really allocate (counted by the operator new ledger above) stay within what it reports.
+TEST_F(GptKernels, AttentionWorkspaceIsLinearInT) {
+  const int B = 2, C = 384, NH = 6;
+  for (int T : {1, 64, 256, 1000, 4096}) {
+    const std::size_t ws = attention_workspace_bytes(B, T, C, NH), ws2 = attention_workspace_bytes(B, 2 * T, C, NH);
+    EXPECT_LE(ws2, 2 * ws + 4096) << "T=" << T;
+    EXPECT_GE(ws2, ws) << "T=" << T;
+  }
+  const int T = 4096;
+  EXPECT_LT(attention_workspace_bytes(B, T, C, NH), static_cast<std::size_t>(T) * T * sizeof(float) / 16);
+
+  for (int t : {1, 100, 300}) {
+    auto qkv = randn(static_cast<std::size_t>(B) * t * 3 * C, 80, 0.5f),
+         dout = randn(static_cast<std::size_t>(B) * t * C, 81);
+    std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * t), dqkv(qkv.size(), 0.0f);
+    const std::size_t base = g_live.load();
+    ledger_reset();
+    attention_forward(out.data(), lse.data(), qkv.data(), B, t, C, NH);
+    const std::size_t fwd_peak = ledger_peak_above(base);
+    ledger_reset();
+    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, t, C, NH);
+    const std::size_t bwd_peak = ledger_peak_above(base);
+    EXPECT_GT(fwd_peak, 0u) << "the ledger saw no allocation: is operator new replaced?";
+    EXPECT_LE(fwd_peak, attention_workspace_bytes(B, t, C, NH) + 64) << "T=" << t;  // + malloc rounding
+    EXPECT_LE(bwd_peak, attention_workspace_bytes(B, t, C, NH) + 64) << "T=" << t;
+  }
+}
+
+// Every kernel but the BLAS matmuls computes each output in a fixed order: results are bitwise the same for any
+// thread count.
+TEST_F(GptKernels, ResultsDoNotDependOnThreadCount) {
+  const int B = 2, T = 150, C = 64, NH = 4, V = 300, N = B * T;
+  auto qkv = randn(static_cast<std::size_t>(N) * 3 * C, 90), dout = randn(static_cast<std::size_t>(N) * C, 91);
+  auto x = randn(static_cast<std::size_t>(N) * C, 92), w = randn(C, 93), b = randn(C, 94);
+  auto logits = randn(static_cast<std::size_t>(N) * V, 95, 3.0f);
+  auto targets = rand_tokens(N, V, 96);
+  auto tokens = rand_tokens(N, 20, 97);
+  auto run = [&](int threads) {
+    set_num_threads(threads);
+    std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * T), dqkv(qkv.size(), 0.0f);
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    std::vector<float> ln(x.size()), mean(N), rstd(N), dx(x.size(), 0.0f), dw(C, 0.0f), db(C, 0.0f);
+    layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
+    layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N,
+                       C);
+    std::vector<float> losses(N), dlogits(logits.size());
+    crossentropy_softmax(losses.data(), dlogits.data(), logits.data(), targets.data(), N, V, 0.5f);
+    std::vector<float> dwte(20 * C, 0.0f), dwpe(static_cast<std::size_t>(T) * C, 0.0f);
+    encoder_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, T, C);
+    std::vector<std::vector<float>> all = {out, lse, dqkv, ln, dx, dw, db, losses, dlogits, dwte, dwpe};
+    return all;
+  };
+  auto one = run(1);
+  for (int threads : {2, 3, 5}) {
+    auto many = run(threads);
+    for (std::size_t i = 0; i < one.size(); ++i)
+      EXPECT_EQ(one[i], many[i]) << "output " << i << " with " << threads << " threads";
+  }
+  set_num_threads(2);
+  EXPECT_EQ(num_threads(), 2);
+}
+
+// ---- exp_f32 (softmax, attention and gelu use it) -----------------------------------------------------------
+
+// Within 2 ulp of the correctly rounded exp over a sweep of floats in [-110, 90] (every 61st bit pattern: ~34M
+// values), subnormal results within 2 steps of 2^-149, and the special values.
+TEST(GptVecMath, ExpIsAccurate) {
+  auto bits = [](float f) { return std::bit_cast<int32_t>(f); };
+  long worst_ulp = 0;
+  float worst_x = 0;
+  std::vector<float> xs, ys;
+  auto check = [&] {
+    ys.resize(xs.size());
+    for (std::size_t i = 0; i < xs.size(); ++i) ys[i] = detail::exp_f32(xs[i]);  // the vectorized loop
+    for (std::size_t i = 0; i < xs.size(); ++i) {
+      const float want = static_cast<float>(std::exp(static_cast<double>(xs[i])));
+      if (std::fabs(want) < 1.17549435e-38f) {
+        ASSERT_LE(std::fabs(ys[i] - want), 2 * 1.4e-45f) << xs[i];
+      } else {
+        const long ulp = std::labs(static_cast<long>(bits(ys[i])) - bits(want));
+        if (ulp > worst_ulp) worst_ulp = ulp, worst_x = xs[i];
+      }
+    }
+    xs.clear();
+  };
+  // Walk the bit patterns of |x| (they grow with |x|), both signs.
+  for (int32_t b = 0; b <= bits(110.0f); b += 61) {
+    const float x = std::bit_cast<float>(b);
+    xs.push_back(-x);
+    if (x <= 90.0f) xs.push_back(x);
+    if (xs.size() >= (1u << 20)) check();
+  }
+  check();
+  EXPECT_LE(worst_ulp, 2) << "at x = " << worst_x;
+  EXPECT_EQ(detail::exp_f32(0.0f), 1.0f);
+  EXPECT_EQ(detail::exp_f32(-INFINITY), 0.0f);
+  EXPECT_EQ(detail::exp_f32(-1000.0f), 0.0f);
+  EXPECT_EQ(detail::exp_f32(INFINITY), INFINITY);
+  EXPECT_EQ(detail::exp_f32(89.0f), INFINITY);
+  EXPECT_TRUE(std::isnan(detail::exp_f32(NAN)));
+  EXPECT_EQ(detail::exp_f32(88.7f), std::exp(88.7f));
+}
+
+// ---- gelu, residual -----------------------------------------------------------------------------------------
+
+TEST_F(GptKernels, GeluForwardAndBackward) {
+  std::vector<float> x = randn(100003, 100, 3.0f);  // past the parallel threshold, odd length
+  for (float v : {0.0f, -0.0f, 1e-20f, -1e-20f, 10.0f, -10.0f, 50.0f, -50.0f}) x.push_back(v);
+  std::vector<float> y(x.size());
+  gelu_forward(y.data(), x.data(), x.size());
+  Vec want(x.size()), wgrad(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) want[i] = ref_gelu(x[i]);
+  EXPECT_CLOSE(y, want, 1e-6);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    EXPECT_NEAR(y[i], want[i], 4e-7 * std::max(1.0, std::fabs(want[i]))) << x[i];
+
+  auto dy = randn(x.size(), 101), dx = randn(x.size(), 102);
+  auto dx0 = dx;
+  gelu_backward(dx.data(), x.data(), dy.data(), x.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    ASSERT_NEAR(dx[i], dx0[i] + dy[i] * ref_gelu_grad(x[i]), 1e-6 * (std::fabs(dx0[i]) + std::fabs(dy[i]) + 1)) << x[i];
+
+  // ref_gelu_grad against finite differences, and the in-place forms.
+  for (double v : {-3.0, -0.7, 0.0, 0.3, 2.5})
+    EXPECT_NEAR(ref_gelu_grad(v), (ref_gelu(v + 1e-6) - ref_gelu(v - 1e-6)) / 2e-6, 1e-8);
+  std::vector<float> inplace = x;
+  gelu_forward(inplace.data(), inplace.data(), inplace.size());
+  EXPECT_EQ(inplace, y);
+}
+
+TEST_F(GptKernels, ResidualForward) {
+  auto a = randn(50001, 110), b = randn(50001, 111);
+  std::vector<float> out(a.size());
+  residual_forward(out.data(), a.data(), b.data(), a.size());
+  for (std::size_t i = 0; i < a.size(); ++i) ASSERT_EQ(out[i], a[i] + b[i]);
+  residual_forward(a.data(), a.data(), b.data(), a.size());
+  EXPECT_EQ(a, out);
+}
+
+// ---- softmax + cross-entropy --------------------------------------------------------------------------------
+
+TEST_F(GptKernels, CrossentropySoftmax) {
+  for (auto [N, V, stddev, shift] :
+       {std::tuple{1, 1, 1.0f, 0.0f}, {5, 7, 1.0f, 0.0f}, {64, 8192, 2.0f, 0.0f}, {8, 1000, 20.0f, 1000.0f}}) {
+    SCOPED_TRACE(testing::Message() << "N=" << N << " V=" << V << " stddev=" << stddev << " shift=" << shift);
+    auto logits = randn(static_cast<std::size_t>(N) * V, 120, stddev, shift);
+    auto targets = rand_tokens(N, V, 121);
+    const float dscale = 1.0f / N;
+    Vec rloss(N), rdl(logits.size());
+    for (int n = 0; n < N; ++n) {
+      double m = -INFINITY, sum = 0;
+      for (int v = 0; v < V; ++v) m = std::max(m, static_cast<double>(logits[n * V + v]));
+      for (int v = 0; v < V; ++v) sum += std::exp(logits[n * V + v] - m);
+      rloss[n] = std::log(sum) + m - logits[n * V + targets[n]];
+      for (int v = 0; v < V; ++v) rdl[n * V + v] = (std::exp(logits[n * V + v] - m) / sum - (v == targets[n])) * dscale;
+    }
+    std::vector<float> losses(N, NAN), dl(logits.size(), NAN);
+    crossentropy_softmax(losses.data(), dl.data(), logits.data(), targets.data(), N, V, dscale);
+    for (int n = 0; n < N; ++n) EXPECT_NEAR(losses[n], rloss[n], 1e-6 * std::max(1.0, rloss[n]));
+    EXPECT_CLOSE(dl, rdl, 1e-6);
+    // A gradient row sums to 0 (softmax sums to 1).
+    for (int n = 0; n < N; ++n) {
+      double s = 0;
+      for (int v = 0; v < V; ++v) s += dl[n * V + v];
+      EXPECT_NEAR(s, 0.0, 1e-6 * dscale);
+    }
+    // In place, and losses only.
+    std::vector<float> inplace = logits, losses2(N), losses3(N);
+    crossentropy_softmax(losses2.data(), inplace.data(), inplace.data(), targets.data(), N, V, dscale);
+    EXPECT_EQ(losses2, losses);
+    EXPECT_EQ(inplace, dl);
+    crossentropy_softmax(losses3.data(), nullptr, logits.data(), targets.data(), N, V, dscale);
+    EXPECT_EQ(losses3, losses);
+  }
+}
+
+// The loss gradient against finite differences of the double loss.
+TEST_F(GptKernels, CrossentropyGradientMatchesFiniteDifferences) {
+  const int N = 3, V = 11;
+  auto logits = randn(N * V, 130, 2.0f);
+  auto targets = rand_tokens(N, V, 131);
+  std::vector<float> losses(N), dl(N * V);
+  crossentropy_softmax(losses.data(), dl.data(), logits.data(), targets.data(), N, V, 1.0f / N);
+  auto mean_loss = [&](const Vec& x) {
+    double total = 0;
+    for (int n = 0; n < N; ++n) {
+      double m = -INFINITY, sum = 0;
+      for (int v = 0; v < V; ++v) m = std::max(m, x[n * V + v]);
+      for (int v = 0; v < V; ++v) sum += std::exp(x[n * V + v] - m);
+      total += std::log(sum) + m - x[n * V + targets[n]];
+    }
+    return total / N;
+  };
+  EXPECT_CLOSE(dl, finite_diff(mean_loss, to_d(logits)), 1e-6);
+}
+
+}  // namespace
+}  // namespace strata::gpt

@@ -1,0 +1,246 @@
+// GPT-2 training tests (CPU backend, np 1, 2 and 4; same global batch of 4 rows): losses equal an independent
+// PyTorch implementation of the spec (tests/reference), across ZeroStage values, with recomputation, and after a
+// save / load round trip; activations grow linearly with the sequence length.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "models/gpt/gpt_memory.h"
+#include "models/gpt/gpt_trainer.h"
+#include "models/gpt/safetensors.h"
+#include "tests/support/gpt_reference.h"
+#include "tests/support/test_support.h"
+
+namespace strata::gpt {
+namespace {
+
+using strata::test::runtime;
+
+const std::string kData = test::data_dir();
+using test::load_json;
+using test::max_rel;
+using test::reference_config;
+using test::run;
+
+// The acceptance bar: 1e-4 relative at each of 20 steps against PyTorch; in practice float32 round-off (~1e-6).
+TEST(GptTraining, LossesEqualThePyTorchReferenceForEveryStage) {
+  const int world = runtime().world_size();
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  for (int stage = 0; stage <= 3; ++stage) {
+    TrainConfig cfg = reference_config(ref, world);
+    cfg.sharding.stage = zero_stage_from_int(stage);
+    std::vector<double> got = run(cfg, static_cast<int>(want.size()));
+    double err = max_rel(got, want);
+    EXPECT_LE(err, 1e-5) << "ZeRO stage " << stage << " at " << world << " ranks";
+    if (runtime().rank() == 0) std::printf("stage %d, %d ranks: max relative loss error vs PyTorch %.3g\n", stage, world, err);
+  }
+}
+
+TEST(GptTraining, GradientAccumulationEqualsTheReference) {
+  const int world = runtime().world_size();
+  auto ref = load_json(kData + "gpt_tiny_ref_accum2.json");
+  TrainConfig cfg = reference_config(ref, 1);  // B=2, A=2 at one rank: 4 global rows per step
+  if (2 % world != 0) GTEST_SKIP() << "2 rows per micro-batch";
+  cfg.batch = 2 / world;
+  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  EXPECT_LE(max_rel(run(cfg, static_cast<int>(want.size())), want), 1e-5);
+}
+
+TEST(GptTraining, RecomputeGivesTheSameLosses) {
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  TrainConfig cfg = reference_config(ref, runtime().world_size());
+  std::vector<double> plain = run(cfg, 5);
+  cfg.recompute = true;
+  std::vector<double> recomputed = run(cfg, 5);
+  EXPECT_EQ(plain, recomputed) << "recomputation runs the same kernels on the same inputs: results are bitwise equal";
+}
+
+TEST(GptTraining, OffloadGivesTheSameLosses) {
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  TrainConfig cfg = reference_config(ref, runtime().world_size());
+  for (int stage : {1, 3}) {
+    cfg.sharding.stage = zero_stage_from_int(stage);
+    cfg.sharding.offload = OffloadPolicy::kNone;
+    std::vector<double> plain = run(cfg, 5);
+    for (OffloadPolicy off : {OffloadPolicy::kOptimizer, OffloadPolicy::kOptimizerAndParams}) {
+      if (off == OffloadPolicy::kOptimizerAndParams && stage != 3) continue;
+      cfg.sharding.offload = off;
+      EXPECT_EQ(run(cfg, 5), plain) << "stage " << stage << " offload " << offload_name(off)
+                                    << ": the same update on the host, so bitwise the same losses";
+    }
+  }
+}
+
+TEST(GptTraining, SavedWeightsLoadBack) {
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  TrainConfig cfg = reference_config(ref, runtime().world_size());
+  // Rank 0 writes; every rank reads it back after the barrier below. The name carries rank 0's pid.
+  int root_pid = ::getpid();
+  MPI_Bcast(&root_pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::string path =
+      (std::filesystem::temp_directory_path() / fmt::format("strata_gpt_save_{}.safetensors", root_pid)).string();
+  TokenFile data = TokenFile::open(kData + "gpt_tiny_tokens.bin", cfg.seq, cfg.model.vocab);
+  std::vector<std::vector<float>> trained;
+  {
+    GptTrainer trainer(runtime(), cfg, data);
+    for (int s = 0; s < 3; ++s) trainer.step(s);
+    trainer.save(path);
+    for (int u = 0; u < trainer.model().num_units(); ++u) trained.push_back(trainer.model().gather_unit(u));
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  SafetensorsReader reader(path);
+  EXPECT_TRUE(reader.contains("wte.weight"));
+  EXPECT_TRUE(reader.contains("h.1.mlp.c_proj.bias"));
+  EXPECT_FALSE(reader.contains("lm_head.weight")) << "the tied head is not stored";
+  cfg.init = path;
+  cfg.sharding.stage = ZeroStage::kNone;  // loads at any stage and rank count
+  GptTrainer loaded(runtime(), cfg, data);
+  for (int u = 0; u < loaded.model().num_units(); ++u)
+    EXPECT_EQ(loaded.model().gather_unit(u), trained[static_cast<std::size_t>(u)]) << "unit " << u;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (runtime().rank() == 0) std::filesystem::remove(path);
+}
+
+// Memory-efficient attention: nothing the model keeps grows like T^2. Doubling T exactly doubles the activation
+// bytes in the ledger (B, C, V fixed).
+TEST(GptTraining, ActivationsGrowLinearlyWithSequenceLength) {
+  Device& dev = runtime().device();
+  auto activations_at = [&](int T) {
+    TrainConfig cfg;
+    cfg.model = GptConfig{2, 2, 32, 64, 64};
+    cfg.seq = T;
+    cfg.batch = 1;
+    std::size_t before = dev.memory_stats().current(MemCategory::kActivations);
+    TokenFile data = TokenFile::from_tokens(synthetic_tokens(4096, 64, 3), T, 64);
+    GptTrainer trainer(runtime(), cfg, data);
+    trainer.step(0);
+    return dev.memory_stats().current(MemCategory::kActivations) - before;
+  };
+  std::size_t a16 = activations_at(16), a32 = activations_at(32), a64 = activations_at(64);
+  EXPECT_GT(a16, 0u);
+  EXPECT_EQ(a32, 2 * a16);
+  EXPECT_EQ(a64, 2 * a32);
+}
+
+}  // namespace
+}  // namespace strata::gpt
+
+namespace strata::gpt {
+namespace {
+
+// The planner's arithmetic for our own GPT against the ledger: every category within 2% after the first step,
+// for ZeRO 0-3, recomputation on and off, f32 and bf16, and (without recomputation) each offload policy, on the
+// device and on the host.
+TEST(GptMemory, PredictedEqualsMeasuredInEveryCategory) {
+  Device& dev = runtime().device();
+  const int world = runtime().world_size();
+  auto expect_close = [](const CategoryBytes& predicted, const CategoryBytes& measured, const char* where) {
+    for (std::size_t i = 0; i < kNumMemCategories; ++i) {
+      double p = static_cast<double>(predicted[i]), m = static_cast<double>(measured[i]);
+      EXPECT_LE(std::abs(p - m), 0.02 * std::max(p, m)) << where << " " << mem_category_name(static_cast<MemCategory>(i))
+                                                        << "\n" << prediction_table(predicted, measured);
+    }
+  };
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (bool recompute : {false, true}) {
+      for (DType pdt : {DType::kF32, DType::kBF16}) {
+       for (OffloadPolicy off : {OffloadPolicy::kNone, OffloadPolicy::kOptimizer, OffloadPolicy::kOptimizerAndParams}) {
+        if (off != OffloadPolicy::kNone && recompute) continue;
+        if (off == OffloadPolicy::kOptimizerAndParams && stage != 3) continue;
+        TrainConfig cfg;
+        cfg.sharding.offload = off;
+        cfg.model = GptConfig{2, 2, 32, 64, 16};
+        cfg.seq = 16;
+        cfg.batch = 4 / world;
+        cfg.recompute = recompute;
+        cfg.sharding.stage = zero_stage_from_int(stage);
+        cfg.sharding.mixed_precision.param_dtype = pdt;
+        SCOPED_TRACE(fmt::format("stage {} recompute {} {} offload {}", stage, recompute, dtype_name(pdt),
+                                 offload_name(off)));
+        CategoryBytes before{}, peak{}, host_peak{};
+        for (std::size_t i = 0; i < kNumMemCategories; ++i) before[i] = dev.memory_stats().current(static_cast<MemCategory>(i));
+        TokenFile data = TokenFile::from_tokens(synthetic_tokens(4096, 64, 3), cfg.seq, 64);
+        {
+          GptTrainer trainer(runtime(), cfg, data);
+          dev.memory_stats().reset_peaks();
+          trainer.step(0);
+          for (std::size_t i = 0; i < kNumMemCategories; ++i) {
+            peak[i] = dev.memory_stats().peak(static_cast<MemCategory>(i)) - before[i];
+            if (const Device* host = trainer.model().host_device())
+              host_peak[i] = host->memory_stats().peak(static_cast<MemCategory>(i));
+          }
+          EXPECT_EQ(trainer.model().host_device() != nullptr, off != OffloadPolicy::kNone);
+        }
+        expect_close(predict_step_memory(cfg, world), peak, "device");
+        expect_close(predict_host_memory(cfg, world), host_peak, "host");
+       }
+      }
+    }
+  }
+}
+
+// A device budget too small for the configuration: the allocator's error carries the ledger and the planner's
+// advice, and the advised change then trains within the same budget.
+TEST(GptMemory, OverBudgetErrorNamesAChangeThatFits) {
+  Device& dev = runtime().device();
+  const int world = runtime().world_size();
+  TrainConfig cfg;
+  cfg.model = GptConfig{4, 4, 128, 512, 64};
+  cfg.seq = 64;
+  cfg.batch = 4 / world;
+  cfg.sharding.stage = ZeroStage::kNone;
+  const std::size_t saved = dev.memory_budget();
+  const std::uint64_t need = total(predict_step_memory(cfg, world));
+  TrainConfig fixed = cfg;  // a budget with 2% to spare for recomputation, the cheapest change
+  fixed.recompute = true;
+  const std::uint64_t room = total(predict_step_memory(fixed, world)) * 102 / 100;
+  ASSERT_LT(room, need) << "the test's premise";
+  dev.set_memory_budget(dev.memory_stats().current_total() + room);
+  TokenFile data = TokenFile::from_tokens(synthetic_tokens(1 << 15, 512, 3), cfg.seq, 512);
+  // The advice every rank computes for this budget; the rank that runs out first reports it, the others stop
+  // with kRemote (it failed first) or run out themselves.
+  const std::string advice = fit_advice(cfg, world, room);
+  ASSERT_NE(advice.find("the cheapest change that fits: "), std::string::npos) << advice;
+  std::string message;
+  ErrorCode code = ErrorCode::kInternal;
+  try {
+    GptTrainer trainer(runtime(), cfg, data);
+    trainer.step(0);
+  } catch (const Error& e) {
+    code = e.code();
+    message = e.what();
+  }
+  EXPECT_TRUE(code == ErrorCode::kOutOfMemory || code == ErrorCode::kRemote) << message;
+  int mine = code == ErrorCode::kOutOfMemory ? 1 : 0, any = 0;
+  MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_GE(any, 1) << "no rank ran out of memory: " << message;
+  if (code == ErrorCode::kOutOfMemory) {
+    EXPECT_NE(message.find("device memory budget"), std::string::npos) << message;
+    EXPECT_NE(message.find("optim_state"), std::string::npos) << "the ledger: " << message;
+    EXPECT_NE(message.find("memory planner (this GPT, activations included): " + advice), std::string::npos) << message;
+  }
+  // The advice names flags; follow it.
+  TrainConfig advised = cfg;
+  if (advice.find("--zero-stage 3") != std::string::npos) advised.sharding.stage = ZeroStage::kParameters;
+  if (advice.find("--recompute") != std::string::npos) advised.recompute = true;
+  if (advice.find("--offload optimizer+params") != std::string::npos)
+    advised.sharding.offload = OffloadPolicy::kOptimizerAndParams;
+  else if (advice.find("--offload optimizer") != std::string::npos)
+    advised.sharding.offload = OffloadPolicy::kOptimizer;
+  EXPECT_NO_THROW({
+    GptTrainer trainer(runtime(), advised, data);
+    trainer.step(0);
+    trainer.step(1);
+  }) << "the advised configuration went over the budget";
+  dev.set_memory_budget(saved);
+}
+
+}  // namespace
+}  // namespace strata::gpt

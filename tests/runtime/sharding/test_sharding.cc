@@ -1,0 +1,388 @@
+// Sharding runtime tests (CPU backend, np 1-4): sharded training equals 1-rank unsharded training for every
+// ZeroStage, hybrid sharding and both accumulation modes; clipping, non-finite gradients, the exact ledger, and
+// bad input.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "models/mlp/mlp.h"
+#include "core/error.h"
+#include "core/tracer.h"
+#include "runtime/sharding/sharded_model.h"
+#include "tests/support/mlp_training.h"
+#include "tests/support/test_support.h"
+
+namespace strata {
+namespace {
+
+using mlp::MlpConfig;
+using test::History;
+using test::kGlobalRows;
+using test::kSeed;
+using test::max_rel_error;
+using test::reference_training;
+using test::runtime;
+using test::sharded_training;
+using test::small_config;
+using test::test_adamw;
+
+struct Case {
+  std::string name;
+  ShardingOptions opts;
+  int micro_batches = 1;
+};
+
+std::vector<Case> f32_cases(int world) {
+  std::vector<Case> cases;
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (auto acc : {GradAccumulation::kReduceEveryMicroBatch, GradAccumulation::kNoSync}) {
+      for (int mb : {1, 2}) {
+        if (mb == 1 && acc == GradAccumulation::kNoSync) continue;
+        Case c;
+        c.opts.stage = zero_stage_from_int(stage);
+        c.opts.grad_accumulation = acc;
+        c.opts.grad_clip = 0.05;  // small enough to clip: exercises the global norm
+        c.micro_batches = mb;
+        c.name = fmt::format("stage {} micro-batches {} {}", stage, mb,
+                             acc == GradAccumulation::kNoSync ? "no-sync" : "reduce-every");
+        cases.push_back(c);
+      }
+    }
+  }
+  int k = world % 2 == 0 ? 2 : 1;  // a hybrid group size that divides the world
+  for (int stage : {1, 3}) {
+    Case c;
+    c.opts.stage = zero_stage_from_int(stage);
+    c.opts.hybrid_shard_size = k;
+    c.opts.grad_clip = 0.05;
+    c.micro_batches = 2;
+    c.name = fmt::format("stage {} hybrid groups of {}", stage, k);
+    cases.push_back(c);
+  }
+  Case keep;
+  keep.opts.stage = ZeroStage::kParameters;
+  keep.opts.reshard_after_forward = false;
+  keep.name = "stage 3 without reshard after forward";
+  cases.push_back(keep);
+  return cases;
+}
+
+TEST(Sharding, F32EqualsOneRankUnshardedTrainingForEveryStage) {
+  const MlpConfig cfg = small_config();
+  const int steps = 4;
+  for (const Case& c : f32_cases(runtime().world_size())) {
+    SCOPED_TRACE(c.name);
+    History want = reference_training(cfg, steps, c.micro_batches, c.opts.grad_clip);
+    History got = sharded_training(cfg, c.opts, steps, c.micro_batches);
+    EXPECT_LE(max_rel_error(got, want, 1e-3), 1e-6) << c.name;
+    for (int s = 0; s < steps; ++s) {
+      EXPECT_NEAR(got.losses[static_cast<std::size_t>(s)], want.losses[static_cast<std::size_t>(s)],
+                  1e-6 * want.losses[static_cast<std::size_t>(s)]) << c.name << " step " << s;
+      EXPECT_NEAR(got.norms[static_cast<std::size_t>(s)], want.norms[static_cast<std::size_t>(s)],
+                  1e-6 * want.norms[static_cast<std::size_t>(s)]) << c.name << " step " << s << " (global norm)";
+    }
+  }
+}
+
+// bf16 parameters and reductions against the f32 reference: bf16 keeps 8 significant bits, so parameters agree
+// within 2e-2 relative (floor 1e-2) after 4 steps; the f32 master weights keep the drift from compounding.
+TEST(Sharding, Bf16StaysWithinStatedToleranceOfF32) {
+  const MlpConfig cfg = small_config();
+  const int steps = 4;
+  History want = reference_training(cfg, steps, 1, 0.05);
+  for (int stage : {0, 3}) {
+    for (DType reduce : {DType::kF32, DType::kBF16}) {
+      ShardingOptions o;
+      o.stage = zero_stage_from_int(stage);
+      o.mixed_precision = {DType::kBF16, reduce};
+      o.grad_clip = 0.05;
+      History got = sharded_training(cfg, o, steps, 1);
+      EXPECT_LE(max_rel_error(got, want, 1e-2), 2e-2) << "stage " << stage << " reduce " << dtype_name(reduce);
+    }
+  }
+}
+
+TEST(Sharding, NonFiniteGradientOnOneRankSkipsTheStepOnAll) {
+  Runtime& rt = runtime();
+  const MlpConfig cfg = small_config();
+  for (int stage : {0, 3}) {
+    ShardingOptions o;
+    o.stage = zero_stage_from_int(stage);
+    ShardedModel model(rt, mlp::mlp_units(cfg), o, test_adamw());
+    model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+    std::vector<float> before = model.gather_unit(1);
+    const int rows = kGlobalRows / rt.world_size();
+    auto batch = mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed);
+    // Forward and backward by hand so the last rank can poison one gradient element.
+    mlp::Activations acts;
+    std::vector<float> x = batch.x;
+    std::vector<mlp::LayerParams> lp;
+    for (int i = 0; i < cfg.num_layers(); ++i) {
+      lp.push_back(mlp::read_layer(model.begin_forward(i)));
+      mlp::layer_forward(cfg, i, lp.back(), x, rows, acts);
+      model.end_forward(i);
+      x = acts.outputs.back();
+    }
+    std::vector<float> dy;
+    mlp::mse_loss(x, batch.t, dy, 1.0f);
+    for (int i = cfg.num_layers() - 1; i >= 0; --i) {
+      BackwardViews v = model.begin_backward(i);
+      std::vector<float> dw, db;
+      dy = mlp::layer_backward(cfg, i, lp[static_cast<std::size_t>(i)], acts, dy, rows, dw, db);
+      if (i == 1 && rt.rank() == rt.world_size() - 1) dw[5] = std::nanf("");
+      for (const TensorView& g : v.grads) {
+        if (g.slot->name.ends_with(".weight")) mlp::add_into(g, dw);
+        else if (g.slot->name.ends_with(".bias")) mlp::add_into(g, db);
+      }
+      model.end_backward(i);
+    }
+    StepResult r = model.step(1e-2);
+    EXPECT_TRUE(r.skipped) << "stage " << stage;
+    EXPECT_FALSE(std::isfinite(r.grad_norm));
+    EXPECT_EQ(r.step, 0);
+    EXPECT_EQ(model.gather_unit(1), before) << "a skipped step changed the parameters";
+    // Nothing is corrupted: the next, clean step trains normally.
+    auto clean = mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed);
+    mlp::forward_backward(model, cfg, clean, 1.0f);
+    StepResult next = model.step(1e-2);
+    EXPECT_FALSE(next.skipped);
+    EXPECT_TRUE(std::isfinite(next.grad_norm));
+    EXPECT_EQ(next.step, 1);
+  }
+}
+
+// The ledger equals the bytes the layout implies, computed here independently of ShardLayout.
+TEST(Sharding, LedgerMatchesTheLayoutExactly) {
+  Runtime& rt = runtime();
+  Device& dev = rt.device();
+  const MlpConfig cfg = small_config();
+  const std::size_t W = static_cast<std::size_t>(rt.world_size());
+  for (DType pdt : {DType::kF32, DType::kBF16}) {
+    for (int stage = 0; stage <= 3; ++stage) {
+      SCOPED_TRACE(fmt::format("stage {} param dtype {}", stage, dtype_name(pdt)));
+      auto units = mlp::mlp_units(cfg);
+      const std::size_t shard_world = stage == 0 ? 1 : W, quantum = shard_world * 16, psz = dtype_size(pdt);
+      std::vector<std::size_t> P;
+      for (const UnitSpec& u : units) {
+        std::size_t n = 0;
+        for (const SlotSpec& s : u.slots) n += shape_numel(s.shape);
+        P.push_back((n + quantum - 1) / quantum * quantum);
+      }
+      std::size_t sumP = 0, maxP = 0;
+      for (std::size_t i = 0; i < P.size(); ++i) {
+        sumP += P[i];
+        maxP = std::max(maxP, P[i]);
+      }
+      const std::size_t sumS = sumP / shard_world;
+      auto cur = [&](MemCategory c) { return dev.memory_stats().current(c); };
+      ASSERT_EQ(cur(MemCategory::kParamShard) + cur(MemCategory::kMaster) + cur(MemCategory::kGradShard) +
+                    cur(MemCategory::kOptimState) + cur(MemCategory::kUnshardedParams) +
+                    cur(MemCategory::kUnshardedGrads),
+                0u)
+          << "a previous model leaked";
+      ShardingOptions o;
+      o.stage = zero_stage_from_int(stage);
+      o.mixed_precision.param_dtype = pdt;
+      ShardedModel model(rt, units, o, test_adamw());
+      model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+      const bool sharded_params = stage == 3, persist_grads = stage <= 1, separate_master = pdt != DType::kF32;
+      // Transient unit buffers come from fixed pools of largest-unit slots: gathered parameters for the unit that
+      // computes and the one prefetched (depth 1), gradients for the unit that computes and the one reducing.
+      const std::size_t param_pool = sharded_params ? 2 * maxP * psz : 0, grad_pool = persist_grads ? 0 : 2 * maxP * psz;
+      EXPECT_EQ(cur(MemCategory::kParamShard), sharded_params ? sumS * psz : 0);
+      EXPECT_EQ(cur(MemCategory::kMaster), separate_master ? sumS * 4 : 0);
+      EXPECT_EQ(cur(MemCategory::kGradShard), sumS * 4);
+      EXPECT_EQ(cur(MemCategory::kOptimState), sumS * 8);
+      EXPECT_EQ(cur(MemCategory::kUnshardedParams), sharded_params ? param_pool : sumP * psz);
+      EXPECT_EQ(cur(MemCategory::kUnshardedGrads), persist_grads ? sumP * psz : grad_pool);
+      // Over steps the pools do not grow (peak == current): no unit buffer is allocated inside a step.
+      dev.memory_stats().reset_peaks();
+      const int rows = kGlobalRows / rt.world_size();
+      for (int step = 0; step < 2; ++step) {
+        mlp::forward_backward(
+            model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed), 1.0f);
+        model.step(1e-2);
+      }
+      EXPECT_EQ(dev.memory_stats().peak(MemCategory::kUnshardedParams), cur(MemCategory::kUnshardedParams));
+      EXPECT_EQ(dev.memory_stats().peak(MemCategory::kUnshardedGrads), cur(MemCategory::kUnshardedGrads));
+      EXPECT_EQ(cur(MemCategory::kUnshardedGrads), persist_grads ? sumP * psz : grad_pool);
+    }
+  }
+}
+
+TEST(Sharding, ShapesThatDifferAcrossRanksAreAClearError) {
+  Runtime& rt = runtime();
+  if (rt.world_size() < 2) GTEST_SKIP() << "needs two ranks";
+  MlpConfig cfg = small_config();
+  if (rt.rank() == rt.world_size() - 1) cfg.hidden = 14;
+  try {
+    ShardedModel model(rt, mlp::mlp_units(cfg), ShardingOptions{}, test_adamw());
+    ADD_FAILURE() << "mismatched declarations were accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kMismatch) << e.what();
+    EXPECT_NE(std::string(e.what()).find(fmt::format("ranks {} declare a different unit 0", rt.world_size() - 1)),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Sharding, HybridGroupThatDoesNotDivideTheWorldIsAClearError) {
+  Runtime& rt = runtime();
+  ShardingOptions o;
+  o.hybrid_shard_size = rt.world_size() == 3 ? 2 : 3;
+  if (rt.world_size() % o.hybrid_shard_size == 0) GTEST_SKIP();
+  try {
+    ShardedModel model(rt, mlp::mlp_units(small_config()), o, test_adamw());
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("does not divide the world size"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Sharding, BackwardBeforeForwardIsAClearError) {
+  Runtime& rt = runtime();
+  ShardedModel model(rt, mlp::mlp_units(small_config()), ShardingOptions{}, test_adamw());
+  model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+  try {
+    model.begin_backward(1);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("begin_backward(1) before any forward of unit 'layer1'"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(model.end_forward(0), Error);
+  EXPECT_THROW(model.begin_forward(7), Error);
+  // The model is still usable after the errors.
+  const int rows = kGlobalRows / rt.world_size();
+  mlp::forward_backward(model, small_config(),
+                        mlp::make_batch(small_config(), static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed), 1.0f);
+  EXPECT_FALSE(model.step(1e-2).skipped);
+}
+
+// After the first step, a step allocates nothing: every buffer comes from the pools or persistent state.
+TEST(Sharding, NoAllocationInsideAStepAfterTheFirst) {
+  Runtime& rt = runtime();
+  const MlpConfig cfg = small_config();
+  const int rows = kGlobalRows / rt.world_size();
+  for (auto acc : {GradAccumulation::kReduceEveryMicroBatch, GradAccumulation::kNoSync}) {
+    ShardingOptions o;
+    o.mixed_precision = {DType::kBF16, DType::kF32};  // exercises the conversion staging too
+    o.grad_accumulation = acc;
+    ShardedModel model(rt, mlp::mlp_units(cfg), o, test_adamw());
+    model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+    std::size_t after_first = 0;
+    for (int step = 0; step < 4; ++step) {
+      for (int a = 0; a < 2; ++a) {
+        model.begin_micro_batch(a, 2);
+        mlp::forward_backward(model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>((step * 2 + a) * kGlobalRows + rt.rank() * rows), rows, kSeed), 0.5f);
+      }
+      model.step(1e-2);
+      if (step == 0) after_first = rt.device().memory_stats().allocations();
+    }
+    EXPECT_EQ(rt.device().memory_stats().allocations(), after_first) << "steps 2-4 allocated";
+  }
+}
+
+// Prefetch changes when gathers happen, never what is computed: identical parameters for every depth.
+TEST(Sharding, PrefetchDepthDoesNotChangeResults) {
+  const MlpConfig cfg = small_config();
+  std::vector<History> runs;
+  for (int depth : {0, 1, 2, 3}) {
+    ShardingOptions o;
+    o.prefetch_depth = depth;
+    o.grad_clip = 0.05;
+    runs.push_back(sharded_training(cfg, o, 3, 2));
+  }
+  for (std::size_t k = 1; k < runs.size(); ++k) {
+    EXPECT_EQ(runs[k].losses, runs[0].losses) << "depth " << k;
+    EXPECT_EQ(runs[k].params, runs[0].params) << "depth " << k;
+  }
+}
+
+// The bytes each step moved equal the layout's prediction (ZeRO-3: two all-gathers per micro-batch, one
+// reduce-scatter; stages 1-2: one refresh all-gather; stage 0: one all-reduce).
+TEST(Sharding, BytesMovedEqualThePrediction) {
+  Runtime& rt = runtime();
+  const MlpConfig cfg = small_config();
+  const int rows = kGlobalRows / rt.world_size();
+  for (int stage = 0; stage <= 3; ++stage) {
+    for (DType pdt : {DType::kF32, DType::kBF16}) {
+      ShardingOptions o;
+      o.stage = zero_stage_from_int(stage);
+      o.mixed_precision.param_dtype = pdt;
+      ShardedModel model(rt, mlp::mlp_units(cfg), o, test_adamw());
+      model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+      for (int a = 0; a < 2; ++a) {
+        model.begin_micro_batch(a, 2);
+        mlp::forward_backward(model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>(a * kGlobalRows + rt.rank() * rows), rows, kSeed), 0.5f);
+      }
+      model.step(1e-2);
+      const StepSummary& s = model.last_step_summary();
+      SCOPED_TRACE(s.describe());
+      std::uint64_t padded = 0;
+      for (int u = 0; u < model.num_units(); ++u) padded += model.unit(u).layout().padded_numel();
+      const std::uint64_t psz = dtype_size(pdt);
+      EXPECT_EQ(s.all_gather_bytes, s.predicted_all_gather_bytes);
+      EXPECT_EQ(s.reduce_scatter_bytes, s.predicted_reduce_scatter_bytes);
+      EXPECT_EQ(s.all_reduce_bytes, s.predicted_all_reduce_bytes);
+      if (stage == 3) {
+        EXPECT_EQ(s.all_gather_bytes, 2 * 2 * padded * psz) << "two gathers per micro-batch";
+      }
+      if (stage == 0) {
+        EXPECT_EQ(s.all_reduce_bytes, 2 * padded * 4);
+      }
+      EXPECT_GE(s.step_ms, s.exposed_comm_ms);
+    }
+  }
+}
+
+// The profiler ranges (NVTX on CUDA) nest: every unit's forward and backward and the optimizer step push one range
+// and pop it on the same thread. Communication threads push ranges of their own (each collective's span), so the
+// hooks are thread-safe and keep one depth per thread.
+std::mutex g_ranges_mutex;
+std::vector<std::pair<std::thread::id, std::string>> g_ranges;
+thread_local int t_depth = 0;
+
+TEST(Sharding, ProfilerRangesBracketEveryUnitAndTheStep) {
+  Runtime& rt = runtime();
+  Tracer::global().set_range_hooks(
+      [](const char* name) {
+        ++t_depth;
+        std::lock_guard<std::mutex> lock(g_ranges_mutex);
+        g_ranges.emplace_back(std::this_thread::get_id(), name);
+      },
+      [] { --t_depth; });
+  {
+    ShardedModel model(rt, mlp::mlp_units(small_config()), ShardingOptions{}, test_adamw());
+    model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+    {
+      std::lock_guard<std::mutex> lock(g_ranges_mutex);
+      g_ranges.clear();
+    }
+    const int rows = kGlobalRows / rt.world_size();
+    mlp::forward_backward(model, small_config(),
+                          mlp::make_batch(small_config(), static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed),
+                          1.0f);
+    model.step(1e-2);
+    const int units = model.num_units();
+    EXPECT_EQ(t_depth, 0) << "a range was left open on the caller's thread";
+    int forward = 0, backward = 0, optimizer = 0;
+    std::lock_guard<std::mutex> lock(g_ranges_mutex);
+    for (const auto& [thread, r] : g_ranges) {
+      if (thread != std::this_thread::get_id()) continue;  // a communication thread's collective
+      forward += r.rfind("forward ", 0) == 0;
+      backward += r.rfind("backward ", 0) == 0;
+      optimizer += r == "optimizer step";
+    }
+    EXPECT_EQ(forward, units);
+    EXPECT_EQ(backward, units);
+    EXPECT_EQ(optimizer, 1);
+  }
+  Tracer::global().set_range_hooks(nullptr, nullptr);
+}
+
+}  // namespace
+}  // namespace strata
