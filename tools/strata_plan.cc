@@ -26,7 +26,9 @@ int main(int argc, char** argv) {
   app.add_option("--dp", in.layout.dp, "data-parallel degree")->check(CLI::PositiveNumber);
   app.add_option("--tp", in.layout.tp, "tensor-parallel degree")->check(CLI::PositiveNumber);
   app.add_option("--pp", in.layout.pp, "pipeline stages")->check(CLI::PositiveNumber);
-  app.add_option("--hybrid", in.layout.hybrid_shard_size, "shard within groups of this size (0: all dp ranks)");
+  app.add_option("--dp-replicate", in.layout.dp_replicate,
+                 "hybrid sharding: replicate across this many groups, each sharding over dp / dp-replicate ranks")
+      ->check(CLI::PositiveNumber);
   app.add_option("--param-dtype", param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_flag("--recompute", in.recompute, "full activation recomputation");

@@ -11,15 +11,23 @@
 #include "runtime/sharding/state_memory.h"
 
 namespace strata::gpt {
+namespace {
+
+// The trainer's mesh: every rank data-parallel, dp_replicate groups of world / dp_replicate shards.
+DataParallelSizes groups(const TrainConfig& cfg, int world) {
+  return DataParallelSizes{world / cfg.dp_replicate, cfg.dp_replicate};
+}
+
+}  // namespace
 
 CategoryBytes predict_step_memory(const TrainConfig& cfg, int world) {
   const ShardingOptions& o = cfg.sharding;
   const StagePlan plan = StagePlan::from(o);
   const auto units = gpt_units(cfg.model);
-  // Strata's own buffers (train_gpt runs its ranks on one node: local size = world).
-  CategoryBytes b = predict_state_memory(units, o, world, world).device;
+  // Strata's own buffers and AdamW's two moments.
+  CategoryBytes b = predict_state_memory(units, o, groups(cfg, world), 2).device;
   auto at = [&](MemCategory c) -> std::uint64_t& { return b[static_cast<std::size_t>(c)]; };
-  const int shard = o.shard_group_size(world, world);
+  const int shard = o.stage == ZeroStage::kNone ? 1 : groups(cfg, world).shard;
   std::uint64_t max_p = 0, emb_p = 0, max_other_p = 0;
   for (std::size_t u = 0; u < units.size(); ++u) {
     const std::uint64_t p = ShardLayout(units[u].slots, shard, o.align_elements).padded_numel();
@@ -48,7 +56,7 @@ CategoryBytes predict_step_memory(const TrainConfig& cfg, int world) {
 }
 
 CategoryBytes predict_host_memory(const TrainConfig& cfg, int world) {
-  return predict_state_memory(gpt_units(cfg.model), cfg.sharding, world, world).host;
+  return predict_state_memory(gpt_units(cfg.model), cfg.sharding, groups(cfg, world), 2).host;
 }
 
 std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) {
@@ -63,7 +71,7 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) 
   in.model = ModelShape{0, cfg.model.layers, cfg.model.embd, cfg.model.heads, cfg.model.vocab, cfg.seq};
   in.layout.dp = world;
   in.layout.stage = cfg.sharding.stage;
-  in.layout.hybrid_shard_size = cfg.sharding.hybrid_shard_size;
+  in.layout.dp_replicate = cfg.dp_replicate;
   in.precision = cfg.sharding.mixed_precision;
   in.micro_batch = cfg.batch;
   in.recompute = cfg.recompute;

@@ -197,10 +197,10 @@ struct GptModel::Impl {
     dfch_gelu = work(n * 4 * C);
     tokens_in = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
     tokens_tgt = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
-    std::size_t emb_numel = model.unit(embeddings_unit()).layout().padded_numel();
+    std::size_t emb_numel = model.layout(embeddings_unit()).padded_numel();
     std::size_t max_numel = 0;
     for (int u = 1; u < model.num_units(); ++u)
-      max_numel = std::max(max_numel, model.unit(u).layout().padded_numel());
+      max_numel = std::max(max_numel, model.layout(u).padded_numel());
     emb = std::make_unique<UnitF32>(dev, *k, emb_numel);
     unit = std::make_unique<UnitF32>(dev, *k, max_numel);
   }

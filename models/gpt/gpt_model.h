@@ -1,4 +1,4 @@
-// GptModel: the spec's GPT-2 (shared/specs/gpt2-training.md) on a ShardedModel: units, init, and one
+// GptModel: the GPT-2 of docs/gpt-model.md on a ShardedModel: units, init, and one
 // micro-batch of forward and backward through the kernels of its device (GptKernels: CPU or CUDA).
 #pragma once
 

@@ -1,8 +1,6 @@
 // GptTrainer: model construction, initialisation from a file or the spec's distributions, the step, saving.
 #include "models/gpt/gpt_trainer.h"
 
-#include <mpi.h>
-
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -10,6 +8,7 @@
 #include "models/gpt/gpt_memory.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/safetensors.h"
+#include "collectives/rank_values.h"
 #include "core/error.h"
 
 namespace strata::gpt {
@@ -44,13 +43,16 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
                cfg_.model.vocab);
   // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
   set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
-  with_fit_advice(
-      [&] { model_ = std::make_unique<ShardedModel>(rt_, gpt_units(cfg_.model), cfg_.sharding, cfg_.adamw); });
-  for (int u = 0; u < model_->num_units(); ++u) parameters_ += model_->unit(u).layout().numel();
+  mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{1, cfg_.dp_replicate, -1, 1});
+  with_fit_advice([&] {
+    model_ = std::make_unique<ShardedModel>(*mesh_, gpt_units(cfg_.model), cfg_.sharding);
+    optimizer_ = std::make_unique<ShardedAdamW>(*model_, cfg_.adamw, cfg_.optimizer);
+  });
+  for (int u = 0; u < model_->num_units(); ++u) parameters_ += model_->layout(u).numel();
   if (!cfg_.init.empty()) {
     SafetensorsReader reader(cfg_.init);
     for (int u = 0; u < model_->num_units(); ++u)
-      for (const ParamSlot& s : model_->unit(u).layout().slots()) reader.check_shape(s.name, s.shape);
+      for (const ParamSlot& s : model_->layout(u).slots()) reader.check_shape(s.name, s.shape);
     model_->init([&](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
       reader.read_f32(s.name, begin, count, out);  // each rank reads only its shard
     });
@@ -75,18 +77,17 @@ StepRecord GptTrainer::step(int step) {
   const int world = rt_.world_size(), A = cfg_.grad_accum;
   double loss = 0;
   for (int a = 0; a < A; ++a) {
-    model_->begin_micro_batch(a, A);
+    model_->set_is_last_backward(a == A - 1);  // finish the reductions after the last micro-batch's backward
     fill_batch(data_, step, a, A, world, rt_.rank(), cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
     with_fit_advice([&] {
-      loss += gpt_->forward_backward(inputs_.data(), targets_.data(), model_->loss_scale() / static_cast<float>(A)) / A;
+      loss +=
+          gpt_->forward_backward(inputs_.data(), targets_.data(), optimizer_->loss_scale() / static_cast<float>(A)) / A;
     });
   }
-  StepResult r = model_->step(cfg_.lr_at(step));
-  double global = 0;
-  MPI_Allreduce(&loss, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  StepResult r = optimizer_->step(cfg_.lr_at(step));
   StepRecord rec;
   rec.step = step;
-  rec.loss = global / world;
+  rec.loss = sum_over_ranks(rt_.world(), loss) / world;
   rec.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   rec.grad_norm = r.grad_norm;
   rec.skipped = r.skipped;
@@ -99,7 +100,7 @@ void GptTrainer::save(const std::string& path) {
   std::vector<std::vector<float>> keep;
   for (int u = 0; u < model_->num_units(); ++u) {
     keep.push_back(model_->gather_unit(u));  // collective
-    for (const ParamSlot& s : model_->unit(u).layout().slots())
+    for (const ParamSlot& s : model_->layout(u).slots())
       writer.add_f32(s.name, DType::kF32, s.shape, keep.back().data() + s.offset);
   }
   if (rt_.rank() == 0) writer.write(path, nlohmann::json{{"format", "pt"}, {"written_by", "strata train_gpt"}});

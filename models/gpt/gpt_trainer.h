@@ -9,6 +9,8 @@
 #include "models/gpt/token_data.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/optim/adamw.h"
+#include "runtime/optim/sharded_adamw.h"
+#include "runtime/parallel/device_mesh.h"
 #include "runtime/sharding/sharded_model.h"
 
 namespace strata::gpt {
@@ -23,7 +25,9 @@ struct TrainConfig {
   std::int64_t warmup_steps = 0;
   std::int64_t cosine_steps = 0;  // > 0: cosine decay from adamw.lr to adamw.lr / 10 at this step
   double lr_at(int step) const;
-  ShardingOptions sharding;  // grad_clip lives here
+  ShardingOptions sharding;
+  OptimizerOptions optimizer;  // clipping and loss scaling
+  int dp_replicate = 1;        // hybrid sharding: the state is sharded over world / dp_replicate ranks
   bool recompute = false;
   std::string init;  // safetensors file; empty: the spec's distributions from `seed`
   std::uint64_t seed = 1;
@@ -45,6 +49,7 @@ class GptTrainer {
 
   StepRecord step(int step);
   ShardedModel& model() { return *model_; }
+  ShardedAdamW& optimizer() { return *optimizer_; }
   std::size_t parameters() const { return parameters_; }
   // Collective: gathers every unit; rank 0 writes the weights under the spec's names (F32 safetensors).
   void save(const std::string& path);
@@ -58,7 +63,9 @@ class GptTrainer {
   TrainConfig cfg_;
   const TokenFile& data_;
   std::uint64_t baseline_bytes_;  // device bytes in use before this trainer allocated anything
+  std::unique_ptr<DeviceMesh> mesh_;
   std::unique_ptr<ShardedModel> model_;
+  std::unique_ptr<ShardedAdamW> optimizer_;
   std::unique_ptr<GptModel> gpt_;
   std::vector<std::int32_t> inputs_, targets_;
   std::size_t parameters_ = 0;

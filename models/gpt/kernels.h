@@ -1,6 +1,6 @@
 // CPU float32 kernels for the GPT-2 example: llm.c-style free functions over row-major arrays.
 //
-// Conventions (docs/notes/cpu-blas.md has the BLAS choice, the spec is /work/shared/specs/gpt2-training.md):
+// Conventions (docs/notes/cpu-blas.md has the BLAS choice, docs/gpt-model.md the model they compute):
 //   - B batch rows, T sequence length, C channels, NH heads (C % NH == 0, D = C / NH), V vocabulary, N = B*T.
 //   - Forward kernels overwrite their outputs. Backward kernels ADD (+=) into every gradient they take
 //     (dinp, dweight, dbias, dwte, dqkv, ...), so callers zero gradients once per step, as llm.c does.

@@ -8,7 +8,7 @@
 namespace strata::gpt {
 
 // The tokens of a data file, held in memory: a flat array of little-endian uint16 tokens, N = file size / 2
-// (docs: specs/gpt2-training.md, "Data").
+// (docs/gpt-model.md, "Data").
 class TokenFile {
  public:
   // Checks that the file exists, has an even size and at least seq_len + 1 tokens, and when vocab > 0 that every

@@ -1,4 +1,4 @@
-// train_gpt: trains the spec's GPT-2 (shared/specs/gpt2-training.md) with Strata's sharding, under mpirun.
+// train_gpt: trains the GPT-2 of docs/gpt-model.md with Strata's sharding, under mpirun.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -22,7 +22,7 @@ namespace {
 
 struct Flags {
   strata::gpt::GptConfig model;
-  int seq = 8, batch = 4, steps = 20, grad_accum = 1, zero_stage = 3;
+  int seq = 8, batch = 4, steps = 20, grad_accum = 1, zero_stage = 3, dp_replicate = 1;
   double lr = 1e-3, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   std::uint64_t seed = 1, tokens = 1 << 16;
   std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32";
@@ -59,6 +59,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--make-data", f.make_data, "write the spec's synthetic tokens to this file and exit");
   app.add_option("--tokens", f.tokens, "number of synthetic tokens (with --make-data, or without --data)");
   app.add_option("--zero-stage", f.zero_stage, "0 (DDP), 1, 2 or 3")->check(CLI::Range(0, 3));
+  app.add_option("--dp-replicate", f.dp_replicate,
+                 "hybrid sharding: replicate the state across this many groups, each sharding it over the ranks / "
+                 "dp-replicate ranks of its group (1: shard over every rank)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--param-dtype", f.param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);
@@ -135,8 +139,9 @@ int main(int argc, char** argv) {
     cfg.adamw = AdamWConfig{f.lr, f.beta1, f.beta2, f.eps, f.weight_decay};
     cfg.sharding.stage = zero_stage_from_int(f.zero_stage);
     cfg.sharding.mixed_precision = {parse_dtype(f.param_dtype), parse_dtype(f.reduce_dtype)};
-    cfg.sharding.grad_clip = f.grad_clip;
-    cfg.sharding.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
+    cfg.optimizer.grad_clip = f.grad_clip;
+    cfg.optimizer.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
+    cfg.dp_replicate = f.dp_replicate;
     cfg.sharding.prefetch_depth = f.prefetch;
     cfg.sharding.offload = offload_from_name(f.offload);
     if (!f.device_memory.empty()) rt.device().set_memory_budget(parse_bytes(f.device_memory, "--device-memory"));

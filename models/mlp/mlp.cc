@@ -156,9 +156,9 @@ void add_into(const TensorView& grad, const std::vector<float>& values) {
 namespace strata::mlp {
 
 double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale) {
-  STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.comm().device().kind() == DeviceKind::kCpu,
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.device().kind() == DeviceKind::kCpu,
                     "the MLP example computes on the host: run it on the CPU backend (device {})",
-                    model.comm().device().name());
+                    model.device().name());
   const int layers = cfg.num_layers();
   Activations acts;
   std::vector<float> x = batch.x;

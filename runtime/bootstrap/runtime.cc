@@ -56,9 +56,19 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
   STRATA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
   STRATA_CHECK_MPI(MPI_Comm_rank(local, &local_rank_));
   STRATA_CHECK_MPI(MPI_Comm_size(local, &local_size_));
+  // A node is named by the world rank of its first rank; every rank learns every rank's node.
+  int first = rank_;
+  STRATA_CHECK_MPI(MPI_Bcast(&first, 1, MPI_INT, 0, local));
   MPI_Comm_free(&local);
-  int leader = local_rank_ == 0 ? 1 : 0;
-  STRATA_CHECK_MPI(MPI_Allreduce(&leader, &node_count_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+  std::vector<int> firsts(static_cast<std::size_t>(world_size_));
+  STRATA_CHECK_MPI(MPI_Allgather(&first, 1, MPI_INT, firsts.data(), 1, MPI_INT, MPI_COMM_WORLD));
+  std::vector<int> node_of_first(static_cast<std::size_t>(world_size_), -1);
+  node_count_ = 0;
+  for (int f : firsts) {
+    int& node = node_of_first[static_cast<std::size_t>(f)];
+    if (node < 0) node = node_count_++;
+    node_of_rank_.push_back(node);
+  }
 
   std::string backend = options.backend.empty() ? e.backend : options.backend;
   STRATA_CHECK(backend == "auto" || backend == "cpu" || backend == "cuda", "backend '{}' must be auto, cpu or cuda",

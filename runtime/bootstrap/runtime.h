@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/communicator.h"
 #include "core/device.h"
@@ -34,6 +35,9 @@ class Runtime {
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
   int node_count() const { return node_count_; }
+  // Each world rank's node, numbered 0.. in order of the nodes' first ranks (ranks share a node when they share
+  // memory: MPI_COMM_TYPE_SHARED).
+  const std::vector<int>& node_of_rank() const { return node_of_rank_; }
   DeviceKind backend() const { return device_->kind(); }
   Device& device() const { return *device_; }
   Communicator& world() const { return *world_; }
@@ -51,6 +55,7 @@ class Runtime {
   int local_rank_ = 0;
   int local_size_ = 1;
   int node_count_ = 1;
+  std::vector<int> node_of_rank_;
   std::unique_ptr<Device> device_;
   std::unique_ptr<Communicator> world_;
 };

@@ -17,8 +17,7 @@ double ModelShape::count() const {
 
 int ParallelLayout::shard_size() const {
   if (stage == ZeroStage::kNone) return 1;
-  if (hybrid_shard_size > 0) return hybrid_shard_size;
-  return dp;
+  return dp / dp_replicate;
 }
 
 double activation_bytes_per_layer(const PlanInput& in) {
@@ -34,6 +33,8 @@ namespace {
 MemoryPlan compute(const PlanInput& in) {
   const ParallelLayout& L = in.layout;
   STRATA_CHECK(L.dp >= 1 && L.tp >= 1 && L.pp >= 1, "dp {}, tp {}, pp {} must be at least 1", L.dp, L.tp, L.pp);
+  STRATA_CHECK(L.dp_replicate >= 1 && L.dp % L.dp_replicate == 0, "dp_replicate {} must divide dp {}",
+               L.dp_replicate, L.dp);
   STRATA_CHECK(in.model.layers >= 1 && in.model.hidden >= 1 && in.model.heads >= 1 && in.model.seq >= 1,
                "the model needs layers, hidden, heads and seq (got {}, {}, {}, {})", in.model.layers, in.model.hidden,
                in.model.heads, in.model.seq);
@@ -131,6 +132,7 @@ std::vector<PlanChange> fit_changes(const PlanInput& in) {
           [tp, f](PlanInput& c) {
             c.layout.tp = tp;
             c.layout.dp /= f;
+            if (c.layout.dp % c.layout.dp_replicate != 0) c.layout.dp_replicate = 1;
             c.recompute = true;
           });
   }
@@ -141,6 +143,7 @@ std::vector<PlanChange> fit_changes(const PlanInput& in) {
           [pp, f](PlanInput& c) {
             c.layout.pp = pp;
             c.layout.dp /= f;
+            if (c.layout.dp % c.layout.dp_replicate != 0) c.layout.dp_replicate = 1;
             c.recompute = true;
           });
   }

@@ -24,12 +24,12 @@ struct ModelShape {
 };
 
 struct ParallelLayout {
-  int dp = 1;  // data-parallel ranks (the sharding group unless hybrid)
+  int dp = 1;  // data-parallel ranks: dp_replicate x dp_shard (the mesh's dp group)
   int tp = 1;  // tensor-parallel degree (Megatron-style: each layer's matrices split t ways)
   int pp = 1;  // pipeline stages (layers split evenly; 1F1B keeps pp micro-batches in flight on the first stage)
   ZeroStage stage = ZeroStage::kParameters;
-  int hybrid_shard_size = 0;  // as ShardingOptions
-  int shard_size() const;     // ranks that shard the state
+  int dp_replicate = 1;     // hybrid sharding: the state is sharded over dp / dp_replicate ranks, replicated across
+  int shard_size() const;  // ranks that shard the state
 };
 
 

@@ -10,7 +10,7 @@ namespace strata {
 
 BufferPool::BufferPool(Device& device, std::string name, MemCategory category, std::size_t slot_bytes,
                        int initial_slots)
-    : device_(device), name_(std::move(name)), category_(category), slot_bytes_(std::max<std::size_t>(slot_bytes, 64)) {
+    : device_(device), name_(std::move(name)), category_(category), slot_bytes_(std::max(slot_bytes, kMinSlotBytes)) {
   for (int i = 0; i < initial_slots; ++i) {
     buffers_.push_back(device_.allocate(slot_bytes_, category_));
     free_.push_back(buffers_.back().data());

@@ -12,10 +12,10 @@
 
 namespace strata {
 
-class FlatOps;
-
 class BufferPool {
  public:
+  static constexpr std::size_t kMinSlotBytes = 64;  // smaller slots are rounded up to this
+
   // `initial_slots` are allocated now; more are allocated only when more are in use at once (the first step
   // finds the steady-state count), never freed until the pool goes.
   BufferPool(Device& device, std::string name, MemCategory category, std::size_t slot_bytes, int initial_slots);
@@ -58,22 +58,6 @@ class PooledBuffer {
   Buffer owned_;
   BufferPool* pool_ = nullptr;
   void* data_ = nullptr;
-};
-
-// The pools (and, with offload, the host memory and upload stream) one ShardedModel shares among its units.
-struct UnitPools {
-  BufferPool* params = nullptr;      // gathered parameters (ZeRO-3)
-  BufferPool* grads = nullptr;       // unsharded gradients (ZeRO-2/3, no-sync)
-  BufferPool* reduce_in = nullptr;   // gradients converted to the reduce dtype
-  BufferPool* reduce_out = nullptr;  // reduce-scatter / all-reduce outputs
-  FlatOps* ops = nullptr;            // element-wise work on the device's memory (its streams)
-  FlatOps* host_ops = nullptr;       // ... on host memory, ordered on the device's streams
-  // Offload only (ShardingOptions::offload):
-  Device* host = nullptr;               // host memory, with its own ledger
-  Stream* upload = nullptr;             // the device stream that copies host -> device
-  BufferPool* staged_shards = nullptr;  // device: parameter shards copied up for their gather (offload params)
-  BufferPool* grad_return = nullptr;    // host: reduced gradient shards copied down from the device
-  BufferPool* param_upload = nullptr;   // host: updated parameters cast to param dtype before their upload
 };
 
 }  // namespace strata

@@ -1,31 +1,42 @@
-// CommContext: group construction for plain and hybrid sharding, and the communication streams.
+// CommContext: which data-parallel group does what under each ZeRO stage, and the communication streams.
 #include "runtime/sharding/comm_context.h"
 
+#include "core/error.h"
 #include "core/logging.h"
 
 namespace strata {
 
-CommContext::CommContext(Device& device, Communicator& world, const ShardingOptions& options, int local_size)
-    : device_(device), world_(world) {
-  int k = options.shard_group_size(world.size(), local_size);
-  if (options.stage == ZeroStage::kNone) {
-    shard_rank_ = 0;  // nothing is sharded; gradients are all-reduced over the world
-    shard_size_ = 1;
-  } else if (k == world.size()) {
-    shard_rank_ = world.rank();
-    shard_size_ = world.size();
-  } else {
-    // Hybrid: consecutive blocks of k ranks shard; ranks with the same position across blocks replicate.
-    // (k = 1 is plain replication with a sharded optimizer of one rank: every rank holds everything.)
-    shard_group_ = world.split(world.rank() / k, world.rank());
-    replica_group_ = world.split(world.rank() % k, world.rank());
-    shard_rank_ = shard_group_->rank();
-    shard_size_ = shard_group_->size();
-    logger("shard").info("hybrid sharding: shard group '{}' ({} ranks), replica group '{}' ({} ranks)",
-                         shard_group_->name(), shard_size_, replica_group_->name(), replica_group_->size());
+DataParallelGroups DataParallelGroups::of(const DeviceMesh& mesh) {
+  return DataParallelGroups{&mesh.dp_shard(), &mesh.dp_replicate(), &mesh.dp()};
+}
+
+CommContext::CommContext(Device& device, const DataParallelGroups& groups, ZeroStage stage)
+    : device_(device), dp_(groups.dp) {
+  STRATA_CHECK(groups.dp && groups.shard && groups.replicate, "a sharded model needs its dp, dp_shard and "
+               "dp_replicate groups (DataParallelGroups::of(mesh))");
+  STRATA_CHECK(groups.shard->size() * groups.replicate->size() == groups.dp->size(),
+               "dp_shard {} x dp_replicate {} must make the dp group of {} ranks", groups.shard->size(),
+               groups.replicate->size(), groups.dp->size());
+  if (stage != ZeroStage::kNone) {
+    shard_ = groups.shard;
+    if (groups.replicate->size() > 1) replica_ = groups.replicate;
+    if (replica_)
+      logger("shard").info("hybrid sharding: shard group '{}' ({} ranks), replica group '{}' ({} ranks)",
+                           shard_->name(), shard_->size(), replica_->name(), replica_->size());
   }
   all_gather_stream_ = device.create_stream("all_gather");
   reduce_scatter_stream_ = device.create_stream("reduce_scatter");
+}
+
+Communicator& CommContext::shard_group() const {
+  STRATA_CHECK(shard_ != nullptr, "ZeRO stage 0 has no shard group: gradients are all-reduced over '{}'",
+               dp_->name());
+  return *shard_;
+}
+
+std::vector<Communicator*> CommContext::partition_groups() const {
+  if (shard_ && shard_->size() > 1) return {shard_};
+  return {};
 }
 
 }  // namespace strata

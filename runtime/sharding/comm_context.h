@@ -1,40 +1,53 @@
-// CommContext: the groups a sharded model talks to (shard group, replica group, data-parallel world) and the
+// CommContext: the data-parallel groups a sharded model gathers and reduces over, taken from a DeviceMesh, and the
 // named streams its collectives run on.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "collectives/communicator.h"
 #include "core/device.h"
+#include "runtime/parallel/device_mesh.h"
 #include "runtime/sharding/sharding_options.h"
 
 namespace strata {
 
+// The mesh's data-parallel groups as a sharded model uses them.
+struct DataParallelGroups {
+  Communicator* shard = nullptr;      // dp_shard: the ranks that together hold one copy of the sharded state
+  Communicator* replicate = nullptr;  // dp_replicate: the ranks that hold the same shard (hybrid sharding)
+  Communicator* dp = nullptr;         // both (dp_replicate x dp_shard): gradients are averaged over it
+  static DataParallelGroups of(const DeviceMesh& mesh);
+};
+
 class CommContext {
  public:
-  // Collective over `world` (it may split it for hybrid sharding).
-  CommContext(Device& device, Communicator& world, const ShardingOptions& options, int local_size);
+  // ZeRO stage 0 shards nothing: gradients are all-reduced over `groups.dp` and the shard group is this rank alone.
+  // Stages 1-3 reduce-scatter over `groups.shard` and, with a replicate group of more than one rank, all-reduce each
+  // shard across it (hybrid sharding).
+  CommContext(Device& device, const DataParallelGroups& groups, ZeroStage stage);
 
   Device& device() const { return device_; }
   // Every data-parallel rank: gradients are averaged over it.
-  Communicator& world() const { return world_; }
-  // Ranks that together hold one copy of the sharded state (size 1 for ZeRO stage 0).
-  int shard_rank() const { return shard_rank_; }
-  int shard_size() const { return shard_size_; }
-  Communicator& shard_group() const { return shard_group_ ? *shard_group_ : world_; }
-  // Hybrid sharding: the ranks holding the same shard in other groups; nullptr without hybrid sharding.
-  Communicator* replica_group() const { return replica_group_.get(); }
+  Communicator& dp_group() const { return *dp_; }
+  // Ranks that together hold one copy of the sharded state (this rank alone under ZeRO stage 0: shard_size() 1).
+  int shard_rank() const { return shard_ ? shard_->rank() : 0; }
+  int shard_size() const { return shard_ ? shard_->size() : 1; }
+  Communicator& shard_group() const;
+  // Hybrid sharding: the ranks holding the same shard; nullptr when there are none besides this one.
+  Communicator* replica_group() const { return replica_; }
+  // The groups whose ranks hold disjoint parts of the parameters' f32 shards (the shard group when it has more than
+  // one rank): a global norm sums over them.
+  std::vector<Communicator*> partition_groups() const;
 
   Stream& all_gather_stream() const { return *all_gather_stream_; }
   Stream& reduce_scatter_stream() const { return *reduce_scatter_stream_; }
 
  private:
   Device& device_;
-  Communicator& world_;
-  int shard_rank_ = 0;
-  int shard_size_ = 1;
-  std::unique_ptr<Communicator> shard_group_;    // only when it differs from world
-  std::unique_ptr<Communicator> replica_group_;  // only with hybrid sharding
+  Communicator* dp_;
+  Communicator* shard_ = nullptr;    // null under stage 0
+  Communicator* replica_ = nullptr;  // null without hybrid sharding
   std::unique_ptr<Stream> all_gather_stream_;
   std::unique_ptr<Stream> reduce_scatter_stream_;
 };

@@ -105,10 +105,6 @@ class HostFlatOps : public FlatOps {
   void add_sum_squares(const float* x, std::size_t n, double* out, Stream& stream) override {
     stream.enqueue_host([=] { *out += sum_squares(x, n); });
   }
-  void adamw(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
-             std::int64_t t, bool decay, Stream& stream) override {
-    stream.enqueue_host([=] { adamw_update(p, g, m, v, n, cfg, lr, t, decay); });
-  }
 };
 
 }  // namespace

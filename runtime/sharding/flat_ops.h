@@ -1,5 +1,6 @@
 // Element-wise operations the sharding runtime applies to flat buffers in host memory (the CPU backend):
-// dtype conversion, f32 accumulation, sums of squares, scaling.
+// dtype conversion, f32 accumulation, sums of squares, scaling. (The optimizer's update kernels are the optimizer's:
+// runtime/optim/adamw_kernel.h.)
 #pragma once
 
 #include <cstddef>
@@ -8,7 +9,6 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
-#include "runtime/optim/adamw.h"
 
 namespace strata {
 
@@ -35,9 +35,6 @@ class FlatOps {
   virtual void scale_f32(float* x, std::size_t n, float factor, Stream& stream) = 0;
   // *out += sum of x[i]^2 in double; `out` is one double in this device's memory.
   virtual void add_sum_squares(const float* x, std::size_t n, double* out, Stream& stream) = 0;
-  // adamw_update (runtime/optim/adamw.h) on n elements.
-  virtual void adamw(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
-                     std::int64_t t, bool decay, Stream& stream) = 0;
 };
 
 // The FlatOps for `device`'s memory: host loops for a CPU device, kernels for a CUDA device (flat_ops_cuda.cc).

@@ -59,11 +59,4 @@ void CudaFlatOps::add_sum_squares(const float* x, std::size_t n, double* out, St
                                                device_.cuda_stream(stream, "add_sum_squares")));
 }
 
-void CudaFlatOps::adamw(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg,
-                        double lr, std::int64_t t, bool decay, Stream& stream) {
-  const AdamWScalars a = adamw_scalars(cfg, lr, t, decay);
-  const cuda_flat::AdamW k{a.shrink, a.b1, a.one_minus_b1, a.b2, a.one_minus_b2, a.step_size, a.bc2_sqrt, a.eps};
-  STRATA_CHECK_CUDA(cuda_flat::adamw(p, g, m, v, n, k, device_.cuda_stream(stream, "adamw")));
-}
-
 }  // namespace strata

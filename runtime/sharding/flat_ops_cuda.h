@@ -15,8 +15,6 @@ class CudaFlatOps : public FlatOps {
   void add_f32_into(void* dst, DType dst_dtype, const float* src, std::size_t n, Stream& stream) override;
   void scale_f32(float* x, std::size_t n, float factor, Stream& stream) override;
   void add_sum_squares(const float* x, std::size_t n, double* out, Stream& stream) override;
-  void adamw(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
-             std::int64_t t, bool decay, Stream& stream) override;
 
  private:
   CudaDevice& device_;

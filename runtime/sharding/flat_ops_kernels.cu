@@ -1,4 +1,4 @@
-// CUDA kernels of FlatOps: element-wise conversion, accumulation, scaling, a deterministic sum of squares, AdamW.
+// CUDA kernels of FlatOps: element-wise conversion, accumulation, scaling, a deterministic sum of squares.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -75,17 +75,6 @@ __global__ void sum_partials_kernel(const double* partials, unsigned count, doub
   block_sum_into(acc, out, true);
 }
 
-__global__ void adamw_kernel(float* p, const float* g, float* m, float* v, std::size_t n, AdamW k) {
-  for (std::size_t i = blockIdx.x * std::size_t{blockDim.x} + threadIdx.x; i < n; i += std::size_t{gridDim.x} * blockDim.x) {
-    const float gi = g[i];
-    const float mi = k.b1 * m[i] + k.one_minus_b1 * gi;
-    const float vi = k.b2 * v[i] + k.one_minus_b2 * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * k.shrink - k.step_size * (mi / (sqrtf(vi) / k.bc2_sqrt + k.eps));
-  }
-}
-
 unsigned blocks_for(std::size_t n) {
   return static_cast<unsigned>(std::min<std::size_t>((n + kThreads - 1) / kThreads, 65535));
 }
@@ -121,12 +110,6 @@ cudaError_t add_sum_squares(const float* x, std::size_t n, double* out, double* 
   const unsigned blocks = static_cast<unsigned>(std::min<std::size_t>((n + kThreads - 1) / kThreads, kSumBlocks));
   sum_squares_partial_kernel<<<blocks, kThreads, 0, s>>>(x, n, scratch);
   sum_partials_kernel<<<1, kThreads, 0, s>>>(scratch, blocks, out);
-  return cudaGetLastError();
-}
-
-cudaError_t adamw(float* p, const float* g, float* m, float* v, std::size_t n, AdamW k, cudaStream_t s) {
-  if (n == 0) return cudaSuccess;
-  adamw_kernel<<<blocks_for(n), kThreads, 0, s>>>(p, g, m, v, n, k);
   return cudaGetLastError();
 }
 

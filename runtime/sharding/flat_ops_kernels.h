@@ -11,11 +11,6 @@ namespace strata::cuda_flat {
 // Float storage types, numbered as strata::DType's first three (kF32, kBF16, kF16).
 enum Type : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
 
-// The f32 constants of one AdamW step (strata::AdamWScalars, field for field).
-struct AdamW {
-  float shrink, b1, one_minus_b1, b2, one_minus_b2, step_size, bc2_sqrt, eps;
-};
-
 cudaError_t convert(const void* src, Type src_type, void* dst, Type dst_type, std::size_t n, cudaStream_t s);
 cudaError_t accumulate_f32(float* dst, const void* src, Type src_type, std::size_t n, cudaStream_t s);
 cudaError_t add_f32_into(void* dst, Type dst_type, const float* src, std::size_t n, cudaStream_t s);
@@ -24,6 +19,5 @@ cudaError_t scale_f32(float* x, std::size_t n, float factor, cudaStream_t s);
 // device memory used by one stream at a time), so the result does not vary between runs.
 constexpr unsigned kSumBlocks = 1024;
 cudaError_t add_sum_squares(const float* x, std::size_t n, double* out, double* scratch, cudaStream_t s);
-cudaError_t adamw(float* p, const float* g, float* m, float* v, std::size_t n, AdamW k, cudaStream_t s);
 
 }  // namespace strata::cuda_flat

@@ -1,4 +1,4 @@
-// ShardedUnit: buffer plan per ZeRO stage, gathers, gradient reduction and the per-unit optimizer update.
+// ShardedUnit: allocation from the unit's placement, gathers, gradient reduction, publication after an update.
 #include "runtime/sharding/sharded_unit.h"
 
 #include <chrono>
@@ -10,60 +10,41 @@
 
 namespace strata {
 
-StagePlan StagePlan::from(const ShardingOptions& o) {
-  StagePlan p;
-  p.params_sharded = o.stage == ZeroStage::kParameters;
-  p.grads_persist = o.stage == ZeroStage::kNone || o.stage == ZeroStage::kOptimizerState;
-  p.reduce_is_all_reduce = o.stage == ZeroStage::kNone;
-  p.offload_optimizer = o.offload != OffloadPolicy::kNone;
-  p.offload_params = o.offload == OffloadPolicy::kOptimizerAndParams;
-  // The master aliases the f32 parameters only where the optimizer runs: on the device without offload, in host
-  // memory when the parameter shards live there too (FSDP2's CPU offload).
-  p.separate_master = o.mixed_precision.param_dtype != DType::kF32 || (p.offload_optimizer && !p.offload_params);
-  return p;
+BufferPool& UnitResources::pool(UnitBuffer b) const {
+  BufferPool* p = pools[static_cast<std::size_t>(b)];
+  STRATA_CHECK_CODE(ErrorCode::kInternal, p != nullptr, "no pool for the {} buffer", unit_buffer_name(b));
+  return *p;
 }
-
-namespace {
-// Zeroed on the device's compute stream (the unit's constructor synchronises it before anything else reads).
-Buffer zeroed(Device& dev, std::size_t bytes, MemCategory c) {
-  Buffer b = dev.allocate(bytes, c);
-  dev.fill_zero(b.data(), bytes, dev.compute_stream());
-  return b;
-}
-}  // namespace
 
 ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, CommContext& comm,
-                         const ShardingOptions& options, const UnitPools& pools, CommStats& stats)
+                         const ShardingOptions& options, const UnitResources& resources, CommStats& stats)
     : name_(std::move(name)),
       comm_(comm),
       options_(options),
-      plan_(StagePlan::from(options)),
       layout_(slots, comm.shard_size(), options.align_elements),
+      placement_(layout_, options),
+      plan_(placement_.stage()),
       param_dtype_(options.mixed_precision.param_dtype),
       reduce_dtype_(options.mixed_precision.reduce_dtype),
-      pools_(pools),
-      stats_(stats) {
+      resources_(resources),
+      stats_(stats),
+      state_(name_, plan_.params_sharded ? ParamState::kSharded : ParamState::kUnsharded) {
   Device& dev = comm_.device();
-  STRATA_CHECK(pools_.ops && pools_.host_ops, "unit '{}': no flat operations given", name_);
-  STRATA_CHECK(!plan_.offload_optimizer || (pools_.host && pools_.upload && pools_.grad_return),
-               "unit '{}': offload needs the host device, the upload stream and the host pools", name_);
-  Device& state_dev = plan_.offload_optimizer ? *pools_.host : dev;  // master, gradient shard, Adam state
-  Device& shard_dev = plan_.offload_params ? *pools_.host : dev;     // ZeRO-3 parameter shard
-  const std::size_t S = layout_.shard_numel(), P = layout_.padded_numel(), psz = dtype_size(param_dtype_);
-  if (plan_.params_sharded) {
-    param_shard_ = zeroed(shard_dev, S * psz, MemCategory::kParamShard);
-  } else {
-    unsharded_params_.own(zeroed(dev, P * psz, MemCategory::kUnshardedParams));
-    sharded_state_ = ShardedState::kUnsharded;
-    make_views(param_views_, unsharded_params_.data(), param_dtype_);
+  STRATA_CHECK(resources_.ops && resources_.host_ops, "unit '{}': no flat operations given", name_);
+  STRATA_CHECK(!plan_.offload_optimizer || (resources_.host && resources_.upload),
+               "unit '{}': offload needs the host device and the upload stream", name_);
+  for (const BufferPlan& b : placement_.buffers()) {
+    if (b.lifetime != Lifetime::kPersistent) continue;
+    // Zeroed on its device's compute stream (synchronised below, before anything else reads).
+    Device& where = b.memory == Memory::kHost ? *resources_.host : dev;
+    Buffer owned = where.allocate(b.bytes(), b.category);
+    where.fill_zero(owned.data(), b.bytes(), where.compute_stream());
+    buffer(b.buffer).own(std::move(owned));
   }
-  if (plan_.separate_master) master_ = zeroed(state_dev, S * 4, MemCategory::kMaster);
-  grad_shard_ = zeroed(state_dev, S * 4, MemCategory::kGradShard);
-  exp_avg_ = zeroed(state_dev, S * 4, MemCategory::kOptimState);
-  exp_avg_sq_ = zeroed(state_dev, S * 4, MemCategory::kOptimState);
+  if (!plan_.params_sharded) make_views(param_views_, buffer(UnitBuffer::kUnshardedParams).data(), param_dtype_);
   if (plan_.grads_persist) {
-    unsharded_grads_.own(zeroed(dev, P * psz, MemCategory::kUnshardedGrads));
-    make_views(grad_views_, unsharded_grads_.data(), param_dtype_);
+    make_views(grad_views_, buffer(UnitBuffer::kUnshardedGrads).data(), param_dtype_);
+    state_.to(GradState::kHeld);
   }
   unsharded_event_ = dev.create_event();
   grads_ready_event_ = dev.create_event();
@@ -75,33 +56,32 @@ ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, C
 }
 
 ShardedUnit::~ShardedUnit() {
-  // Let queued work that refers to our buffers finish before they go (bounded; errors are reported by step()).
+  // Let queued work that refers to our buffers finish before they go (bounded; errors are reported by the step).
   try {
-    if (reduce_pending_) reduced_event_->synchronize();
-    if (gather_pending_) unsharded_event_->synchronize();
-    if (upload_pending_) upload_event_->synchronize();
+    if (state_.grads() == GradState::kReducing) reduced_event_->synchronize();
+    if (state_.params() == ParamState::kGathering) unsharded_event_->synchronize();
+    if (state_.shard_write() == ShardWrite::kUploading) upload_event_->synchronize();
   } catch (...) {
   }
 }
 
-std::size_t ShardedUnit::master_numel() const { return layout_.shard_numel(); }
+Device& ShardedUnit::state_device() { return plan_.offload_optimizer ? *resources_.host : comm_.device(); }
 
-Device& ShardedUnit::state_device() { return plan_.offload_optimizer ? *pools_.host : comm_.device(); }
-
-FlatOps& ShardedUnit::state_ops() { return plan_.offload_optimizer ? *pools_.host_ops : *pools_.ops; }
+FlatOps& ShardedUnit::state_ops() { return plan_.offload_optimizer ? *resources_.host_ops : *resources_.ops; }
 
 float* ShardedUnit::master() {
-  if (plan_.separate_master) return master_.as<float>();
-  if (plan_.params_sharded) return param_shard_.as<float>();
-  return unsharded_params_.as<float>() + layout_.shard_offset(comm_.shard_rank());
+  if (plan_.separate_master) return buffer(UnitBuffer::kMaster).as<float>();
+  if (plan_.params_sharded) return buffer(UnitBuffer::kParamShard).as<float>();
+  return buffer(UnitBuffer::kUnshardedParams).as<float>() + layout_.shard_offset(comm_.shard_rank());
 }
+
+float* ShardedUnit::grad_shard() { return buffer(UnitBuffer::kGradShard).as<float>(); }
 
 void* ShardedUnit::param_shard_ptr() {
-  if (plan_.params_sharded) return param_shard_.data();
-  return unsharded_params_.as<char>() + layout_.shard_offset(comm_.shard_rank()) * dtype_size(param_dtype_);
+  if (plan_.params_sharded) return buffer(UnitBuffer::kParamShard).data();
+  return buffer(UnitBuffer::kUnshardedParams).as<char>() +
+         layout_.shard_offset(comm_.shard_rank()) * dtype_size(param_dtype_);
 }
-
-std::vector<ShardSegment> ShardedUnit::master_segments() const { return layout_.segments(comm_.shard_rank()); }
 
 void ShardedUnit::make_views(std::vector<TensorView>& views, void* base, DType dtype) {
   views.clear();
@@ -127,52 +107,59 @@ void ShardedUnit::time_on(Stream& stream, const std::function<void()>& enqueue_c
 void ShardedUnit::init(const SlotInit& fill) {
   // The caller fills host memory: the master itself when it is host memory, else a staging copy sent over.
   Device& dev = state_device();
+  const std::size_t S = layout_.shard_numel();
   const bool in_place = dev.kind() == DeviceKind::kCpu;
-  std::vector<float> staging(in_place ? 0 : master_numel());
+  std::vector<float> staging(in_place ? 0 : S);
   float* m = in_place ? master() : staging.data();
-  std::memset(m, 0, master_numel() * 4);
-  for (const ShardSegment& seg : master_segments())
+  std::memset(m, 0, S * 4);
+  for (const ShardSegment& seg : layout_.segments(comm_.shard_rank()))
     fill(layout_.slots()[seg.slot], seg.slot_begin, seg.length, m + seg.shard_begin);
-  if (!in_place) dev.copy_from_host(master(), m, master_numel() * 4);
+  if (!in_place) dev.copy_from_host(master(), m, S * 4);
   publish_params();
+}
+
+void ShardedUnit::upload_params() {
+  // The update happened in host memory: send this rank's slice, in param dtype, to the device (DeepSpeed's
+  // ZeRO-Offload casts on the host, so only param-dtype bytes cross the bus).
+  const std::size_t S = layout_.shard_numel(), bytes = S * dtype_size(param_dtype_);
+  const void* src = master();
+  if (param_dtype_ != DType::kF32) {
+    PooledBuffer& slot = buffer(UnitBuffer::kUploadSlot);
+    slot.borrow(resources_.pool(UnitBuffer::kUploadSlot));
+    state_ops().convert(master(), DType::kF32, slot.data(), param_dtype_, S, state_device().compute_stream());
+    src = slot.data();
+  }
+  Stream& up = *resources_.upload;
+  comm_.device().copy(param_shard_ptr(), src, bytes, up);
+  up.record(*upload_event_);
+  state_.to(ShardWrite::kUploading);
+  stats_.to_device_bytes += bytes;
+  if (!plan_.params_sharded && comm_.shard_size() > 1) {
+    Stream& ag = comm_.all_gather_stream();
+    ag.wait(*upload_event_);
+    time_on(ag, [&] {
+      comm_.shard_group().all_gather(param_shard_ptr(), buffer(UnitBuffer::kUnshardedParams).data(), S, param_dtype_,
+                                     ag);
+    });
+    stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
+    ag.record(*unsharded_event_);
+    if (state_.params() != ParamState::kGathering) state_.to(ParamState::kGathering);
+  }
 }
 
 void ShardedUnit::publish_params() {
   if (plan_.offload_optimizer && !plan_.offload_params) {
-    // The update happened in host memory: send this rank's slice, in param dtype, to the device (DeepSpeed's
-    // ZeRO-Offload casts on the host, so only param-dtype bytes cross the bus).
-    const std::size_t S = master_numel(), bytes = S * dtype_size(param_dtype_);
-    const void* src = master();
-    if (param_dtype_ != DType::kF32) {
-      upload_slot_.borrow(*pools_.param_upload);
-      state_ops().convert(master(), DType::kF32, upload_slot_.data(), param_dtype_, S, state_device().compute_stream());
-      src = upload_slot_.data();
-    }
-    Stream& up = *pools_.upload;
-    comm_.device().copy(param_shard_ptr(), src, bytes, up);
-    up.record(*upload_event_);
-    upload_pending_ = true;
-    stats_.to_device_bytes += bytes;
-    if (!plan_.params_sharded && comm_.shard_size() > 1) {
-      Stream& ag = comm_.all_gather_stream();
-      ag.wait(*upload_event_);
-      time_on(ag, [&] {
-        comm_.shard_group().all_gather(param_shard_ptr(), unsharded_params_.data(), S, param_dtype_, ag);
-      });
-      stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
-      ag.record(*unsharded_event_);
-      gather_pending_ = true;
-    }
+    upload_params();
     return;
   }
   Stream& compute = comm_.device().compute_stream();
   if (plan_.separate_master)  // master and parameters in the same memory: the device's, or the host's (offload)
-    state_ops().convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, master_numel(),
+    state_ops().convert(master(), DType::kF32, param_shard_ptr(), param_dtype_, layout_.shard_numel(),
                         state_device().compute_stream());
   if (plan_.params_sharded && !plan_.offload_params) {
-    // The next gather reads the shard the compute stream just updated (AdamW, the cast): it waits for this.
+    // The next gather reads the shard the compute stream just updated (the update, the cast): it waits for this.
     compute.record(*computed_event_);
-    shard_updated_ = true;
+    if (state_.shard_write() != ShardWrite::kOnCompute) state_.to(ShardWrite::kOnCompute);
   }
   if (!plan_.params_sharded && comm_.shard_size() > 1) {
     // ZeRO-1/2: every rank updated its slice of the full parameters; gather the others' slices in place.
@@ -180,169 +167,163 @@ void ShardedUnit::publish_params() {
     compute.record(*computed_event_);
     ag.wait(*computed_event_);
     time_on(ag, [&] {
-      comm_.shard_group().all_gather(param_shard_ptr(), unsharded_params_.data(), master_numel(), param_dtype_, ag);
+      comm_.shard_group().all_gather(param_shard_ptr(), buffer(UnitBuffer::kUnshardedParams).data(),
+                                     layout_.shard_numel(), param_dtype_, ag);
     });
     stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
     ag.record(*unsharded_event_);
-    gather_pending_ = true;
+    if (state_.params() != ParamState::kGathering) state_.to(ParamState::kGathering);
   }
 }
 
 void ShardedUnit::unshard() {
-  if (!plan_.params_sharded || sharded_state_ == ShardedState::kUnsharded) return;
+  if (!plan_.params_sharded || state_.params() != ParamState::kSharded) return;
   Stream& ag = comm_.all_gather_stream();
-  const void* send = param_shard_.data();
+  const void* send = buffer(UnitBuffer::kParamShard).data();
   if (plan_.offload_params) {
     // The shard lives in host memory: copy it to the device on the upload stream, ahead of its gather.
     const std::size_t bytes = layout_.shard_numel() * dtype_size(param_dtype_);
-    Stream& up = *pools_.upload;
-    staged_shard_.borrow(*pools_.staged_shards, &up);  // after the gather that last read this slot
-    comm_.device().copy(staged_shard_.data(), param_shard_.data(), bytes, up);
+    Stream& up = *resources_.upload;
+    PooledBuffer& staged = buffer(UnitBuffer::kStagedShard);
+    staged.borrow(resources_.pool(UnitBuffer::kStagedShard), &up);  // after the gather that last read this slot
+    comm_.device().copy(staged.data(), send, bytes, up);
     up.record(*staged_event_);
     ag.wait(*staged_event_);
-    send = staged_shard_.data();
+    send = staged.data();
     stats_.to_device_bytes += bytes;
   }
-  if (upload_pending_) ag.wait(*upload_event_);  // the shard an update just sent up
-  if (shard_updated_) {
-    ag.wait(*computed_event_);
-    shard_updated_ = false;
+  switch (state_.shard_write()) {
+    case ShardWrite::kUploading: ag.wait(*upload_event_); break;  // the shard an update just sent up
+    case ShardWrite::kOnCompute:
+      ag.wait(*computed_event_);
+      state_.to(ShardWrite::kNone);
+      break;
+    case ShardWrite::kNone: break;
   }
-  unsharded_params_.borrow(*pools_.params, &ag);  // after the compute that last read this slot
+  PooledBuffer& gathered = buffer(UnitBuffer::kUnshardedParams);
+  gathered.borrow(resources_.pool(UnitBuffer::kUnshardedParams), &ag);  // after the compute that last read the slot
   time_on(ag, [&] {
-    comm_.shard_group().all_gather(send, unsharded_params_.data(), layout_.shard_numel(), param_dtype_, ag);
+    comm_.shard_group().all_gather(send, gathered.data(), layout_.shard_numel(), param_dtype_, ag);
   });
   stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
   ag.record(*unsharded_event_);
-  gather_pending_ = true;
-  sharded_state_ = ShardedState::kUnsharded;
-  make_views(param_views_, unsharded_params_.data(), param_dtype_);
+  state_.to(ParamState::kGathering);
+  make_views(param_views_, gathered.data(), param_dtype_);
 }
 
 void ShardedUnit::wait_for_unshard() {
-  STRATA_CHECK(sharded_state_ == ShardedState::kUnsharded, "unit '{}': wait_for_unshard() before unshard()", name_);
-  if (!gather_pending_) return;
+  STRATA_CHECK(state_.params() != ParamState::kSharded, "unit '{}': wait_for_unshard() before unshard()", name_);
+  if (state_.params() != ParamState::kGathering) return;
   comm_.device().compute_stream().wait(*unsharded_event_);
-  gather_pending_ = false;
+  state_.to(ParamState::kUnsharded);
   // The staged shard goes back to its pool; its next copy waits for this gather, which reads it.
-  if (staged_shard_) staged_shard_.release(&comm_.all_gather_stream());
+  PooledBuffer& staged = buffer(UnitBuffer::kStagedShard);
+  if (staged) staged.release(&comm_.all_gather_stream());
 }
 
 void ShardedUnit::finish_upload() {
-  if (!upload_pending_) return;
-  upload_pending_ = false;
+  if (state_.shard_write() != ShardWrite::kUploading) return;
   upload_event_->synchronize();
-  upload_slot_.release();
+  state_.to(ShardWrite::kNone);
+  buffer(UnitBuffer::kUploadSlot).release();
 }
 
 void ShardedUnit::reshard() {
-  if (!plan_.params_sharded || sharded_state_ == ShardedState::kSharded) return;
-  if (gather_pending_) wait_for_unshard();
+  if (!plan_.params_sharded || state_.params() == ParamState::kSharded) return;
+  if (state_.params() == ParamState::kGathering) wait_for_unshard();
   // The slot's next gather waits for the compute enqueued so far (it may still read it on a GPU); no host wait.
-  unsharded_params_.release(&comm_.device().compute_stream());
+  buffer(UnitBuffer::kUnshardedParams).release(&comm_.device().compute_stream());
   param_views_.clear();
-  sharded_state_ = ShardedState::kSharded;
+  state_.to(ParamState::kSharded);
 }
 
 void ShardedUnit::prepare_grads() {
   // A reduction of this unit's previous micro-batch may still read (and then zero or free) the buffer.
   finish_reduce();
-  if (unsharded_grads_) return;
-  unsharded_grads_.borrow(*pools_.grads);
-  comm_.device().fill_zero(unsharded_grads_.data(), layout_.padded_numel() * dtype_size(param_dtype_),
+  if (state_.grads() == GradState::kHeld) return;
+  PooledBuffer& grads = buffer(UnitBuffer::kUnshardedGrads);
+  grads.borrow(resources_.pool(UnitBuffer::kUnshardedGrads));
+  comm_.device().fill_zero(grads.data(), layout_.padded_numel() * dtype_size(param_dtype_),
                            comm_.device().compute_stream());
-  make_views(grad_views_, unsharded_grads_.data(), param_dtype_);
+  make_views(grad_views_, grads.data(), param_dtype_);
+  state_.to(GradState::kHeld);
 }
 
 void ShardedUnit::reduce_grads(bool sync) {
-  STRATA_CHECK(static_cast<bool>(unsharded_grads_),
+  STRATA_CHECK(state_.grads() != GradState::kNone,
                "unit '{}': reduce_grads() before its gradients were prepared (call begin_backward first)", name_);
-  if (!sync) return;  // no-sync accumulation: gradients stay unsharded until the last micro-batch
+  if (!sync) return;  // no-sync accumulation: gradients stay unsharded until a micro-batch that syncs
   finish_reduce();
   Device& dev = comm_.device();
   Stream& rs = comm_.reduce_scatter_stream();
   const std::size_t S = layout_.shard_numel(), P = layout_.padded_numel(), rsz = dtype_size(reduce_dtype_);
+  PooledBuffer& grads = buffer(UnitBuffer::kUnshardedGrads);
   dev.compute_stream().record(*grads_ready_event_);
   rs.wait(*grads_ready_event_);
 
-  const void* src = unsharded_grads_.data();
+  const void* src = grads.data();
   if (reduce_dtype_ != param_dtype_) {
-    reduce_in_.borrow(*pools_.reduce_in);
-    pools_.ops->convert(unsharded_grads_.data(), param_dtype_, reduce_in_.data(), reduce_dtype_, P, rs);
-    src = reduce_in_.data();
+    PooledBuffer& converted = buffer(UnitBuffer::kReduceIn);
+    converted.borrow(resources_.pool(UnitBuffer::kReduceIn));
+    resources_.ops->convert(grads.data(), param_dtype_, converted.data(), reduce_dtype_, P, rs);
+    src = converted.data();
   }
-  reduce_out_.borrow(*pools_.reduce_out);
+  PooledBuffer& out = buffer(UnitBuffer::kReduceOut);
+  out.borrow(resources_.pool(UnitBuffer::kReduceOut));
   time_on(rs, [&] {
     if (plan_.reduce_is_all_reduce) {
-      comm_.world().all_reduce(src, reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
+      comm_.dp_group().all_reduce(src, out.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
     } else {
-      comm_.shard_group().reduce_scatter(src, reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
+      comm_.shard_group().reduce_scatter(src, out.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
       if (Communicator* replicas = comm_.replica_group())
-        replicas->all_reduce(reduce_out_.data(), reduce_out_.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
+        replicas->all_reduce(out.data(), out.data(), S, reduce_dtype_, ReduceOp::kAvg, rs);
     }
   });
   (plan_.reduce_is_all_reduce ? stats_.all_reduce_bytes : stats_.reduce_scatter_bytes) += P * rsz;
   if (plan_.offload_optimizer) {
     // The gradient shard lives in host memory: copy the reduced shard down, then accumulate on the host.
-    grad_return_.borrow(*pools_.grad_return);
-    dev.copy(grad_return_.data(), reduce_out_.data(), S * rsz, rs);
-    pools_.host_ops->accumulate_f32(grad_shard_.as<float>(), grad_return_.data(), reduce_dtype_, S, rs);
+    PooledBuffer& landed = buffer(UnitBuffer::kGradReturn);
+    landed.borrow(resources_.pool(UnitBuffer::kGradReturn));
+    dev.copy(landed.data(), out.data(), S * rsz, rs);
+    resources_.host_ops->accumulate_f32(grad_shard(), landed.data(), reduce_dtype_, S, rs);
     stats_.to_host_bytes += S * rsz;
   } else {
-    pools_.ops->accumulate_f32(grad_shard_.as<float>(), reduce_out_.data(), reduce_dtype_, S, rs);
+    resources_.ops->accumulate_f32(grad_shard(), out.data(), reduce_dtype_, S, rs);
   }
-  if (plan_.grads_persist) dev.fill_zero(unsharded_grads_.data(), P * dtype_size(param_dtype_), rs);
+  if (plan_.grads_persist) dev.fill_zero(grads.data(), P * dtype_size(param_dtype_), rs);
   rs.record(*reduced_event_);
-  reduce_pending_ = true;
+  state_.to(GradState::kReducing);
 }
 
 void ShardedUnit::finish_reduce() {
-  if (!reduce_pending_) return;
-  reduce_pending_ = false;
+  if (state_.grads() != GradState::kReducing) return;
   reduced_event_->synchronize();
-  reduce_in_.release();
-  reduce_out_.release();
-  grad_return_.release();
-  if (!plan_.grads_persist) {
-    unsharded_grads_.release();
+  buffer(UnitBuffer::kReduceIn).release();
+  buffer(UnitBuffer::kReduceOut).release();
+  buffer(UnitBuffer::kGradReturn).release();
+  if (plan_.grads_persist) {
+    state_.to(GradState::kHeld);
+  } else {
+    buffer(UnitBuffer::kUnshardedGrads).release();
     grad_views_.clear();
+    state_.to(GradState::kNone);
   }
 }
 
-void ShardedUnit::add_grad_sum_squares(double* out) {
-  const float* g = grad_shard_.as<float>();
-  for (const ShardSegment& seg : master_segments()) {
-    if (layout_.slots()[seg.slot].trainable)
-      state_ops().add_sum_squares(g + seg.shard_begin, seg.length, out, state_device().compute_stream());
+void ShardedUnit::prepare_update() {
+  finish_upload();  // the previous update's copy may still read the master
+  if (state_.params() == ParamState::kGathering) {  // a gather may still be sending this rank's slice
+    unsharded_event_->synchronize();
+    state_.to(ParamState::kUnsharded);
   }
-}
-
-void ShardedUnit::scale_grads(float factor) {
-  state_ops().scale_f32(grad_shard_.as<float>(), master_numel(), factor, state_device().compute_stream());
+  // ZeRO-3: a gathered copy left by a prefetch the trainer did not use would be stale after the update.
+  if (plan_.params_sharded) reshard();
 }
 
 void ShardedUnit::zero_grad_shard() {
   Device& dev = state_device();
-  dev.fill_zero(grad_shard_.data(), grad_shard_.bytes(), dev.compute_stream());
-}
-
-void ShardedUnit::adamw_step(const AdamWConfig& cfg, double lr, std::int64_t t) {
-  finish_upload();  // the previous update's copy may still read the master
-  if (gather_pending_) {  // a refresh gather may still be sending this rank's slice
-    unsharded_event_->synchronize();
-    gather_pending_ = false;
-  }
-  float* p = master();
-  const float* g = grad_shard_.as<float>();
-  float* m = exp_avg_.as<float>();
-  float* v = exp_avg_sq_.as<float>();
-  for (const ShardSegment& seg : master_segments()) {
-    const ParamSlot& slot = layout_.slots()[seg.slot];
-    if (!slot.trainable) continue;
-    std::size_t o = seg.shard_begin;
-    state_ops().adamw(p + o, g + o, m + o, v + o, seg.length, cfg, lr, t, slot.weight_decay,
-                      state_device().compute_stream());
-  }
+  const PooledBuffer& g = buffer(UnitBuffer::kGradShard);
+  dev.fill_zero(g.data(), placement_.at(UnitBuffer::kGradShard).bytes(), dev.compute_stream());
 }
 
 std::vector<float> ShardedUnit::gather_master() {

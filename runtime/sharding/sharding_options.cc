@@ -1,4 +1,4 @@
-// ShardingOptions validation and description.
+// ShardingOptions: names, validation and description.
 #include "runtime/sharding/sharding_options.h"
 
 #include <fmt/format.h>
@@ -38,22 +38,7 @@ OffloadPolicy offload_from_name(const std::string& name) {
                "optimizer+params)", name);
 }
 
-int ShardingOptions::shard_group_size(int world_size, int local_size) const {
-  if (stage == ZeroStage::kNone) return 1;
-  if (hybrid_shard_size == 0) return world_size;
-  if (hybrid_shard_size < 0) return local_size;
-  return hybrid_shard_size;
-}
-
-void ShardingOptions::validate(int world_size, int local_size) const {
-  STRATA_CHECK(hybrid_shard_size >= -1, "hybrid_shard_size {} must be a group size, 0 (off) or -1 (per node)",
-               hybrid_shard_size);
-  STRATA_CHECK(hybrid_shard_size == 0 || stage != ZeroStage::kNone,
-               "hybrid sharding (group size {}) needs a ZeRO stage of 1 or more, not stage 0", hybrid_shard_size);
-  int k = shard_group_size(world_size, local_size);
-  STRATA_CHECK(k >= 1 && world_size % k == 0,
-               "hybrid shard group size {} does not divide the world size {} (hybrid_shard_size = {})", k,
-               world_size, hybrid_shard_size);
+void ShardingOptions::validate() const {
   STRATA_CHECK(offload != OffloadPolicy::kOptimizerAndParams || stage == ZeroStage::kParameters,
                "offload of the parameters needs ZeRO stage 3 (stage {} keeps the full parameters on every device); "
                "use offload 'optimizer' instead",
@@ -64,20 +49,14 @@ void ShardingOptions::validate(int world_size, int local_size) const {
                dtype_name(mixed_precision.param_dtype));
   STRATA_CHECK(mixed_precision.reduce_dtype == DType::kF32 || mixed_precision.reduce_dtype == DType::kBF16,
                "reduce_dtype {} is not supported (use f32 or bf16)", dtype_name(mixed_precision.reduce_dtype));
-  STRATA_CHECK(!dynamic_loss_scale || initial_loss_scale > 0, "initial_loss_scale {} must be positive",
-               initial_loss_scale);
-  STRATA_CHECK(!dynamic_loss_scale || loss_scale_window > 0, "loss_scale_window {} must be positive",
-               loss_scale_window);
 }
 
 std::string ShardingOptions::describe() const {
-  return fmt::format(
-      "ZeRO stage {}, param_dtype {}, reduce_dtype {}, hybrid_shard_size {}, reshard_after_forward {}, "
-      "grad accumulation {}, grad_clip {}, dynamic loss scale {}, prefetch depth {}, offload {}",
-      zero_stage_name(stage), dtype_name(mixed_precision.param_dtype), dtype_name(mixed_precision.reduce_dtype),
-      hybrid_shard_size, reshard_after_forward,
-      grad_accumulation == GradAccumulation::kNoSync ? "no-sync" : "reduce every micro-batch", grad_clip,
-      dynamic_loss_scale, prefetch_depth, offload_name(offload));
+  return fmt::format("ZeRO stage {}, param_dtype {}, reduce_dtype {}, reshard_after_forward {}, prefetch depth {}, "
+                     "offload {}",
+                     zero_stage_name(stage), dtype_name(mixed_precision.param_dtype),
+                     dtype_name(mixed_precision.reduce_dtype), reshard_after_forward, prefetch_depth,
+                     offload_name(offload));
 }
 
 }  // namespace strata

@@ -1,4 +1,5 @@
-// ShardingOptions: the ZeroStage, the MixedPrecisionPolicy, hybrid sharding and gradient accumulation, as data.
+// ShardingOptions: the ZeroStage, the MixedPrecisionPolicy, prefetch and offload, as data. Which ranks shard and which
+// replicate is the DeviceMesh's (dp_shard x dp_replicate); clipping and loss scaling are the optimizer's.
 #pragma once
 
 #include <cstddef>
@@ -25,11 +26,6 @@ struct MixedPrecisionPolicy {
   DType reduce_dtype = DType::kF32;
 };
 
-enum class GradAccumulation {
-  kReduceEveryMicroBatch,  // reduce-scatter after every micro-batch, accumulate into the f32 shard (low memory)
-  kNoSync,                 // accumulate unsharded gradients, reduce once on the last micro-batch
-};
-
 // Where the sharded state lives (FSDP2's CPUOffloadPolicy, DeepSpeed's offload_optimizer / offload_param).
 enum class OffloadPolicy {
   kNone,                // everything on the device
@@ -42,30 +38,19 @@ OffloadPolicy offload_from_name(const std::string& name);  // kInvalidArgument f
 struct ShardingOptions {
   ZeroStage stage = ZeroStage::kParameters;
   MixedPrecisionPolicy mixed_precision;
-  // Hybrid sharding (HSDP): shard within groups of this many consecutive ranks and all-reduce across groups.
-  // 0: shard over the whole world. -1: one group per node (ranks per node).
-  int hybrid_shard_size = 0;
   // ZeRO-3: free gathered parameters after forward (true) or keep them for backward (false).
   bool reshard_after_forward = true;
-  GradAccumulation grad_accumulation = GradAccumulation::kReduceEveryMicroBatch;
-  // How many units ahead to gather: forward gathers unit i+1..i+depth while unit i computes, backward i-1..
-  // 0 turns prefetch off. See docs/notes/prefetch.md.
+  // How many units ahead to gather by default: forward gathers unit i+1..i+depth while unit i computes, backward
+  // i-1..; 0 turns prefetch off. A schedule may set explicit lists instead (ShardedModel::set_forward_prefetch).
+  // See docs/notes/prefetch.md.
   int prefetch_depth = 1;
   // Host memory for the optimizer (and the parameter shards); see docs/notes/offload.md.
   OffloadPolicy offload = OffloadPolicy::kNone;
   // Shards are padded so that every rank's shard is a multiple of this many elements.
   std::size_t align_elements = 16;
-  // Global gradient-norm clipping threshold; <= 0 disables clipping (the norm is still computed and returned).
-  double grad_clip = 0.0;
-  // Dynamic loss scaling (f16): initial scale, growth every `loss_scale_window` good steps, halving on overflow.
-  bool dynamic_loss_scale = false;
-  float initial_loss_scale = 65536.0f;
-  int loss_scale_window = 1000;
 
-  // Throws kInvalidArgument naming the offending values. world_size and local_size are the job's.
-  void validate(int world_size, int local_size) const;
-  // The shard group size these options give on this job.
-  int shard_group_size(int world_size, int local_size) const;
+  // Throws kInvalidArgument naming the offending values.
+  void validate() const;
   std::string describe() const;
 };
 

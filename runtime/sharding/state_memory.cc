@@ -1,10 +1,11 @@
-// predict_state_memory: ShardedModel's constructor and ShardedUnit's buffers, as arithmetic.
+// predict_state_memory: UnitPlacement and the pools, summed; the over-budget advice built on it.
 #include "runtime/sharding/state_memory.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 
-#include "runtime/sharding/shard_layout.h"
-#include "runtime/sharding/sharded_unit.h"
+#include "runtime/sharding/unit_placement.h"
 
 namespace strata {
 
@@ -14,55 +15,89 @@ std::uint64_t total(const CategoryBytes& b) {
   return t;
 }
 
-StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const ShardingOptions& o, int world,
-                                 int local_size) {
+StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const ShardingOptions& o,
+                                 const DataParallelSizes& groups, int optimizer_floats) {
   const StagePlan plan = StagePlan::from(o);
-  const std::uint64_t psz = dtype_size(o.mixed_precision.param_dtype);
-  const std::uint64_t rsz = dtype_size(o.mixed_precision.reduce_dtype);
-  const int shard = o.shard_group_size(world, local_size);
-  std::uint64_t sum_p = 0, sum_s = 0, max_p = 0, max_s = 0;
-  for (const UnitSpec& u : units) {
-    ShardLayout l(u.slots, shard, o.align_elements);
-    sum_p += l.padded_numel();
-    sum_s += l.shard_numel();
-    max_p = std::max<std::uint64_t>(max_p, l.padded_numel());
-    max_s = std::max<std::uint64_t>(max_s, l.shard_numel());
-  }
-  auto slot = [](std::uint64_t bytes) { return std::max<std::uint64_t>(bytes, 64); };  // BufferPool's minimum
-  const std::uint64_t in_flight = static_cast<std::uint64_t>(o.prefetch_depth) + 1;    // gathers at once
+  const int shard = o.stage == ZeroStage::kNone ? 1 : groups.shard;
   StateMemory m;
-  auto dev = [&](MemCategory c) -> std::uint64_t& { return m.device[static_cast<std::size_t>(c)]; };
-  auto host = [&](MemCategory c) -> std::uint64_t& { return m.host[static_cast<std::size_t>(c)]; };
-  // Parameter shards: on the device (ZeRO-3), or on the host with one staged copy per gather in flight.
-  if (plan.offload_params) {
-    host(MemCategory::kParamShard) = sum_s * psz;
-    dev(MemCategory::kParamShard) = in_flight * slot(max_s * psz);
-  } else if (plan.params_sharded) {
-    dev(MemCategory::kParamShard) = sum_s * psz;
+  auto at = [&](Memory where, MemCategory c) -> std::uint64_t& {
+    return (where == Memory::kHost ? m.host : m.device)[static_cast<std::size_t>(c)];
+  };
+  std::vector<UnitPlacement> placements;
+  std::uint64_t sum_s = 0, max_s = 0, max_p = 0;
+  for (const UnitSpec& u : units) {
+    ShardLayout layout(u.slots, shard, o.align_elements);
+    placements.emplace_back(layout, o);
+    sum_s += layout.shard_numel();
+    max_s = std::max<std::uint64_t>(max_s, layout.shard_numel());
+    max_p = std::max<std::uint64_t>(max_p, layout.padded_numel());
+    for (const BufferPlan& b : placements.back().buffers())
+      if (b.lifetime == Lifetime::kPersistent) at(b.memory, b.category) += b.bytes();
   }
-  // Master, gradient shard and Adam state, where the optimizer runs.
-  CategoryBytes& state = plan.offload_optimizer ? m.host : m.device;
-  state[static_cast<std::size_t>(MemCategory::kMaster)] = plan.separate_master ? sum_s * 4 : 0;
-  state[static_cast<std::size_t>(MemCategory::kGradShard)] = sum_s * 4;
-  state[static_cast<std::size_t>(MemCategory::kOptimState)] = sum_s * 8;
-  // Gathered parameters and unsharded gradients: persistent, or pools of largest-unit slots.
-  dev(MemCategory::kUnshardedParams) = plan.params_sharded ? in_flight * slot(max_p * psz) : sum_p * psz;
-  dev(MemCategory::kUnshardedGrads) = plan.grads_persist ? sum_p * psz : 2 * slot(max_p * psz);
-  // Reduction staging: two reduce-output slots, two conversion slots when the dtypes differ, and the MPI lane's
-  // grow-only scratch for the largest reduction (an all-to-all of a unit, or stage 0's padded all-reduce) or the
-  // norm's f64 all-reduce.
-  const std::uint64_t n = static_cast<std::uint64_t>(world);
-  std::uint64_t lane = plan.reduce_is_all_reduce ? 2 * n * ((max_p + n - 1) / n) * rsz : n * max_s * rsz;
-  if (shard > 1) lane = std::max<std::uint64_t>(lane, 2 * n * 8);
-  const bool convert = o.mixed_precision.reduce_dtype != o.mixed_precision.param_dtype;
-  dev(MemCategory::kCommBuffer) = 2 * slot(max_s * rsz) + (convert ? 2 * slot(max_p * rsz) : 0) + lane;
-  dev(MemCategory::kWorkspace) = 8;  // the global norm's all-reduce
-  if (plan.offload_optimizer) {
-    // Landing slots for two returned gradient shards, and two upload slots when parameters are cast before the copy.
-    const bool upload_slots = !plan.offload_params && o.mixed_precision.param_dtype != DType::kF32;
-    host(MemCategory::kCommBuffer) = 2 * slot(max_s * rsz) + (upload_slots ? 2 * slot(max_s * psz) : 0);
+  for (const PoolPlan& p : plan_pools(placements, o))
+    at(p.memory, p.category) += static_cast<std::uint64_t>(p.initial_slots) * p.slot_bytes;
+  // The optimizer's state where the master is; the global norm's sum of squares (two doubles) on the device.
+  at(plan.offload_optimizer ? Memory::kHost : Memory::kDevice, MemCategory::kOptimState) +=
+      static_cast<std::uint64_t>(optimizer_floats) * sum_s * 4;
+  at(Memory::kDevice, MemCategory::kWorkspace) += 16;
+  // The MPI backend's staging, one grow-only buffer per (group, stream) lane, sized by its largest reduction: stage 0
+  // all-reduces a padded unit over dp; stages 1-3 reduce-scatter into shards over dp_shard (and all-reduce the norm
+  // over it), then all-reduce each shard across dp_replicate. An all-reduce of n elements over g ranks stages
+  // 2 g ceil(n / g); a reduce-scatter to n elements stages g n.
+  const std::uint64_t rsz = dtype_size(o.mixed_precision.reduce_dtype);
+  auto all_reduce_staging = [](std::uint64_t n, std::uint64_t g, std::uint64_t esz) {
+    return 2 * g * ((n + g - 1) / g) * esz;
+  };
+  std::uint64_t staging = 0;
+  if (plan.reduce_is_all_reduce) {
+    staging = all_reduce_staging(max_p, static_cast<std::uint64_t>(groups.dp()), rsz);
+  } else {
+    const std::uint64_t k = static_cast<std::uint64_t>(shard);
+    staging = k * max_s * rsz;
+    if (k > 1) staging = std::max(staging, all_reduce_staging(2, k, 8));
+    if (groups.replicate > 1) staging += all_reduce_staging(max_s, static_cast<std::uint64_t>(groups.replicate), rsz);
   }
+  at(Memory::kDevice, MemCategory::kCommBuffer) += staging;
   return m;
+}
+
+std::string state_fit_advice(const std::vector<UnitSpec>& units, const ShardingOptions& o,
+                             const DataParallelSizes& groups, int optimizer_floats, std::uint64_t budget) {
+  auto size = [](std::uint64_t x) {
+    if (x >= (1u << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(x) / (1024.0 * 1024.0));
+    if (x >= (1u << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(x) / 1024.0);
+    return fmt::format("{} bytes", x);
+  };
+  auto bytes = [&](const ShardingOptions& c) {
+    return total(predict_state_memory(units, c, groups, optimizer_floats).device);
+  };
+  const std::uint64_t now = bytes(o);
+  struct Change {
+    const char* what;
+    ZeroStage stage;
+    OffloadPolicy offload;
+  };
+  // strata-plan's order (fit_changes), without what is the trainer's to change (recomputation).
+  const Change changes[] = {{"shard parameters too (ZeRO stage 3)", ZeroStage::kParameters, o.offload},
+                            {"offload the optimizer to host memory", o.stage, OffloadPolicy::kOptimizer},
+                            {"ZeRO stage 3 and optimizer offload", ZeroStage::kParameters, OffloadPolicy::kOptimizer},
+                            {"ZeRO stage 3 and optimizer and parameter offload", ZeroStage::kParameters,
+                             OffloadPolicy::kOptimizerAndParams}};
+  for (const Change& c : changes) {
+    if (c.stage == o.stage && c.offload == o.offload) continue;
+    if (c.offload == OffloadPolicy::kOptimizerAndParams && c.stage != ZeroStage::kParameters) continue;
+    ShardingOptions t = o;
+    t.stage = c.stage;
+    t.offload = c.offload;
+    const std::uint64_t need = bytes(t);
+    if (need <= budget)
+      return fmt::format("needs {} per rank against the {} the budget left it; the "
+                         "cheapest change that fits: {} ({}, before your activations)",
+                         size(now), size(budget), c.what, size(need));
+  }
+  return fmt::format("needs {} per rank against the {} the budget left it, and no change "
+                     "of ZeRO stage or offload fits: use more ranks or more memory",
+                     size(now), size(budget));
 }
 
 }  // namespace strata

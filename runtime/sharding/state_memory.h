@@ -1,16 +1,24 @@
-// predict_state_memory: the bytes a ShardedModel allocates for itself, by ledger category, on the device and (under
-// offload) on the host. The one copy of that arithmetic: the over-budget advice and train_gpt's exact prediction
-// both start from it.
+// predict_state_memory: the bytes a ShardedModel (and its optimizer's state) allocates, by ledger category, on the
+// device and (under offload) on the host: the sum of its units' UnitPlacement, its pools and the MPI backend's
+// staging. The over-budget advice and train_gpt's exact prediction both start from it.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "core/memory_stats.h"
-#include "runtime/sharding/sharded_model.h"
+#include "runtime/sharding/shard_layout.h"
+#include "runtime/sharding/sharding_options.h"
 
 namespace strata {
+
+// A unit as a trainer declares it: a name and its parameters.
+struct UnitSpec {
+  std::string name;
+  std::vector<SlotSpec> slots;
+};
 
 using CategoryBytes = std::array<std::uint64_t, kNumMemCategories>;
 std::uint64_t total(const CategoryBytes& b);
@@ -20,11 +28,24 @@ struct StateMemory {
   CategoryBytes host{};  // all zero without offload
 };
 
-// A ShardedModel of `units` under `o` on a job of `world` ranks (`local_size` per node), on the CPU backend: its
-// persistent state, its pools as the constructor makes them (a trainer that keeps more units gathered at once grows
-// them in its first step: add those slots), the norm's buffer, and the MPI backend's grow-only staging for its
-// largest reduction (NCCL needs none, so on a GPU this errs on the safe side).
-StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const ShardingOptions& o, int world,
-                                 int local_size);
+// The sizes of the data-parallel groups (DataParallelGroups) that shape the state.
+struct DataParallelSizes {
+  int shard = 1;      // dp_shard
+  int replicate = 1;  // dp_replicate
+  int dp() const { return shard * replicate; }
+};
+
+// A ShardedModel of `units` under `o` with these groups, on the CPU backend: its persistent buffers, its pools as the
+// constructor makes them (a trainer that keeps more units open at once grows them in its first step: add those
+// slots), the MPI backend's grow-only staging for its largest reduction (NCCL needs none, so on a GPU this errs on
+// the safe side), and an optimizer keeping `optimizer_floats` f32 values per shard element (AdamW: 2, for m and v)
+// beside the master, plus the global norm's two doubles.
+StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const ShardingOptions& o,
+                                 const DataParallelSizes& groups, int optimizer_floats);
+
+// When the state does not fit in `budget` bytes per rank: the cheapest change of ZeRO stage or offload that does
+// (strata-plan's order), as one sentence, or why none does.
+std::string state_fit_advice(const std::vector<UnitSpec>& units, const ShardingOptions& o,
+                             const DataParallelSizes& groups, int optimizer_floats, std::uint64_t budget);
 
 }  // namespace strata

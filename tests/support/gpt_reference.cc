@@ -34,7 +34,7 @@ TrainConfig reference_config(const nlohmann::json& ref, int world) {
   int global_rows = c["batch"].get<int>() * c["ranks"].get<int>();
   t.batch = global_rows / world;
   t.adamw = AdamWConfig{c["lr"], c["beta1"], c["beta2"], c["eps"], c["weight_decay"]};
-  t.sharding.grad_clip = c["grad_clip"];
+  t.optimizer.grad_clip = c["grad_clip"];
   t.init = data_dir() + "gpt_tiny_init.safetensors";
   return t;
 }

@@ -2,13 +2,13 @@
 #include "tests/support/mlp_training.h"
 
 #include <gtest/gtest.h>
-#include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
 
+#include "collectives/rank_values.h"
 #include "runtime/bootstrap/runtime.h"
-#include "runtime/sharding/sharded_model.h"
+#include "runtime/parallel/device_mesh.h"
 #include "tests/support/test_support.h"
 
 namespace strata::test {
@@ -84,31 +84,54 @@ History reference_training(const mlp::MlpConfig& cfg, int steps, int micro_batch
   return h;
 }
 
-History sharded_training(const mlp::MlpConfig& cfg, ShardingOptions opts, int steps, int micro_batches) {
+std::string TrainSetup::describe() const {
+  return fmt::format("{}; dp_replicate {}, grad_clip {}, {} micro-batch(es){}", sharding.describe(), dp_replicate,
+                     grad_clip, micro_batches, no_sync ? ", no-sync" : "");
+}
+
+StepResult train_step(ShardedModel& model, ShardedAdamW& optimizer, int step, int micro_batches, bool no_sync) {
   Runtime& rt = runtime();
-  const int world = rt.world_size(), rows = kGlobalRows / world;
-  ShardedModel model(rt, mlp::mlp_units(cfg), opts, test_adamw());
+  const mlp::MlpConfig cfg = small_config();
+  const int rows = kGlobalRows / rt.world_size();
+  for (int a = 0; a < micro_batches; ++a) {
+    const bool last = a == micro_batches - 1;
+    model.set_requires_gradient_sync(!no_sync || last);
+    model.set_is_last_backward(last);
+    std::uint64_t first = static_cast<std::uint64_t>(((step * micro_batches + a) * rt.world_size() + rt.rank()) * rows);
+    mlp::forward_backward(model, cfg, mlp::make_batch(cfg, first, rows, kSeed),
+                          optimizer.loss_scale() / static_cast<float>(micro_batches));
+  }
+  return optimizer.step(test_adamw().lr);
+}
+
+History sharded_training(const mlp::MlpConfig& cfg, const TrainSetup& setup, int steps) {
+  Runtime& rt = runtime();
+  const int world = rt.world_size(), rows = kGlobalRows / world, mb = setup.micro_batches;
+  DeviceMesh mesh(rt, MeshDims{1, setup.dp_replicate, -1, 1});
+  ShardedModel model(mesh, mlp::mlp_units(cfg), setup.sharding);
+  OptimizerOptions o;
+  o.grad_clip = setup.grad_clip;
+  ShardedAdamW optimizer(model, test_adamw(), o);
   model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
   History h;
   for (int step = 0; step < steps; ++step) {
     double loss = 0;
-    for (int a = 0; a < micro_batches; ++a) {
-      model.begin_micro_batch(a, micro_batches);
-      std::uint64_t first = static_cast<std::uint64_t>(((step * micro_batches + a) * world + rt.rank()) * rows);
+    for (int a = 0; a < mb; ++a) {
+      const bool last = a == mb - 1;
+      model.set_requires_gradient_sync(!setup.no_sync || last);
+      model.set_is_last_backward(last);
+      std::uint64_t first = static_cast<std::uint64_t>(((step * mb + a) * world + rt.rank()) * rows);
       auto batch = mlp::make_batch(cfg, first, rows, kSeed);
-      loss += mlp::forward_backward(model, cfg, batch, model.loss_scale() / static_cast<float>(micro_batches)) /
-              micro_batches;
+      loss += mlp::forward_backward(model, cfg, batch, optimizer.loss_scale() / static_cast<float>(mb)) / mb;
     }
-    StepResult r = model.step(test_adamw().lr);
+    StepResult r = optimizer.step(test_adamw().lr);
     EXPECT_FALSE(r.skipped);
-    double global = 0;
-    MPI_Allreduce(&loss, &global, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-    h.losses.push_back(global / world);
+    h.losses.push_back(sum_over_ranks(rt.world(), loss) / world);
     h.norms.push_back(r.grad_norm);
   }
   for (int i = 0; i < model.num_units(); ++i) {
     std::vector<float> full = model.gather_unit(i);
-    for (const ParamSlot& s : model.unit(i).layout().slots())
+    for (const ParamSlot& s : model.layout(i).slots())
       h.params[s.name] = std::vector<float>(full.begin() + static_cast<std::ptrdiff_t>(s.offset),
                                             full.begin() + static_cast<std::ptrdiff_t>(s.offset + s.numel));
   }

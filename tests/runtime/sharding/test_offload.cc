@@ -7,6 +7,7 @@
 
 #include "models/mlp/mlp.h"
 #include "core/error.h"
+#include "runtime/optim/sharded_adamw.h"
 #include "runtime/sharding/sharded_model.h"
 #include "tests/support/mlp_training.h"
 #include "tests/support/test_support.h"
@@ -21,6 +22,8 @@ using test::runtime;
 using test::sharded_training;
 using test::small_config;
 using test::test_adamw;
+using test::train_step;
+using test::TrainSetup;
 
 struct OffloadCase {
   ZeroStage stage;
@@ -44,32 +47,21 @@ std::string describe(const OffloadCase& c) {
                      offload_name(c.offload));
 }
 
-void train_one_step(ShardedModel& model, int step, int micro_batches) {
-  Runtime& rt = runtime();
-  const int rows = kGlobalRows / rt.world_size();
-  for (int a = 0; a < micro_batches; ++a) {
-    model.begin_micro_batch(a, micro_batches);
-    std::uint64_t first = static_cast<std::uint64_t>(((step * micro_batches + a) * rt.world_size() + rt.rank()) * rows);
-    mlp::forward_backward(model, small_config(), mlp::make_batch(small_config(), first, rows, kSeed),
-                          1.0f / static_cast<float>(micro_batches));
-  }
-  model.step(test_adamw().lr);
-}
-
 // Offload moves where the state lives and where AdamW runs, never what is computed: losses, norms and every
 // parameter are bitwise those of the same run without offload.
 TEST(Offload, EqualsNoOffloadBitwiseForEveryStageAndDtype) {
   for (const OffloadCase& c : offload_cases()) {
     SCOPED_TRACE(describe(c));
-    for (auto acc : {GradAccumulation::kReduceEveryMicroBatch, GradAccumulation::kNoSync}) {
-      ShardingOptions o;
-      o.stage = c.stage;
-      o.mixed_precision = {c.param_dtype, DType::kF32};
-      o.grad_accumulation = acc;
-      o.grad_clip = 0.05;
-      History want = sharded_training(small_config(), o, 3, 2);
-      o.offload = c.offload;
-      History got = sharded_training(small_config(), o, 3, 2);
+    for (bool no_sync : {false, true}) {
+      TrainSetup setup;
+      setup.sharding.stage = c.stage;
+      setup.sharding.mixed_precision = {c.param_dtype, DType::kF32};
+      setup.no_sync = no_sync;
+      setup.grad_clip = 0.05;
+      setup.micro_batches = 2;
+      History want = sharded_training(small_config(), setup, 3);
+      setup.sharding.offload = c.offload;
+      History got = sharded_training(small_config(), setup, 3);
       EXPECT_EQ(got.losses, want.losses);
       EXPECT_EQ(got.norms, want.norms);
       EXPECT_EQ(got.params, want.params);
@@ -103,14 +95,15 @@ TEST(Offload, DeviceAndHostLedgersHoldExactlyWhatThePolicyPlacesThere) {
     o.stage = c.stage;
     o.mixed_precision.param_dtype = c.param_dtype;
     o.offload = c.offload;
-    ShardedModel model(rt, units, o, test_adamw());
+    ShardedModel model(rt, units, o);
+    ShardedAdamW optimizer(model, test_adamw());
     model.init(
         [](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
     ASSERT_NE(model.host_device(), nullptr);
     Device& host = *model.host_device();
     EXPECT_EQ(host.name(), "host");
     const bool params_on_host = c.offload == OffloadPolicy::kOptimizerAndParams;
-    for (int step = 0; step < 2; ++step) train_one_step(model, step, 2);
+    for (int step = 0; step < 2; ++step) train_step(model, optimizer, step, 2);
 
     auto on_dev = [&](MemCategory k) { return dev.memory_stats().current(k); };
     auto on_host = [&](MemCategory k) { return host.memory_stats().current(k); };
@@ -145,14 +138,15 @@ TEST(Offload, CopiesPerStepEqualThePrediction) {
     o.stage = c.stage;
     o.mixed_precision.param_dtype = c.param_dtype;
     o.offload = c.offload;
-    ShardedModel model(rt, mlp::mlp_units(small_config()), o, test_adamw());
+    ShardedModel model(rt, mlp::mlp_units(small_config()), o);
+    ShardedAdamW optimizer(model, test_adamw());
     model.init(
         [](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
-    train_one_step(model, 0, 2);
+    train_step(model, optimizer, 0, 2);
     const StepSummary& s = model.last_step_summary();
     SCOPED_TRACE(s.describe());
     std::uint64_t sumS = 0;
-    for (int u = 0; u < model.num_units(); ++u) sumS += model.unit(u).layout().shard_numel();
+    for (int u = 0; u < model.num_units(); ++u) sumS += model.layout(u).shard_numel();
     const std::uint64_t psz = dtype_size(c.param_dtype);
     EXPECT_EQ(s.to_host_bytes, 2 * sumS * 4) << "one f32 gradient shard per micro-batch";
     if (c.offload == OffloadPolicy::kOptimizerAndParams)
@@ -169,13 +163,14 @@ TEST(Offload, NoAllocationInsideAStepAfterTheFirst) {
     ShardingOptions o;
     o.mixed_precision = {DType::kBF16, DType::kF32};
     o.offload = off;
-    ShardedModel model(rt, mlp::mlp_units(small_config()), o, test_adamw());
+    ShardedModel model(rt, mlp::mlp_units(small_config()), o);
+    ShardedAdamW optimizer(model, test_adamw());
     model.init(
         [](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
-    train_one_step(model, 0, 2);
+    train_step(model, optimizer, 0, 2);
     const std::size_t dev_after = rt.device().memory_stats().allocations();
     const std::size_t host_after = model.host_device()->memory_stats().allocations();
-    for (int step = 1; step < 4; ++step) train_one_step(model, step, 2);
+    for (int step = 1; step < 4; ++step) train_step(model, optimizer, step, 2);
     EXPECT_EQ(rt.device().memory_stats().allocations(), dev_after) << offload_name(off);
     EXPECT_EQ(model.host_device()->memory_stats().allocations(), host_after) << offload_name(off);
   }
@@ -196,7 +191,8 @@ TEST(Offload, OverBudgetErrorAdvisesAChangeThatFits) {
   dev.set_memory_budget(dev.memory_stats().current_total() + 10 * params + 4096);
   std::string message;
   try {
-    ShardedModel model(rt, mlp::mlp_units(small_config()), o, test_adamw());
+    ShardedModel model(rt, mlp::mlp_units(small_config()), o);
+    ShardedAdamW optimizer(model, test_adamw());
     ADD_FAILURE() << "the model fit in a budget too small for it";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kOutOfMemory);
@@ -219,10 +215,11 @@ TEST(Offload, OverBudgetErrorAdvisesAChangeThatFits) {
   offload_only.offload = OffloadPolicy::kOptimizer;
   for (const ShardingOptions& fits : {advised, offload_only}) {
     SCOPED_TRACE(fits.describe());
-    ShardedModel model(rt, mlp::mlp_units(small_config()), fits, test_adamw());
+    ShardedModel model(rt, mlp::mlp_units(small_config()), fits);
+    ShardedAdamW optimizer(model, test_adamw());
     model.init(
         [](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
-    for (int step = 0; step < 2; ++step) train_one_step(model, step, 1);
+    for (int step = 0; step < 2; ++step) train_step(model, optimizer, step, 1);
     EXPECT_LE(dev.memory_stats().peak_total(), dev.memory_budget());
   }
   dev.set_memory_budget(saved);
@@ -232,7 +229,7 @@ TEST(Offload, ParameterOffloadBelowStageThreeIsAClearError) {
   ShardingOptions o;
   o.stage = ZeroStage::kGradients;
   o.offload = OffloadPolicy::kOptimizerAndParams;
-  EXPECT_EQ(test::error_code_of([&] { ShardedModel m(runtime(), mlp::mlp_units(small_config()), o, test_adamw()); }),
+  EXPECT_EQ(test::error_code_of([&] { ShardedModel m(runtime(), mlp::mlp_units(small_config()), o); }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(test::error_code_of([] { offload_from_name("gpu"); }), ErrorCode::kInvalidArgument);
 }

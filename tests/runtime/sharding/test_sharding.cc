@@ -11,6 +11,8 @@
 #include "models/mlp/mlp.h"
 #include "core/error.h"
 #include "core/tracer.h"
+#include "runtime/optim/sharded_adamw.h"
+#include "runtime/parallel/device_mesh.h"
 #include "runtime/sharding/sharded_model.h"
 #include "tests/support/mlp_training.h"
 #include "tests/support/test_support.h"
@@ -28,43 +30,43 @@ using test::runtime;
 using test::sharded_training;
 using test::small_config;
 using test::test_adamw;
+using test::train_step;
+using test::TrainSetup;
 
 struct Case {
   std::string name;
-  ShardingOptions opts;
-  int micro_batches = 1;
+  TrainSetup setup;
 };
 
 std::vector<Case> f32_cases(int world) {
   std::vector<Case> cases;
   for (int stage = 0; stage <= 3; ++stage) {
-    for (auto acc : {GradAccumulation::kReduceEveryMicroBatch, GradAccumulation::kNoSync}) {
+    for (bool no_sync : {false, true}) {
       for (int mb : {1, 2}) {
-        if (mb == 1 && acc == GradAccumulation::kNoSync) continue;
+        if (mb == 1 && no_sync) continue;
         Case c;
-        c.opts.stage = zero_stage_from_int(stage);
-        c.opts.grad_accumulation = acc;
-        c.opts.grad_clip = 0.05;  // small enough to clip: exercises the global norm
-        c.micro_batches = mb;
-        c.name = fmt::format("stage {} micro-batches {} {}", stage, mb,
-                             acc == GradAccumulation::kNoSync ? "no-sync" : "reduce-every");
+        c.setup.sharding.stage = zero_stage_from_int(stage);
+        c.setup.no_sync = no_sync;
+        c.setup.grad_clip = 0.05;  // small enough to clip: exercises the global norm
+        c.setup.micro_batches = mb;
+        c.name = fmt::format("stage {} micro-batches {} {}", stage, mb, no_sync ? "no-sync" : "reduce-every");
         cases.push_back(c);
       }
     }
   }
-  int k = world % 2 == 0 ? 2 : 1;  // a hybrid group size that divides the world
+  int k = world % 2 == 0 ? 2 : 1;  // a shard group size that divides the world
   for (int stage : {1, 3}) {
     Case c;
-    c.opts.stage = zero_stage_from_int(stage);
-    c.opts.hybrid_shard_size = k;
-    c.opts.grad_clip = 0.05;
-    c.micro_batches = 2;
-    c.name = fmt::format("stage {} hybrid groups of {}", stage, k);
+    c.setup.sharding.stage = zero_stage_from_int(stage);
+    c.setup.dp_replicate = world / k;
+    c.setup.grad_clip = 0.05;
+    c.setup.micro_batches = 2;
+    c.name = fmt::format("stage {} hybrid: {} replicas of {} shards", stage, world / k, k);
     cases.push_back(c);
   }
   Case keep;
-  keep.opts.stage = ZeroStage::kParameters;
-  keep.opts.reshard_after_forward = false;
+  keep.setup.sharding.stage = ZeroStage::kParameters;
+  keep.setup.sharding.reshard_after_forward = false;
   keep.name = "stage 3 without reshard after forward";
   cases.push_back(keep);
   return cases;
@@ -75,8 +77,8 @@ TEST(Sharding, F32EqualsOneRankUnshardedTrainingForEveryStage) {
   const int steps = 4;
   for (const Case& c : f32_cases(runtime().world_size())) {
     SCOPED_TRACE(c.name);
-    History want = reference_training(cfg, steps, c.micro_batches, c.opts.grad_clip);
-    History got = sharded_training(cfg, c.opts, steps, c.micro_batches);
+    History want = reference_training(cfg, steps, c.setup.micro_batches, c.setup.grad_clip);
+    History got = sharded_training(cfg, c.setup, steps);
     EXPECT_LE(max_rel_error(got, want, 1e-3), 1e-6) << c.name;
     for (int s = 0; s < steps; ++s) {
       EXPECT_NEAR(got.losses[static_cast<std::size_t>(s)], want.losses[static_cast<std::size_t>(s)],
@@ -95,11 +97,11 @@ TEST(Sharding, Bf16StaysWithinStatedToleranceOfF32) {
   History want = reference_training(cfg, steps, 1, 0.05);
   for (int stage : {0, 3}) {
     for (DType reduce : {DType::kF32, DType::kBF16}) {
-      ShardingOptions o;
-      o.stage = zero_stage_from_int(stage);
-      o.mixed_precision = {DType::kBF16, reduce};
-      o.grad_clip = 0.05;
-      History got = sharded_training(cfg, o, steps, 1);
+      TrainSetup setup;
+      setup.sharding.stage = zero_stage_from_int(stage);
+      setup.sharding.mixed_precision = {DType::kBF16, reduce};
+      setup.grad_clip = 0.05;
+      History got = sharded_training(cfg, setup, steps);
       EXPECT_LE(max_rel_error(got, want, 1e-2), 2e-2) << "stage " << stage << " reduce " << dtype_name(reduce);
     }
   }
@@ -111,7 +113,8 @@ TEST(Sharding, NonFiniteGradientOnOneRankSkipsTheStepOnAll) {
   for (int stage : {0, 3}) {
     ShardingOptions o;
     o.stage = zero_stage_from_int(stage);
-    ShardedModel model(rt, mlp::mlp_units(cfg), o, test_adamw());
+    ShardedModel model(rt, mlp::mlp_units(cfg), o);
+    ShardedAdamW optimizer(model, test_adamw());
     model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
     std::vector<float> before = model.gather_unit(1);
     const int rows = kGlobalRows / rt.world_size();
@@ -139,7 +142,7 @@ TEST(Sharding, NonFiniteGradientOnOneRankSkipsTheStepOnAll) {
       }
       model.end_backward(i);
     }
-    StepResult r = model.step(1e-2);
+    StepResult r = optimizer.step(1e-2);
     EXPECT_TRUE(r.skipped) << "stage " << stage;
     EXPECT_FALSE(std::isfinite(r.grad_norm));
     EXPECT_EQ(r.step, 0);
@@ -147,7 +150,7 @@ TEST(Sharding, NonFiniteGradientOnOneRankSkipsTheStepOnAll) {
     // Nothing is corrupted: the next, clean step trains normally.
     auto clean = mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed);
     mlp::forward_backward(model, cfg, clean, 1.0f);
-    StepResult next = model.step(1e-2);
+    StepResult next = optimizer.step(1e-2);
     EXPECT_FALSE(next.skipped);
     EXPECT_TRUE(std::isfinite(next.grad_norm));
     EXPECT_EQ(next.step, 1);
@@ -186,7 +189,8 @@ TEST(Sharding, LedgerMatchesTheLayoutExactly) {
       ShardingOptions o;
       o.stage = zero_stage_from_int(stage);
       o.mixed_precision.param_dtype = pdt;
-      ShardedModel model(rt, units, o, test_adamw());
+      ShardedModel model(rt, units, o);
+      ShardedAdamW optimizer(model, test_adamw());
       model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
       const bool sharded_params = stage == 3, persist_grads = stage <= 1, separate_master = pdt != DType::kF32;
       // Transient unit buffers come from fixed pools of largest-unit slots: gathered parameters for the unit that
@@ -204,7 +208,7 @@ TEST(Sharding, LedgerMatchesTheLayoutExactly) {
       for (int step = 0; step < 2; ++step) {
         mlp::forward_backward(
             model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed), 1.0f);
-        model.step(1e-2);
+        optimizer.step(1e-2);
       }
       EXPECT_EQ(dev.memory_stats().peak(MemCategory::kUnshardedParams), cur(MemCategory::kUnshardedParams));
       EXPECT_EQ(dev.memory_stats().peak(MemCategory::kUnshardedGrads), cur(MemCategory::kUnshardedGrads));
@@ -219,7 +223,7 @@ TEST(Sharding, ShapesThatDifferAcrossRanksAreAClearError) {
   MlpConfig cfg = small_config();
   if (rt.rank() == rt.world_size() - 1) cfg.hidden = 14;
   try {
-    ShardedModel model(rt, mlp::mlp_units(cfg), ShardingOptions{}, test_adamw());
+    ShardedModel model(rt, mlp::mlp_units(cfg), ShardingOptions{});
     ADD_FAILURE() << "mismatched declarations were accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kMismatch) << e.what();
@@ -229,13 +233,12 @@ TEST(Sharding, ShapesThatDifferAcrossRanksAreAClearError) {
   }
 }
 
-TEST(Sharding, HybridGroupThatDoesNotDivideTheWorldIsAClearError) {
+TEST(Sharding, HybridReplicationThatDoesNotDivideTheWorldIsAClearError) {
   Runtime& rt = runtime();
-  ShardingOptions o;
-  o.hybrid_shard_size = rt.world_size() == 3 ? 2 : 3;
-  if (rt.world_size() % o.hybrid_shard_size == 0) GTEST_SKIP();
+  const int replicas = rt.world_size() == 3 ? 2 : 3;
+  if (rt.world_size() % replicas == 0) GTEST_SKIP();
   try {
-    ShardedModel model(rt, mlp::mlp_units(small_config()), o, test_adamw());
+    DeviceMesh mesh(rt, MeshDims{1, replicas, -1, 1});
     ADD_FAILURE() << "accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("does not divide the world size"), std::string::npos) << e.what();
@@ -244,7 +247,8 @@ TEST(Sharding, HybridGroupThatDoesNotDivideTheWorldIsAClearError) {
 
 TEST(Sharding, BackwardBeforeForwardIsAClearError) {
   Runtime& rt = runtime();
-  ShardedModel model(rt, mlp::mlp_units(small_config()), ShardingOptions{}, test_adamw());
+  ShardedModel model(rt, mlp::mlp_units(small_config()), ShardingOptions{});
+  ShardedAdamW optimizer(model, test_adamw());
   model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
   try {
     model.begin_backward(1);
@@ -259,27 +263,21 @@ TEST(Sharding, BackwardBeforeForwardIsAClearError) {
   const int rows = kGlobalRows / rt.world_size();
   mlp::forward_backward(model, small_config(),
                         mlp::make_batch(small_config(), static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed), 1.0f);
-  EXPECT_FALSE(model.step(1e-2).skipped);
+  EXPECT_FALSE(optimizer.step(1e-2).skipped);
 }
 
 // After the first step, a step allocates nothing: every buffer comes from the pools or persistent state.
 TEST(Sharding, NoAllocationInsideAStepAfterTheFirst) {
   Runtime& rt = runtime();
-  const MlpConfig cfg = small_config();
-  const int rows = kGlobalRows / rt.world_size();
-  for (auto acc : {GradAccumulation::kReduceEveryMicroBatch, GradAccumulation::kNoSync}) {
+  for (bool no_sync : {false, true}) {
     ShardingOptions o;
     o.mixed_precision = {DType::kBF16, DType::kF32};  // exercises the conversion staging too
-    o.grad_accumulation = acc;
-    ShardedModel model(rt, mlp::mlp_units(cfg), o, test_adamw());
+    ShardedModel model(rt, mlp::mlp_units(small_config()), o);
+    ShardedAdamW optimizer(model, test_adamw());
     model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
     std::size_t after_first = 0;
     for (int step = 0; step < 4; ++step) {
-      for (int a = 0; a < 2; ++a) {
-        model.begin_micro_batch(a, 2);
-        mlp::forward_backward(model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>((step * 2 + a) * kGlobalRows + rt.rank() * rows), rows, kSeed), 0.5f);
-      }
-      model.step(1e-2);
+      train_step(model, optimizer, step, 2, no_sync);
       if (step == 0) after_first = rt.device().memory_stats().allocations();
     }
     EXPECT_EQ(rt.device().memory_stats().allocations(), after_first) << "steps 2-4 allocated";
@@ -291,10 +289,11 @@ TEST(Sharding, PrefetchDepthDoesNotChangeResults) {
   const MlpConfig cfg = small_config();
   std::vector<History> runs;
   for (int depth : {0, 1, 2, 3}) {
-    ShardingOptions o;
-    o.prefetch_depth = depth;
-    o.grad_clip = 0.05;
-    runs.push_back(sharded_training(cfg, o, 3, 2));
+    TrainSetup setup;
+    setup.sharding.prefetch_depth = depth;
+    setup.grad_clip = 0.05;
+    setup.micro_batches = 2;
+    runs.push_back(sharded_training(cfg, setup, 3));
   }
   for (std::size_t k = 1; k < runs.size(); ++k) {
     EXPECT_EQ(runs[k].losses, runs[0].losses) << "depth " << k;
@@ -307,23 +306,19 @@ TEST(Sharding, PrefetchDepthDoesNotChangeResults) {
 TEST(Sharding, BytesMovedEqualThePrediction) {
   Runtime& rt = runtime();
   const MlpConfig cfg = small_config();
-  const int rows = kGlobalRows / rt.world_size();
   for (int stage = 0; stage <= 3; ++stage) {
     for (DType pdt : {DType::kF32, DType::kBF16}) {
       ShardingOptions o;
       o.stage = zero_stage_from_int(stage);
       o.mixed_precision.param_dtype = pdt;
-      ShardedModel model(rt, mlp::mlp_units(cfg), o, test_adamw());
+      ShardedModel model(rt, mlp::mlp_units(cfg), o);
+      ShardedAdamW optimizer(model, test_adamw());
       model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
-      for (int a = 0; a < 2; ++a) {
-        model.begin_micro_batch(a, 2);
-        mlp::forward_backward(model, cfg, mlp::make_batch(cfg, static_cast<std::uint64_t>(a * kGlobalRows + rt.rank() * rows), rows, kSeed), 0.5f);
-      }
-      model.step(1e-2);
+      train_step(model, optimizer, 0, 2);
       const StepSummary& s = model.last_step_summary();
       SCOPED_TRACE(s.describe());
       std::uint64_t padded = 0;
-      for (int u = 0; u < model.num_units(); ++u) padded += model.unit(u).layout().padded_numel();
+      for (int u = 0; u < model.num_units(); ++u) padded += model.layout(u).padded_numel();
       const std::uint64_t psz = dtype_size(pdt);
       EXPECT_EQ(s.all_gather_bytes, s.predicted_all_gather_bytes);
       EXPECT_EQ(s.reduce_scatter_bytes, s.predicted_reduce_scatter_bytes);
@@ -356,7 +351,8 @@ TEST(Sharding, ProfilerRangesBracketEveryUnitAndTheStep) {
       },
       [] { --t_depth; });
   {
-    ShardedModel model(rt, mlp::mlp_units(small_config()), ShardingOptions{}, test_adamw());
+    ShardedModel model(rt, mlp::mlp_units(small_config()), ShardingOptions{});
+    ShardedAdamW optimizer(model, test_adamw());
     model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
     {
       std::lock_guard<std::mutex> lock(g_ranges_mutex);
@@ -366,20 +362,20 @@ TEST(Sharding, ProfilerRangesBracketEveryUnitAndTheStep) {
     mlp::forward_backward(model, small_config(),
                           mlp::make_batch(small_config(), static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed),
                           1.0f);
-    model.step(1e-2);
+    optimizer.step(1e-2);
     const int units = model.num_units();
     EXPECT_EQ(t_depth, 0) << "a range was left open on the caller's thread";
-    int forward = 0, backward = 0, optimizer = 0;
+    int forward = 0, backward = 0, steps = 0;
     std::lock_guard<std::mutex> lock(g_ranges_mutex);
     for (const auto& [thread, r] : g_ranges) {
       if (thread != std::this_thread::get_id()) continue;  // a communication thread's collective
       forward += r.rfind("forward ", 0) == 0;
       backward += r.rfind("backward ", 0) == 0;
-      optimizer += r == "optimizer step";
+      steps += r == "optimizer step";
     }
     EXPECT_EQ(forward, units);
     EXPECT_EQ(backward, units);
-    EXPECT_EQ(optimizer, 1);
+    EXPECT_EQ(steps, 1);
   }
   Tracer::global().set_range_hooks(nullptr, nullptr);
 }

@@ -1,5 +1,6 @@
-// The sharding runtime on a GPU (label gpu; skips without one): FlatOps' kernels against the host loops, and one
-// ShardedModel step on the CUDA device (NCCL world) against the same step computed on the host.
+// The sharding runtime on a GPU (label gpu; skips without one): FlatOps' kernels and the AdamW kernel against the
+// host loops, and one ShardedModel + ShardedAdamW step on the CUDA device (NCCL world) against the same step computed
+// on the host.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,6 +8,8 @@
 #include <vector>
 
 #include "core/device_registry.h"
+#include "runtime/optim/adamw_kernel.h"
+#include "runtime/optim/sharded_adamw.h"
 #include "runtime/sharding/flat_ops.h"
 #include "runtime/sharding/sharded_model.h"
 #include "tests/support/test_support.h"
@@ -87,15 +90,17 @@ TEST(CudaFlatOps, KernelsEqualTheHostLoops) {
     const double got = download<double>(dev, acc, 1)[0], expect = start + sum_squares(want.data(), n);
     EXPECT_NEAR(got, expect, 1e-12 * expect);
   }
-  // AdamW: the same f32 constants; the GPU may contract into FMA, so allow a few ulps.
+  // AdamW (the optimizer's kernel, beside these): the same f32 constants; the GPU may contract into FMA, so allow a
+  // few ulps.
   {
+    auto adamw = create_adamw_kernel(dev);
     AdamWConfig cfg;
     std::vector<float> p = x, g = y, m(n, 0.01f), v(n, 0.002f);
     Buffer dp = upload(dev, p.data(), n * 4), dg = upload(dev, g.data(), n * 4), dm = upload(dev, m.data(), n * 4),
            dv = upload(dev, v.data(), n * 4);
     for (int t = 1; t <= 3; ++t) {
       adamw_update(p.data(), g.data(), m.data(), v.data(), n, cfg, 1e-3, t, true);
-      ops->adamw(dp.as<float>(), dg.as<float>(), dm.as<float>(), dv.as<float>(), n, cfg, 1e-3, t, true, s);
+      adamw->update(dp.as<float>(), dg.as<float>(), dm.as<float>(), dv.as<float>(), n, cfg, 1e-3, t, true, s);
     }
     auto gp = download<float>(dev, dp, n);
     double worst = 0;
@@ -121,8 +126,10 @@ TEST(CudaShardedModel, OneStepEqualsTheHostArithmetic) {
       ShardingOptions o;
       o.stage = zero_stage_from_int(stage);
       o.mixed_precision.param_dtype = pdt;
-      o.grad_clip = 0.5;
-      ShardedModel model(rt, units, o, adam);
+      ShardedModel model(rt, units, o);
+      OptimizerOptions clip;
+      clip.grad_clip = 0.5;
+      ShardedAdamW optimizer(model, adam, clip);
       const std::vector<float> w0 = values(n0, 0.5f, 3), b0 = values(n1, 0.25f, 4);
       model.init([&](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
         const std::vector<float>& src = s.name == "w" ? w0 : b0;
@@ -149,7 +156,7 @@ TEST(CudaShardedModel, OneStepEqualsTheHostArithmetic) {
         }
       }
       model.end_backward(0);
-      StepResult r = model.step(adam.lr);
+      StepResult r = optimizer.step(adam.lr);
       // The host's arithmetic: the gradient in param dtype, averaged over ranks (all equal), clipped, AdamW.
       std::vector<float> g = gw, p = w0, m(n0, 0.0f), v(n0, 0.0f);
       if (pdt != DType::kF32) {

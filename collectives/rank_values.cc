@@ -1,0 +1,39 @@
+// all_gather_values and the pairwise sum over ranks.
+#include "collectives/rank_values.h"
+
+#include "core/error.h"
+
+namespace strata {
+
+std::vector<double> all_gather_values(Communicator& comm, double value) {
+  Device& dev = comm.device();
+  Stream& stream = dev.compute_stream();
+  std::vector<double> all(static_cast<std::size_t>(comm.size()));
+  if (dev.kind() == DeviceKind::kCpu) {  // the device's memory is host memory
+    comm.all_gather(&value, all.data(), 1, DType::kF64, stream);
+    stream.synchronize();
+    return all;
+  }
+  Buffer send = dev.allocate(8, MemCategory::kWorkspace);
+  Buffer recv = dev.allocate(all.size() * 8, MemCategory::kWorkspace);
+  dev.copy_from_host(send.data(), &value, 8);
+  comm.all_gather(send.data(), recv.data(), 1, DType::kF64, stream);
+  stream.synchronize();
+  dev.copy_to_host(all.data(), recv.data(), all.size() * 8);
+  return all;
+}
+
+double pairwise_sum(const double* values, int n) {
+  STRATA_CHECK(n >= 1, "a sum of {} values", n);
+  if (n == 1) return values[0];
+  int half = 1;
+  while (2 * half < n) half *= 2;
+  return pairwise_sum(values, half) + pairwise_sum(values + half, n - half);
+}
+
+double sum_over_ranks(Communicator& comm, double value) {
+  const std::vector<double> all = all_gather_values(comm, value);
+  return pairwise_sum(all.data(), static_cast<int>(all.size()));
+}
+
+}  // namespace strata

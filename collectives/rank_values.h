@@ -1,0 +1,21 @@
+// Trainer-level scalars across ranks (a loss, a count): one host value per rank exchanged through a Communicator, so
+// trainers stay behind the seam instead of calling MPI themselves.
+#pragma once
+
+#include <vector>
+
+#include "collectives/communicator.h"
+
+namespace strata {
+
+// Every rank's `value`, in rank order, on every rank. Collective over `comm`, on its device's compute stream; returns
+// when done (bounded like every wait).
+std::vector<double> all_gather_values(Communicator& comm, double value);
+
+// The values' sum, added pairwise in rank order (a binary tree split at the largest power of two below the count:
+// (v0 + v1) + (v2 + v3) for four ranks, (v0 + v1) + v2 for three), computed the same way on every rank, so it is
+// the same bits on every rank, backend and run.
+double sum_over_ranks(Communicator& comm, double value);
+double pairwise_sum(const double* values, int n);
+
+}  // namespace strata

@@ -1,0 +1,23 @@
+// Strata's public API, one header: `#include <strata/strata.h>` and link strata::strata (find_package(strata CONFIG)).
+// It exports the runtime (start-up, the device and communicator seams, the device mesh), the sharded model with its
+// options and views, the optimizer, and the memory ledger and planner. Everything else is internal.
+#pragma once
+
+#include "core/config.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/memory_stats.h"
+#include "collectives/communicator.h"
+#include "collectives/rank_values.h"
+#include "runtime/bootstrap/runtime.h"
+#include "runtime/parallel/device_mesh.h"
+#include "runtime/sharding/flat_ops.h"
+#include "runtime/sharding/sharded_model.h"
+#include "runtime/sharding/sharded_parameters.h"
+#include "runtime/sharding/sharding_options.h"
+#include "runtime/optim/grad_norm.h"
+#include "runtime/optim/sharded_adamw.h"
+#include "runtime/memory/memory_ledger.h"
+#include "runtime/memory/memory_planner.h"

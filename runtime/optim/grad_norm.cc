@@ -1,0 +1,65 @@
+// GradNorm: per-rank sums of squares on the memory that holds the gradient shards, all-reduced over the groups.
+#include "runtime/optim/grad_norm.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "runtime/sharding/flat_ops.h"
+
+namespace strata {
+
+GradNorm::GradNorm(ShardedParameters& params, std::vector<Communicator*> groups, const NormMask& counted)
+    : params_(params) {
+  Device& dev = params.comm_stream().device();
+  for (Communicator* g : groups) {
+    STRATA_CHECK(g != nullptr, "a norm group is null");
+    STRATA_CHECK(&g->device() == &dev, "norm group '{}' lives on {}, the model on {}", g->name(), g->device().name(),
+                 dev.name());
+    if (g->size() > 1) groups_.push_back(g);
+  }
+  for (int u = 0; u < params.num_units(); ++u) {
+    std::vector<bool> mask;
+    for (const ParamSlot& s : params.unit(u).layout->slots()) mask.push_back(!counted || counted(u, s));
+    counted_.push_back(std::move(mask));
+  }
+  sums_ = dev.allocate(16, MemCategory::kWorkspace);
+  ready_ = dev.create_event();
+}
+
+NormResult GradNorm::compute() {
+  Device& dev = params_.comm_stream().device();
+  Stream& compute = dev.compute_stream();
+  double* sums = sums_.as<double>();
+  // Per rank, in the memory that holds the gradient shards: a host array under offload (then copied to the device
+  // for the all-reduce), else the device's buffer, accumulated by kernels on its compute stream.
+  const bool on_host = &params_.device() != &dev;
+  double local[2] = {0, 0};
+  double* into = on_host ? local : sums;
+  if (!on_host) dev.fill_zero(sums, 16, compute);
+  for (int u = 0; u < params_.num_units(); ++u) {
+    const UnitShard shard = params_.unit(u);
+    for (const ShardSegment& seg : shard.segments) {
+      if (!shard.layout->slots()[seg.slot].trainable) continue;
+      double* out = into + (counted_[static_cast<std::size_t>(u)][seg.slot] ? 0 : 1);
+      params_.ops().add_sum_squares(shard.grad + seg.shard_begin, seg.length, out, params_.stream());
+    }
+  }
+  if (on_host) {
+    params_.stream().synchronize();
+    dev.copy_from_host(sums, local, 16);
+  }
+  if (!groups_.empty()) {
+    Stream& s = params_.comm_stream();
+    compute.record(*ready_);
+    s.wait(*ready_);
+    for (Communicator* g : groups_) g->all_reduce(sums, sums, 2, DType::kF64, ReduceOp::kSum, s);
+    params_.wait(s);
+  } else {
+    compute.synchronize();
+  }
+  double total[2] = {0, 0};
+  dev.copy_to_host(total, sums, 16);
+  return NormResult{total[0], std::isfinite(total[0]) && std::isfinite(total[1])};
+}
+
+}  // namespace strata

@@ -1,0 +1,42 @@
+// GradNorm: the global L2 norm of a sharded model's gradients and whether every one is finite. Each rank sums the
+// squares of its shard's trainable elements, then the sum is all-reduced over a list of groups (the model's own
+// partition groups, plus any a trainer adds, such as tensor- or pipeline-parallel groups). A per-slot mask says
+// whether a slot counts on this rank, so a parameter replicated across a group's ranks is counted once; a
+// non-finite gradient anywhere, counted or not, is seen by every rank.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "core/device.h"
+#include "runtime/sharding/sharded_parameters.h"
+
+namespace strata {
+
+// Whether unit `unit`'s slot counts in the norm on this rank.
+using NormMask = std::function<bool(int unit, const ParamSlot& slot)>;
+
+struct NormResult {
+  double sum_squares = 0;  // over the counted trainable elements of every rank
+  bool finite = true;      // every trainable gradient element of every rank is finite
+};
+
+class GradNorm {
+ public:
+  // `groups` are reduced over in order (groups of one rank are skipped); an empty mask counts every slot.
+  GradNorm(ShardedParameters& params, std::vector<Communicator*> groups, const NormMask& counted = {});
+  // Collective over the groups, after ShardedParameters::wait_for_grads(); the host waits for the result (exposed
+  // communication).
+  NormResult compute();
+
+ private:
+  ShardedParameters& params_;
+  std::vector<Communicator*> groups_;
+  std::vector<std::vector<bool>> counted_;  // per unit, per slot
+  Buffer sums_;                             // two doubles on the model's device: counted, and the rest
+  std::unique_ptr<Event> ready_;
+};
+
+}  // namespace strata

@@ -1,0 +1,104 @@
+// ShardedAdamW: norm, skip, clip and the per-unit update through ShardedParameters' protocol.
+#include "runtime/optim/sharded_adamw.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "core/tracer.h"
+#include "runtime/sharding/flat_ops.h"
+
+namespace strata {
+
+void OptimizerOptions::validate() const {
+  STRATA_CHECK(!dynamic_loss_scale || initial_loss_scale > 0, "initial_loss_scale {} must be positive",
+               initial_loss_scale);
+  STRATA_CHECK(!dynamic_loss_scale || loss_scale_window > 0, "loss_scale_window {} must be positive",
+               loss_scale_window);
+}
+
+namespace {
+
+std::vector<Communicator*> norm_groups(ShardedParameters& params, const OptimizerOptions& o) {
+  std::vector<Communicator*> groups = params.partition_groups();
+  groups.insert(groups.end(), o.norm_groups.begin(), o.norm_groups.end());
+  return groups;
+}
+
+}  // namespace
+
+ShardedAdamW::ShardedAdamW(ShardedModel& model, const AdamWConfig& config, const OptimizerOptions& options)
+    : params_(model.parameters()),
+      config_(config),
+      options_(options),
+      scaler_(options.dynamic_loss_scale, options.initial_loss_scale, options.loss_scale_window) {
+  config_.validate();
+  options_.validate();
+  Device& dev = params_.device();
+  try {
+    norm_ = std::make_unique<GradNorm>(params_, norm_groups(params_, options_), options_.counted);
+    for (int u = 0; u < params_.num_units(); ++u) {
+      const std::size_t bytes = params_.unit(u).numel() * 4;
+      for (std::vector<Buffer>* state : {&exp_avg_, &exp_avg_sq_}) {
+        state->push_back(dev.allocate(bytes, MemCategory::kOptimState));
+        dev.fill_zero(state->back().data(), bytes, params_.stream());
+      }
+    }
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kOutOfMemory || model.device().memory_budget() == 0) throw;
+    throw Error(ErrorCode::kOutOfMemory,
+                std::string(e.what()) + "\nmemory planner (Strata's own state): " + model.over_budget_advice(2));
+  }
+  kernel_ = create_adamw_kernel(dev);
+  params_.stream().synchronize();
+}
+
+StepResult ShardedAdamW::step(double lr) {
+  params_.wait_for_grads();
+  TraceSpan span("optimizer step", "optim", "compute");
+  const NormResult norm = norm_->compute();
+  const double inv_scale = 1.0 / scaler_.scale();
+  StepResult r;
+  r.grad_norm = std::sqrt(norm.sum_squares) * inv_scale;
+  if (!norm.finite) {
+    params_.zero_grads();
+    scaler_.update(true);
+    r.skipped = true;
+    r.step = step_;
+    r.loss_scale = scaler_.scale();
+    logger("optim").warn("step {} skipped on every rank: non-finite gradients (norm {}); loss scale now {}", step_ + 1,
+                         r.grad_norm, r.loss_scale);
+    params_.finish_step(false);
+    return r;
+  }
+  double coef = inv_scale;
+  if (options_.grad_clip > 0) coef *= std::min(1.0, options_.grad_clip / (r.grad_norm + 1e-6));
+  if (coef != 1.0)
+    for (int u = 0; u < params_.num_units(); ++u) {
+      const UnitShard shard = params_.unit(u);
+      params_.ops().scale_f32(shard.grad, shard.numel(), static_cast<float>(coef), params_.stream());
+    }
+  ++step_;
+  for (int u = 0; u < params_.num_units(); ++u) {
+    params_.begin_update(u);
+    const UnitShard shard = params_.unit(u);
+    float* m = exp_avg_[static_cast<std::size_t>(u)].as<float>();
+    float* v = exp_avg_sq_[static_cast<std::size_t>(u)].as<float>();
+    for (const ShardSegment& seg : shard.segments) {
+      const ParamSlot& slot = shard.layout->slots()[seg.slot];
+      if (!slot.trainable) continue;
+      const std::size_t o = seg.shard_begin;
+      kernel_->update(shard.master + o, shard.grad + o, m + o, v + o, seg.length, config_, lr, step_,
+                      slot.weight_decay, params_.stream());
+    }
+    params_.end_update(u);
+  }
+  scaler_.update(false);
+  params_.finish_step(true);
+  r.step = step_;
+  r.loss_scale = scaler_.scale();
+  return r;
+}
+
+}  // namespace strata

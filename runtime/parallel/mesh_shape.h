@@ -1,0 +1,67 @@
+// MeshShape: the degrees pp x dp_replicate x dp_shard x tp of a device mesh and the arithmetic between a rank and
+// its coordinates. No communication: DeviceMesh builds the groups from it.
+#pragma once
+
+#include <array>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+// The mesh's dimensions, outermost first. tp is innermost, so a tensor-parallel group is consecutive ranks (on one
+// node when tp divides the ranks per node); pp is outermost. kDp is not a dimension of its own: it is the
+// combined data-parallel group dp_replicate x dp_shard (the ranks that hold the same tp slice of the same stage).
+enum class MeshDim { kPp, kDpReplicate, kDpShard, kTp, kDp };
+constexpr std::array<MeshDim, 5> kAllMeshDims = {MeshDim::kPp, MeshDim::kDpReplicate, MeshDim::kDpShard, MeshDim::kTp,
+                                                 MeshDim::kDp};
+const char* mesh_dim_name(MeshDim d);  // "pp", "dp_replicate", "dp_shard", "tp", "dp"
+
+// Degrees as a user gives them: at most one may be -1 ("the rest of the world").
+struct MeshDims {
+  int pp = 1;
+  int dp_replicate = 1;
+  int dp_shard = -1;
+  int tp = 1;
+};
+
+// A rank's place in the mesh: rank = ((pp * dp_replicate + r) * dp_shard + s) * tp + t.
+struct MeshCoord {
+  int pp = 0;
+  int dp_replicate = 0;
+  int dp_shard = 0;
+  int tp = 0;
+};
+
+class MeshShape {
+ public:
+  // Resolves a -1 and checks that the degrees multiply to the world size; throws kInvalidArgument naming every
+  // degree and the world size otherwise (a product that differs, -1 twice, a degree < 1, a -1 that does not divide).
+  MeshShape(const MeshDims& dims, int world_size);
+
+  int pp() const { return pp_; }
+  int dp_replicate() const { return dp_replicate_; }
+  int dp_shard() const { return dp_shard_; }
+  int tp() const { return tp_; }
+  int dp() const { return dp_replicate_ * dp_shard_; }
+  int world_size() const { return pp_ * dp() * tp_; }
+  // The number of ranks in one group along `d`.
+  int degree(MeshDim d) const;
+
+  MeshCoord coord(int rank) const;
+  int rank_of(const MeshCoord& c) const;
+  // This rank's index in its group along `d` (for kDp: r * dp_shard + s).
+  int index(MeshDim d, int rank) const;
+  // Which group along `d` the rank belongs to: equal for the ranks of one group, different across groups, in
+  // [0, world / degree).
+  int group_id(MeshDim d, int rank) const;
+  // The world ranks of `rank`'s group along `d`, ordered by their index in it.
+  std::vector<int> group_ranks(MeshDim d, int rank) const;
+
+  // "pp 1 x dp_replicate 2 x dp_shard 2 x tp 1 (4 ranks)"
+  std::string describe() const;
+
+ private:
+  int pp_ = 1, dp_replicate_ = 1, dp_shard_ = 1, tp_ = 1;
+};
+
+}  // namespace strata

@@ -1,0 +1,70 @@
+// ShardedParameters: the optimizer's side of a ShardedModel.
+#include "runtime/sharding/sharded_parameters.h"
+
+#include "core/error.h"
+#include "runtime/sharding/flat_ops.h"
+#include "runtime/sharding/sharded_model.h"
+
+namespace strata {
+
+int ShardedParameters::num_units() const { return model_.num_units(); }
+
+UnitShard ShardedParameters::unit(int i) {
+  model_.check_unit(i, "parameters().unit");
+  ShardedUnit& u = *model_.units_[static_cast<std::size_t>(i)];
+  return UnitShard{&u.layout(), u.master(), u.grad_shard(), u.layout().segments(model_.comm_->shard_rank())};
+}
+
+Device& ShardedParameters::device() { return model_.host_ ? *model_.host_ : model_.device_; }
+
+Stream& ShardedParameters::stream() { return device().compute_stream(); }
+
+FlatOps& ShardedParameters::ops() { return model_.host_ ? *model_.host_ops_ : *model_.ops_; }
+
+std::vector<Communicator*> ShardedParameters::partition_groups() const { return model_.comm_->partition_groups(); }
+
+Stream& ShardedParameters::comm_stream() { return model_.comm_->reduce_scatter_stream(); }
+
+void ShardedParameters::wait_for_grads() {
+  model_.monitor_->mark_start();
+  for (std::size_t i = 0; i < model_.units_.size(); ++i) {
+    const TrainingState s = model_.protocol_[i].state;
+    STRATA_CHECK(s == TrainingState::kIdle, "an optimizer step while unit '{}' is still in {}",
+                 model_.units_[i]->name(), s == TrainingState::kForward ? "forward" : "backward");
+  }
+  model_.finish_reductions();
+}
+
+void ShardedParameters::wait(Stream& stream) {
+  model_.monitor_->exposed([&] { stream.synchronize(); });
+}
+
+void ShardedParameters::begin_update(int i) {
+  model_.check_unit(i, "parameters().begin_update");
+  model_.units_[static_cast<std::size_t>(i)]->prepare_update();
+}
+
+void ShardedParameters::end_update(int i) {
+  model_.check_unit(i, "parameters().end_update");
+  ShardedUnit& u = *model_.units_[static_cast<std::size_t>(i)];
+  u.zero_grad_shard();
+  u.publish_params();
+  // Under offload, unit i's copy to the device runs while unit i+1 updates (at most two copies in flight).
+  if (i > 0) model_.units_[static_cast<std::size_t>(i) - 1]->finish_upload();
+}
+
+void ShardedParameters::zero_grads() {
+  for (auto& u : model_.units_) u->zero_grad_shard();
+}
+
+void ShardedParameters::finish_step(bool updated) {
+  if (updated) {
+    model_.monitor_->exposed([&] { model_.units_.back()->finish_upload(); });
+    ++model_.steps_;
+  }
+  // Forwards that had no backward (an evaluation pass) do not carry into the next step.
+  for (auto& p : model_.protocol_) p.forwards = 0;
+  model_.monitor_->finish(model_.steps_, updated);
+}
+
+}  // namespace strata
