@@ -20,6 +20,18 @@ struct CommOptions {
   static CommOptions from_env();
 };
 
+// One operation of a batched group (Communicator::batch_send_recv).
+struct P2POp {
+  OpKind kind = OpKind::kSend;  // kSend or kRecv
+  void* buf = nullptr;          // kSend: read; kRecv: written (buffers on the communicator's device)
+  std::size_t count = 0;
+  DType dtype = DType::kF32;
+  int peer = -1;  // rank in this communicator; may be this rank (a send to self pairs with a recv from self in the
+                  // same batch)
+  static P2POp send(const void* buf, std::size_t count, DType dtype, int peer);
+  static P2POp recv(void* buf, std::size_t count, DType dtype, int peer);
+};
+
 // Counts follow NCCL: all_gather takes the per-rank send count (recv holds size() * send_count elements);
 // reduce_scatter takes the per-rank recv count (send holds size() * recv_count elements). Buffers live on the
 // communicator's device. Every operation is enqueued on `stream` and returns at once: order it against other
@@ -50,6 +62,17 @@ class Communicator {
   virtual void send(const void* buf, std::size_t count, DType dtype, int peer, Stream& stream) = 0;
   virtual void recv(void* buf, std::size_t count, DType dtype, int peer, Stream& stream) = 0;
   virtual void barrier(Stream& stream) = 0;
+  // Issues every op together (NCCL: one ncclGroupStart/End; MPI: all nonblocking, then one bounded wait), so two
+  // ranks may each send to and receive from the other in either order without deadlock. Enqueued on `stream`
+  // (use a stream of its own for point-to-point traffic); later work on the stream waits for all of them. Ops are
+  // numbered per peer and direction like send/recv (the k-th send to a peer, single or batched, pairs with that
+  // peer's k-th recv from us). In validation mode each op's descriptor is checked against its peer's matching op
+  // (kind, count, dtype): a difference throws kMismatch on both sides naming the group, both ranks and both calls.
+  // The ops that do match still run, so ranks outside a mismatched pair are not left waiting. Arguments are
+  // checked before any op is numbered (kInvalidArgument): kind send or recv, peer in range, a buffer when count > 0,
+  // and the i-th send to self matched by the i-th recv from self of the same count and dtype. An empty batch is a
+  // no-op.
+  virtual void batch_send_recv(const std::vector<P2POp>& ops, Stream& stream) = 0;
 
   // Collective over this communicator, on the calling thread (bounded): ranks with the same color form a new
   // communicator, ordered by (key, rank). A negative color opts out and returns nullptr.
@@ -66,6 +89,9 @@ class Communicator {
   // The descriptor of the next collective; bumps the sequence number.
   OpDesc next_op(OpKind kind, std::size_t count, DType dtype, ReduceOp op = ReduceOp::kSum, int root = -1,
                  int peer = -1);
+  // Checks a batch's arguments as batch_send_recv promises (kInvalidArgument, before any numbering), then returns
+  // the descriptors of its ops in order, each numbered per peer and direction.
+  std::vector<OpDesc> next_p2p_batch(const std::vector<P2POp>& ops);
 
  private:
   Device& device_;

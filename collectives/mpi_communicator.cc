@@ -1,11 +1,13 @@
 // MpiCommunicator: nonblocking MPI collectives on per-stream lanes, polled with a deadline.
 #include "collectives/mpi_communicator.h"
 
+#include <chrono>
 #include <climits>
 #include <cstring>
 
 #include "collectives/host_reduce.h"
 #include "collectives/mpi_util.h"
+#include "core/backoff.h"
 #include "core/error.h"
 #include "core/in_flight.h"
 #include "core/logging.h"
@@ -118,11 +120,8 @@ void MpiCommunicator::validate(Lane& lane, const OpDesc& desc, const std::string
     STRATA_CHECK_MPI(MPI_Irecv(&peer_desc, sizeof(OpDesc), MPI_BYTE, desc.peer, header_tag(desc.seq, expected),
                                p2p_.comm, &reqs[1]));
     mpi_wait_all(2, reqs, options().timeout_s, "validation of " + what);
-    STRATA_CHECK_CODE(ErrorCode::kMismatch,
-                      peer_desc.kind == expected && peer_desc.count == desc.count && peer_desc.dtype == desc.dtype &&
-                          peer_desc.peer == rank() && peer_desc.seq == desc.seq,
-                      "point-to-point mismatch in group '{}': rank {} called {} but peer rank {} called {}", name(),
-                      rank(), desc.describe(), desc.peer, peer_desc.describe());
+    std::string mismatch = compare_p2p_descs(desc, peer_desc, rank(), name());
+    if (!mismatch.empty()) STRATA_THROW(ErrorCode::kMismatch, "{}", mismatch);
     return;
   }
   std::vector<OpDesc> all(static_cast<std::size_t>(size()));
@@ -132,6 +131,50 @@ void MpiCommunicator::validate(Lane& lane, const OpDesc& desc, const std::string
   mpi_wait(req, options().timeout_s, "validation of " + what);
   std::string mismatch = compare_op_descs(all, name());
   if (!mismatch.empty()) STRATA_THROW(ErrorCode::kMismatch, "{}", mismatch);
+}
+
+std::string MpiCommunicator::validate_batch(const std::vector<OpDesc>& descs, const std::string& what,
+                                            const std::function<void(std::size_t)>& post) {
+  // The headers of single send / recv validation, all posted at once: op i's descriptor goes out on its own
+  // direction's tag and the peer's matching op comes back on the opposite one.
+  std::size_t n = descs.size();
+  std::vector<OpDesc> theirs(n);
+  std::vector<MPI_Request> sent(n, MPI_REQUEST_NULL), received(n, MPI_REQUEST_NULL);
+  for (std::size_t i = 0; i < n; ++i) {
+    const OpDesc& d = descs[i];
+    OpKind expected = d.kind == OpKind::kSend ? OpKind::kRecv : OpKind::kSend;
+    STRATA_CHECK_MPI(MPI_Isend(&d, sizeof(OpDesc), MPI_BYTE, d.peer, header_tag(d.seq, d.kind), p2p_.comm, &sent[i]));
+    STRATA_CHECK_MPI(
+        MPI_Irecv(&theirs[i], sizeof(OpDesc), MPI_BYTE, d.peer, header_tag(d.seq, expected), p2p_.comm, &received[i]));
+  }
+  // Each op's data goes out as soon as its own header arrives, not after the whole batch's: the peer may be making
+  // single calls, and its send may need our recv posted before it reaches the recv that validates our send.
+  std::string mismatches;
+  std::vector<int> done(n);
+  const auto deadline = std::chrono::steady_clock::now() + to_duration(options().timeout_s);
+  Backoff backoff;
+  for (std::size_t left = n; left > 0;) {
+    int count = 0;
+    STRATA_CHECK_MPI(MPI_Testsome(static_cast<int>(n), received.data(), &count, done.data(), MPI_STATUSES_IGNORE));
+    if (count == 0 || count == MPI_UNDEFINED) {
+      if (std::chrono::steady_clock::now() > deadline)
+        throw_timeout(__FILE__, __LINE__, "validation of " + what, options().timeout_s);
+      backoff.pause();
+      continue;
+    }
+    for (int k = 0; k < count; ++k) {
+      std::size_t i = static_cast<std::size_t>(done[static_cast<std::size_t>(k)]);
+      std::string m = compare_p2p_descs(descs[i], theirs[i], rank(), name());
+      if (m.empty()) {
+        post(i);
+      } else {
+        mismatches += (mismatches.empty() ? "" : "\n") + m;
+      }
+    }
+    left -= static_cast<std::size_t>(count);
+  }
+  mpi_wait_all(static_cast<int>(n), sent.data(), options().timeout_s, "validation of " + what);
+  return mismatches;
 }
 
 void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_count, DType dtype,
@@ -241,6 +284,53 @@ void MpiCommunicator::barrier(Stream& stream) {
     MPI_Request req;
     STRATA_CHECK_MPI(MPI_Ibarrier(lane.comm, &req));
     mpi_wait(req, options().timeout_s, what);
+  });
+}
+
+void MpiCommunicator::batch_send_recv(const std::vector<P2POp>& ops, Stream& stream) {
+  check_stream(stream, "batch_send_recv");
+  for (const P2POp& op : ops) as_int(op.count, "batch_send_recv");
+  std::vector<OpDesc> descs = next_p2p_batch(ops);
+  if (ops.empty()) return;
+  std::vector<std::string> whats;  // one in-flight entry per op
+  for (const OpDesc& d : descs)
+    whats.push_back(fmt::format("{} group={}({}) stream={}", d.describe(), name(), size(), stream.name()));
+  std::string what =
+      fmt::format("batch_send_recv of {} ops group={}({}) stream={}", ops.size(), name(), size(), stream.name());
+  logger("comm").trace("enqueue {}", what);
+  std::string args;
+  if (Tracer::global().enabled()) args = fmt::format(R"("ops":{},"group":"{}")", ops.size(), name());
+  stream.enqueue_host([this, ops, descs, whats, what, args, track = stream.name()] {
+    std::vector<std::unique_ptr<InFlightScope>> scopes;
+    for (const std::string& w : whats) scopes.push_back(std::make_unique<InFlightScope>(w));
+    TraceSpan span("batch_send_recv", "comm", track, args);
+    std::vector<MPI_Request> reqs;
+    reqs.reserve(ops.size());
+    auto post = [&](std::size_t i) {
+      const P2POp& op = ops[i];
+      int c = static_cast<int>(op.count);
+      MPI_Datatype t = mpi_datatype(op.dtype);
+      int tag = data_tag(descs[i].seq);
+      reqs.push_back(MPI_REQUEST_NULL);
+      if (op.kind == OpKind::kRecv) {
+        STRATA_CHECK_MPI(MPI_Irecv(op.buf, c, t, op.peer, tag, p2p_.comm, &reqs.back()));
+      } else {
+        STRATA_CHECK_MPI(MPI_Isend(op.buf, c, t, op.peer, tag, p2p_.comm, &reqs.back()));
+      }
+    };
+    // Ops that pair run even when others do not, so that ranks outside a mismatched pair are not left waiting.
+    std::string mismatches;
+    if (options().validate) {
+      mismatches = validate_batch(descs, what, post);
+    } else {
+      // Receives first, so that a message to self or from a fast peer finds its buffer.
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        if (ops[i].kind == OpKind::kRecv) post(i);
+      for (std::size_t i = 0; i < ops.size(); ++i)
+        if (ops[i].kind == OpKind::kSend) post(i);
+    }
+    if (!reqs.empty()) mpi_wait_all(static_cast<int>(reqs.size()), reqs.data(), options().timeout_s, what);
+    if (!mismatches.empty()) STRATA_THROW(ErrorCode::kMismatch, "{}", mismatches);
   });
 }
 

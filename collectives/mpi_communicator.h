@@ -7,6 +7,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <vector>
 
 #include "collectives/communicator.h"
 
@@ -17,7 +19,10 @@ namespace strata {
 // interleave on one MPI communicator and each lane sees the same order on every rank. Ranks must therefore use
 // streams in the same order (they do in SPMD code). Every wait polls with the STRATA_TIMEOUT_S deadline.
 // send / recv do not use lanes: they run on one point-to-point duplicate, tagged with the per-peer sequence
-// number, so a send on any stream pairs with the peer's matching recv on any stream.
+// number, so a send on any stream pairs with the peer's matching recv on any stream. batch_send_recv is one task that
+// posts all its ops on that duplicate with the same tags (so single and batched ops pair with each other) and waits
+// for them together. In validation mode it exchanges every op's descriptor with the peer's matching op at once and
+// posts each op as soon as its own exchange is done, so a peer making single calls is never waiting on the batch.
 // Reductions run as an all-to-all of chunks followed by a rank-ordered local sum (bf16 / f16 in f32), which is
 // deterministic and moves the same bytes as a ring; see docs/notes/mpi-reductions.md.
 // Streams must be synchronised before the communicator is destroyed.
@@ -37,6 +42,7 @@ class MpiCommunicator : public Communicator {
   void send(const void* buf, std::size_t count, DType dtype, int peer, Stream& stream) override;
   void recv(void* buf, std::size_t count, DType dtype, int peer, Stream& stream) override;
   void barrier(Stream& stream) override;
+  void batch_send_recv(const std::vector<P2POp>& ops, Stream& stream) override;
   std::unique_ptr<Communicator> split(int color, int key) override;
 
  private:
@@ -49,6 +55,10 @@ class MpiCommunicator : public Communicator {
   // Enqueues `body` on `stream` behind the validation exchange, registered in the in-flight table.
   void launch(Stream& stream, const OpDesc& desc, std::function<void(Lane&, const std::string&)> body);
   void validate(Lane& lane, const OpDesc& desc, const std::string& what);
+  // Exchanges the descriptors of a batch's ops with the peers' matching ops and calls post(i) for each op i as soon as
+  // it pairs. Returns the mismatches (empty when every op pairs).
+  std::string validate_batch(const std::vector<OpDesc>& descs, const std::string& what,
+                             const std::function<void(std::size_t)>& post);
   void check_stream(const Stream& stream, const char* op) const;
 
   MPI_Comm control_ = MPI_COMM_NULL;  // used only by the calling thread: lane creation and split

@@ -26,6 +26,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr int kP2pValidationTag = 0x5354;  // control-communicator tag of the send/recv OpDesc exchange
+// Control-communicator tags of the batch_send_recv OpDesc exchange, one per direction.
+constexpr int kP2pBatchSendTag = 0x5355;  // a batched send's OpDesc, from its sender
+constexpr int kP2pBatchRecvTag = 0x5356;  // a batched recv's OpDesc, from its receiver
 constexpr auto kAbortLockWait = std::chrono::seconds(5);  // a timeout handler waits this long for a busy comm
 // ncclCommAbort frees device memory, which waits for all work on the device: a host callback that never returns,
 // or a kernel NCCL does not own, would hold it indefinitely. Its caller waits this long and then leaves it running.
@@ -366,17 +369,17 @@ cudaStream_t NcclCommunicator::stream_of(Stream& stream, const char* op) const {
   return static_cast<cudaStream_t>(handle);
 }
 
-template <typename Call>
-void NcclCommunicator::launch(const OpDesc& desc, const char* call_name, Call&& call) {
+template <typename Describe, typename Call>
+void NcclCommunicator::launch_described(Describe&& describe, const char* call_name, Call&& call) {
   std::lock_guard<std::recursive_timed_mutex> lock(state_->mutex);
   ncclComm_t comm = state_->usable();
   STRATA_CHECK_CUDA(cudaSetDevice(device().index()));
   ncclResult_t rc = call(comm);
   if (rc == ncclInProgress) {
     // A non-blocking communicator may return before the operation is enqueued; it must be ready before the next call.
-    wait_comm_ready(comm, options().timeout_s, fmt::format("{} on '{}': {}", desc.describe(), name(), call_name));
+    wait_comm_ready(comm, options().timeout_s, fmt::format("{} on '{}': {}", describe(), name(), call_name));
   } else if (rc != ncclSuccess) {
-    STRATA_THROW(ErrorCode::kNccl, "call to {} for {} on '{}' failed: {}", call_name, desc.describe(), name(),
+    STRATA_THROW(ErrorCode::kNccl, "call to {} for {} on '{}' failed: {}", call_name, describe(), name(),
                  detail::nccl_error_text(rc));
   }
 }
@@ -421,17 +424,53 @@ void NcclCommunicator::validate_p2p(const OpDesc& desc) {
   // The exchange pairs the pair's calls in the order each side makes them, which is also the order ungrouped NCCL
   // point-to-point operations must match in.
   const OpDesc& theirs = ex->theirs;
-  OpKind expected = desc.kind == OpKind::kSend ? OpKind::kRecv : OpKind::kSend;
-  bool matches = theirs.kind == expected && theirs.count == desc.count && theirs.dtype == desc.dtype &&
-                 theirs.peer == rank() && theirs.seq == desc.seq;
-  if (!matches) {
-    STRATA_THROW(ErrorCode::kMismatch,
-                 "point-to-point mismatch in group '{}': rank {} called {} but its peer rank {} called {}{}", name(),
-                 rank(), desc.describe(), desc.peer, theirs.describe(),
-                 theirs.kind == desc.kind ? " (each side's next call to the other must be the opposite op: an "
-                                            "ungrouped NCCL send waits for its recv)"
-                                          : "");
+  std::string mismatch = compare_p2p_descs(desc, theirs, rank(), name());
+  if (!mismatch.empty()) {
+    STRATA_THROW(ErrorCode::kMismatch, "{}{}", mismatch,
+                 theirs.kind == desc.kind
+                     ? "; each side's next call to the other must be the opposite op: an ungrouped "
+                       "NCCL send waits for its recv (batch_send_recv pairs in either order)"
+                     : "");
   }
+}
+
+std::string NcclCommunicator::validate_p2p_batch(const std::vector<OpDesc>& descs, std::vector<char>& run) {
+  // Each op sends its OpDesc on its direction's tag and receives the peer's matching op on the other one. MPI keeps
+  // messages of one tag between two ranks in order, so our k-th batched send meets the peer's k-th batched recv from us
+  // (and the other way round), whatever the order of the ops inside either batch.
+  struct Exchange {
+    std::vector<OpDesc> mine;
+    std::vector<OpDesc> theirs;
+    std::vector<MPI_Request> reqs;
+  };
+  const std::size_t n = descs.size();
+  auto ex = std::make_unique<Exchange>();
+  ex->mine = descs;
+  ex->theirs.resize(n);
+  ex->reqs.assign(2 * n, MPI_REQUEST_NULL);
+  try {
+    for (std::size_t i = 0; i < n; ++i) {
+      const OpDesc& d = ex->mine[i];
+      const bool send = d.kind == OpKind::kSend;
+      STRATA_CHECK_MPI(MPI_Isend(&d, sizeof(OpDesc), MPI_BYTE, d.peer, send ? kP2pBatchSendTag : kP2pBatchRecvTag,
+                                 control_.get(), &ex->reqs[2 * i]));
+      STRATA_CHECK_MPI(MPI_Irecv(&ex->theirs[i], sizeof(OpDesc), MPI_BYTE, d.peer,
+                                 send ? kP2pBatchRecvTag : kP2pBatchSendTag, control_.get(), &ex->reqs[2 * i + 1]));
+    }
+    wait_mpi(ex->reqs.data(), static_cast<int>(ex->reqs.size()), options().timeout_s,
+             fmt::format("validation of batch_send_recv of {} ops on '{}'", n, name()));
+  } catch (...) {
+    (void)ex.release();  // MPI may still write into it; a failed exchange ends the process anyway
+    throw;
+  }
+  std::string mismatches;
+  for (std::size_t i = 0; i < n; ++i) {
+    std::string m = compare_p2p_descs(ex->mine[i], ex->theirs[i], rank(), name());
+    if (m.empty()) continue;
+    run[i] = 0;
+    mismatches += (mismatches.empty() ? "" : "\n") + m;
+  }
+  return mismatches;
 }
 
 void NcclCommunicator::all_gather(const void* send, void* recv, std::size_t send_count, DType dtype, Stream& stream) {
@@ -517,6 +556,41 @@ void NcclCommunicator::barrier(Stream& stream) {
   void* buf = barrier_buffer_.data();
   launch(desc, "ncclAllReduce",
          [&](ncclComm_t comm) { return ncclAllReduce(buf, buf, 1, ncclInt32, ncclSum, comm, s); });
+}
+
+void NcclCommunicator::batch_send_recv(const std::vector<P2POp>& ops, Stream& stream) {
+  cudaStream_t s = stream_of(stream, "batch_send_recv");
+  std::vector<ncclDataType_t> types;
+  types.reserve(ops.size());
+  for (const P2POp& op : ops) types.push_back(nccl_dtype(op.dtype));
+  std::vector<OpDesc> descs = next_p2p_batch(ops);
+  if (ops.empty()) return;
+  std::vector<char> run(ops.size(), 1);
+  std::string mismatches;
+  if (options().validate) mismatches = validate_p2p_batch(descs, run);
+  bool any = false;
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    log_op(name(), descs[i], stream);
+    any = any || (run[i] && ops[i].count > 0);
+  }
+  if (any) {
+    launch_described(
+        [&] { return fmt::format("batch_send_recv of {} ops (first: {})", ops.size(), descs[0].describe()); },
+        "ncclGroupStart / ncclSend / ncclRecv / ncclGroupEnd",
+        [&](ncclComm_t comm) {
+          ncclResult_t rc = ncclGroupStart();
+          if (rc != ncclSuccess) return rc;
+          for (std::size_t i = 0; i < ops.size() && (rc == ncclSuccess || rc == ncclInProgress); ++i) {
+            const P2POp& op = ops[i];
+            if (!run[i] || op.count == 0) continue;
+            rc = op.kind == OpKind::kSend ? ncclSend(op.buf, op.count, types[i], op.peer, comm, s)
+                                          : ncclRecv(op.buf, op.count, types[i], op.peer, comm, s);
+          }
+          ncclResult_t end = ncclGroupEnd();  // even after a failed call: the group depth belongs to this thread
+          return rc == ncclSuccess || rc == ncclInProgress ? end : rc;
+        });
+  }
+  if (!mismatches.empty()) STRATA_THROW(ErrorCode::kMismatch, "{}", mismatches);
 }
 
 // ---- split ------------------------------------------------------------------------------------------------------

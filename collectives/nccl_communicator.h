@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "collectives/communicator.h"
 #include "collectives/nccl_check.h"
@@ -23,15 +24,21 @@ namespace strata {
 //
 // Operations follow Communicator's contract. Buffers and streams must belong to the communicator's CudaDevice,
 // which must outlive it.
-// Each point-to-point call is its own NCCL operation (no group): a send and its recv must not each wait behind
-// another send/recv of the same pair, and a rank cannot send to itself (kUnsupported). A count of 0 launches nothing
-// (but still takes a sequence number and, in validation mode, is validated).
+// Each single send / recv is its own NCCL operation (no group): a send and its recv must not each wait behind
+// another send/recv of the same pair, and a rank cannot send to itself (kUnsupported). batch_send_recv issues its ops
+// in one NCCL group (ncclGroupStart / ncclGroupEnd), so a pair may post its sends and recvs in either order and a rank
+// may exchange with itself. A count of 0 launches nothing (but still takes a sequence number and, in validation mode,
+// is validated).
 //
 // In validation mode (CommOptions::validate) each collective first exchanges its OpDesc over the control
 // communicator and every rank throws kMismatch with the same table when the ranks disagree; send/recv exchange
 // OpDescs with the peer in call order, and both throw kMismatch unless the peer's next call to us is the opposite op
-// with the same count, dtype and per-peer sequence number. Validation and split run on the calling thread, bounded by
-// CommOptions::timeout_s.
+// with the same count, dtype and per-peer sequence number. batch_send_recv exchanges the OpDescs of all its ops at
+// once, one channel (MPI tag) per direction, so a batched send meets the peer's next batched recv from us whatever the
+// order inside either batch; the ops that pair still launch when others of the batch do not. Single and batched ops
+// are validated on different channels, so in validation mode a single send / recv must not pair with a batched op of
+// the peer: both would wait for the other's descriptor until the timeout (without validation they pair as NCCL
+// pairs any send and recv). Validation and split run on the calling thread, bounded by CommOptions::timeout_s.
 class NcclCommunicator : public Communicator {
  public:
   // Collective over `parent` (left untouched): duplicates it, shares an ncclUniqueId from rank 0 and initialises
@@ -51,6 +58,8 @@ class NcclCommunicator : public Communicator {
   void recv(void* buf, std::size_t count, DType dtype, int peer, Stream& stream) override;
   // An all_reduce of one int on a small device buffer the communicator owns, enqueued on `stream`.
   void barrier(Stream& stream) override;
+  // One NCCL group on `stream`, after validation on the calling thread (see above).
+  void batch_send_recv(const std::vector<P2POp>& ops, Stream& stream) override;
 
   // ncclCommSplit for the NCCL communicator and MPI_Comm_split for the control communicator; the child is named
   // name() + "/c<color>".
@@ -85,9 +94,17 @@ class NcclCommunicator : public Communicator {
   cudaStream_t stream_of(Stream& stream, const char* op) const;
   void validate_collective(const OpDesc& desc);
   void validate_p2p(const OpDesc& desc);
-  // Runs `call(comm)` under the communicator's lock and waits (bounded) while NCCL reports ncclInProgress.
+  // Returns the mismatches of a batch with its peers' ops (empty when every op pairs) and clears `run[i]` for each op
+  // i that does not pair.
+  std::string validate_p2p_batch(const std::vector<OpDesc>& descs, std::vector<char>& run);
+  // Runs `call(comm)` under the communicator's lock and waits (bounded) while NCCL reports ncclInProgress. `describe()`
+  // names the operation in errors ("all_gather seq=3 count=8 dtype=f32").
+  template <typename Describe, typename Call>
+  void launch_described(Describe&& describe, const char* call_name, Call&& call);
   template <typename Call>
-  void launch(const OpDesc& desc, const char* call_name, Call&& call);
+  void launch(const OpDesc& desc, const char* call_name, Call&& call) {
+    launch_described([&] { return desc.describe(); }, call_name, std::forward<Call>(call));
+  }
 
   OwnedMpiComm control_;
   std::shared_ptr<State> state_;

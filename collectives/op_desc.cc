@@ -72,4 +72,19 @@ std::string compare_op_descs(const std::vector<OpDesc>& all, const std::string& 
   return {};
 }
 
+std::string compare_p2p_descs(const OpDesc& mine, const OpDesc& theirs, int rank, const std::string& group) {
+  std::vector<const char*> differing;
+  bool opposite = (mine.kind == OpKind::kSend && theirs.kind == OpKind::kRecv) ||
+                  (mine.kind == OpKind::kRecv && theirs.kind == OpKind::kSend);
+  if (!opposite) differing.push_back("op");
+  if (theirs.seq != mine.seq) differing.push_back("sequence number");
+  if (theirs.count != mine.count) differing.push_back("count");
+  if (theirs.dtype != mine.dtype) differing.push_back("dtype");
+  if (theirs.peer != rank) differing.push_back("peer");
+  if (differing.empty()) return {};
+  return fmt::format("point-to-point mismatch in group '{}': rank {} called {} but peer rank {} called {} ({} {})",
+                     group, rank, mine.describe(), mine.peer, theirs.describe(), fmt::join(differing, ", "),
+                     differing.size() == 1 ? "differs" : "differ");
+}
+
 }  // namespace strata

@@ -35,4 +35,10 @@ struct OpDesc {
 // string when they agree, else a message naming the field and the ranks that differ from rank 0's call.
 std::string compare_op_descs(const std::vector<OpDesc>& all, const std::string& group);
 
+// Compares a send or recv of `rank` with the peer's op it pairs with: that must be the opposite op with the same
+// per-peer sequence number, count and dtype, addressed to `rank`. Returns an empty string when they pair, else
+// "point-to-point mismatch in group 'g': rank 0 called <mine> but peer rank 1 called <theirs> (count differs)". The
+// verdict is symmetric, so both sides of a pair reach the same one.
+std::string compare_p2p_descs(const OpDesc& mine, const OpDesc& theirs, int rank, const std::string& group);
+
 }  // namespace strata

@@ -1,4 +1,5 @@
-// Tests of NcclCommunicator at any np: every op x dtype on exactly verifiable data, validation, streams and split.
+// Tests of NcclCommunicator at any np: every op x dtype on exactly verifiable data, batched point-to-point,
+// validation, streams and split.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -399,6 +400,106 @@ TEST_F(NcclCommunicatorTest, ValidationCatchesMismatchedCalls) {
                 download(sum, DType::kF32, 16), [&](std::size_t) { return world; }, 0.0, &first),
             0u)
       << first;
+}
+
+// A batch with this rank itself, at any np: the send and its recv run in one NCCL group, in either order.
+TEST_F(NcclCommunicatorTest, BatchSelfExchange) {
+  const int rank = comm().rank();
+  auto p2p = dev().create_stream("p2p");
+  for (bool recv_first : {false, true}) {
+    for (DType dtype : kDTypes) {
+      for (std::size_t count : counts(comm().size())) {
+        SCOPED_TRACE(label("batch self", dtype, count) + (recv_first ? " recv first" : " send first"));
+        Buffer mine = upload(HostArray(dtype, count, [&](std::size_t i) { return value(rank, i, dtype); }));
+        Buffer back = upload(HostArray(dtype, count, [](std::size_t) { return kSentinel; }));
+        P2POp s = P2POp::send(mine.data(), count, dtype, rank);
+        P2POp r = P2POp::recv(back.data(), count, dtype, rank);
+        comm().batch_send_recv(recv_first ? std::vector<P2POp>{r, s} : std::vector<P2POp>{s, r}, *p2p);
+        p2p->synchronize();
+        std::string first;
+        auto sent = [&](std::size_t i) { return value(rank, i, dtype); };
+        EXPECT_EQ(count_wrong(download(back, dtype, count), sent, 0.0, &first), 0u) << first;
+      }
+    }
+  }
+}
+
+// Every rank sends to rank+1 and receives from rank-1 in one batch. Every rank posting its send first is the order
+// that deadlocks ungrouped NCCL point-to-point; at np 2 the ring is a pair exchanging both ways, at np 1 a self
+// exchange. More than one rank needs a GPU per rank (SetUp skips otherwise).
+TEST_F(NcclCommunicatorTest, BatchRing) {
+  const int rank = comm().rank();
+  const int world = comm().size();
+  const int to = (rank + 1) % world;
+  const int from = (rank + world - 1) % world;
+  auto p2p = dev().create_stream("p2p");
+  for (bool odd_recv_first : {false, true}) {
+    for (DType dtype : kDTypes) {
+      for (std::size_t count : counts(world)) {
+        SCOPED_TRACE(label("batch ring", dtype, count) + (odd_recv_first ? " odd ranks recv first" : " send first"));
+        Buffer mine = upload(HostArray(dtype, count, [&](std::size_t i) { return value(rank, i, dtype); }));
+        Buffer theirs = upload(HostArray(dtype, count, [](std::size_t) { return kSentinel; }));
+        P2POp s = P2POp::send(mine.data(), count, dtype, to);
+        P2POp r = P2POp::recv(theirs.data(), count, dtype, from);
+        bool recv_first = odd_recv_first && rank % 2 == 1;
+        comm().batch_send_recv(recv_first ? std::vector<P2POp>{r, s} : std::vector<P2POp>{s, r}, *p2p);
+        p2p->synchronize();
+        std::string first;
+        auto sent = [&](std::size_t i) { return value(from, i, dtype); };
+        EXPECT_EQ(count_wrong(download(theirs, dtype, count), sent, 0.0, &first), 0u) << first;
+      }
+    }
+  }
+}
+
+TEST_F(NcclCommunicatorTest, BatchRejectsBadArgumentsAndMismatches) {
+  const int rank = comm().rank();
+  const int world = comm().size();
+  auto p2p = dev().create_stream("p2p");
+  Buffer buf = dev().allocate(16 * sizeof(float), MemCategory::kCommBuffer);
+  auto code_of = [&](const std::vector<P2POp>& ops) {
+    return error_code_of([&] { comm().batch_send_recv(ops, *p2p); });
+  };
+  // Rejected locally, before any sequence number is taken.
+  EXPECT_EQ(code_of({P2POp::send(buf.data(), 4, DType::kF32, world)}), ErrorCode::kInvalidArgument);
+  P2POp not_p2p = P2POp::recv(buf.data(), 4, DType::kF32, rank);
+  not_p2p.kind = OpKind::kBroadcast;
+  EXPECT_EQ(code_of({not_p2p}), ErrorCode::kInvalidArgument);
+  EXPECT_EQ(code_of({P2POp::send(buf.data(), 4, DType::kF32, rank)}), ErrorCode::kInvalidArgument);
+  auto cpu = create_device(DeviceKind::kCpu, 0, kTimeoutS);
+  EXPECT_EQ(error_code_of([&] {
+              comm().batch_send_recv(
+                  {P2POp::send(buf.data(), 4, DType::kF32, rank), P2POp::recv(buf.data(), 4, DType::kF32, rank)},
+                  cpu->compute_stream());
+            }),
+            ErrorCode::kInvalidArgument);
+  comm().batch_send_recv({}, *p2p);  // a no-op
+  // A pair that disagrees on a count: both sides throw, the pair's matching op still runs, and the pair stays in step.
+  const int peer = rank ^ 1;
+  if (peer < world) {
+    Buffer mine = upload(HostArray(DType::kI32, 5, [&](std::size_t i) { return value(rank, i, DType::kI32); }));
+    Buffer theirs = upload(HostArray(DType::kI32, 5, [](std::size_t) { return kSentinel; }));
+    std::size_t count = rank % 2 == 0 ? 8 : 9;
+    P2POp mismatched = rank % 2 == 0 ? P2POp::send(buf.data(), count, DType::kF32, peer)
+                                     : P2POp::recv(buf.data(), count, DType::kF32, peer);
+    EXPECT_EQ(code_of({mismatched, P2POp::send(mine.data(), 5, DType::kI32, peer),
+                       P2POp::recv(theirs.data(), 5, DType::kI32, peer)}),
+              ErrorCode::kMismatch);
+    p2p->synchronize();
+    std::string first;
+    auto from_peer = [&](std::size_t i) { return value(peer, i, DType::kI32); };
+    EXPECT_EQ(count_wrong(download(theirs, DType::kI32, 5), from_peer, 0.0, &first), 0u) << first;
+    Buffer again = upload(HostArray(DType::kI32, 5, [](std::size_t) { return kSentinel; }));
+    comm().batch_send_recv(
+        {P2POp::recv(again.data(), 5, DType::kI32, peer), P2POp::send(mine.data(), 5, DType::kI32, peer)}, *p2p);
+    p2p->synchronize();
+    EXPECT_EQ(count_wrong(download(again, DType::kI32, 5), from_peer, 0.0, &first), 0u) << first;
+  }
+  // The communicator is still healthy.
+  Buffer one = upload(HostArray(DType::kI32, 1, [](std::size_t) { return 1.0; }));
+  comm().all_reduce(one.data(), one.data(), 1, DType::kI32, ReduceOp::kSum, stream());
+  stream().synchronize();
+  EXPECT_EQ(download(one, DType::kI32, 1).get(0), static_cast<double>(world));
 }
 
 TEST_F(NcclCommunicatorTest, StreamsAndEventsOrderCommunication) {
