@@ -8,14 +8,9 @@
 #include <cstdio>
 #include <memory>
 
-#include "collectives/rank_values.h"
-#include "core/error.h"
+#include <strata/strata.h>  // the public API, as an embedder outside this tree includes it
+
 #include "models/mlp/mlp.h"
-#include "runtime/bootstrap/runtime.h"
-#include "runtime/memory/memory_ledger.h"
-#include "runtime/optim/grad_norm.h"
-#include "runtime/optim/sharded_adamw.h"
-#include "runtime/parallel/device_mesh.h"
 
 namespace {
 

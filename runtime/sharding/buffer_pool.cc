@@ -32,6 +32,8 @@ void* BufferPool::acquire(Stream* user) {
 
 void BufferPool::release(void* slot, Stream* after) {
   if (!slot) return;
+  STRATA_CHECK(std::any_of(buffers_.begin(), buffers_.end(), [&](const Buffer& b) { return b.data() == slot; }),
+               "pool '{}': released {} is not one of its {} slots", name_, slot, buffers_.size());
   STRATA_CHECK(std::find(free_.begin(), free_.end(), slot) == free_.end(), "pool '{}': slot released twice", name_);
   if (after) {
     std::unique_ptr<Event>& e = released_[slot];

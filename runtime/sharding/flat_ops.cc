@@ -20,9 +20,13 @@ float load(const void* src, DType t, std::size_t i) {
   STRATA_THROW(ErrorCode::kInvalidArgument, "flat op on non-float dtype {}", dtype_name(t));
 }
 
+bool is_flat_float(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
 }  // namespace
 
 void convert(const void* src, DType src_dtype, void* dst, DType dst_dtype, std::size_t n) {
+  STRATA_CHECK(is_flat_float(src_dtype) && is_flat_float(dst_dtype),
+               "convert from {} to {}: float types only (f32, bf16, f16)", dtype_name(src_dtype), dtype_name(dst_dtype));
   if (n == 0) return;
   if (src_dtype == dst_dtype) {
     if (src != dst) std::memmove(dst, src, n * dtype_size(src_dtype));

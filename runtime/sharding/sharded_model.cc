@@ -125,12 +125,6 @@ const ShardLayout& ShardedModel::layout(int i) const {
   return units_[static_cast<std::size_t>(i)]->layout();
 }
 
-int ShardedModel::pool_allocations() const {
-  int n = 0;
-  for (const auto& p : pools_) n += p->allocations();
-  return n;
-}
-
 std::string ShardedModel::over_budget_advice(int optimizer_floats) const {
   const std::uint64_t budget = device_.memory_budget();
   return state_fit_advice(specs_, options_, DataParallelSizes{groups_.shard->size(), groups_.replicate->size()},

@@ -80,8 +80,6 @@ class ShardedModel {
   std::vector<float> gather_unit(int i);
   // The last step's communication summary.
   const StepSummary& last_step_summary() const { return monitor_->last(); }
-  // Allocations the pools have made (constant after the first step).
-  int pool_allocations() const;
   // When the device budget is exceeded: the planner's advice for this model's state with an optimizer that keeps
   // `optimizer_floats` f32 values per shard element, given the bytes in use before the model was built.
   std::string over_budget_advice(int optimizer_floats) const;

@@ -213,6 +213,9 @@ void ShardedUnit::unshard() {
 
 void ShardedUnit::wait_for_unshard() {
   STRATA_CHECK(state_.params() != ParamState::kSharded, "unit '{}': wait_for_unshard() before unshard()", name_);
+  // An update's copy to the device that no gather follows (offload with a one-rank shard group): the compute stream
+  // reads what it writes.
+  if (state_.shard_write() == ShardWrite::kUploading) comm_.device().compute_stream().wait(*upload_event_);
   if (state_.params() != ParamState::kGathering) return;
   comm_.device().compute_stream().wait(*unsharded_event_);
   state_.to(ParamState::kUnsharded);

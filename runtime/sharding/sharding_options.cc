@@ -45,8 +45,9 @@ void ShardingOptions::validate() const {
                zero_stage_name(stage));
   STRATA_CHECK(prefetch_depth >= 0 && prefetch_depth <= 8, "prefetch_depth {} must be in [0, 8]", prefetch_depth);
   STRATA_CHECK(align_elements >= 1, "align_elements must be at least 1, not {}", align_elements);
-  STRATA_CHECK(dtype_is_float(mixed_precision.param_dtype), "param_dtype {} is not a floating-point type",
-               dtype_name(mixed_precision.param_dtype));
+  const DType pdt = mixed_precision.param_dtype;
+  STRATA_CHECK(pdt == DType::kF32 || pdt == DType::kBF16 || pdt == DType::kF16,
+               "param_dtype {} is not supported (use f32, bf16 or f16)", dtype_name(pdt));
   STRATA_CHECK(mixed_precision.reduce_dtype == DType::kF32 || mixed_precision.reduce_dtype == DType::kBF16,
                "reduce_dtype {} is not supported (use f32 or bf16)", dtype_name(mixed_precision.reduce_dtype));
 }

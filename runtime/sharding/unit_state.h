@@ -15,7 +15,7 @@ enum class ParamState { kSharded, kGathering, kUnsharded };
 // The unsharded gradient buffer:
 //   kNone --prepare--> kHeld --reduce--> kReducing --finish--> kNone (a pooled buffer returns to its pool)
 //                                                           \-> kHeld (stages 0-1: the buffer persists)
-//   kHeld --reduce without sync (no-sync accumulation)--> kHeld
+//   (a backward without gradient sync, no-sync accumulation, leaves it kHeld: no transition)
 enum class GradState { kNone, kHeld, kReducing };
 
 // A write of the parameter shard that the next gather must wait for:

@@ -266,6 +266,27 @@ TEST(Sharding, BackwardBeforeForwardIsAClearError) {
   EXPECT_FALSE(optimizer.step(1e-2).skipped);
 }
 
+// init_from_rank0: rank 0 fills whole slots and broadcasts them; every rank ends with the same parameters as a
+// per-shard init of the same values, and no other rank is asked for any.
+TEST(Sharding, InitFromRankZeroEqualsPerShardInit) {
+  Runtime& rt = runtime();
+  for (int stage : {0, 3}) {
+    ShardingOptions o;
+    o.stage = zero_stage_from_int(stage);
+    ShardedModel by_shard(rt, mlp::mlp_units(small_config()), o);
+    by_shard.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
+    ShardedModel by_root(rt, mlp::mlp_units(small_config()), o);
+    int calls = 0;
+    by_root.init_from_rank0([&](const ParamSlot& s, float* out) {
+      ++calls;
+      mlp::mlp_init(s, 0, s.numel, out, kSeed);
+    });
+    EXPECT_EQ(calls > 0, rt.rank() == 0) << "only rank 0 fills";
+    for (int u = 0; u < by_root.num_units(); ++u)
+      EXPECT_EQ(by_root.gather_unit(u), by_shard.gather_unit(u)) << "stage " << stage << " unit " << u;
+  }
+}
+
 // After the first step, a step allocates nothing: every buffer comes from the pools or persistent state.
 TEST(Sharding, NoAllocationInsideAStepAfterTheFirst) {
   Runtime& rt = runtime();
