@@ -40,6 +40,10 @@ OpDesc Communicator::next_op(OpKind kind, std::size_t count, DType dtype, Reduce
   return d;
 }
 
+std::string Communicator::child_name(int color, const std::string& label) const {
+  return label.empty() ? fmt::format("{}/c{}", name_, color) : fmt::format("{}/{}", name_, label);
+}
+
 std::vector<OpDesc> Communicator::next_p2p_batch(const std::vector<P2POp>& ops) {
   // The i-th send to self pairs with the i-th recv from self (single send / recv refuse self, so the two per-peer
   // counters of this rank are always equal when a batch starts).

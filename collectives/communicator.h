@@ -75,8 +75,9 @@ class Communicator {
   virtual void batch_send_recv(const std::vector<P2POp>& ops, Stream& stream) = 0;
 
   // Collective over this communicator, on the calling thread (bounded): ranks with the same color form a new
-  // communicator, ordered by (key, rank). A negative color opts out and returns nullptr.
-  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+  // communicator, ordered by (key, rank). A negative color opts out and returns nullptr. The child is named
+  // name() + "/" + label, or name() + "/c<color>" without a label (logs and errors name groups so).
+  virtual std::unique_ptr<Communicator> split(int color, int key, const std::string& label = {}) = 0;
 
   // Collectives issued so far (the sequence number of the next one). send / recv are numbered per peer and
   // direction instead (the k-th send to a peer pairs with that peer's k-th recv from us), since ranks outside
@@ -92,6 +93,8 @@ class Communicator {
   // Checks a batch's arguments as batch_send_recv promises (kInvalidArgument, before any numbering), then returns
   // the descriptors of its ops in order, each numbered per peer and direction.
   std::vector<OpDesc> next_p2p_batch(const std::vector<P2POp>& ops);
+  // The name of a split's child (see split).
+  std::string child_name(int color, const std::string& label) const;
 
  private:
   Device& device_;

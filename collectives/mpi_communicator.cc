@@ -334,7 +334,7 @@ void MpiCommunicator::batch_send_recv(const std::vector<P2POp>& ops, Stream& str
   });
 }
 
-std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
+std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key, const std::string& label) {
   // Gather (color, key) first with a bounded wait: once every rank has arrived, MPI_Comm_split cannot hang.
   int mine[2] = {color, key};
   std::vector<int> all(2 * static_cast<std::size_t>(size()));
@@ -346,7 +346,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split(int color, int key) {
   MPI_Comm child = MPI_COMM_NULL;
   STRATA_CHECK_MPI(MPI_Comm_split(control_, color < 0 ? MPI_UNDEFINED : color, key, &child));
   if (child == MPI_COMM_NULL) return nullptr;
-  auto out = std::make_unique<MpiCommunicator>(device(), child, fmt::format("{}/c{}", name(), color), options());
+  auto out = std::make_unique<MpiCommunicator>(device(), child, child_name(color, label), options());
   MPI_Comm_free(&child);
   return out;
 }

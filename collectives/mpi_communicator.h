@@ -43,7 +43,7 @@ class MpiCommunicator : public Communicator {
   void recv(void* buf, std::size_t count, DType dtype, int peer, Stream& stream) override;
   void barrier(Stream& stream) override;
   void batch_send_recv(const std::vector<P2POp>& ops, Stream& stream) override;
-  std::unique_ptr<Communicator> split(int color, int key) override;
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& label) override;
 
  private:
   struct Lane {

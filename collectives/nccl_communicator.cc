@@ -595,7 +595,7 @@ void NcclCommunicator::batch_send_recv(const std::vector<P2POp>& ops, Stream& st
 
 // ---- split ------------------------------------------------------------------------------------------------------
 
-std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
+std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key, const std::string& label) {
   const double timeout_s = options().timeout_s;
   const std::string what = fmt::format("split of '{}' (color {}, key {})", name(), color, key);
 
@@ -632,7 +632,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split(int color, int key) {
   STRATA_CHECK_MPI(MPI_Comm_split(control_.get(), color >= 0 ? color : MPI_UNDEFINED, key, &child_control_raw));
   OwnedMpiComm child_control(child_control_raw);
 
-  std::string child_name = name() + "/c" + std::to_string(color);
+  std::string child_name = this->child_name(color, label);
   std::shared_ptr<State> child_state;
   if (color >= 0) child_state = std::make_shared<State>(child_name, device().index());
   {

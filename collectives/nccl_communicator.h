@@ -63,7 +63,7 @@ class NcclCommunicator : public Communicator {
 
   // ncclCommSplit for the NCCL communicator and MPI_Comm_split for the control communicator; the child is named
   // name() + "/c<color>".
-  std::unique_ptr<Communicator> split(int color, int key) override;
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& label) override;
 
  private:
   // Frees an MPI communicator on destruction (unless MPI is already finalised).

@@ -19,7 +19,8 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshDims& dims, std::vector<in
   for (MeshDim d : kAllMeshDims) {
     Communicator* g = &world_;
     if (shape_.degree(d) != world.size()) {
-      owned_.push_back(world_.split(shape_.group_id(d, world.rank()), shape_.index(d, world.rank())));
+      const int id = shape_.group_id(d, world.rank());
+      owned_.push_back(world_.split(id, shape_.index(d, world.rank()), fmt::format("{}{}", mesh_dim_name(d), id)));
       g = owned_.back().get();
     }
     STRATA_CHECK_CODE(ErrorCode::kInternal, g->size() == shape_.degree(d) && g->rank() == shape_.index(d, world.rank()),

@@ -146,6 +146,8 @@ TEST(DeviceMesh, GroupsMatchTheArithmeticForEveryFactorisationOfTheWorld) {
       EXPECT_EQ(g.rank(), shape.index(dim, me)) << mesh_dim_name(dim);
       if (g.size() == n) {
         EXPECT_EQ(&g, &rt.world()) << mesh_dim_name(dim);
+      } else {
+        EXPECT_EQ(g.name(), fmt::format("world/{}{}", mesh_dim_name(dim), shape.group_id(dim, me)));
       }
       g.all_gather(send.data(), recv.data(), 1, DType::kI32, *stream);
       stream->synchronize();
