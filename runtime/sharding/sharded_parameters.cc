@@ -12,7 +12,7 @@ int ShardedParameters::num_units() const { return model_.num_units(); }
 UnitShard ShardedParameters::unit(int i) {
   model_.check_unit(i, "parameters().unit");
   ShardedUnit& u = *model_.units_[static_cast<std::size_t>(i)];
-  return UnitShard{&u.layout(), u.master(), u.grad_shard(), u.layout().segments(model_.comm_->shard_rank())};
+  return UnitShard{&u.layout(), u.master(), u.grad_shard(), u.segments()};
 }
 
 Device& ShardedParameters::device() { return model_.host_ ? *model_.host_ : model_.device_; }

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -22,7 +23,7 @@ struct UnitShard {
   const ShardLayout* layout = nullptr;  // the unit's slots (flags: trainable, weight_decay) and sizes
   float* master = nullptr;              // [shard_numel] this rank's f32 master elements
   float* grad = nullptr;                // [shard_numel] its gradients: averaged over dp, summed over micro-batches
-  std::vector<ShardSegment> segments;   // the slot runs inside the shard, in order (padding belongs to none)
+  std::span<const ShardSegment> segments;  // the slot runs inside the shard, in order (padding belongs to none)
   std::size_t numel() const { return layout->shard_numel(); }
 };
 

@@ -23,6 +23,7 @@ ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, C
       options_(options),
       layout_(slots, comm.shard_size(), options.align_elements),
       placement_(layout_, options),
+      segments_(layout_.segments(comm.shard_rank())),
       plan_(placement_.stage()),
       param_dtype_(options.mixed_precision.param_dtype),
       reduce_dtype_(options.mixed_precision.reduce_dtype),
@@ -112,7 +113,7 @@ void ShardedUnit::init(const SlotInit& fill) {
   std::vector<float> staging(in_place ? 0 : S);
   float* m = in_place ? master() : staging.data();
   std::memset(m, 0, S * 4);
-  for (const ShardSegment& seg : layout_.segments(comm_.shard_rank()))
+  for (const ShardSegment& seg : segments_)
     fill(layout_.slots()[seg.slot], seg.slot_begin, seg.length, m + seg.shard_begin);
   if (!in_place) dev.copy_from_host(master(), m, S * 4);
   publish_params();

@@ -80,6 +80,8 @@ class ShardedUnit {
   const ShardLayout& layout() const { return layout_; }
   const UnitPlacement& placement() const { return placement_; }
   const UnitState& state() const { return state_; }
+  // The slot runs inside this rank's shard (ShardLayout::segments of its shard rank).
+  const std::vector<ShardSegment>& segments() const { return segments_; }
 
   // Fills this rank's master elements (all of them under stage 0), then publishes the parameters.
   void init(const SlotInit& fill);
@@ -134,6 +136,7 @@ class ShardedUnit {
   ShardingOptions options_;
   ShardLayout layout_;
   UnitPlacement placement_;
+  std::vector<ShardSegment> segments_;
   const StagePlan& plan_;  // placement_.stage()
   DType param_dtype_;
   DType reduce_dtype_;
