@@ -64,7 +64,7 @@ ncclDataType_t nccl_dtype(DType t) {
 
 // The NCCL operation for `op` in a communicator of `size` ranks. One rank's average is its input, which ncclSum
 // copies exactly: the one-rank ncclAvg of the NCCL in the H200 image (a pip wheel) left the elements from 2^20 on
-// unwritten (all_reduce and reduce_scatter of 2^20 + 3 elements, every dtype; tests/test_nccl_communicator.cc).
+// unwritten (all_reduce and reduce_scatter of 2^20 + 3 elements, every dtype; tests/collectives/cuda/test_nccl_communicator.cc).
 ncclRedOp_t nccl_op(ReduceOp op, int size) {
   switch (op) {
     case ReduceOp::kSum: return ncclSum;

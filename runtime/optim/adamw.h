@@ -33,11 +33,12 @@ struct AdamWScalars {
 AdamWScalars adamw_scalars(const AdamWConfig& cfg, double lr, std::int64_t t, bool decay);
 
 // The same update as a plain loop, one element at a time, built without vectorisation: the reference that
-// adamw_update equals bit for bit (tests/test_adamw.cc) and the baseline bench_adamw measures it against.
+// adamw_update equals bit for bit (tests/runtime/optim/test_adamw.cc) and the baseline bench_adamw measures it against.
 void adamw_update_scalar(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg,
                          double lr, std::int64_t t, bool decay);
 
-// Linear warmup from 0 to max_lr over warmup_steps, then cosine decay to min_lr at total_steps (constant after).
+// Linear warmup over warmup_steps (step s takes max_lr * (s + 1) / warmup_steps, reaching max_lr at the last one), then
+// cosine decay from max_lr to min_lr, reached at step total_steps (constant after).
 struct LrSchedule {
   double max_lr = 1e-3;
   double min_lr = 0.0;

@@ -1,6 +1,6 @@
 // CUDA twins of the GPT-2 example's CPU kernels (models/gpt/kernels.h), plus a cuBLAS context and a bf16 matmul.
 //
-// Conventions: those of kernels.h, which is the reference (tests/test_gpt_cuda_kernels.cc compares every kernel
+// Conventions: those of kernels.h, which is the reference (tests/models/gpt/cuda/test_gpt_cuda_kernels.cc compares every kernel
 // here with its CPU twin). Same names, arguments and semantics, with these differences:
 //   - Every pointer is device memory, tokens and targets included. Each function enqueues its work on `stream`
 //     (the matmuls: on the Blas's stream) and returns without synchronising. Bad arguments and launch or cuBLAS
