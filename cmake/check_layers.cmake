@@ -17,11 +17,12 @@ set(STRATA_LAYERS
     "runtime/sharding/=4"
     "runtime/optim/=5"
     "runtime/memory/=6"
-    "include/strata/=7"      # the public umbrella header: may include any runtime layer
-    "models/=8"
-    "tools/=9"
-    "examples/=9"
-    "tests/=10")             # may include anything
+    "runtime/checkpoint/=7"
+    "include/strata/=8"      # the public umbrella header: may include any runtime layer
+    "models/=9"
+    "tools/=10"
+    "examples/=10"
+    "tests/=11")             # may include anything
 # Top-level folders scanned (build*/ and .git are skipped wherever they appear).
 set(STRATA_LAYER_ROOTS core collectives runtime include models tools examples tests)
 # Files that exist only in a build tree (configure_file), with the path they are included by.

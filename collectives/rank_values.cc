@@ -36,4 +36,16 @@ double sum_over_ranks(Communicator& comm, double value) {
   return pairwise_sum(all.data(), static_cast<int>(all.size()));
 }
 
+void all_agree(Communicator& comm, bool ok, const std::string& error, const std::string& what,
+               const std::string& context) {
+  const std::vector<double> failed = all_gather_values(comm, ok ? 0.0 : 1.0);
+  std::vector<int> ranks;
+  for (std::size_t r = 0; r < failed.size(); ++r)
+    if (failed[r] != 0) ranks.push_back(static_cast<int>(r));
+  if (ranks.empty()) return;
+  if (!ok) throw Error(ErrorCode::kIo, error);
+  STRATA_THROW(ErrorCode::kRemote, "{}: rank(s) {} of '{}' failed (their errors say why){}", what,
+               fmt::join(ranks, ","), comm.name(), context.empty() ? std::string() : ", " + context);
+}
+
 }  // namespace strata

@@ -2,6 +2,7 @@
 // trainers stay behind the seam instead of calling MPI themselves.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -17,5 +18,11 @@ std::vector<double> all_gather_values(Communicator& comm, double value);
 // the same bits on every rank, backend and run.
 double sum_over_ranks(Communicator& comm, double value);
 double pairwise_sum(const double* values, int n);
+
+// Collective: every rank says whether its part of `what` succeeded. When all did, returns. Otherwise throws on every
+// rank: a rank that failed throws kIo with its own `error`; the others throw kRemote naming the ranks that failed and
+// `what` (", " + `context` appended when not empty).
+void all_agree(Communicator& comm, bool ok, const std::string& error, const std::string& what,
+               const std::string& context = {});
 
 }  // namespace strata

@@ -66,15 +66,23 @@ Env Env::from_environment() {
   if (const char* v = get("STRATA_LOG_RANKS")) e.log_ranks = v;
   if (const char* v = get("STRATA_TRACE")) e.trace_file = v;
   if (const char* v = get("STRATA_DEVICE_MEMORY")) e.device_memory = parse_bytes(v, "STRATA_DEVICE_MEMORY");
+  if (const char* v = get("STRATA_FAULT")) {
+    e.fault = v;
+    const std::string kind = e.fault.substr(0, e.fault.find(':'));
+    STRATA_CHECK_CODE(ErrorCode::kInvalidArgument,
+                      (kind == "checkpoint-kill" || kind == "checkpoint-enospc") && e.fault.find(':') != std::string::npos,
+                      "STRATA_FAULT='{}' must be checkpoint-kill:RANK or checkpoint-enospc:RANK", v);
+  }
   return e;
 }
 
 std::string Env::describe() const {
   return fmt::format(
       "STRATA_BACKEND={} STRATA_TIMEOUT_S={} STRATA_VALIDATE={} STRATA_LOG_LEVEL={} STRATA_LOG_RANKS={} "
-      "STRATA_TRACE={} STRATA_DEVICE_MEMORY={}",
+      "STRATA_TRACE={} STRATA_DEVICE_MEMORY={}{}",
       backend, timeout_s, validate ? 1 : 0, log_level, log_ranks, trace_file.empty() ? "(off)" : trace_file,
-      device_memory == 0 ? std::string("(unlimited)") : std::to_string(device_memory));
+      device_memory == 0 ? std::string("(unlimited)") : std::to_string(device_memory),
+      fault.empty() ? std::string() : " STRATA_FAULT=" + fault);
 }
 
 const Env& env() {

@@ -21,6 +21,7 @@ const char* mem_category_name(MemCategory c) {
     case MemCategory::kCommBuffer: return "comm_buffer";
     case MemCategory::kActivations: return "activations";
     case MemCategory::kWorkspace: return "workspace";
+    case MemCategory::kCheckpoint: return "checkpoint";
     case MemCategory::kOther: return "other";
     case MemCategory::kCount: break;
   }

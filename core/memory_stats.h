@@ -20,6 +20,7 @@ enum class MemCategory : std::uint8_t {
   kCommBuffer,       // staging buffers of the communicator
   kActivations,      // reported by the trainer
   kWorkspace,        // kernel scratch
+  kCheckpoint,       // checkpoint staging (host memory)
   kOther,
   kCount
 };

@@ -37,7 +37,7 @@ class MomentumSgd {
     const strata::NormResult n = norm_.compute();
     if (!n.finite) {
       params_.zero_grads();
-      params_.finish_step(false);
+      params_.finish_step(steps_, false);
       return std::nan("");
     }
     const double norm = std::sqrt(n.sum_squares);
@@ -60,7 +60,7 @@ class MomentumSgd {
       }
       params_.end_update(u);
     }
-    params_.finish_step(true);
+    params_.finish_step(++steps_, true);
     return norm;
   }
 
@@ -70,6 +70,7 @@ class MomentumSgd {
   double clip_;
   strata::GradNorm norm_;
   std::vector<std::vector<float>> velocity_;  // per unit, [shard_numel]
+  std::int64_t steps_ = 0;
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Strata's public API, one header: `#include <strata/strata.h>` and link strata::strata (find_package(strata CONFIG)).
 // It exports the runtime (start-up, the device and communicator seams, the device mesh), the sharded model with its
-// options and views, the optimizer, and the memory ledger and planner. Everything else is internal.
+// options and views, the optimizer, the memory ledger and planner, and checkpoints. Everything else is internal.
 #pragma once
 
 #include "core/config.h"
@@ -21,3 +21,4 @@
 #include "runtime/optim/sharded_adamw.h"
 #include "runtime/memory/memory_ledger.h"
 #include "runtime/memory/memory_planner.h"
+#include "runtime/checkpoint/checkpointer.h"

@@ -1,7 +1,12 @@
 // GptTrainer: model construction, initialisation from a file or the spec's distributions, the step, saving.
 #include "models/gpt/gpt_trainer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <thread>
 
@@ -12,6 +17,27 @@
 #include "core/error.h"
 
 namespace strata::gpt {
+
+nlohmann::json TrainConfig::to_json() const {
+  return {{"model", {{"layers", model.layers}, {"heads", model.heads}, {"embd", model.embd}, {"vocab", model.vocab},
+                     {"ctx", model.ctx}}},
+          {"seq", seq},
+          {"batch", batch},
+          {"grad_accum", grad_accum},
+          {"adamw", {{"lr", adamw.lr}, {"beta1", adamw.beta1}, {"beta2", adamw.beta2}, {"eps", adamw.eps},
+                     {"weight_decay", adamw.weight_decay}}},
+          {"warmup_steps", warmup_steps},
+          {"cosine_steps", cosine_steps},
+          {"zero_stage", static_cast<int>(sharding.stage)},
+          {"param_dtype", dtype_name(sharding.mixed_precision.param_dtype)},
+          {"reduce_dtype", dtype_name(sharding.mixed_precision.reduce_dtype)},
+          {"offload", offload_name(sharding.offload)},
+          {"dp_replicate", dp_replicate},
+          {"grad_clip", optimizer.grad_clip},
+          {"recompute", recompute},
+          {"init", init},
+          {"seed", seed}};
+}
 
 double TrainConfig::lr_at(int step) const {
   if (warmup_steps == 0 && cosine_steps == 0) return adamw.lr;
@@ -63,6 +89,17 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
       spec_init(m, s, begin, count, out, seed);
     });
   }
+  if (!cfg_.checkpoint.dir.empty()) {
+    checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, rt_.world(), cfg_.checkpoint);
+    if (cfg_.resume && checkpointer_->latest_step() >= 0) {
+      // The weights, the moments and the optimizer's scalars, then where the data and the schedule stood.
+      const nlohmann::json state = checkpointer_->load();
+      resumed_from_ = optimizer_->steps_taken();
+      start_step_ = state.value("next_step", 0);
+      rows_done_ = state.value("rows_done", std::uint64_t{0});
+      saved_step_ = start_step_;
+    }
+  }
   with_fit_advice([&] {
     gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), cfg_.batch, cfg_.seq, cfg_.recompute);
   });
@@ -76,18 +113,35 @@ StepRecord GptTrainer::step(int step) {
   auto t0 = std::chrono::steady_clock::now();
   const int world = rt_.world_size(), A = cfg_.grad_accum;
   double loss = 0;
+  const std::uint64_t rows_per_micro_batch = static_cast<std::uint64_t>(world) * static_cast<std::uint64_t>(cfg_.batch);
   for (int a = 0; a < A; ++a) {
     model_->set_is_last_backward(a == A - 1);  // finish the reductions after the last micro-batch's backward
-    fill_batch(data_, step, a, A, world, rt_.rank(), cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
+    // The global rows of this micro-batch, this rank's share (the window rule of fill_batch, from the data position).
+    const std::uint64_t first = rows_done_ + static_cast<std::uint64_t>(a) * rows_per_micro_batch +
+                                static_cast<std::uint64_t>(rt_.rank()) * static_cast<std::uint64_t>(cfg_.batch);
+    fill_rows(data_, first, cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
     with_fit_advice([&] {
       loss +=
           gpt_->forward_backward(inputs_.data(), targets_.data(), optimizer_->loss_scale() / static_cast<float>(A)) / A;
     });
   }
   StepResult r = optimizer_->step(cfg_.lr_at(step));
+  rows_done_ += static_cast<std::uint64_t>(A) * rows_per_micro_batch;
   StepRecord rec;
   rec.step = step;
   rec.loss = sum_over_ranks(rt_.world(), loss) / world;
+  if (checkpointer_) {
+    checkpointer_->poll();
+    if (cfg_.checkpoint_every > 0 && (step + 1) % cfg_.checkpoint_every == 0) {
+      checkpointer_->save(step + 1, nlohmann::json{{"next_step", step + 1},
+                                                   {"rows_done", rows_done_},
+                                                   {"rng", {{"seed", cfg_.seed}}},
+                                                   {"config", cfg_.to_json()},
+                                                   {"world_size", world}});
+      saved_step_ = step + 1;
+    }
+    rec.checkpoint_ms = checkpointer_->last_save().step == step + 1 ? checkpointer_->last_save().stall_ms : 0;
+  }
   rec.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   rec.grad_norm = r.grad_norm;
   rec.skipped = r.skipped;
@@ -95,15 +149,101 @@ StepRecord GptTrainer::step(int step) {
   return rec;
 }
 
-void GptTrainer::save(const std::string& path) {
-  SafetensorsWriter writer;
-  std::vector<std::vector<float>> keep;
-  for (int u = 0; u < model_->num_units(); ++u) {
-    keep.push_back(model_->gather_unit(u));  // collective
-    for (const ParamSlot& s : model_->layout(u).slots())
-      writer.add_f32(s.name, DType::kF32, s.shape, keep.back().data() + s.offset);
+void GptTrainer::finish(int steps) {
+  if (!checkpointer_) return;
+  if (saved_step_ != steps)
+    checkpointer_->save(steps, nlohmann::json{{"next_step", steps},
+                                              {"rows_done", rows_done_},
+                                              {"rng", {{"seed", cfg_.seed}}},
+                                              {"config", cfg_.to_json()},
+                                              {"world_size", rt_.world_size()}});
+  saved_step_ = steps;
+  checkpointer_->wait();
+}
+
+namespace {
+
+void pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t offset, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "cannot write {}: {}", path, std::strerror(n < 0 ? errno : EIO));
+    p += n;
+    offset += static_cast<std::uint64_t>(n);
+    bytes -= static_cast<std::size_t>(n);
   }
-  if (rt_.rank() == 0) writer.write(path, nlohmann::json{{"format", "pt"}, {"written_by", "strata train_gpt"}});
+}
+
+}  // namespace
+
+void GptTrainer::save(const std::string& path) {
+  // Every rank computes the same header; rank 0 writes it into path.tmp at its full size, then each rank writes the
+  // values it owns at their places, and rank 0 renames the file once every rank has flushed its part.
+  SafetensorsWriter writer;
+  for (int u = 0; u < model_->num_units(); ++u)
+    for (const ParamSlot& s : model_->layout(u).slots()) writer.declare(s.name, DType::kF32, s.shape);
+  std::vector<std::uint64_t> offsets;  // per slot, in declaration order
+  const std::string head =
+      writer.header(nlohmann::json{{"format", "pt"}, {"written_by", "strata train_gpt"}}, &offsets);
+  const std::string tmp = path + ".tmp";
+  Communicator& world = rt_.world();
+  std::string error;
+  if (rt_.rank() == 0) {
+    try {
+      std::uint64_t end = head.size();
+      for (int u = 0; u < model_->num_units(); ++u) end += model_->layout(u).numel() * 4;
+      const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot create {}: {}", tmp, std::strerror(errno));
+      pwrite_all(fd, head.data(), head.size(), 0, tmp);
+      const bool sized = ::ftruncate(fd, static_cast<off_t>(end)) == 0;
+      ::close(fd);
+      STRATA_CHECK_CODE(ErrorCode::kIo, sized, "cannot size {} to {} bytes: {}", tmp, end, std::strerror(errno));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  all_agree(world, error.empty(), error, "saving " + path);
+  try {
+    ShardedParameters& params = model_->parameters();
+    params.stream().synchronize();
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+    STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot open {}: {}", tmp, std::strerror(errno));
+    std::vector<float> host;
+    std::size_t slot_index = 0;
+    try {
+      for (int u = 0; u < model_->num_units(); ++u) {
+        const UnitShard shard = params.unit(u);
+        for (const ShardSegment& seg : params.owned_segments(u)) {
+          const float* src = shard.master + seg.shard_begin;
+          if (params.device().kind() != DeviceKind::kCpu) {  // device memory: through the host
+            host.resize(seg.length);
+            params.device().copy_to_host(host.data(), src, seg.length * 4);
+            src = host.data();
+          }
+          pwrite_all(fd, src, seg.length * 4, offsets[slot_index + seg.slot] + seg.slot_begin * 4, tmp);
+        }
+        slot_index += shard.layout->slots().size();
+      }
+      STRATA_CHECK_CODE(ErrorCode::kIo, ::fsync(fd) == 0, "cannot flush {} to disk: {}", tmp, std::strerror(errno));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  all_agree(world, error.empty(), error, "saving " + path);
+  if (rt_.rank() == 0) {
+    try {
+      STRATA_CHECK_CODE(ErrorCode::kIo, ::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}", tmp,
+                        path, std::strerror(errno));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  all_agree(world, error.empty(), error, "saving " + path);
 }
 
 }  // namespace strata::gpt

@@ -8,6 +8,7 @@
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/token_data.h"
 #include "runtime/bootstrap/runtime.h"
+#include "runtime/checkpoint/checkpointer.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/sharded_adamw.h"
 #include "runtime/parallel/device_mesh.h"
@@ -31,6 +32,12 @@ struct TrainConfig {
   bool recompute = false;
   std::string init;  // safetensors file; empty: the spec's distributions from `seed`
   std::uint64_t seed = 1;
+  // Checkpoints (docs/checkpoint.md), when checkpoint.dir is set: one every `checkpoint_every` steps (0: none on the
+  // way) and one after the last step (finish()). `resume` continues from the directory's latest committed one.
+  CheckpointOptions checkpoint;
+  int checkpoint_every = 0;
+  bool resume = false;
+  nlohmann::json to_json() const;  // the configuration, for the record
 };
 
 struct StepRecord {
@@ -40,6 +47,7 @@ struct StepRecord {
   double grad_norm = 0;  // global, before clipping
   bool skipped = false;
   float loss_scale = 1;
+  double checkpoint_ms = 0;  // this step's stall for checkpointing (the save, or an asynchronous save's commit)
 };
 
 class GptTrainer {
@@ -47,11 +55,20 @@ class GptTrainer {
   GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenFile& data);
   ~GptTrainer();
 
+  // The first step to run: 0, or the step after the checkpoint a resume loaded.
+  int start_step() const { return start_step_; }
+  // The checkpoint step a resume loaded, or -1.
+  std::int64_t resumed_from() const { return resumed_from_; }
+  // One optimizer step (collective); checkpoints after it when it is due.
   StepRecord step(int step);
+  // After the last step: the final checkpoint (unless the last step just wrote it), and any save in flight committed.
+  void finish(int steps);
   ShardedModel& model() { return *model_; }
   ShardedAdamW& optimizer() { return *optimizer_; }
+  Checkpointer* checkpointer() { return checkpointer_.get(); }
   std::size_t parameters() const { return parameters_; }
-  // Collective: gathers every unit; rank 0 writes the weights under the spec's names (F32 safetensors).
+  // Collective: writes the weights under the spec's names as one F32 safetensors file. Each value is written once,
+  // by the rank that owns it, at its place in the file (a shared file system): no rank gathers the model.
   void save(const std::string& path);
 
  private:
@@ -67,8 +84,13 @@ class GptTrainer {
   std::unique_ptr<ShardedModel> model_;
   std::unique_ptr<ShardedAdamW> optimizer_;
   std::unique_ptr<GptModel> gpt_;
+  std::unique_ptr<Checkpointer> checkpointer_;
   std::vector<std::int32_t> inputs_, targets_;
   std::size_t parameters_ = 0;
+  std::uint64_t rows_done_ = 0;  // global rows consumed (the data position a checkpoint keeps)
+  int start_step_ = 0;
+  std::int64_t resumed_from_ = -1;
+  std::int64_t saved_step_ = -1;  // the last step checkpointed
 };
 
 }  // namespace strata::gpt

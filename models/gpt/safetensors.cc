@@ -384,32 +384,46 @@ void SafetensorsWriter::add_bytes(const std::string& name, DType dtype, std::vec
   add(std::move(e));
 }
 
-void SafetensorsWriter::write(const std::string& path, const nlohmann::json& metadata) const {
+void SafetensorsWriter::declare(const std::string& name, DType dtype, std::vector<std::int64_t> shape) {
+  add(Entry{name, dtype, std::move(shape), 0, nullptr, nullptr});
+}
+
+std::string SafetensorsWriter::header(const nlohmann::json& metadata, std::vector<std::uint64_t>* offsets) const {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
   if (!metadata.is_null() && !(metadata.is_object() && metadata.empty())) {
-    STRATA_CHECK(metadata.is_object(), "metadata for '{}' is a JSON {}, expected an object", path,
-                 metadata.type_name());
+    STRATA_CHECK(metadata.is_object(), "safetensors metadata is a JSON {}, expected an object", metadata.type_name());
     for (const auto& [key, value] : metadata.items())
-      STRATA_CHECK(value.is_string(), "metadata '{}' for '{}' is {}; safetensors metadata values are strings", key,
-                   path, value.dump());
+      STRATA_CHECK(value.is_string(), "safetensors metadata '{}' is {}; its values are strings", key, value.dump());
     header["__metadata__"] = metadata;
   }
   std::uint64_t offset = 0;
+  std::vector<std::uint64_t> begins;
   for (const Entry& e : entries_) {
     const std::uint64_t bytes = e.numel * dtype_size(e.dtype);
     header[e.name] = {
         {"dtype", safetensors_dtype_name(e.dtype)}, {"shape", e.shape}, {"data_offsets", {offset, offset + bytes}}};
+    begins.push_back(offset);
     offset += bytes;
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[static_cast<std::size_t>(i)] = static_cast<char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
+  out += text;
+  if (offsets) {
+    offsets->clear();
+    for (std::uint64_t b : begins) offsets->push_back(out.size() + b);
+  }
+  return out;
+}
 
+void SafetensorsWriter::write(const std::string& path, const nlohmann::json& metadata) const {
+  for (const Entry& e : entries_)
+    STRATA_CHECK(e.f32 != nullptr || e.bytes != nullptr || e.numel == 0,
+                 "tensor '{}' was declared without data: write() needs it ({})", e.name, path);
+  const std::string head = header(metadata, nullptr);
   AtomicFile file(path);
-  unsigned char len_bytes[8];
-  for (int i = 0; i < 8; ++i)
-    len_bytes[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(text.size()) >> (8 * i));
-  file.write(len_bytes, 8);
-  file.write(text.data(), text.size());
+  file.write(head.data(), head.size());
   std::vector<std::uint16_t> buf;
   for (const Entry& e : entries_) {
     if (e.bytes != nullptr || e.dtype == DType::kF32) {

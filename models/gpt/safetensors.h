@@ -86,7 +86,13 @@ class SafetensorsWriter {
   // `data` holds `bytes` = numel(shape) * dtype_size(dtype) bytes of little-endian elements, stored as they are.
   void add_bytes(const std::string& name, DType dtype, std::vector<std::int64_t> shape, const void* data,
                  std::size_t bytes);
+  // A tensor whose bytes the caller writes itself (header() gives where): no data is kept.
+  void declare(const std::string& name, DType dtype, std::vector<std::int64_t> shape);
   std::size_t size() const { return entries_.size(); }
+
+  // The file's first bytes, the 8-byte header length and the header padded to a multiple of 8; `offsets` (when not
+  // null) receives each tensor's first data byte as an offset from the start of the file, in the order added.
+  std::string header(const nlohmann::json& metadata, std::vector<std::uint64_t>* offsets) const;
 
   // Writes through path + ".tmp" and a rename (a failure leaves `path` as it was). `metadata` (stored as
   // "__metadata__" when not empty) must be an object of strings, as the safetensors format requires.

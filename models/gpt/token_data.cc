@@ -110,20 +110,19 @@ TokenFile TokenFile::from_tokens(std::vector<std::uint16_t> tokens, int seq_len,
   return TokenFile(std::move(name), std::move(tokens), seq_len, vocab);
 }
 
-void fill_batch(const TokenFile& data, int step, int micro, int micro_batches, int world, int rank, int B, int T,
-                std::int32_t* inputs, std::int32_t* targets) {
-  STRATA_CHECK(step >= 0, "step {} is negative", step);
-  STRATA_CHECK(micro_batches >= 1 && micro >= 0 && micro < micro_batches, "micro-batch {} of {}", micro, micro_batches);
-  STRATA_CHECK(world >= 1 && rank >= 0 && rank < world, "rank {} of world {}", rank, world);
+namespace {
+
+// The window rule for rows first_row .. first_row + B - 1. g can pass 2^64 only for absurd arguments, but 128 bits
+// keep the rule exact for any int inputs.
+void fill_from(const TokenFile& data, unsigned __int128 first_row, int B, int T, std::int32_t* inputs,
+               std::int32_t* targets) {
   STRATA_CHECK(B >= 1 && T >= 1, "batch shape B={} T={}", B, T);
   STRATA_CHECK(inputs != nullptr && targets != nullptr, "null batch buffers");
   const std::uint64_t n = data.size();
   STRATA_CHECK(n >= static_cast<std::uint64_t>(T) + 1, "'{}' has {} tokens, fewer than T + 1 = {}", data.path(), n,
                static_cast<std::uint64_t>(T) + 1);
-  // g can pass 2^64 only for absurd arguments, but 128 bits keep the rule exact for any int inputs.
   using u128 = unsigned __int128;
   const u128 m = n - static_cast<std::uint64_t>(T);
-  const u128 first_row = ((static_cast<u128>(step) * micro_batches + micro) * world + rank) * static_cast<u128>(B);
   const std::uint16_t* tokens = data.tokens().data();
   for (int b = 0; b < B; ++b) {
     const u128 g = first_row + static_cast<u128>(b);
@@ -136,6 +135,23 @@ void fill_batch(const TokenFile& data, int step, int micro, int micro_batches, i
       tg[t] = window[t + 1];
     }
   }
+}
+
+}  // namespace
+
+void fill_batch(const TokenFile& data, int step, int micro, int micro_batches, int world, int rank, int B, int T,
+                std::int32_t* inputs, std::int32_t* targets) {
+  STRATA_CHECK(step >= 0, "step {} is negative", step);
+  STRATA_CHECK(micro_batches >= 1 && micro >= 0 && micro < micro_batches, "micro-batch {} of {}", micro, micro_batches);
+  STRATA_CHECK(world >= 1 && rank >= 0 && rank < world, "rank {} of world {}", rank, world);
+  using u128 = unsigned __int128;
+  fill_from(data, ((static_cast<u128>(step) * micro_batches + micro) * world + rank) * static_cast<u128>(B), B, T,
+            inputs, targets);
+}
+
+void fill_rows(const TokenFile& data, std::uint64_t first_row, int B, int T, std::int32_t* inputs,
+               std::int32_t* targets) {
+  fill_from(data, first_row, B, T, inputs, targets);
 }
 
 std::vector<std::uint16_t> synthetic_tokens(std::uint64_t n, int vocab, std::uint64_t seed) {

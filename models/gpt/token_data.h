@@ -39,6 +39,10 @@ class TokenFile {
 // Computed exactly (128-bit intermediates), so any step count is safe. inputs and targets hold B * T each.
 void fill_batch(const TokenFile& data, int step, int micro, int micro_batches, int world, int rank, int B, int T,
                 std::int32_t* inputs, std::int32_t* targets);
+// The same rule from the global row index of the first row: rows first_row .. first_row + B - 1. A resumed run
+// continues from the global rows already consumed, whatever its rank count.
+void fill_rows(const TokenFile& data, std::uint64_t first_row, int B, int T, std::int32_t* inputs,
+               std::int32_t* targets);
 
 // The spec's synthetic data: splitmix64 from state `seed`; t_0 and every t_i whose draw r_i % 4 == 0 is
 // (r_i >> 32) % vocab, the others (31 t_{i-1} + 7 + (r_i >> 32) % 3) % vocab. vocab in [1, 65536].

@@ -30,6 +30,9 @@ struct Flags {
   int prefetch = 1, warmup = 0;
   bool cosine = false;
   std::string trace, offload = "none", device_memory;
+  std::string checkpoint_dir;
+  int checkpoint_every = 0, keep_checkpoints = 2, stop_at = -1;
+  bool checkpoint_async = false, resume = false;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -78,6 +81,19 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--offload", f.offload, "optimizer state (and parameter shards) in host memory: none, optimizer or "
                                          "optimizer+params (ZeRO-3)")
       ->check(CLI::IsMember({"none", "optimizer", "optimizer+params"}));
+  app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                 "sharded checkpoints here (docs/checkpoint.md); one after the last step, and with --checkpoint-every");
+  app.add_option("--checkpoint-every", f.checkpoint_every, "also checkpoint every N steps")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--checkpoint-async", f.checkpoint_async, "write checkpoints in the background while training goes on");
+  app.add_option("--keep-checkpoints", f.keep_checkpoints, "committed checkpoints to keep (older ones go)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--stop-at", f.stop_at,
+                 "stop after this many steps of the --steps schedule, as a job whose time runs out (a checkpoint is "
+                 "written there); --resume continues")
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--resume", f.resume, "continue from the latest committed checkpoint in --checkpoint-dir (without one, "
+                                     "start fresh)");
   app.add_option("--device-memory", f.device_memory,
                  "device memory budget per rank, e.g. 200MiB (as STRATA_DEVICE_MEMORY): going over it is an error "
                  "with the ledger and the planner's advice");
@@ -148,6 +164,13 @@ int main(int argc, char** argv) {
     cfg.warmup_steps = f.warmup;
     cfg.cosine_steps = f.cosine ? f.steps : 0;
     cfg.recompute = f.recompute;
+    STRATA_CHECK(!f.resume || !f.checkpoint_dir.empty(), "--resume needs --checkpoint-dir");
+    STRATA_CHECK(f.checkpoint_every == 0 || !f.checkpoint_dir.empty(), "--checkpoint-every needs --checkpoint-dir");
+    cfg.checkpoint.dir = f.checkpoint_dir;
+    cfg.checkpoint.keep = f.keep_checkpoints;
+    cfg.checkpoint.async = f.checkpoint_async;
+    cfg.checkpoint_every = f.checkpoint_every;
+    cfg.resume = f.resume;
     cfg.init = f.init;
     cfg.seed = f.seed;
     gpt::CategoryBytes before{};
@@ -163,6 +186,12 @@ int main(int argc, char** argv) {
       std::printf("train_gpt: data %s (%llu tokens), init %s, backend %s\n", data.path().c_str(),
                   static_cast<unsigned long long>(data.size()), f.init.empty() ? "spec distributions" : f.init.c_str(),
                   device_kind_name(rt.backend()));
+      if (f.resume && trainer.resumed_from() >= 0)
+        std::printf("train_gpt: resumed from %s/step-%08lld: optimizer step %lld, next step %d\n",
+                    f.checkpoint_dir.c_str(), static_cast<long long>(trainer.resumed_from()),
+                    static_cast<long long>(trainer.resumed_from()), trainer.start_step());
+      else if (f.resume)
+        std::printf("train_gpt: no committed checkpoint in %s: starting fresh\n", f.checkpoint_dir.c_str());
       std::fflush(stdout);
     }
     std::ofstream metrics;
@@ -174,7 +203,8 @@ int main(int argc, char** argv) {
     const double tokens_per_step = static_cast<double>(world) * f.batch * f.seq * f.grad_accum;
     double final_loss = 0, time_sum_ms = 0, exposed_sum_ms = 0, comm_sum_ms = 0;
     int timed = 0;
-    for (int step = 0; step < f.steps; ++step) {
+    const int last_step = f.stop_at >= 0 ? std::min(f.stop_at, f.steps) : f.steps;
+    for (int step = trainer.start_step(); step < last_step; ++step) {
       gpt::StepRecord r = trainer.step(step);
       const StepSummary& comm = trainer.model().last_step_summary();
       if (step >= 2) {
@@ -188,9 +218,10 @@ int main(int argc, char** argv) {
       std::size_t peak = rt.device().memory_stats().peak_total();
       if (rank == 0) {
         std::printf("step %d loss %.6f time_ms %.1f tok/s %.0f peak_mem_MiB %.1f grad_norm %.4f comm_ms %.1f "
-                    "exposed_comm_ms %.1f%s\n",
+                    "exposed_comm_ms %.1f%s%s\n",
                     step, r.loss, r.time_ms, tok_s, static_cast<double>(peak) / (1024.0 * 1024.0), r.grad_norm,
-                    comm.comm_ms, comm.exposed_comm_ms, r.skipped ? " skipped" : "");
+                    comm.comm_ms, comm.exposed_comm_ms, r.skipped ? " skipped" : "",
+                    r.checkpoint_ms > 0 ? fmt::format(" checkpoint_ms {:.1f}", r.checkpoint_ms).c_str() : "");
         std::fflush(stdout);
         if (metrics.is_open())
           metrics << nlohmann::json{{"step", step},
@@ -198,6 +229,7 @@ int main(int argc, char** argv) {
                                     {"time_ms", r.time_ms},
                                     {"tokens_per_s", tok_s},
                                     {"grad_norm", r.grad_norm},
+                                    {"checkpoint_ms", r.checkpoint_ms},
                                     {"skipped", r.skipped},
                                     {"loss_scale", r.loss_scale},
                                     {"peak_mem_bytes", peak},
@@ -211,7 +243,7 @@ int main(int argc, char** argv) {
                                     {"predicted_all_reduce_bytes", comm.predicted_all_reduce_bytes}}
                          .dump()
                   << "\n";
-        if (bar) progress(step + 1, f.steps, timed ? time_sum_ms / timed : r.time_ms);
+        if (bar) progress(step + 1, last_step, timed ? time_sum_ms / timed : r.time_ms);
       }
       if (step == 0 && rank == 0 && rt.backend() == DeviceKind::kCpu) {
         // The planner's prediction beside the ledger's measured peak (rank 0), after the first step.
@@ -229,6 +261,13 @@ int main(int argc, char** argv) {
         }
         std::fflush(stdout);
       }
+    }
+    trainer.finish(last_step);
+    if (rank == 0 && trainer.checkpointer()) {
+      const SaveStats& last = trainer.checkpointer()->last_save();
+      std::printf("train_gpt: checkpoint %s/step-%08lld committed (%.1f MB on rank 0, written in %.0f ms)\n",
+                  f.checkpoint_dir.c_str(), static_cast<long long>(last.step), static_cast<double>(last.bytes) / 1e6,
+                  last.write_ms);
     }
     if (!f.save.empty()) trainer.save(f.save);
 

@@ -9,6 +9,13 @@ class LossScaler {
       : enabled_(enabled), scale_(enabled ? initial_scale : 1.0f), window_(window) {}
   bool enabled() const { return enabled_; }
   float scale() const { return scale_; }
+  int good_steps() const { return good_steps_; }
+  // A checkpoint's state (the scale stays 1 when scaling is off).
+  void restore(float scale, int good_steps) {
+    if (!enabled_) return;
+    scale_ = scale;
+    good_steps_ = good_steps;
+  }
   // After each step: overflow halves the scale (never below 1), `window` good steps in a row double it.
   void update(bool overflow) {
     if (!enabled_) return;

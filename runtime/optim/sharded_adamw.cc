@@ -69,7 +69,7 @@ StepResult ShardedAdamW::step(double lr) {
     r.loss_scale = scaler_.scale();
     logger("optim").warn("step {} skipped on every rank: non-finite gradients (norm {}); loss scale now {}", step_ + 1,
                          r.grad_norm, r.loss_scale);
-    params_.finish_step(false);
+    params_.finish_step(step_, false);
     return r;
   }
   double coef = inv_scale;
@@ -95,10 +95,37 @@ StepResult ShardedAdamW::step(double lr) {
     params_.end_update(u);
   }
   scaler_.update(false);
-  params_.finish_step(true);
+  params_.finish_step(step_, true);
   r.step = step_;
   r.loss_scale = scaler_.scale();
   return r;
+}
+
+float* ShardedAdamW::exp_avg(int unit) { return exp_avg_.at(static_cast<std::size_t>(unit)).as<float>(); }
+float* ShardedAdamW::exp_avg_sq(int unit) { return exp_avg_sq_.at(static_cast<std::size_t>(unit)).as<float>(); }
+
+nlohmann::json ShardedAdamW::state() const {
+  return {{"name", "adamw"},
+          {"step", step_},
+          {"loss_scale", scaler_.scale()},
+          {"good_steps", scaler_.good_steps()},
+          {"config",
+           {{"lr", config_.lr},
+            {"beta1", config_.beta1},
+            {"beta2", config_.beta2},
+            {"eps", config_.eps},
+            {"weight_decay", config_.weight_decay}}}};
+}
+
+void ShardedAdamW::restore(const nlohmann::json& s) {
+  STRATA_CHECK_CODE(ErrorCode::kIo,
+                    s.is_object() && s.value("name", "") == "adamw" && s.contains("step") &&
+                        s["step"].is_number_integer() && s["step"].get<std::int64_t>() >= 0 &&
+                        s.contains("loss_scale") && s["loss_scale"].is_number() && s.contains("good_steps") &&
+                        s["good_steps"].is_number_integer(),
+                    "the checkpoint's optimizer state is not AdamW's: {}", s.dump());
+  step_ = s["step"].get<std::int64_t>();
+  scaler_.restore(s["loss_scale"].get<float>(), s["good_steps"].get<int>());
 }
 
 }  // namespace strata

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "runtime/optim/adamw.h"
@@ -49,6 +50,13 @@ class ShardedAdamW {
   float loss_scale() const { return scaler_.scale(); }
   std::int64_t steps_taken() const { return step_; }
   const AdamWConfig& config() const { return config_; }
+
+  // For checkpoints: unit i's moments (shard_numel f32 in parameters().device() memory) and the scalar state (the
+  // step count, the loss scaler's scale and good steps, the configuration for the record).
+  float* exp_avg(int unit);
+  float* exp_avg_sq(int unit);
+  nlohmann::json state() const;
+  void restore(const nlohmann::json& state);  // kIo when it is not AdamW's state
 
  private:
   ShardedParameters& params_;

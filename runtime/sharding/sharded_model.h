@@ -48,6 +48,10 @@ class ShardedModel {
   // Unit i's flat layout: its slots (names, shapes, offsets) and shard sizes.
   const ShardLayout& layout(int i) const;
   const ShardingOptions& options() const { return options_; }
+  // The units as declared (names, slots, shapes, flags).
+  const std::vector<UnitSpec>& declaration() const { return specs_; }
+  // The data-parallel groups the model shards and reduces over.
+  const DataParallelGroups& groups() const { return groups_; }
   Device& device() const { return device_; }
   // Offload: the host memory holding the master and gradient shards, with its own ledger; else nullptr.
   Device* host_device() const { return host_.get(); }
@@ -119,7 +123,6 @@ class ShardedModel {
   bool sync_grads_ = true;
   bool last_backward_ = true;
   int last_reduced_ = -1;  // the unit whose reduction may still be in flight (at most two are)
-  std::int64_t steps_ = 0;
 };
 
 }  // namespace strata

@@ -57,14 +57,24 @@ void ShardedParameters::zero_grads() {
   for (auto& u : model_.units_) u->zero_grad_shard();
 }
 
-void ShardedParameters::finish_step(bool updated) {
-  if (updated) {
-    model_.monitor_->exposed([&] { model_.units_.back()->finish_upload(); });
-    ++model_.steps_;
-  }
+void ShardedParameters::finish_step(std::int64_t steps_taken, bool updated) {
+  if (updated) model_.monitor_->exposed([&] { model_.units_.back()->finish_upload(); });
   // Forwards that had no backward (an evaluation pass) do not carry into the next step.
   for (auto& p : model_.protocol_) p.forwards = 0;
-  model_.monitor_->finish(model_.steps_, updated);
+  model_.monitor_->finish(steps_taken, updated);
+}
+
+std::vector<ShardSegment> ShardedParameters::owned_segments(int i) const {
+  model_.check_unit(i, "parameters().owned_segments");
+  const ShardedUnit& u = *model_.units_[static_cast<std::size_t>(i)];
+  if (model_.options_.stage != ZeroStage::kNone)
+    return model_.groups_.replicate->rank() == 0 ? u.segments() : std::vector<ShardSegment>{};
+  // Stage 0: every rank holds the whole unit; split it over the dp group as a shard layout would.
+  const Communicator& dp = *model_.groups_.dp;
+  const ShardLayout split(model_.specs_[static_cast<std::size_t>(i)].slots, dp.size(), model_.options_.align_elements);
+  std::vector<ShardSegment> out = split.segments(dp.rank());
+  for (ShardSegment& seg : out) seg.shard_begin = split.slots()[seg.slot].offset + seg.slot_begin;
+  return out;
 }
 
 }  // namespace strata

@@ -33,6 +33,11 @@ class ShardedParameters {
 
   int num_units() const;
   UnitShard unit(int i);
+  // The segments of unit i that this rank alone answers for among the ranks of its data-parallel group (to save
+  // each element once): its shard on the first replica of a hybrid layout (none on the others); under ZeRO stage 0,
+  // where every rank holds the whole unit, this rank's part of a split of the unit over the dp group. shard_begin
+  // indexes unit(i).master.
+  std::vector<ShardSegment> owned_segments(int i) const;
   // The memory the shards live in (the host under offload), the stream that orders work on them (its compute
   // stream) and the element-wise operations on that memory.
   Device& device();
@@ -45,7 +50,7 @@ class ShardedParameters {
 
   // The update protocol of one step:
   //   wait_for_grads(); [read the gradients, e.g. a norm]; for each unit i: begin_update(i); [write master i];
-  //   end_update(i); finish_step(true)  -- or, to skip the step: zero_grads(); finish_step(false).
+  //   end_update(i); finish_step(t, true)  -- or, to skip the step: zero_grads(); finish_step(t, false).
   // Waits until every reduction has finished (the caller's time counts as exposed communication).
   void wait_for_grads();
   // The host waits for `stream` (exposed communication, e.g. a norm's all-reduce).
@@ -57,8 +62,9 @@ class ShardedParameters {
   void end_update(int i);
   // Zeroes every gradient shard without an update (a skipped step).
   void zero_grads();
-  // Waits for the last upload and closes the step's summary; `updated` false for a skipped step.
-  void finish_step(bool updated);
+  // Waits for the last upload and closes the step's summary: `steps_taken` optimizer steps so far, `updated` false
+  // for a skipped step.
+  void finish_step(std::int64_t steps_taken, bool updated);
 
  private:
   ShardedModel& model_;

@@ -50,7 +50,8 @@ trap finish EXIT
 # The lent GPU machine has CUDA, CMake and Python but no MPI and no package registry. Then the Debian packages come
 # from $STRATA_DEB_DIR (default .gpu-debs/, filled by scripts/gpu/gpu_kit.sh where apt works, and carried): they are
 # unpacked with dpkg -x into /opt/strata-deps (never into /), and the build and the runs are pointed at it.
-packages=(openmpi-bin libopenmpi-dev libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev)
+packages=(openmpi-bin libopenmpi-dev libspdlog-dev libfmt-dev libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl-dev
+          zlib1g-dev)
 declare -A provides=([openmpi-bin]=mpirun)
 missing=()
 for p in "${packages[@]}"; do

@@ -18,6 +18,7 @@ packages=(
   ibverbs-providers librdmacm1 libpsm2-2 libpsm-infinipath1 libmunge2 libnl-3-200 libnl-route-3-200 libnuma1
   libucx0 ocl-icd-libopencl1
   libspdlog1.10 libspdlog-dev libfmt9 libfmt-dev libgtest-dev nlohmann-json3-dev libcli11-dev libdnnl2 libdnnl-dev
+  zlib1g-dev
 )
 o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64)
 (cd "$dir" && apt-get "${o[@]}" download "${packages[@]}")

@@ -1,0 +1,106 @@
+// CheckpointDir: names, committed steps, latest, pruning.
+#include "runtime/checkpoint/checkpoint_dir.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
+#include "core/error.h"
+#include "core/logging.h"
+#include "runtime/checkpoint/chunk_file.h"
+
+namespace strata {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr const char* kPrefix = "step-";
+constexpr const char* kTmpSuffix = ".tmp";
+
+// The step of "step-00000010" (and, with `tmp`, of "step-00000010.tmp"); -1 for any other name.
+std::int64_t step_of(const std::string& name, bool tmp) {
+  std::string digits = name;
+  if (digits.rfind(kPrefix, 0) != 0) return -1;
+  digits = digits.substr(std::char_traits<char>::length(kPrefix));
+  const std::size_t suffix = std::char_traits<char>::length(kTmpSuffix);
+  if (tmp) {
+    if (digits.size() <= suffix || digits.compare(digits.size() - suffix, suffix, kTmpSuffix) != 0) return -1;
+    digits.resize(digits.size() - suffix);
+  }
+  if (digits.empty() || digits.size() > 15 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+std::string CheckpointDir::step_name(std::int64_t step) { return fmt::format("{}{:08d}", kPrefix, step); }
+std::string CheckpointDir::step_path(std::int64_t step) const { return path_ + "/" + step_name(step); }
+std::string CheckpointDir::tmp_path(std::int64_t step) const { return step_path(step) + kTmpSuffix; }
+std::string CheckpointDir::rank_file(int rank) { return fmt::format("rank-{:05d}.bin", rank); }
+
+std::vector<std::int64_t> CheckpointDir::committed_steps() const {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
+    const std::int64_t step = step_of(e.path().filename().string(), false);
+    if (step < 0 || !e.is_directory(ec)) continue;
+    if (fs::exists(e.path() / "COMMITTED", ec) && fs::exists(e.path() / "index.json", ec)) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::int64_t CheckpointDir::latest_step() const {
+  const std::vector<std::int64_t> steps = committed_steps();
+  std::error_code ec;
+  if (fs::exists(path_ + "/latest", ec)) {
+    std::string name = read_text_file(path_ + "/latest");
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    const std::int64_t step = step_of(name, false);
+    if (step >= 0 && std::binary_search(steps.begin(), steps.end(), step)) return step;
+  }
+  return steps.empty() ? -1 : steps.back();
+}
+
+CheckpointIndex CheckpointDir::read_index(std::int64_t step) const {
+  const std::string dir = step_path(step);
+  std::error_code ec;
+  STRATA_CHECK_CODE(ErrorCode::kIo, fs::exists(dir + "/COMMITTED", ec),
+                    "{} is not a committed checkpoint (no COMMITTED marker)", dir);
+  const std::string where = dir + "/index.json";
+  CheckpointIndex index = CheckpointIndex::parse(read_text_file(where), where);
+  STRATA_CHECK_CODE(ErrorCode::kIo, index.step == step, "{} says step {}, its directory step {}", where, index.step,
+                    step);
+  return index;
+}
+
+void CheckpointDir::create() const {
+  std::error_code ec;
+  fs::create_directories(path_, ec);
+  STRATA_CHECK_CODE(ErrorCode::kIo, !ec && fs::is_directory(path_), "cannot create checkpoint directory {}: {}", path_,
+                    ec ? ec.message() : "not a directory");
+}
+
+void CheckpointDir::prune(int keep, std::int64_t newest) const {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
+    const std::int64_t step = step_of(e.path().filename().string(), true);
+    if (step >= 0 && step < newest) {
+      fs::remove_all(e.path(), ec);
+      if (ec) logger("ckpt").warn("could not remove the abandoned {}: {}", e.path().string(), ec.message());
+    }
+  }
+  std::vector<std::int64_t> steps = committed_steps();
+  const std::size_t kept = static_cast<std::size_t>(std::max(keep, 1));
+  for (std::size_t i = 0; i + kept < steps.size(); ++i) {
+    if (steps[i] >= newest) break;
+    // The marker goes first: a removal that stops half-way leaves a directory that is no longer a checkpoint.
+    const std::string dir = step_path(steps[i]);
+    fs::remove(dir + "/COMMITTED", ec);
+    fs::remove_all(dir, ec);
+    if (ec) logger("ckpt").warn("could not remove the old checkpoint {}: {}", dir, ec.message());
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,43 @@
+// CheckpointDir: the layout of a checkpoint directory (docs/checkpoint.md):
+//   DIR/latest                  the name of the newest committed checkpoint ("step-00000010"), replaced atomically
+//   DIR/step-00000010/          a committed checkpoint: index.json, COMMITTED, rank-NNNNN.bin data files
+//   DIR/step-00000020.tmp/      a checkpoint being written (or left by a crash; never loaded, removed later)
+// A checkpoint is committed when its directory has its final name and holds COMMITTED and index.json.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "runtime/checkpoint/checkpoint_index.h"
+
+namespace strata {
+
+class CheckpointDir {
+ public:
+  explicit CheckpointDir(std::string path) : path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+  static std::string step_name(std::int64_t step);     // "step-00000010"
+  std::string step_path(std::int64_t step) const;      // DIR/step-00000010
+  std::string tmp_path(std::int64_t step) const;       // DIR/step-00000010.tmp
+  static std::string rank_file(int rank);              // "rank-00003.bin"
+
+  // Committed steps, ascending (directories that are complete: their final name, COMMITTED and index.json).
+  std::vector<std::int64_t> committed_steps() const;
+  // The step `latest` names when it is committed, else the newest committed one; -1 when there is none.
+  std::int64_t latest_step() const;
+  // The index of a committed step, parsed and validated; kIo naming the file when it is missing or bad.
+  CheckpointIndex read_index(std::int64_t step) const;
+
+  // Creates DIR (and parents) if needed; kIo naming it.
+  void create() const;
+  // Removes `.tmp` directories (a crashed or abandoned save) and all but the newest `keep` committed checkpoints.
+  // Only ever removes what is older than `newest`, so the checkpoint just committed is never touched.
+  void prune(int keep, std::int64_t newest) const;
+
+ private:
+  std::string path_;
+};
+
+}  // namespace strata

@@ -1,0 +1,83 @@
+// CheckpointIndex: the index of one checkpoint (docs/checkpoint.md): the format version, the model's declaration,
+// the per-rank data files, and for every saved tensor its global shape, dtype and the chunks that hold it, with
+// block checksums; plus the run's scalar state. Parsing validates everything, so a corrupt or foreign index is a
+// clear error before any data is read.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "runtime/sharding/state_memory.h"
+
+namespace strata {
+
+constexpr int kCheckpointFormatVersion = 1;
+constexpr const char* kCheckpointFormatName = "strata-checkpoint";
+
+// A run of a tensor's elements stored in one file. The tensor is seen as a box of its global shape (a tensor-parallel
+// slice is a box smaller than the tensor; today every box is the whole tensor) and the chunk holds elements
+// [begin, begin + count) of that box in row-major order, as `count` little-endian values of the tensor's dtype at
+// byte `offset` of the file. `crc32` holds one CRC-32 (zlib's) per block of `block_bytes` of those bytes, the last
+// block possibly short, so a reader that needs part of a chunk verifies only the blocks it reads.
+struct ChunkRecord {
+  int file = 0;  // index into CheckpointIndex::files
+  std::uint64_t offset = 0;
+  std::vector<std::int64_t> box_offset;  // per dimension; all 0 for the whole tensor
+  std::vector<std::int64_t> box_shape;   // per dimension; the tensor's shape for the whole tensor
+  std::uint64_t begin = 0;
+  std::uint64_t count = 0;
+  std::vector<std::uint32_t> crc32;
+  bool whole_box(const std::vector<std::int64_t>& shape) const;  // the box is the whole tensor
+};
+
+struct TensorRecord {
+  std::string name;  // "params/<slot>", "exp_avg/<slot>", "exp_avg_sq/<slot>"
+  std::vector<std::int64_t> shape;
+  DType dtype = DType::kF32;
+  std::vector<ChunkRecord> chunks;  // sorted by (box, begin) after parse()
+  std::uint64_t numel() const;
+};
+
+struct FileRecord {
+  std::string name;  // relative to the checkpoint's directory: "rank-00003.bin"
+  std::uint64_t bytes = 0;
+};
+
+struct CheckpointIndex {
+  int version = kCheckpointFormatVersion;
+  std::int64_t step = 0;
+  int world_size = 1;
+  nlohmann::json layout = nlohmann::json::object();  // the mesh, ZeRO stage, dtypes and offload it was saved from
+  std::vector<UnitSpec> units;                       // the model's declaration
+  std::uint64_t block_bytes = 1 << 20;
+  std::vector<FileRecord> files;
+  std::map<std::string, TensorRecord> tensors;
+  nlohmann::json state = nlohmann::json::object();   // optimizer scalars, the trainer's position, its configuration
+
+  nlohmann::json to_json() const;
+  std::string serialize() const;  // to_json().dump(1)
+  // Parses and validates an index (`where` names it in errors: "DIR/step-00000010/index.json"). kIo for anything
+  // wrong: not JSON, another format, a newer version ("written by a newer Strata"), a field missing or of the wrong
+  // type, a dtype or shape that is not one, a chunk outside its box, file or tensor, checksums that do not match the
+  // chunk's length, chunks that overlap. Never reads past its input or trusts a size.
+  static CheckpointIndex parse(const std::string& text, const std::string& where);
+
+  const TensorRecord& tensor(const std::string& name) const;  // kIo "... has no tensor 'x'"
+  bool has_tensor(const std::string& name) const { return tensors.count(name) != 0; }
+  // kMismatch naming the first difference when `declared` is not the model this checkpoint holds.
+  void check_model(const std::vector<UnitSpec>& declared, const std::string& where) const;
+  // "" when every element of every tensor is in exactly one chunk, else a message naming the first gap or overlap.
+  std::string coverage_problem() const;
+};
+
+// The tensors a model's slot is saved as.
+std::string params_tensor(const std::string& slot);
+std::string exp_avg_tensor(const std::string& slot);
+std::string exp_avg_sq_tensor(const std::string& slot);
+
+}  // namespace strata

@@ -1,0 +1,360 @@
+// Checkpointer: staging, the per-rank file, the agreed commit, pruning, and the range-reading load.
+#include "runtime/checkpoint/checkpointer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include "collectives/rank_values.h"
+#include "core/device_registry.h"
+#include "core/error.h"
+#include "core/logging.h"
+#include "runtime/checkpoint/chunk_file.h"
+
+namespace strata {
+namespace fs = std::filesystem;
+namespace {
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+nlohmann::json chunk_json(const ChunkRecord& c) {
+  return {{"offset", c.offset}, {"box_offset", c.box_offset}, {"box_shape", c.box_shape},
+          {"begin", c.begin},   {"count", c.count},           {"crc32", c.crc32}};
+}
+
+}  // namespace
+
+void CheckpointOptions::validate() const {
+  STRATA_CHECK(!dir.empty(), "a checkpoint needs a directory");
+  STRATA_CHECK(keep >= 1, "keep {} checkpoints: at least 1", keep);
+  STRATA_CHECK(block_bytes >= 4096 && block_bytes % 4 == 0, "checkpoint block of {} bytes: at least 4096, a multiple "
+               "of 4", block_bytes);
+}
+
+// One save: this rank's pieces (a run of one tensor's elements each) in host memory, and what writing them gave.
+struct Checkpointer::Staged {
+  struct Piece {
+    std::string tensor;
+    std::vector<std::int64_t> shape;
+    std::uint64_t begin = 0, count = 0;
+    const void* data = nullptr;  // host memory: the live state (synchronous save of host state) or `staging`
+    ChunkRecord chunk;           // filled by write()
+  };
+  std::int64_t step = 0;
+  nlohmann::json state;  // the optimizer's and the trainer's
+  std::vector<Piece> pieces;
+  Buffer staging;
+  std::string tmp_dir;
+  std::string error;  // a failure of write(), reported at the commit
+  std::uint64_t bytes = 0;
+  double write_ms = 0;
+};
+
+Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world,
+                           CheckpointOptions options)
+    : model_(model), optimizer_(optimizer), world_(world), options_(std::move(options)), dir_(options_.dir) {
+  options_.validate();
+  // Staging is host memory in a ledger: the device's own on the CPU backend (its memory is host memory), else a
+  // page-locked host device of the checkpointer's.
+  if (model_.device().kind() != DeviceKind::kCpu) staging_device_ = create_host_device(model_.device());
+}
+
+Checkpointer::~Checkpointer() {
+  if (writer_.joinable()) writer_.join();
+}
+
+std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(std::int64_t step) {
+  ShardedParameters& params = model_.parameters();
+  params.stream().synchronize();  // the last update has landed in the master and the moments
+  auto s = std::make_unique<Staged>();
+  s->step = step;
+  s->tmp_dir = dir_.tmp_path(step);
+  for (int u = 0; u < params.num_units(); ++u) {
+    const UnitShard shard = params.unit(u);
+    const float* sources[3] = {shard.master, optimizer_.exp_avg(u), optimizer_.exp_avg_sq(u)};
+    for (const ShardSegment& seg : params.owned_segments(u)) {
+      const ParamSlot& slot = shard.layout->slots()[seg.slot];
+      const std::string names[3] = {params_tensor(slot.name), exp_avg_tensor(slot.name),
+                                    exp_avg_sq_tensor(slot.name)};
+      for (int k = 0; k < (slot.trainable ? 3 : 1); ++k)
+        s->pieces.push_back(
+            Staged::Piece{names[k], slot.shape, seg.slot_begin, seg.length, sources[k] + seg.shard_begin, {}});
+    }
+  }
+  // A copy in host staging when training goes on meanwhile or the state is not host memory.
+  Device& state = params.device();
+  if (options_.async || state.kind() != DeviceKind::kCpu) {
+    std::uint64_t total = 0;
+    for (const Staged::Piece& p : s->pieces) total += p.count * 4;
+    Device& host = staging_device_ ? *staging_device_ : model_.device();
+    s->staging = host.allocate(total, MemCategory::kCheckpoint);
+    char* at = s->staging.as<char>();
+    for (Staged::Piece& p : s->pieces) {
+      const std::size_t bytes = p.count * 4;
+      if (state.kind() == DeviceKind::kCpu) std::memcpy(at, p.data, bytes);
+      else state.copy_to_host(at, p.data, bytes);
+      p.data = at;
+      at += bytes;
+    }
+  }
+  return s;
+}
+
+void Checkpointer::write(Staged& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    if (!s.pieces.empty()) {
+      ChunkWriter file(s.tmp_dir + "/" + CheckpointDir::rank_file(world_.rank()), options_.block_bytes);
+      for (Staged::Piece& p : s.pieces) {
+        ChunkRecord& c = p.chunk;
+        c.box_offset.assign(p.shape.size(), 0);
+        c.box_shape = p.shape;
+        c.begin = p.begin;
+        c.count = p.count;
+        c.offset = file.append(p.data, p.count * 4, c.crc32);
+      }
+      file.finish();
+      s.bytes = file.bytes();
+      // What rank 0 needs for the index: this file's size and its chunks, beside it.
+      nlohmann::json sidecar = {{"file", CheckpointDir::rank_file(world_.rank())}, {"bytes", s.bytes}};
+      nlohmann::json& tensors = sidecar["tensors"] = nlohmann::json::object();
+      for (const Staged::Piece& p : s.pieces) tensors[p.tensor].push_back(chunk_json(p.chunk));
+      write_file_atomically(s.tmp_dir + "/" + CheckpointDir::rank_file(world_.rank()) + ".json", sidecar.dump());
+    }
+  } catch (const std::exception& e) {
+    s.error = e.what();
+  }
+  s.write_ms = ms_since(t0);
+}
+
+void Checkpointer::agree(bool ok, const std::string& error, const char* what) {
+  try {
+    all_agree(world_, ok, error, what);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kRemote) throw;
+    const std::int64_t previous = dir_.latest_step();
+    throw Error(ErrorCode::kRemote,
+                std::string(e.what()) + "; " +
+                    (previous >= 0 ? fmt::format("the last committed checkpoint, {}, is intact", dir_.step_path(previous))
+                                   : std::string("there is no committed checkpoint")));
+  }
+}
+
+void Checkpointer::save(std::int64_t step, const nlohmann::json& trainer_state) {
+  const auto t0 = std::chrono::steady_clock::now();
+  wait();  // the previous save in flight, if any
+  // Rank 0 makes an empty step-N.tmp (a crash may have left one); the others write into it once it exists.
+  std::string error;
+  if (world_.rank() == 0) {
+    try {
+      dir_.create();
+      std::error_code ec;
+      fs::remove_all(dir_.tmp_path(step), ec);
+      fs::create_directory(dir_.tmp_path(step), ec);
+      STRATA_CHECK_CODE(ErrorCode::kIo, !ec, "cannot create {}: {}", dir_.tmp_path(step), ec.message());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree(error.empty(), error, fmt::format("checkpoint of step {}", step).c_str());
+  std::unique_ptr<Staged> s = stage(step);
+  s->state = {{"optimizer", optimizer_.state()}, {"trainer", trainer_state}};
+  last_ = SaveStats{};
+  last_.step = step;
+  if (options_.async) {
+    written_ = false;
+    in_flight_ = std::move(s);
+    Staged* staged = in_flight_.get();
+    writer_ = std::thread([this, staged] {
+      write(*staged);
+      written_ = true;
+    });
+    last_.stall_ms = ms_since(t0);
+    return;
+  }
+  write(*s);
+  commit(*s);
+  last_.stall_ms = ms_since(t0);
+}
+
+void Checkpointer::poll() {
+  if (!in_flight_) return;
+  const std::vector<double> done = all_gather_values(world_, written_ ? 1.0 : 0.0);
+  if (std::all_of(done.begin(), done.end(), [](double d) { return d != 0; })) {
+    const auto t0 = std::chrono::steady_clock::now();
+    wait();
+    last_.stall_ms += ms_since(t0);
+  }
+}
+
+void Checkpointer::wait() {
+  if (!in_flight_) return;
+  if (writer_.joinable()) writer_.join();
+  std::unique_ptr<Staged> s = std::move(in_flight_);
+  commit(*s);
+}
+
+void Checkpointer::commit(Staged& s) {
+  last_.write_ms = s.write_ms;
+  last_.bytes = s.bytes;
+  const std::string what = fmt::format("checkpoint of step {} in {}", s.step, dir_.path());
+  agree(s.error.empty(), s.error, what.c_str());
+  std::string error;
+  if (world_.rank() == 0) {
+    try {
+      // The index: every writer's sidecar, in rank order, merged.
+      CheckpointIndex index;
+      index.step = s.step;
+      index.world_size = world_.size();
+      index.units = model_.declaration();
+      index.block_bytes = options_.block_bytes;
+      const DataParallelGroups& g = model_.groups();
+      const ShardingOptions& o = model_.options();
+      index.layout = {{"mesh", {{"dp_replicate", g.replicate->size()}, {"dp_shard", g.shard->size()}}},
+                      {"zero_stage", static_cast<int>(o.stage)},
+                      {"param_dtype", dtype_name(o.mixed_precision.param_dtype)},
+                      {"reduce_dtype", dtype_name(o.mixed_precision.reduce_dtype)},
+                      {"offload", offload_name(o.offload)}};
+      index.state = s.state;
+      std::map<std::string, TensorRecord> tensors;
+      for (const UnitSpec& u : index.units)
+        for (const SlotSpec& slot : u.slots)
+          for (const std::string& name :
+               {params_tensor(slot.name), exp_avg_tensor(slot.name), exp_avg_sq_tensor(slot.name)}) {
+            if (name != params_tensor(slot.name) && !slot.trainable) continue;
+            tensors[name] = TensorRecord{name, slot.shape, DType::kF32, {}};
+          }
+      for (int r = 0; r < world_.size(); ++r) {
+        const std::string sidecar = s.tmp_dir + "/" + CheckpointDir::rank_file(r) + ".json";
+        if (!fs::exists(sidecar)) continue;  // a rank that owns no elements writes nothing
+        const nlohmann::json side = nlohmann::json::parse(read_text_file(sidecar));
+        const int file = static_cast<int>(index.files.size());
+        index.files.push_back(FileRecord{side["file"].get<std::string>(), side["bytes"].get<std::uint64_t>()});
+        for (const auto& [name, chunks] : side["tensors"].items())
+          for (const nlohmann::json& c : chunks)
+            tensors.at(name).chunks.push_back(ChunkRecord{file, c["offset"], c["box_offset"], c["box_shape"],
+                                                          c["begin"], c["count"], c["crc32"]});
+        fs::remove(sidecar);
+      }
+      index.tensors = std::move(tensors);
+      const std::string problem = index.coverage_problem();
+      STRATA_CHECK_CODE(ErrorCode::kInternal, problem.empty(), "{}: {}", what, problem);
+      write_file_atomically(s.tmp_dir + "/index.json", index.serialize());
+      write_file_atomically(s.tmp_dir + "/COMMITTED", fmt::format("step {}\n", s.step));
+      fsync_directory(s.tmp_dir);
+      const std::string final_dir = dir_.step_path(s.step);
+      std::error_code ec;
+      fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
+      fs::rename(s.tmp_dir, final_dir, ec);
+      STRATA_CHECK_CODE(ErrorCode::kIo, !ec, "cannot rename {} to {}: {}", s.tmp_dir, final_dir, ec.message());
+      fsync_directory(dir_.path());
+      write_file_atomically(dir_.path() + "/latest", CheckpointDir::step_name(s.step) + "\n");
+      dir_.prune(options_.keep, s.step);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree(error.empty(), error, what.c_str());
+  last_.committed = true;
+  logger("ckpt").info("{} committed: {:.1f} MB on this rank, written in {:.0f} ms", what,
+                      static_cast<double>(s.bytes) / 1e6, s.write_ms);
+}
+
+nlohmann::json Checkpointer::load(std::int64_t step) {
+  if (step < 0) step = dir_.latest_step();
+  STRATA_CHECK_CODE(ErrorCode::kIo, step >= 0, "no committed checkpoint in {}", dir_.path());
+  // Every rank reads the same index and makes the same checks: a bad one is the same error on every rank.
+  const CheckpointIndex index = dir_.read_index(step);
+  const std::string where = dir_.step_path(step);
+  index.check_model(model_.declaration(), where);
+  const std::int64_t optimizer_step = index.state.value("optimizer", nlohmann::json::object()).value("step", -1);
+
+  ShardedParameters& params = model_.parameters();
+  Device& state = params.device();
+  Device& host = staging_device_ ? *staging_device_ : model_.device();
+  // Two bounded staging blocks: whole blocks as read (checksummed), and values on their way to device memory.
+  Buffer block = host.allocate(index.block_bytes, MemCategory::kCheckpoint);
+  Buffer values = state.kind() == DeviceKind::kCpu ? Buffer() : host.allocate(index.block_bytes, MemCategory::kCheckpoint);
+  std::map<int, std::unique_ptr<ChunkReader>> readers;
+  auto reader = [&](int file) -> ChunkReader& {
+    auto& r = readers[file];
+    if (!r)
+      r = std::make_unique<ChunkReader>(where + "/" + index.files[static_cast<std::size_t>(file)].name,
+                                        index.files[static_cast<std::size_t>(file)].bytes, index.block_bytes);
+    return *r;
+  };
+  // Elements [begin, begin + count) of a tensor into host memory at `out`, from the chunks that overlap them.
+  auto read_host = [&](const TensorRecord& t, std::uint64_t begin, std::uint64_t count, float* out) {
+    STRATA_CHECK_CODE(ErrorCode::kIo, t.dtype == DType::kF32, "{}: tensor '{}' is {}, a checkpoint holds f32", where,
+                      t.name, dtype_name(t.dtype));
+    std::uint64_t at = begin;
+    auto it = std::upper_bound(t.chunks.begin(), t.chunks.end(), begin,
+                               [](std::uint64_t v, const ChunkRecord& c) { return v < c.begin; });
+    if (it != t.chunks.begin()) --it;
+    for (; at < begin + count && it != t.chunks.end(); ++it) {
+      STRATA_CHECK_CODE(ErrorCode::kUnsupported, it->whole_box(t.shape),
+                        "{}: tensor '{}' is saved in slices of a box (tensor parallelism), which this version does "
+                        "not load", where, t.name);
+      if (it->begin + it->count <= at) continue;
+      STRATA_CHECK_CODE(ErrorCode::kIo, it->begin <= at, "{}: no chunk holds elements [{}, {}) of tensor '{}'", where,
+                        at, it->begin, t.name);
+      const std::uint64_t n = std::min(begin + count, it->begin + it->count) - at;
+      reader(it->file).read(*it, t.name, 4, at, n, out + (at - begin), block.data());
+      at += n;
+    }
+    STRATA_CHECK_CODE(ErrorCode::kIo, at == begin + count, "{}: no chunk holds elements [{}, {}) of tensor '{}'",
+                      where, at, begin + count, t.name);
+  };
+  // ... into the state memory at `dst` (host memory directly, device memory a staging block at a time).
+  auto read_into = [&](const std::string& name, std::uint64_t begin, std::uint64_t count, float* dst) {
+    const TensorRecord& t = index.tensor(name);
+    if (state.kind() == DeviceKind::kCpu) return read_host(t, begin, count, dst);
+    const std::uint64_t step_elems = index.block_bytes / 4;
+    for (std::uint64_t done = 0; done < count; done += step_elems) {
+      const std::uint64_t n = std::min(step_elems, count - done);
+      read_host(t, begin + done, n, values.as<float>());
+      state.copy_from_host(dst + done, values.data(), n * 4);
+    }
+  };
+  std::string error;
+  try {
+    params.wait_for_grads();
+    for (int u = 0; u < params.num_units(); ++u) {
+      params.begin_update(u);
+      const UnitShard shard = params.unit(u);
+      float* moments[2] = {optimizer_.exp_avg(u), optimizer_.exp_avg_sq(u)};
+      for (const ShardSegment& seg : shard.segments) {
+        const ParamSlot& slot = shard.layout->slots()[seg.slot];
+        read_into(params_tensor(slot.name), seg.slot_begin, seg.length, shard.master + seg.shard_begin);
+        if (!slot.trainable) continue;
+        const std::string names[2] = {exp_avg_tensor(slot.name), exp_avg_sq_tensor(slot.name)};
+        for (int k = 0; k < 2; ++k) {
+          if (index.has_tensor(names[k])) {
+            read_into(names[k], seg.slot_begin, seg.length, moments[k] + seg.shard_begin);
+          } else {
+            // Weights alone (strata-ckpt import): the optimizer starts from zero moments, and only at step 0.
+            STRATA_CHECK_CODE(ErrorCode::kIo, optimizer_step <= 0, "{}: tensor '{}' is missing", where, names[k]);
+            state.fill_zero(moments[k] + seg.shard_begin, seg.length * 4, params.stream());
+          }
+        }
+      }
+    }
+    params.stream().synchronize();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(error.empty(), error, fmt::format("loading {}", where).c_str());
+  for (int u = 0; u < params.num_units(); ++u) params.end_update(u);
+  const nlohmann::json& opt = index.state.value("optimizer", nlohmann::json::object());
+  if (optimizer_step > 0 || opt.contains("name")) optimizer_.restore(opt);
+  params.finish_step(optimizer_.steps_taken(), true);
+  logger("ckpt").info("loaded {} (step {}, saved at {} ranks) into {} ranks", where, step, index.world_size,
+                      world_.size());
+  return index.state.value("trainer", nlohmann::json::object());
+}
+
+}  // namespace strata

@@ -1,0 +1,86 @@
+// Checkpointer: sharded, atomic checkpoints of a ShardedModel and its ShardedAdamW that load at any layout
+// (docs/checkpoint.md). Each rank writes the f32 master and Adam moments of the shard it owns into a file of its own;
+// all ranks agree; rank 0 writes the index and the commit marker, renames the directory and updates `latest`. A load
+// reads only the byte ranges that overlap this rank's shards, through one bounded staging block, at any number of
+// ranks, ZeRO stage, hybrid layout, offload policy or parameter dtype.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/optim/sharded_adamw.h"
+#include "runtime/sharding/sharded_model.h"
+
+namespace strata {
+
+struct CheckpointOptions {
+  std::string dir;
+  int keep = 2;                       // committed checkpoints kept; older ones go after a newer one commits
+  bool async = false;                 // write in a background thread while training goes on (poll() commits)
+  std::size_t block_bytes = 1 << 20;  // checksum granularity, and the staging block a load reads through
+  void validate() const;
+};
+
+// One save, as measured on this rank.
+struct SaveStats {
+  std::int64_t step = -1;
+  double stall_ms = 0;       // the caller's time in save() (async: the copy to host staging) and in the commit
+  double write_ms = 0;       // writing and fsyncing this rank's file (async: in the background)
+  std::uint64_t bytes = 0;   // this rank's file
+  bool committed = false;
+};
+
+class Checkpointer {
+ public:
+  // `world` is the communicator every rank of the job is in (the commit is agreed over it).
+  Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, CheckpointOptions options);
+  // Waits (bounded) for a save in flight and commits it if every rank finished; never throws.
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Collective, at a step boundary (after the optimizer's step): saves the state after `step` optimizer steps, with
+  // `trainer_state` (a JSON object: the trainer's data position, schedule, configuration) stored beside it.
+  // Synchronous: returns once committed. Asynchronous: copies the state to host staging and returns; the previous
+  // save in flight is finished first.
+  void save(std::int64_t step, const nlohmann::json& trainer_state);
+  // Collective, once per step while an asynchronous save is in flight: commits it when every rank has written.
+  void poll();
+  // Collective: finishes and commits the save in flight, if any.
+  void wait();
+  const SaveStats& last_save() const { return last_; }
+
+  // Collective: loads `step` (-1: the latest committed) into the model and the optimizer, and returns the trainer
+  // state saved with it. Refuses, on every rank, a checkpoint of another model or a corrupt one.
+  nlohmann::json load(std::int64_t step = -1);
+  // The latest committed step in the directory, or -1 (reads files only: every rank sees the same).
+  std::int64_t latest_step() const { return dir_.latest_step(); }
+
+ private:
+  struct Staged;  // one save's host copy of this rank's chunks, and its chunk records
+  std::unique_ptr<Staged> stage(std::int64_t step);
+  void write(Staged& s);  // the file of this rank; on the caller's thread or the background one
+  void commit(Staged& s);  // collective: agree, then rank 0 writes the index and renames
+  void agree(bool ok, const std::string& error, const char* what);  // collective; throws on every rank if any failed
+
+  ShardedModel& model_;
+  ShardedAdamW& optimizer_;
+  Communicator& world_;
+  CheckpointOptions options_;
+  CheckpointDir dir_;
+  std::unique_ptr<Device> staging_device_;  // host memory for staging, with its own ledger
+  std::unique_ptr<Staged> in_flight_;
+  std::thread writer_;
+  std::atomic<bool> written_{false};
+  SaveStats last_;
+};
+
+}  // namespace strata

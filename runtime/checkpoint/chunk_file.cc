@@ -1,0 +1,210 @@
+// Checkpoint data files: appends with block checksums, verified range reads, fsync, atomic small files.
+#include "runtime/checkpoint/chunk_file.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/env.h"
+#include "core/error.h"
+
+namespace strata {
+namespace {
+
+std::string system_error(int err) { return std::strerror(err); }
+
+// STRATA_FAULT's checkpoint faults for this rank: "checkpoint-kill:R" or "checkpoint-enospc:R".
+bool fault_here(const char* kind) {
+  const std::string& f = env().fault;
+  const std::string prefix = std::string(kind) + ":";
+  return f.rfind(prefix, 0) == 0 && std::atoi(f.c_str() + prefix.size()) == process_rank();
+}
+
+void write_all(int fd, const void* data, std::size_t bytes, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::write(fd, p, std::min<std::size_t>(bytes, std::size_t{1} << 30));
+    if (n < 0 && errno == EINTR) continue;
+    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "cannot write {}: {}", path, system_error(n < 0 ? errno : EIO));
+    p += n;
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+void read_all_at(int fd, void* out, std::size_t bytes, std::uint64_t offset, const std::string& path) {
+  char* p = static_cast<char*>(out);
+  while (bytes > 0) {
+    ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    STRATA_CHECK_CODE(ErrorCode::kIo, n >= 0, "cannot read {}: {}", path, system_error(errno));
+    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "{} ends at byte {}: the file is truncated", path, offset);
+    p += n;
+    offset += static_cast<std::uint64_t>(n);
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+std::uint32_t crc32_of(const void* data, std::size_t bytes) {
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  const Bytef* p = static_cast<const Bytef*>(data);
+  while (bytes > 0) {
+    const uInt n = static_cast<uInt>(std::min<std::size_t>(bytes, 1u << 30));
+    crc = ::crc32(crc, p, n);
+    p += n;
+    bytes -= n;
+  }
+  return static_cast<std::uint32_t>(crc);
+}
+
+std::vector<std::uint32_t> block_crc32(const void* data, std::size_t bytes, std::size_t block_bytes) {
+  std::vector<std::uint32_t> out;
+  for (std::size_t at = 0; at < bytes; at += block_bytes)
+    out.push_back(crc32_of(static_cast<const char*>(data) + at, std::min(block_bytes, bytes - at)));
+  return out;
+}
+
+// ---- ChunkWriter ------------------------------------------------------------------------------------------------
+
+ChunkWriter::ChunkWriter(std::string path, std::size_t block_bytes) : path_(std::move(path)), block_bytes_(block_bytes) {
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  STRATA_CHECK_CODE(ErrorCode::kIo, fd_ >= 0, "cannot create {}: {}", path_, system_error(errno));
+}
+
+ChunkWriter::~ChunkWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+std::uint64_t ChunkWriter::append(const void* data, std::size_t bytes, std::vector<std::uint32_t>& crc32) {
+  STRATA_CHECK(fd_ >= 0, "{} is already finished", path_);
+  if (fault_here("checkpoint-enospc"))
+    STRATA_THROW(ErrorCode::kIo, "cannot write {}: {} (injected by STRATA_FAULT)", path_, system_error(ENOSPC));
+  const std::uint64_t at = written_;
+  // The kill fault: half of this chunk reaches the file, then the process dies as under kill -9.
+  if (fault_here("checkpoint-kill") && bytes > 1) {
+    write_all(fd_, data, bytes / 2, path_);
+    ::kill(::getpid(), SIGKILL);
+  }
+  write_all(fd_, data, bytes, path_);
+  crc32 = block_crc32(data, bytes, block_bytes_);
+  written_ += bytes;
+  return at;
+}
+
+void ChunkWriter::finish() {
+  if (fd_ < 0) return;
+  const int fd = fd_;
+  fd_ = -1;
+  const bool synced = ::fsync(fd) == 0;
+  const int err = errno;
+  const bool closed = ::close(fd) == 0;
+  STRATA_CHECK_CODE(ErrorCode::kIo, synced && closed, "cannot flush {} to disk: {}", path_,
+                    system_error(synced ? errno : err));
+}
+
+// ---- ChunkReader ------------------------------------------------------------------------------------------------
+
+ChunkReader::ChunkReader(std::string path, std::uint64_t expected_bytes, std::size_t block_bytes)
+    : path_(std::move(path)), block_bytes_(block_bytes) {
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  STRATA_CHECK_CODE(ErrorCode::kIo, fd_ >= 0, "cannot open checkpoint file {}: {}", path_, system_error(errno));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < expected_bytes) {
+    const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
+    ::close(fd_);
+    fd_ = -1;
+    STRATA_THROW(ErrorCode::kIo, "checkpoint file {} has {} bytes, the index says {}: it is truncated", path_, size,
+                 expected_bytes);
+  }
+}
+
+ChunkReader::~ChunkReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void ChunkReader::read(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz, std::uint64_t begin,
+                       std::uint64_t count, void* out, void* staging) const {
+  STRATA_CHECK(begin >= chunk.begin && count <= chunk.count && begin - chunk.begin <= chunk.count - count,
+               "elements [{}, {}) of '{}' are not in the chunk [{}, {})", begin, begin + count, tensor, chunk.begin,
+               chunk.begin + chunk.count);
+  const std::uint64_t chunk_bytes = chunk.count * esz;
+  std::uint64_t lo = (begin - chunk.begin) * esz;  // bytes wanted, relative to the chunk
+  const std::uint64_t hi = lo + count * esz;
+  char* dst = static_cast<char*>(out);
+  while (lo < hi) {
+    const std::uint64_t block = lo / block_bytes_;
+    const std::uint64_t block_lo = block * block_bytes_;
+    const std::size_t block_len = static_cast<std::size_t>(std::min<std::uint64_t>(block_bytes_, chunk_bytes - block_lo));
+    read_all_at(fd_, staging, block_len, chunk.offset + block_lo, path_);
+    const std::uint32_t crc = crc32_of(staging, block_len);
+    STRATA_CHECK_CODE(ErrorCode::kIo, block < chunk.crc32.size() && crc == chunk.crc32[block],
+                      "checkpoint file {} is corrupt: tensor '{}', block {} (bytes {}..{}) has checksum {:08x}, the "
+                      "index says {:08x}",
+                      path_, tensor, block, chunk.offset + block_lo, chunk.offset + block_lo + block_len, crc,
+                      block < chunk.crc32.size() ? chunk.crc32[block] : 0);
+    const std::uint64_t take = std::min<std::uint64_t>(hi, block_lo + block_len) - lo;
+    std::memcpy(dst, static_cast<const char*>(staging) + (lo - block_lo), take);
+    dst += take;
+    lo += take;
+  }
+}
+
+void ChunkReader::verify(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz, void* staging) const {
+  const std::uint64_t chunk_bytes = chunk.count * esz;
+  for (std::uint64_t block = 0; block * block_bytes_ < chunk_bytes; ++block) {
+    const std::uint64_t lo = block * block_bytes_;
+    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(block_bytes_, chunk_bytes - lo));
+    read_all_at(fd_, staging, len, chunk.offset + lo, path_);
+    const std::uint32_t crc = crc32_of(staging, len);
+    STRATA_CHECK_CODE(ErrorCode::kIo, block < chunk.crc32.size() && crc == chunk.crc32[block],
+                      "checkpoint file {} is corrupt: tensor '{}', block {} (bytes {}..{}) has checksum {:08x}, the "
+                      "index says {:08x}",
+                      path_, tensor, block, chunk.offset + lo, chunk.offset + lo + len, crc,
+                      block < chunk.crc32.size() ? chunk.crc32[block] : 0);
+  }
+}
+
+// ---- small files and directories ----------------------------------------------------------------------------------
+
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot open directory {}: {}", dir, system_error(errno));
+  const bool ok = ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  STRATA_CHECK_CODE(ErrorCode::kIo, ok, "cannot flush directory {} to disk: {}", dir, system_error(err));
+}
+
+void write_file_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp";
+  {
+    ChunkWriter w(tmp, std::size_t{1} << 20);
+    std::vector<std::uint32_t> unused;
+    if (!text.empty()) w.append(text.data(), text.size(), unused);
+    w.finish();
+  }
+  STRATA_CHECK_CODE(ErrorCode::kIo, ::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}", tmp, path,
+                    system_error(errno));
+  const std::size_t slash = path.find_last_of('/');
+  fsync_directory(slash == std::string::npos ? "." : path.substr(0, slash));
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  STRATA_CHECK_CODE(ErrorCode::kIo, in.good(), "cannot open {}: {}", path, system_error(errno));
+  std::ostringstream s;
+  s << in.rdbuf();
+  STRATA_CHECK_CODE(ErrorCode::kIo, !in.bad(), "cannot read {}", path);
+  return s.str();
+}
+
+}  // namespace strata
