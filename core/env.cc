@@ -71,7 +71,7 @@ Env Env::from_environment() {
     const std::string kind = e.fault.substr(0, e.fault.find(':'));
     STRATA_CHECK_CODE(ErrorCode::kInvalidArgument,
                       (kind == "checkpoint-kill" || kind == "checkpoint-enospc") && e.fault.find(':') != std::string::npos,
-                      "STRATA_FAULT='{}' must be checkpoint-kill:RANK or checkpoint-enospc:RANK", v);
+                      "STRATA_FAULT='{}' must be checkpoint-kill:RANK[:NTH] or checkpoint-enospc:RANK[:NTH]", v);
   }
   return e;
 }

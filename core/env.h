@@ -14,9 +14,9 @@ struct Env {
   std::string log_ranks = "0";     // STRATA_LOG_RANKS: "all" or a comma list of ranks that print info
   std::string trace_file;          // STRATA_TRACE: Chrome-trace output file (empty: off)
   std::size_t device_memory = 0;   // STRATA_DEVICE_MEMORY: allocator budget in bytes (0: unlimited)
-  // STRATA_FAULT: a fault to inject, for the fault tests: "checkpoint-kill:R" (rank R kills itself with SIGKILL
-  // half-way through writing its checkpoint file) or "checkpoint-enospc:R" (rank R's checkpoint write fails as on a
-  // full disk). Empty: none.
+  // STRATA_FAULT: a fault to inject, for the fault tests: "checkpoint-kill:R[:K]" (rank R kills itself with SIGKILL
+  // half-way through writing its K-th checkpoint data file, default the first) or "checkpoint-enospc:R[:K]" (that
+  // write fails as on a full disk). Empty: none.
   std::string fault;
 
   // Reads the process environment. Bad values throw strata::Error naming the variable.

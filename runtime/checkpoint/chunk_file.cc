@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -21,12 +22,18 @@ namespace {
 
 std::string system_error(int err) { return std::strerror(err); }
 
-// STRATA_FAULT's checkpoint faults for this rank: "checkpoint-kill:R" or "checkpoint-enospc:R".
-bool fault_here(const char* kind) {
+// STRATA_FAULT's checkpoint faults: "checkpoint-kill:R[:K]" or "checkpoint-enospc:R[:K]" strike rank R in the K-th
+// data file (".bin") it writes (default the first).
+bool fault_here(const char* kind, const std::string& path, int files_written) {
   const std::string& f = env().fault;
   const std::string prefix = std::string(kind) + ":";
-  return f.rfind(prefix, 0) == 0 && std::atoi(f.c_str() + prefix.size()) == process_rank();
+  if (f.rfind(prefix, 0) != 0 || path.size() < 4 || path.compare(path.size() - 4, 4, ".bin") != 0) return false;
+  int rank = -1, nth = 1;
+  if (std::sscanf(f.c_str() + prefix.size(), "%d:%d", &rank, &nth) < 1) return false;
+  return rank == process_rank() && files_written == nth;
 }
+
+int g_data_files = 0;  // data files this process has started writing
 
 void write_all(int fd, const void* data, std::size_t bytes, const std::string& path) {
   const char* p = static_cast<const char*>(data);
@@ -76,6 +83,7 @@ std::vector<std::uint32_t> block_crc32(const void* data, std::size_t bytes, std:
 // ---- ChunkWriter ------------------------------------------------------------------------------------------------
 
 ChunkWriter::ChunkWriter(std::string path, std::size_t block_bytes) : path_(std::move(path)), block_bytes_(block_bytes) {
+  if (path_.size() >= 4 && path_.compare(path_.size() - 4, 4, ".bin") == 0) nth_file_ = ++g_data_files;
   fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   STRATA_CHECK_CODE(ErrorCode::kIo, fd_ >= 0, "cannot create {}: {}", path_, system_error(errno));
 }
@@ -86,11 +94,11 @@ ChunkWriter::~ChunkWriter() {
 
 std::uint64_t ChunkWriter::append(const void* data, std::size_t bytes, std::vector<std::uint32_t>& crc32) {
   STRATA_CHECK(fd_ >= 0, "{} is already finished", path_);
-  if (fault_here("checkpoint-enospc"))
+  if (fault_here("checkpoint-enospc", path_, nth_file_))
     STRATA_THROW(ErrorCode::kIo, "cannot write {}: {} (injected by STRATA_FAULT)", path_, system_error(ENOSPC));
   const std::uint64_t at = written_;
   // The kill fault: half of this chunk reaches the file, then the process dies as under kill -9.
-  if (fault_here("checkpoint-kill") && bytes > 1) {
+  if (fault_here("checkpoint-kill", path_, nth_file_) && bytes > 1) {
     write_all(fd_, data, bytes / 2, path_);
     ::kill(::getpid(), SIGKILL);
   }

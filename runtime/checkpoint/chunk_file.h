@@ -37,6 +37,7 @@ class ChunkWriter {
   std::size_t block_bytes_;
   int fd_ = -1;
   std::uint64_t written_ = 0;
+  int nth_file_ = 0;  // which data file of this process (for STRATA_FAULT)
 };
 
 class ChunkReader {
