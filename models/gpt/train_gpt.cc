@@ -187,9 +187,12 @@ int main(int argc, char** argv) {
                   static_cast<unsigned long long>(data.size()), f.init.empty() ? "spec distributions" : f.init.c_str(),
                   device_kind_name(rt.backend()));
       if (f.resume && trainer.resumed_from() >= 0)
-        std::printf("train_gpt: resumed from %s/step-%08lld: optimizer step %lld, next step %d\n",
+        std::printf("train_gpt: resumed from %s/step-%08lld: optimizer step %lld, next step %d (%.1f MB read on "
+                    "rank 0 in %.0f ms)\n",
                     f.checkpoint_dir.c_str(), static_cast<long long>(trainer.resumed_from()),
-                    static_cast<long long>(trainer.resumed_from()), trainer.start_step());
+                    static_cast<long long>(trainer.resumed_from()), trainer.start_step(),
+                    static_cast<double>(trainer.checkpointer()->last_load().bytes) / 1e6,
+                    trainer.checkpointer()->last_load().ms);
       else if (f.resume)
         std::printf("train_gpt: no committed checkpoint in %s: starting fresh\n", f.checkpoint_dir.c_str());
       std::fflush(stdout);
@@ -299,6 +302,15 @@ int main(int argc, char** argv) {
                              {"zero_stage", f.zero_stage},
                              {"parameters", trainer.parameters()},
                              {"offload", f.offload},
+                             {"checkpoint",
+                              trainer.checkpointer()
+                                  ? nlohmann::json{{"step", trainer.checkpointer()->last_save().step},
+                                                   {"bytes_rank0", trainer.checkpointer()->last_save().bytes},
+                                                   {"write_ms", trainer.checkpointer()->last_save().write_ms},
+                                                   {"stall_ms", trainer.checkpointer()->last_save().stall_ms},
+                                                   {"load_ms", trainer.checkpointer()->last_load().ms},
+                                                   {"load_bytes_rank0", trainer.checkpointer()->last_load().bytes}}
+                                  : nlohmann::json()},
                              {"peak_memory", peaks_of(ledger)},
                              {"host_peak_memory", peaks_of(host_ledger)}};
       std::printf("%s\n", summary.dump().c_str());

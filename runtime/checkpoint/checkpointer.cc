@@ -265,6 +265,7 @@ void Checkpointer::commit(Staged& s) {
 }
 
 nlohmann::json Checkpointer::load(std::int64_t step) {
+  const auto t0 = std::chrono::steady_clock::now();
   if (step < 0) step = dir_.latest_step();
   STRATA_CHECK_CODE(ErrorCode::kIo, step >= 0, "no committed checkpoint in {}", dir_.path());
   // Every rank reads the same index and makes the same checks: a bad one is the same error on every rank.
@@ -352,8 +353,11 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   const nlohmann::json& opt = index.state.value("optimizer", nlohmann::json::object());
   if (optimizer_step > 0 || opt.contains("name")) optimizer_.restore(opt);
   params.finish_step(optimizer_.steps_taken(), true);
-  logger("ckpt").info("loaded {} (step {}, saved at {} ranks) into {} ranks", where, step, index.world_size,
-                      world_.size());
+  last_load_ = LoadStats{step, ms_since(t0), 0};
+  for (const auto& [file, r] : readers) last_load_.bytes += r->bytes_read();
+  logger("ckpt").info("loaded {} (step {}, saved at {} ranks) into {} ranks: {:.1f} MB read on this rank in {:.0f} ms",
+                      where, step, index.world_size, world_.size(), static_cast<double>(last_load_.bytes) / 1e6,
+                      last_load_.ms);
   return index.state.value("trainer", nlohmann::json::object());
 }
 

@@ -38,11 +38,18 @@ struct SaveStats {
   bool committed = false;
 };
 
+// One load, as measured on this rank.
+struct LoadStats {
+  std::int64_t step = -1;
+  double ms = 0;             // the whole load, the parameters' publication included
+  std::uint64_t bytes = 0;   // bytes this rank read from the checkpoint's files (whole checksummed blocks)
+};
+
 class Checkpointer {
  public:
   // `world` is the communicator every rank of the job is in (the commit is agreed over it).
   Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, CheckpointOptions options);
-  // Waits (bounded) for a save in flight and commits it if every rank finished; never throws.
+  // Joins the background writer of a save in flight (it is not committed: call wait() before); never throws.
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -57,6 +64,7 @@ class Checkpointer {
   // Collective: finishes and commits the save in flight, if any.
   void wait();
   const SaveStats& last_save() const { return last_; }
+  const LoadStats& last_load() const { return last_load_; }
 
   // Collective: loads `step` (-1: the latest committed) into the model and the optimizer, and returns the trainer
   // state saved with it. Refuses, on every rank, a checkpoint of another model or a corrupt one.
@@ -81,6 +89,7 @@ class Checkpointer {
   std::thread writer_;
   std::atomic<bool> written_{false};
   SaveStats last_;
+  LoadStats last_load_;
 };
 
 }  // namespace strata

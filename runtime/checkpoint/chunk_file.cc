@@ -153,6 +153,7 @@ void ChunkReader::read(const ChunkRecord& chunk, const std::string& tensor, std:
     const std::uint64_t block_lo = block * block_bytes_;
     const std::size_t block_len = static_cast<std::size_t>(std::min<std::uint64_t>(block_bytes_, chunk_bytes - block_lo));
     read_all_at(fd_, staging, block_len, chunk.offset + block_lo, path_);
+    bytes_read_ += block_len;
     const std::uint32_t crc = crc32_of(staging, block_len);
     STRATA_CHECK_CODE(ErrorCode::kIo, block < chunk.crc32.size() && crc == chunk.crc32[block],
                       "checkpoint file {} is corrupt: tensor '{}', block {} (bytes {}..{}) has checksum {:08x}, the "
@@ -172,6 +173,7 @@ void ChunkReader::verify(const ChunkRecord& chunk, const std::string& tensor, st
     const std::uint64_t lo = block * block_bytes_;
     const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(block_bytes_, chunk_bytes - lo));
     read_all_at(fd_, staging, len, chunk.offset + lo, path_);
+    bytes_read_ += len;
     const std::uint32_t crc = crc32_of(staging, len);
     STRATA_CHECK_CODE(ErrorCode::kIo, block < chunk.crc32.size() && crc == chunk.crc32[block],
                       "checkpoint file {} is corrupt: tensor '{}', block {} (bytes {}..{}) has checksum {:08x}, the "

@@ -56,11 +56,14 @@ class ChunkReader {
   // Reads every block of `chunk` and checks every checksum (strata-ckpt verify).
   void verify(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz, void* staging) const;
   const std::string& path() const { return path_; }
+  // Bytes read from the file so far (whole blocks).
+  std::uint64_t bytes_read() const { return bytes_read_; }
 
  private:
   std::string path_;
   std::size_t block_bytes_;
   int fd_ = -1;
+  mutable std::uint64_t bytes_read_ = 0;
 };
 
 // fsync of a directory (after creating or renaming entries in it); throws kIo naming it.
