@@ -189,7 +189,7 @@ int main(int argc, char** argv) {
       if (f.resume && trainer.resumed_from() >= 0)
         std::printf("train_gpt: resumed from %s/step-%08lld: optimizer step %lld, next step %d (%.1f MB read on "
                     "rank 0 in %.0f ms)\n",
-                    f.checkpoint_dir.c_str(), static_cast<long long>(trainer.resumed_from()),
+                    f.checkpoint_dir.c_str(), static_cast<long long>(trainer.checkpointer()->last_load().step),
                     static_cast<long long>(trainer.resumed_from()), trainer.start_step(),
                     static_cast<double>(trainer.checkpointer()->last_load().bytes) / 1e6,
                     trainer.checkpointer()->last_load().ms);

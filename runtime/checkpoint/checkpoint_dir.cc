@@ -38,6 +38,7 @@ std::string CheckpointDir::step_name(std::int64_t step) { return fmt::format("{}
 std::string CheckpointDir::step_path(std::int64_t step) const { return path_ + "/" + step_name(step); }
 std::string CheckpointDir::tmp_path(std::int64_t step) const { return step_path(step) + kTmpSuffix; }
 std::string CheckpointDir::rank_file(int rank) { return fmt::format("rank-{:05d}.bin", rank); }
+std::int64_t CheckpointDir::parse_step_name(const std::string& name, bool tmp) { return step_of(name, tmp); }
 
 std::vector<std::int64_t> CheckpointDir::committed_steps() const {
   std::vector<std::int64_t> steps;
@@ -46,6 +47,17 @@ std::vector<std::int64_t> CheckpointDir::committed_steps() const {
     const std::int64_t step = step_of(e.path().filename().string(), false);
     if (step < 0 || !e.is_directory(ec)) continue;
     if (fs::exists(e.path() / "COMMITTED", ec) && fs::exists(e.path() / "index.json", ec)) steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+std::vector<std::int64_t> CheckpointDir::incomplete_steps() const {
+  std::vector<std::int64_t> steps;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
+    const std::int64_t step = step_of(e.path().filename().string(), true);
+    if (step >= 0 && e.is_directory(ec)) steps.push_back(step);
   }
   std::sort(steps.begin(), steps.end());
   return steps;
@@ -80,6 +92,19 @@ void CheckpointDir::create() const {
   fs::create_directories(path_, ec);
   STRATA_CHECK_CODE(ErrorCode::kIo, !ec && fs::is_directory(path_), "cannot create checkpoint directory {}: {}", path_,
                     ec ? ec.message() : "not a directory");
+}
+
+void CheckpointDir::commit(const CheckpointIndex& index) const {
+  const std::string tmp = tmp_path(index.step), final_dir = step_path(index.step);
+  write_file_atomically(tmp + "/index.json", index.serialize());
+  write_file_atomically(tmp + "/COMMITTED", fmt::format("step {}\n", index.step));
+  fsync_directory(tmp);
+  std::error_code ec;
+  fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
+  fs::rename(tmp, final_dir, ec);
+  STRATA_CHECK_CODE(ErrorCode::kIo, !ec, "cannot rename {} to {}: {}", tmp, final_dir, ec.message());
+  fsync_directory(path_);
+  write_file_atomically(path_ + "/latest", step_name(index.step) + "\n");
 }
 
 void CheckpointDir::prune(int keep, std::int64_t newest) const {

@@ -22,9 +22,13 @@ class CheckpointDir {
   std::string step_path(std::int64_t step) const;      // DIR/step-00000010
   std::string tmp_path(std::int64_t step) const;       // DIR/step-00000010.tmp
   static std::string rank_file(int rank);              // "rank-00003.bin"
+  // The step a directory name stands for: "step-00000010" (tmp false) or "step-00000010.tmp" (tmp true); else -1.
+  static std::int64_t parse_step_name(const std::string& name, bool tmp);
 
   // Committed steps, ascending (directories that are complete: their final name, COMMITTED and index.json).
   std::vector<std::int64_t> committed_steps() const;
+  // Steps with a `.tmp` directory (a save in progress, or one a crash interrupted), ascending.
+  std::vector<std::int64_t> incomplete_steps() const;
   // The step `latest` names when it is committed, else the newest committed one; -1 when there is none.
   std::int64_t latest_step() const;
   // The index of a committed step, parsed and validated; kIo naming the file when it is missing or bad.
@@ -32,6 +36,10 @@ class CheckpointDir {
 
   // Creates DIR (and parents) if needed; kIo naming it.
   void create() const;
+  // Commits step-N.tmp, whose data files are written and flushed: writes `index` and the COMMITTED marker into it
+  // (each flushed), flushes the directory, renames it to step-N (replacing a checkpoint of the same step), flushes
+  // DIR, and points `latest` at it. A crash before the rename leaves only a .tmp directory, which is never loaded.
+  void commit(const CheckpointIndex& index) const;
   // Removes `.tmp` directories (a crashed or abandoned save) and all but the newest `keep` committed checkpoints.
   // Only ever removes what is older than `newest`, so the checkpoint just committed is never touched.
   void prune(int keep, std::int64_t newest) const;

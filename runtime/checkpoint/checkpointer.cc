@@ -11,6 +11,7 @@
 #include "core/device_registry.h"
 #include "core/error.h"
 #include "core/logging.h"
+#include "runtime/checkpoint/checkpoint_reader.h"
 #include "runtime/checkpoint/chunk_file.h"
 
 namespace strata {
@@ -243,16 +244,7 @@ void Checkpointer::commit(Staged& s) {
       index.tensors = std::move(tensors);
       const std::string problem = index.coverage_problem();
       STRATA_CHECK_CODE(ErrorCode::kInternal, problem.empty(), "{}: {}", what, problem);
-      write_file_atomically(s.tmp_dir + "/index.json", index.serialize());
-      write_file_atomically(s.tmp_dir + "/COMMITTED", fmt::format("step {}\n", s.step));
-      fsync_directory(s.tmp_dir);
-      const std::string final_dir = dir_.step_path(s.step);
-      std::error_code ec;
-      fs::remove_all(final_dir, ec);  // a checkpoint of the same step from an earlier run
-      fs::rename(s.tmp_dir, final_dir, ec);
-      STRATA_CHECK_CODE(ErrorCode::kIo, !ec, "cannot rename {} to {}: {}", s.tmp_dir, final_dir, ec.message());
-      fsync_directory(dir_.path());
-      write_file_atomically(dir_.path() + "/latest", CheckpointDir::step_name(s.step) + "\n");
+      dir_.commit(index);
       dir_.prune(options_.keep, s.step);
     } catch (const std::exception& e) {
       error = e.what();
@@ -280,44 +272,15 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   // Two bounded staging blocks: whole blocks as read (checksummed), and values on their way to device memory.
   Buffer block = host.allocate(index.block_bytes, MemCategory::kCheckpoint);
   Buffer values = state.kind() == DeviceKind::kCpu ? Buffer() : host.allocate(index.block_bytes, MemCategory::kCheckpoint);
-  std::map<int, std::unique_ptr<ChunkReader>> readers;
-  auto reader = [&](int file) -> ChunkReader& {
-    auto& r = readers[file];
-    if (!r)
-      r = std::make_unique<ChunkReader>(where + "/" + index.files[static_cast<std::size_t>(file)].name,
-                                        index.files[static_cast<std::size_t>(file)].bytes, index.block_bytes);
-    return *r;
-  };
-  // Elements [begin, begin + count) of a tensor into host memory at `out`, from the chunks that overlap them.
-  auto read_host = [&](const TensorRecord& t, std::uint64_t begin, std::uint64_t count, float* out) {
-    STRATA_CHECK_CODE(ErrorCode::kIo, t.dtype == DType::kF32, "{}: tensor '{}' is {}, a checkpoint holds f32", where,
-                      t.name, dtype_name(t.dtype));
-    std::uint64_t at = begin;
-    auto it = std::upper_bound(t.chunks.begin(), t.chunks.end(), begin,
-                               [](std::uint64_t v, const ChunkRecord& c) { return v < c.begin; });
-    if (it != t.chunks.begin()) --it;
-    for (; at < begin + count && it != t.chunks.end(); ++it) {
-      STRATA_CHECK_CODE(ErrorCode::kUnsupported, it->whole_box(t.shape),
-                        "{}: tensor '{}' is saved in slices of a box (tensor parallelism), which this version does "
-                        "not load", where, t.name);
-      if (it->begin + it->count <= at) continue;
-      STRATA_CHECK_CODE(ErrorCode::kIo, it->begin <= at, "{}: no chunk holds elements [{}, {}) of tensor '{}'", where,
-                        at, it->begin, t.name);
-      const std::uint64_t n = std::min(begin + count, it->begin + it->count) - at;
-      reader(it->file).read(*it, t.name, 4, at, n, out + (at - begin), block.data());
-      at += n;
-    }
-    STRATA_CHECK_CODE(ErrorCode::kIo, at == begin + count, "{}: no chunk holds elements [{}, {}) of tensor '{}'",
-                      where, at, begin + count, t.name);
-  };
+  CheckpointReader reader(where, index, block.data());
   // ... into the state memory at `dst` (host memory directly, device memory a staging block at a time).
   auto read_into = [&](const std::string& name, std::uint64_t begin, std::uint64_t count, float* dst) {
     const TensorRecord& t = index.tensor(name);
-    if (state.kind() == DeviceKind::kCpu) return read_host(t, begin, count, dst);
+    if (state.kind() == DeviceKind::kCpu) return reader.read_f32(t, begin, count, dst);
     const std::uint64_t step_elems = index.block_bytes / 4;
     for (std::uint64_t done = 0; done < count; done += step_elems) {
       const std::uint64_t n = std::min(step_elems, count - done);
-      read_host(t, begin + done, n, values.as<float>());
+      reader.read_f32(t, begin + done, n, values.as<float>());
       state.copy_from_host(dst + done, values.data(), n * 4);
     }
   };
@@ -353,8 +316,7 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   const nlohmann::json& opt = index.state.value("optimizer", nlohmann::json::object());
   if (optimizer_step > 0 || opt.contains("name")) optimizer_.restore(opt);
   params.finish_step(optimizer_.steps_taken(), true);
-  last_load_ = LoadStats{step, ms_since(t0), 0};
-  for (const auto& [file, r] : readers) last_load_.bytes += r->bytes_read();
+  last_load_ = LoadStats{step, ms_since(t0), reader.bytes_read()};
   logger("ckpt").info("loaded {} (step {}, saved at {} ranks) into {} ranks: {:.1f} MB read on this rank in {:.0f} ms",
                       where, step, index.world_size, world_.size(), static_cast<double>(last_load_.bytes) / 1e6,
                       last_load_.ms);

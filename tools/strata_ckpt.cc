@@ -1,0 +1,562 @@
+// strata-ckpt: lists, verifies, exports and imports the sharded checkpoints of runtime/checkpoint (docs/checkpoint.md).
+// A plain program, not an MPI job: it reads and writes files only, through runtime/checkpoint's own readers and
+// writers, and never initialises MPI (as strata-plan).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "models/gpt/atomic_file.h"
+#include "models/gpt/gpt_model.h"
+#include "models/gpt/safetensors.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/checkpoint_index.h"
+#include "runtime/checkpoint/checkpoint_reader.h"
+#include "runtime/checkpoint/checkpointer.h"
+#include "runtime/checkpoint/chunk_file.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Export and import move a tensor in pieces of this many checkpoint blocks: memory stays bounded, and a piece is a
+// whole number of blocks (import relies on it).
+constexpr std::uint64_t kPieceBlocks = 16;
+
+// An error's message without the "[rank ?] " a process that is not a rank of a job gets (file:line stays).
+std::string message_of(const std::exception& e) {
+  std::string m = e.what();
+  const std::string unranked = "[rank ?] ";
+  if (m.rfind(unranked, 0) == 0) m.erase(0, unranked.size());
+  return m;
+}
+
+// A field of an index's layout as a table cell: "-" when absent (an imported checkpoint has no layout).
+std::string cell(const nlohmann::json& v) {
+  if (v.is_null()) return "-";
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
+
+void require_directory(const std::string& dir) {
+  std::error_code ec;
+  STRATA_CHECK_CODE(ErrorCode::kIo, fs::is_directory(dir, ec), "{} is not a directory", dir);
+}
+
+// The step a command works on: --step, or the one --resume would load.
+std::int64_t chosen_step(const CheckpointDir& dir, std::int64_t step) {
+  require_directory(dir.path());
+  if (step >= 0) {
+    std::error_code ec;
+    STRATA_CHECK_CODE(ErrorCode::kIo, fs::is_directory(dir.step_path(step), ec), "{} has no {}", dir.path(),
+                      CheckpointDir::step_name(step));
+    return step;
+  }
+  step = dir.latest_step();
+  STRATA_CHECK_CODE(ErrorCode::kIo, step >= 0, "no committed checkpoint in {}", dir.path());
+  return step;
+}
+
+// ---- ls -----------------------------------------------------------------------------------------------------------
+
+int run_ls(const std::string& path, bool json) {
+  const CheckpointDir dir(path);
+  require_directory(path);
+  const std::vector<std::int64_t> steps = dir.committed_steps();
+  const std::int64_t latest = dir.latest_step();
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::int64_t step : steps) {
+    nlohmann::json row = {{"name", CheckpointDir::step_name(step)}, {"step", step}, {"latest", step == latest}};
+    try {
+      const CheckpointIndex index = dir.read_index(step);
+      std::uint64_t bytes = 0;
+      for (const FileRecord& f : index.files) bytes += f.bytes;
+      row["world_size"] = index.world_size;
+      row["zero_stage"] = index.layout.value("zero_stage", nlohmann::json());
+      row["param_dtype"] = index.layout.value("param_dtype", nlohmann::json());
+      row["files"] = index.files.size();
+      row["bytes"] = bytes;
+      row["tensors"] = index.tensors.size();
+      row["version"] = index.version;
+    } catch (const std::exception& e) {
+      row["error"] = message_of(e);
+    }
+    rows.push_back(row);
+  }
+  // What is in the directory but not loadable: a save in progress or killed (.tmp), or a step directory without its
+  // marker (a removal stopped half-way).
+  nlohmann::json incomplete = nlohmann::json::array();
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const std::int64_t tmp_step = CheckpointDir::parse_step_name(name, true);
+    const std::int64_t step = CheckpointDir::parse_step_name(name, false);
+    if (tmp_step >= 0)
+      incomplete.push_back({{"name", name}, {"step", tmp_step}, {"reason", "a save in progress or interrupted"}});
+    else if (step >= 0 && !std::binary_search(steps.begin(), steps.end(), step))
+      incomplete.push_back({{"name", name}, {"step", step}, {"reason", "no COMMITTED marker or no index.json"}});
+  }
+  std::string latest_file;
+  if (fs::exists(path + "/latest", ec)) {
+    latest_file = read_text_file(path + "/latest");
+    while (!latest_file.empty() && (latest_file.back() == '\n' || latest_file.back() == ' ')) latest_file.pop_back();
+  }
+
+  if (json) {
+    nlohmann::json out = {{"dir", path},
+                          {"latest", latest >= 0 ? nlohmann::json(CheckpointDir::step_name(latest)) : nlohmann::json()},
+                          {"latest_file", latest_file},
+                          {"checkpoints", rows},
+                          {"incomplete", incomplete}};
+    std::printf("%s\n", out.dump(1).c_str());
+    return 0;
+  }
+  std::printf(
+      "# %s: %zu committed checkpoint(s)%s\n", path.c_str(), steps.size(),
+      latest >= 0 ? fmt::format(", latest {} (what --resume loads)", CheckpointDir::step_name(latest)).c_str() : "");
+  std::printf("%-18s %6s %5s %4s %5s %5s %14s %7s\n", "# checkpoint", "latest", "world", "zero", "dtype", "files",
+              "bytes", "tensors");
+  for (const nlohmann::json& row : rows) {
+    const std::string name = row["name"];
+    const char* mark = row["latest"].get<bool>() ? "*" : "";
+    if (row.contains("error")) {
+      std::printf("%-18s %6s  unreadable index: %s\n", name.c_str(), mark, row["error"].get<std::string>().c_str());
+      continue;
+    }
+    std::printf("%-18s %6s %5d %4s %5s %5zu %14llu %7zu\n", name.c_str(), mark, row["world_size"].get<int>(),
+                cell(row["zero_stage"]).c_str(), cell(row["param_dtype"]).c_str(), row["files"].get<std::size_t>(),
+                static_cast<unsigned long long>(row["bytes"].get<std::uint64_t>()), row["tensors"].get<std::size_t>());
+  }
+  for (const nlohmann::json& row : incomplete)
+    std::printf("%-18s incomplete (not loadable): %s\n", row["name"].get<std::string>().c_str(),
+                row["reason"].get<std::string>().c_str());
+  if (!latest_file.empty() && (latest < 0 || latest_file != CheckpointDir::step_name(latest)))
+    std::printf("# note: %s/latest names '%s', which is not committed; --resume loads the newest committed one\n",
+                path.c_str(), latest_file.c_str());
+  return 0;
+}
+
+// ---- verify -------------------------------------------------------------------------------------------------------
+
+// Everything the loader relies on, beyond what parse() checks: each slot of the declaration has its params tensor
+// with the slot's shape; trainable slots have both moments or (an imported checkpoint) none at all; no other tensor.
+void check_declaration(const CheckpointIndex& index, std::vector<std::string>& problems) {
+  std::set<std::string> expected;
+  int with_moments = 0, without_moments = 0;
+  for (const UnitSpec& u : index.units)
+    for (const SlotSpec& s : u.slots) {
+      const std::string names[3] = {params_tensor(s.name), exp_avg_tensor(s.name), exp_avg_sq_tensor(s.name)};
+      for (int k = 0; k < (s.trainable ? 3 : 1); ++k) {
+        expected.insert(names[k]);
+        if (!index.has_tensor(names[k])) {
+          if (k == 0) problems.push_back(fmt::format("slot '{}' has no tensor '{}'", s.name, names[k]));
+          continue;
+        }
+        const TensorRecord& t = index.tensor(names[k]);
+        if (t.shape != s.shape)
+          problems.push_back(fmt::format("tensor '{}' has shape {}, its slot {}", names[k], shape_string(t.shape),
+                                         shape_string(s.shape)));
+      }
+      if (s.trainable) (index.has_tensor(names[1]) && index.has_tensor(names[2]) ? with_moments : without_moments)++;
+    }
+  if (with_moments > 0 && without_moments > 0)
+    problems.push_back(
+        fmt::format("{} trainable slots have Adam moments and {} do not", with_moments, without_moments));
+  const std::int64_t opt_step = index.state.value("optimizer", nlohmann::json::object()).value("step", -1);
+  if (without_moments > 0 && opt_step > 0)
+    problems.push_back(fmt::format("the optimizer is at step {} but the moments are missing", opt_step));
+  for (const auto& [name, t] : index.tensors)
+    if (!expected.count(name)) problems.push_back(fmt::format("tensor '{}' belongs to no slot of the model", name));
+}
+
+int run_verify(const std::string& path, std::int64_t step_flag, bool json) {
+  const CheckpointDir dir(path);
+  const std::int64_t step = chosen_step(dir, step_flag);
+  const std::string name = CheckpointDir::step_name(step);
+  const std::string step_dir = dir.step_path(step);
+  std::vector<std::string> problems;
+  std::uint64_t chunks = 0, bytes = 0;
+  std::size_t tensors = 0;
+  nlohmann::json file_rows = nlohmann::json::array();
+  try {
+    const CheckpointIndex index = dir.read_index(step);  // every check of parse()
+    tensors = index.tensors.size();
+    const std::string coverage = index.coverage_problem();
+    if (!coverage.empty()) problems.push_back(coverage);
+    check_declaration(index, problems);
+    // Each file: its size as the index says, then every block of every chunk in it, in file order.
+    std::vector<std::vector<std::pair<const TensorRecord*, const ChunkRecord*>>> by_file(index.files.size());
+    for (const auto& [tname, t] : index.tensors)
+      for (const ChunkRecord& c : t.chunks) by_file[static_cast<std::size_t>(c.file)].push_back({&t, &c});
+    std::vector<char> staging(index.block_bytes);
+    for (std::size_t f = 0; f < index.files.size(); ++f) {
+      const FileRecord& fr = index.files[f];
+      const std::string file_path = step_dir + "/" + fr.name;
+      std::sort(by_file[f].begin(), by_file[f].end(),
+                [](const auto& a, const auto& b) { return a.second->offset < b.second->offset; });
+      const std::size_t before = problems.size();
+      std::error_code ec;
+      const std::uintmax_t size = fs::file_size(file_path, ec);
+      if (ec) {
+        problems.push_back(fmt::format("checkpoint file {} cannot be read: {}", file_path, ec.message()));
+      } else if (size != fr.bytes) {
+        problems.push_back(fmt::format("checkpoint file {} has {} bytes, the index says {}{}", file_path, size,
+                                       fr.bytes, size < fr.bytes ? ": it is truncated" : ""));
+      }
+      std::uint64_t file_chunks = 0;
+      if (!ec && size >= fr.bytes) {
+        try {
+          const ChunkReader reader(file_path, fr.bytes, index.block_bytes);
+          for (const auto& [t, c] : by_file[f]) {
+            try {
+              reader.verify(*c, t->name, dtype_size(t->dtype), staging.data());
+            } catch (const Error& e) {
+              problems.push_back(message_of(e));
+            }
+            ++file_chunks;
+            bytes += c->count * dtype_size(t->dtype);
+          }
+        } catch (const Error& e) {
+          problems.push_back(message_of(e));
+        }
+      }
+      chunks += file_chunks;
+      file_rows.push_back(
+          {{"file", fr.name}, {"bytes", fr.bytes}, {"chunks", file_chunks}, {"ok", problems.size() == before}});
+    }
+  } catch (const Error& e) {
+    problems.push_back(message_of(e));
+  }
+  const bool ok = problems.empty();
+  if (json) {
+    std::printf("%s\n", nlohmann::json{{"dir", path},
+                                       {"checkpoint", name},
+                                       {"step", step},
+                                       {"ok", ok},
+                                       {"tensors", tensors},
+                                       {"chunks", chunks},
+                                       {"bytes", bytes},
+                                       {"files", file_rows},
+                                       {"problems", problems}}
+                            .dump(1)
+                            .c_str());
+    return ok ? 0 : 1;
+  }
+  std::printf("# %s\n", step_dir.c_str());
+  std::printf("%-18s %14s %7s  %s\n", "# file", "bytes", "chunks", "verdict");
+  for (const nlohmann::json& r : file_rows)
+    std::printf("%-18s %14llu %7llu  %s\n", r["file"].get<std::string>().c_str(),
+                static_cast<unsigned long long>(r["bytes"].get<std::uint64_t>()),
+                static_cast<unsigned long long>(r["chunks"].get<std::uint64_t>()), r["ok"].get<bool>() ? "ok" : "BAD");
+  const std::size_t shown = std::min<std::size_t>(problems.size(), 20);
+  for (std::size_t i = 0; i < shown; ++i) std::printf("problem: %s\n", problems[i].c_str());
+  if (shown < problems.size()) std::printf("problem: ... and %zu more\n", problems.size() - shown);
+  if (ok)
+    std::printf("verify: %s OK: %zu tensors, %llu chunks, %llu bytes checked\n", name.c_str(), tensors,
+                static_cast<unsigned long long>(chunks), static_cast<unsigned long long>(bytes));
+  else
+    std::printf("verify: %s FAILED: %zu problem(s); %zu tensors, %llu chunks, %llu bytes checked\n", name.c_str(),
+                problems.size(), tensors, static_cast<unsigned long long>(chunks),
+                static_cast<unsigned long long>(bytes));
+  return ok ? 0 : 1;
+}
+
+// ---- export -------------------------------------------------------------------------------------------------------
+
+int run_export(const std::string& path, const std::string& out, std::int64_t step_flag, const std::string& dtype_flag) {
+  const CheckpointDir dir(path);
+  const std::int64_t step = chosen_step(dir, step_flag);
+  const CheckpointIndex index = dir.read_index(step);
+  const DType dtype = dtype_flag == "bf16" ? DType::kBF16 : DType::kF32;
+  // The params tensor of every slot, in the declaration's order, under the slot's name.
+  std::vector<const TensorRecord*> tensors;
+  std::vector<std::string> slots;
+  gpt::SafetensorsWriter writer;
+  for (const UnitSpec& u : index.units)
+    for (const SlotSpec& s : u.slots) {
+      const TensorRecord& t = index.tensor(params_tensor(s.name));
+      STRATA_CHECK_CODE(ErrorCode::kIo, t.shape == s.shape, "{}: tensor '{}' has shape {}, its slot {}",
+                        dir.step_path(step), t.name, shape_string(t.shape), shape_string(s.shape));
+      tensors.push_back(&t);
+      slots.push_back(s.name);
+      writer.declare(s.name, dtype, s.shape);
+    }
+  const nlohmann::json metadata = {
+      {"format", "pt"}, {"written_by", "strata-ckpt export"}, {"step", std::to_string(step)}};
+  const std::string head = writer.header(metadata, nullptr);
+  // One piece of one tensor in memory at a time: values read through the checkpoint's staging block, converted,
+  // appended to OUT.tmp, which is renamed over OUT once flushed.
+  gpt::AtomicFile file(out);
+  file.write(head.data(), head.size());
+  std::vector<char> staging(index.block_bytes);
+  CheckpointReader reader(dir.step_path(step), index, staging.data());
+  const std::uint64_t piece = kPieceBlocks * index.block_bytes / 4;
+  std::vector<float> values(piece);
+  std::vector<std::uint16_t> halves(dtype == DType::kBF16 ? piece : 0);
+  std::uint64_t elements = 0;
+  for (const TensorRecord* t : tensors) {
+    const std::uint64_t n = t->numel();
+    for (std::uint64_t at = 0; at < n; at += piece) {
+      const std::uint64_t count = std::min(piece, n - at);
+      reader.read_f32(*t, at, count, values.data());
+      if (dtype == DType::kF32) {
+        file.write(values.data(), count * 4);
+      } else {
+        for (std::uint64_t i = 0; i < count; ++i) halves[i] = f32_to_bf16(values[i]);
+        file.write(halves.data(), count * 2);
+      }
+    }
+    elements += n;
+  }
+  file.commit();
+  const fs::path parent = fs::absolute(out).parent_path();
+  fsync_directory(parent.string());
+  std::printf("export: %s -> %s: %zu tensors, %llu elements as %s, %llu bytes\n", dir.step_path(step).c_str(),
+              out.c_str(), tensors.size(), static_cast<unsigned long long>(elements),
+              gpt::safetensors_dtype_name(dtype),
+              static_cast<unsigned long long>(head.size() + elements * dtype_size(dtype)));
+  return 0;
+}
+
+// ---- import -------------------------------------------------------------------------------------------------------
+
+// "GPT-2 L=12 C=768 V=50257 ctx=1024": what a weight file determines (heads are train_gpt's --heads).
+std::string dims(const gpt::GptConfig& c) {
+  return fmt::format("GPT-2 L={} C={} V={} ctx={}", c.layers, c.embd, c.vocab, c.ctx);
+}
+
+// The GPT-2 a weight file holds (docs/gpt-model.md's names, with or without "transformer."): layers from the h.{i}
+// prefixes, embd and vocab from wte.weight, ctx from wpe.weight. Heads do not change the declaration (1 here).
+// Refuses anything else, naming what is wrong; `ignored` receives the buffers Hugging Face files carry beside the
+// parameters (the attention masks h.{i}.attn.bias / .masked_bias, and an lm_head.weight equal to wte.weight).
+gpt::GptConfig infer_gpt(const gpt::SafetensorsReader& in, std::vector<std::string>& ignored) {
+  const std::string& file = in.path();
+  const std::string prefix = "transformer.";
+  std::map<std::string, std::string> bare;  // name without the prefix -> as stored
+  for (const std::string& name : in.names()) {
+    const std::string b = name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
+    STRATA_CHECK_CODE(ErrorCode::kIo, bare.emplace(b, name).second, "{} holds '{}' twice (with and without '{}')", file,
+                      b, prefix);
+  }
+  auto two_d = [&](const char* name) {
+    STRATA_CHECK_CODE(ErrorCode::kIo, bare.count(name),
+                      "{} is not a GPT-2 weight file of docs/gpt-model.md's names: "
+                      "it has no '{}'",
+                      file, name);
+    const gpt::TensorInfo& t = in.info(name);
+    STRATA_CHECK_CODE(ErrorCode::kIo, t.shape.size() == 2, "{}: '{}' has shape {}, a GPT-2's is 2-D", file, name,
+                      shape_string(t.shape));
+    return t.shape;
+  };
+  const std::vector<std::int64_t> wte = two_d("wte.weight"), wpe = two_d("wpe.weight");
+  STRATA_CHECK_CODE(ErrorCode::kIo, wte[1] == wpe[1], "{}: wte.weight {} and wpe.weight {} differ in width", file,
+                    shape_string(wte), shape_string(wpe));
+  std::set<long long> blocks;
+  for (const auto& [b, stored] : bare) {
+    if (b.rfind("h.", 0) != 0) continue;
+    const std::size_t dot = b.find('.', 2);
+    const std::string digits = b.substr(2, dot == std::string::npos ? std::string::npos : dot - 2);
+    STRATA_CHECK_CODE(ErrorCode::kIo,
+                      !digits.empty() && digits.size() <= 6 &&
+                          std::all_of(digits.begin(), digits.end(), [](unsigned char c) { return std::isdigit(c); }),
+                      "{}: '{}' is not a tensor of a GPT-2 block h.{{i}}", file, stored);
+    blocks.insert(std::stoll(digits));
+  }
+  STRATA_CHECK_CODE(ErrorCode::kIo, !blocks.empty(), "{} has no blocks h.{{i}}: not a GPT-2", file);
+  const long long count = static_cast<long long>(blocks.size());
+  STRATA_CHECK_CODE(ErrorCode::kIo, *blocks.begin() == 0 && *blocks.rbegin() + 1 == count,
+                    "{} has blocks numbered {}..{} but only {} of them: not a GPT-2", file, *blocks.begin(),
+                    *blocks.rbegin(), blocks.size());
+  gpt::GptConfig cfg;
+  cfg.layers = static_cast<int>(blocks.size());
+  cfg.heads = 1;
+  STRATA_CHECK_CODE(ErrorCode::kIo, wte[0] <= 65536 && wte[1] <= (1 << 20) && wpe[0] <= (1 << 24),
+                    "{}: wte.weight {} / wpe.weight {} are outside what train_gpt takes (vocab <= 65536)", file,
+                    shape_string(wte), shape_string(wpe));
+  cfg.embd = static_cast<int>(wte[1]);
+  cfg.vocab = static_cast<int>(wte[0]);
+  cfg.ctx = static_cast<int>(wpe[0]);
+  cfg.validate();
+  std::set<std::string> declared;
+  for (const UnitSpec& u : gpt::gpt_units(cfg))
+    for (const SlotSpec& s : u.slots) {
+      STRATA_CHECK_CODE(ErrorCode::kIo, bare.count(s.name), "{} does not hold the whole {}: it has no '{}'", file,
+                        dims(cfg), s.name);
+      in.check_shape(s.name, s.shape);
+      declared.insert(s.name);
+    }
+  for (const auto& [b, stored] : bare) {
+    if (declared.count(b)) continue;
+    // "h.{i}.attn.bias" / "h.{i}.attn.masked_bias": a block's causal mask, a buffer rather than a parameter.
+    const bool mask = b.rfind("h.", 0) == 0 && b.find(".attn.") == b.find('.', 2) &&
+                      (b.ends_with(".attn.bias") || b.ends_with(".attn.masked_bias"));
+    if (mask) {
+      ignored.push_back(stored);
+      continue;
+    }
+    if (b == "lm_head.weight") {
+      // Tied to wte.weight in a GPT-2: take it only when it is the same matrix.
+      in.check_shape(stored, wte);
+      std::vector<float> a(1 << 16), w(1 << 16);
+      const std::uint64_t n = in.info(stored).numel();
+      for (std::uint64_t at = 0; at < n; at += a.size()) {
+        const std::size_t c = static_cast<std::size_t>(std::min<std::uint64_t>(a.size(), n - at));
+        in.read_f32(stored, at, c, a.data());
+        in.read_f32("wte.weight", at, c, w.data());
+        STRATA_CHECK_CODE(ErrorCode::kIo, std::equal(a.begin(), a.begin() + c, w.begin()),
+                          "{}: lm_head.weight differs from wte.weight (at element {} or after): this GPT-2 has no "
+                          "tied output layer, which train_gpt's model does",
+                          file, at);
+      }
+      ignored.push_back(stored);
+      continue;
+    }
+    STRATA_THROW(ErrorCode::kIo, "{}: '{}' is not a parameter of {} (docs/gpt-model.md)", file, stored, dims(cfg));
+  }
+  return cfg;
+}
+
+int run_import(const std::string& in_path, const std::string& path, std::int64_t step) {
+  const gpt::SafetensorsReader in(in_path);
+  std::vector<std::string> ignored;
+  const gpt::GptConfig cfg = infer_gpt(in, ignored);
+  const CheckpointDir dir(path);
+  dir.create();
+  std::error_code ec;
+  STRATA_CHECK_CODE(ErrorCode::kIo, !fs::exists(dir.step_path(step), ec),
+                    "{} exists: import into another directory, or choose another --step", dir.step_path(step));
+
+  CheckpointIndex index;
+  index.step = step;
+  index.world_size = 1;
+  index.units = gpt::gpt_units(cfg);
+  index.block_bytes = CheckpointOptions{}.block_bytes;
+  index.layout = {{"imported_from", in_path}};
+  // No "optimizer" object and no moments: the loader starts AdamW from zero moments at step 0. The trainer's
+  // position is the start of the data; its configuration is the run's own.
+  index.state = {{"trainer", {{"next_step", step}, {"rows_done", 0}}},
+                 {"import", {{"source", in_path}, {"metadata", in.metadata()}, {"ignored", ignored}}}};
+
+  // The same steps as Checkpointer::commit: everything into step-N.tmp, flushed; the index, then the marker; the
+  // directory renamed to its final name and flushed; `latest` last.
+  const std::string tmp = dir.tmp_path(step);
+  fs::remove_all(tmp, ec);
+  fs::create_directory(tmp, ec);
+  STRATA_CHECK_CODE(ErrorCode::kIo, !ec, "cannot create {}: {}", tmp, ec.message());
+  const std::string file_name = CheckpointDir::rank_file(0);
+  const std::uint64_t piece = kPieceBlocks * index.block_bytes / 4;
+  std::vector<float> values(piece);
+  std::uint64_t file_bytes = 0;
+  {
+    ChunkWriter writer(tmp + "/" + file_name, index.block_bytes);
+    for (const UnitSpec& u : index.units)
+      for (const SlotSpec& s : u.slots) {
+        TensorRecord t{params_tensor(s.name), s.shape, DType::kF32, {}};
+        std::uint64_t n = 1;
+        for (std::int64_t d : s.shape) n *= static_cast<std::uint64_t>(d);
+        if (n > 0) {
+          ChunkRecord c;
+          c.file = 0;
+          c.box_offset.assign(s.shape.size(), 0);
+          c.box_shape = s.shape;
+          c.begin = 0;
+          c.count = n;
+          // One chunk per tensor, appended a piece at a time: a piece is a whole number of blocks, so the pieces'
+          // block checksums, in order, are the chunk's.
+          for (std::uint64_t at = 0; at < n; at += piece) {
+            const std::uint64_t count = std::min(piece, n - at);
+            in.read_f32(s.name, at, count, values.data());
+            std::vector<std::uint32_t> crc;
+            const std::uint64_t offset = writer.append(values.data(), count * 4, crc);
+            if (at == 0) c.offset = offset;
+            c.crc32.insert(c.crc32.end(), crc.begin(), crc.end());
+          }
+          t.chunks.push_back(std::move(c));
+        }
+        index.tensors.emplace(t.name, std::move(t));
+      }
+    writer.finish();
+    file_bytes = writer.bytes();
+  }
+  index.files.push_back(FileRecord{file_name, file_bytes});
+  const std::string problem = index.coverage_problem();
+  STRATA_CHECK_CODE(ErrorCode::kInternal, problem.empty(), "import into {}: {}", tmp, problem);
+  // What a load will check, checked before anything is committed: the index as parsed back, and every block written.
+  const std::string text = index.serialize();
+  const CheckpointIndex parsed = CheckpointIndex::parse(text, tmp + "/index.json");
+  {
+    const ChunkReader reader(tmp + "/" + file_name, file_bytes, parsed.block_bytes);
+    std::vector<char> staging(parsed.block_bytes);
+    for (const auto& [name, t] : parsed.tensors)
+      for (const ChunkRecord& c : t.chunks) reader.verify(c, name, 4, staging.data());
+  }
+  dir.commit(parsed);
+  const std::string final_dir = dir.step_path(step);
+
+  std::printf(
+      "import: %s -> %s: %s (any --heads dividing %d), %zu tensors, %llu bytes%s\n", in_path.c_str(), final_dir.c_str(),
+      dims(cfg).c_str(), cfg.embd, index.tensors.size(), static_cast<unsigned long long>(file_bytes),
+      ignored.empty() ? "" : fmt::format("; ignored {} buffer(s) such as '{}'", ignored.size(), ignored[0]).c_str());
+  std::printf(
+      "import: resume with: mpirun -np N train_gpt --layers %d --embd %d --vocab %d --ctx %d --heads H "
+      "--checkpoint-dir %s --resume\n",
+      cfg.layers, cfg.embd, cfg.vocab, cfg.ctx, path.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata-ckpt: list, verify, export and import Strata's sharded checkpoints (docs/checkpoint.md)"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.require_subcommand(1);
+  std::string dir, file, dtype = "f32";
+  std::int64_t step = -1, import_step = 0;
+  bool json = false;
+
+  CLI::App* ls = app.add_subcommand("ls", "one row per committed checkpoint, then the incomplete ones");
+  ls->add_option("DIR", dir, "checkpoint directory (train_gpt --checkpoint-dir)")->required();
+  ls->add_flag("--json", json, "print JSON");
+
+  CLI::App* verify = app.add_subcommand("verify", "check the index, every block checksum, coverage and file sizes");
+  verify->add_option("DIR", dir, "checkpoint directory")->required();
+  verify->add_option("--step", step, "the checkpoint of this step (default: the latest)")
+      ->check(CLI::NonNegativeNumber);
+  verify->add_flag("--json", json, "print JSON");
+
+  CLI::App* exp = app.add_subcommand("export", "the weights as one safetensors file (train_gpt --init, PyTorch)");
+  exp->add_option("DIR", dir, "checkpoint directory")->required();
+  exp->add_option("OUT", file, "output .safetensors")->required();
+  exp->add_option("--step", step, "the checkpoint of this step (default: the latest)")->check(CLI::NonNegativeNumber);
+  exp->add_option("--dtype", dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+
+  CLI::App* imp = app.add_subcommand("import", "a checkpoint (weights, zero moments) from a GPT-2 safetensors file");
+  imp->add_option("IN", file, "input .safetensors (docs/gpt-model.md's names)")->required()->check(CLI::ExistingFile);
+  imp->add_option("DIR", dir, "checkpoint directory to create it in")->required();
+  imp->add_option("--step", import_step, "the step it is saved as (the optimizer still starts at step 0)")
+      ->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    if (ls->parsed()) return strata::run_ls(dir, json);
+    if (verify->parsed()) return strata::run_verify(dir, step, json);
+    if (exp->parsed()) return strata::run_export(dir, file, step, dtype);
+    return strata::run_import(file, dir, import_step);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-ckpt: %s\n", strata::message_of(e).c_str());
+    return 1;
+  }
+}
