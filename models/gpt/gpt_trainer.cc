@@ -94,8 +94,9 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     if (cfg_.resume && checkpointer_->latest_step() >= 0) {
       // The weights, the moments and the optimizer's scalars, then where the data and the schedule stood.
       const nlohmann::json state = checkpointer_->load();
-      resumed_from_ = optimizer_->steps_taken();
+      resumed_from_ = checkpointer_->last_load().step;
       start_step_ = state.value("next_step", 0);
+      next_step_ = start_step_;
       rows_done_ = state.value("rows_done", std::uint64_t{0});
       saved_step_ = start_step_;
     }
@@ -127,18 +128,15 @@ StepRecord GptTrainer::step(int step) {
   }
   StepResult r = optimizer_->step(cfg_.lr_at(step));
   rows_done_ += static_cast<std::uint64_t>(A) * rows_per_micro_batch;
+  next_step_ = step + 1;
   StepRecord rec;
   rec.step = step;
   rec.loss = sum_over_ranks(rt_.world(), loss) / world;
   if (checkpointer_) {
     checkpointer_->poll();
     if (cfg_.checkpoint_every > 0 && (step + 1) % cfg_.checkpoint_every == 0) {
-      checkpointer_->save(step + 1, nlohmann::json{{"next_step", step + 1},
-                                                   {"rows_done", rows_done_},
-                                                   {"rng", {{"seed", cfg_.seed}}},
-                                                   {"config", cfg_.to_json()},
-                                                   {"world_size", world}});
-      saved_step_ = step + 1;
+      checkpointer_->save(next_step_, trainer_state());
+      saved_step_ = next_step_;
     }
     rec.checkpoint_ms = checkpointer_->last_save().step == step + 1 ? checkpointer_->last_save().stall_ms : 0;
   }
@@ -149,16 +147,19 @@ StepRecord GptTrainer::step(int step) {
   return rec;
 }
 
-void GptTrainer::finish(int steps) {
+void GptTrainer::finish() {
   if (!checkpointer_) return;
-  if (saved_step_ != steps)
-    checkpointer_->save(steps, nlohmann::json{{"next_step", steps},
-                                              {"rows_done", rows_done_},
-                                              {"rng", {{"seed", cfg_.seed}}},
-                                              {"config", cfg_.to_json()},
-                                              {"world_size", rt_.world_size()}});
-  saved_step_ = steps;
+  if (saved_step_ != next_step_) checkpointer_->save(next_step_, trainer_state());
+  saved_step_ = next_step_;
   checkpointer_->wait();
+}
+
+nlohmann::json GptTrainer::trainer_state() const {
+  return {{"next_step", next_step_},
+          {"rows_done", rows_done_},
+          {"rng", {{"seed", cfg_.seed}}},  // training draws nothing at random after the init
+          {"config", cfg_.to_json()},
+          {"world_size", rt_.world_size()}};
 }
 
 namespace {

@@ -61,8 +61,9 @@ class GptTrainer {
   std::int64_t resumed_from() const { return resumed_from_; }
   // One optimizer step (collective); checkpoints after it when it is due.
   StepRecord step(int step);
-  // After the last step: the final checkpoint (unless the last step just wrote it), and any save in flight committed.
-  void finish(int steps);
+  // After the last step: a checkpoint of where the trainer stands (unless it is the one just written or loaded), and
+  // any save in flight committed.
+  void finish();
   ShardedModel& model() { return *model_; }
   ShardedAdamW& optimizer() { return *optimizer_; }
   Checkpointer* checkpointer() { return checkpointer_.get(); }
@@ -75,6 +76,8 @@ class GptTrainer {
   // Runs fn; an allocation over the device budget is rethrown with the planner's advice appended.
   template <typename Fn>
   void with_fit_advice(Fn&& fn);
+  // What a checkpoint keeps of the trainer: the step and data position it stands at, the seed, the configuration.
+  nlohmann::json trainer_state() const;
 
   Runtime& rt_;
   TrainConfig cfg_;
@@ -89,8 +92,9 @@ class GptTrainer {
   std::size_t parameters_ = 0;
   std::uint64_t rows_done_ = 0;  // global rows consumed (the data position a checkpoint keeps)
   int start_step_ = 0;
+  int next_step_ = 0;             // the step the trainer stands at: start_step_, then one past the last step run
   std::int64_t resumed_from_ = -1;
-  std::int64_t saved_step_ = -1;  // the last step checkpointed
+  std::int64_t saved_step_ = -1;  // the last step checkpointed or loaded
 };
 
 }  // namespace strata::gpt

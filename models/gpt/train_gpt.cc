@@ -265,7 +265,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
-    trainer.finish(last_step);
+    trainer.finish();
     if (rank == 0 && trainer.checkpointer()) {
       const SaveStats& last = trainer.checkpointer()->last_save();
       std::printf("train_gpt: checkpoint %s/step-%08lld committed (%.1f MB on rank 0, written in %.0f ms)\n",

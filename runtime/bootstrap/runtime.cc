@@ -1,8 +1,10 @@
 // Runtime: MPI start-up, rank identity, backend and device choice, the world communicator; run_main.
 #include "runtime/bootstrap/runtime.h"
 
+#include <chrono>
 #include <cstdio>
 #include <exception>
+#include <thread>
 #include <vector>
 
 #include "collectives/communicator_registry.h"
@@ -182,6 +184,10 @@ int run_main(const std::function<int()>& body) {
     if (initialized && !finalized) {
       MPI_Comm_size(MPI_COMM_WORLD, &size);
       if (size > 1) {
+        // A rank that only learned that another failed (kRemote) gives that rank a moment to print its cause and
+        // abort the job itself: whichever MPI_Abort comes first ends every process, output unflushed included.
+        const auto* error = dynamic_cast<const Error*>(&ex);
+        if (error && error->code() == ErrorCode::kRemote) std::this_thread::sleep_for(std::chrono::seconds(2));
         logger("core").error("aborting all {} ranks", size);
         MPI_Abort(MPI_COMM_WORLD, 1);
       }

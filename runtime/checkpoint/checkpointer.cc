@@ -132,11 +132,11 @@ void Checkpointer::write(Staged& s) {
   s.write_ms = ms_since(t0);
 }
 
-void Checkpointer::agree(bool ok, const std::string& error, const char* what) {
+void Checkpointer::agree(bool ok, const std::string& error, const std::string& what, bool intact_note) {
   try {
     all_agree(world_, ok, error, what);
   } catch (const Error& e) {
-    if (e.code() != ErrorCode::kRemote) throw;
+    if (e.code() != ErrorCode::kRemote || !intact_note) throw;
     const std::int64_t previous = dir_.latest_step();
     throw Error(ErrorCode::kRemote,
                 std::string(e.what()) + "; " +
@@ -161,7 +161,7 @@ void Checkpointer::save(std::int64_t step, const nlohmann::json& trainer_state) 
       error = e.what();
     }
   }
-  agree(error.empty(), error, fmt::format("checkpoint of step {}", step).c_str());
+  agree(error.empty(), error, fmt::format("checkpoint of step {}", step), true);
   std::unique_ptr<Staged> s = stage(step);
   s->state = {{"optimizer", optimizer_.state()}, {"trainer", trainer_state}};
   last_ = SaveStats{};
@@ -203,7 +203,7 @@ void Checkpointer::commit(Staged& s) {
   last_.write_ms = s.write_ms;
   last_.bytes = s.bytes;
   const std::string what = fmt::format("checkpoint of step {} in {}", s.step, dir_.path());
-  agree(s.error.empty(), s.error, what.c_str());
+  agree(s.error.empty(), s.error, what, true);
   std::string error;
   if (world_.rank() == 0) {
     try {
@@ -250,7 +250,7 @@ void Checkpointer::commit(Staged& s) {
       error = e.what();
     }
   }
-  agree(error.empty(), error, what.c_str());
+  agree(error.empty(), error, what, true);
   last_.committed = true;
   logger("ckpt").info("{} committed: {:.1f} MB on this rank, written in {:.0f} ms", what,
                       static_cast<double>(s.bytes) / 1e6, s.write_ms);
@@ -311,7 +311,7 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   } catch (const std::exception& e) {
     error = e.what();
   }
-  agree(error.empty(), error, fmt::format("loading {}", where).c_str());
+  agree(error.empty(), error, fmt::format("loading {}", where), false);
   for (int u = 0; u < params.num_units(); ++u) params.end_update(u);
   const nlohmann::json& opt = index.state.value("optimizer", nlohmann::json::object());
   if (optimizer_step > 0 || opt.contains("name")) optimizer_.restore(opt);

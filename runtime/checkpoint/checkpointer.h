@@ -54,8 +54,9 @@ class Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
-  // Collective, at a step boundary (after the optimizer's step): saves the state after `step` optimizer steps, with
-  // `trainer_state` (a JSON object: the trainer's data position, schedule, configuration) stored beside it.
+  // Collective, at a step boundary (after the optimizer's step): saves the state as checkpoint `step` (the trainer's
+  // step count: its directory's number), with `trainer_state` (a JSON object: the trainer's data position, schedule,
+  // configuration) stored beside it.
   // Synchronous: returns once committed. Asynchronous: copies the state to host staging and returns; the previous
   // save in flight is finished first.
   void save(std::int64_t step, const nlohmann::json& trainer_state);
@@ -77,7 +78,8 @@ class Checkpointer {
   std::unique_ptr<Staged> stage(std::int64_t step);
   void write(Staged& s);  // the file of this rank; on the caller's thread or the background one
   void commit(Staged& s);  // collective: agree, then rank 0 writes the index and renames
-  void agree(bool ok, const std::string& error, const char* what);  // collective; throws on every rank if any failed
+  // Collective; throws on every rank if any failed. `intact_note`: a save says which checkpoint is still intact.
+  void agree(bool ok, const std::string& error, const std::string& what, bool intact_note);
 
   ShardedModel& model_;
   ShardedAdamW& optimizer_;
