@@ -218,11 +218,17 @@ void SafetensorsReader::open(const std::string& path) {
     std::string text(header_len, '\0');
     pread_all(fd, path, text.data(), text.size(), 8);
     // JSON objects may repeat a key (the last one wins); a weight file must not, so the parser reports them.
+    // Nesting is bounded while parsing: a header nests 3 levels, and copying or printing a value nested thousands
+    // deep recurses past the stack (nlohmann::json's parser itself does not recurse).
+    constexpr int kMaxDepth = 16;
     std::unordered_set<std::string> seen;
     std::string duplicate;
+    bool too_deep = false;
     nlohmann::json header;
     try {
       header = nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (depth > kMaxDepth) too_deep = true;
+        if (too_deep) return false;
         if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty() &&
             !seen.insert(parsed.get<std::string>()).second)
           duplicate = parsed.get<std::string>();
@@ -231,6 +237,7 @@ void SafetensorsReader::open(const std::string& path) {
     } catch (const nlohmann::json::exception& e) {
       STRATA_THROW(ErrorCode::kIo, "'{}': header is not valid JSON: {}", path, e.what());
     }
+    STRATA_CHECK_CODE(ErrorCode::kIo, !too_deep, "'{}': header nests deeper than {} levels", path, kMaxDepth);
     STRATA_CHECK_CODE(ErrorCode::kIo, header.is_object(), "'{}': header is a JSON {}, expected an object", path,
                       header.type_name());
     STRATA_CHECK_CODE(ErrorCode::kIo, duplicate.empty(), "'{}': header names '{}' twice", path, duplicate);

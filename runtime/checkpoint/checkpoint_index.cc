@@ -12,6 +12,8 @@
 namespace strata {
 namespace {
 
+constexpr int kMaxJsonDepth = 64;  // an index nests about 6 levels; a trainer's state a few more
+
 // Every parse error is kIo naming the index and the place in it.
 [[noreturn]] void bad(const std::string& where, const std::string& what) {
   STRATA_THROW(ErrorCode::kIo, "checkpoint index {}: {}", where, what);
@@ -117,7 +119,17 @@ std::string CheckpointIndex::serialize() const { return to_json().dump(1); }
 
 CheckpointIndex CheckpointIndex::parse(const std::string& text, const std::string& where) {
   using V = nlohmann::json::value_t;
-  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  // Nesting is bounded while parsing: copying or printing a value nested thousands deep recurses past the stack
+  // (nlohmann::json's parser itself does not recurse).
+  bool too_deep = false;
+  nlohmann::json j = nlohmann::json::parse(
+      text,
+      [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
+        if (depth > kMaxJsonDepth) too_deep = true;
+        return !too_deep;
+      },
+      /*allow_exceptions=*/false);
+  if (too_deep) bad(where, fmt::format("nested deeper than {} levels", kMaxJsonDepth));
   if (j.is_discarded()) bad(where, "not valid JSON");
   if (!j.is_object()) bad(where, "not a JSON object");
   if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != kCheckpointFormatName)

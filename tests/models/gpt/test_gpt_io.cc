@@ -316,6 +316,24 @@ TEST(Safetensors, AcceptsAnyOrderGapsAndExtras) {
   EXPECT_EQ(r.info("late").end, 16u);
 }
 
+// Nesting thousands deep (the fuzzer's finding: copying or printing such a value overflowed the stack) is refused while
+// parsing, in the metadata and in an entry alike.
+TEST(Safetensors, RefusesDeepNesting) {
+  TempDir dir;
+  const std::string deep = std::string(20000, '[') + std::string(20000, ']');
+  for (const std::string& header : {R"({"__metadata__": {"x": )" + deep + "}}", R"({"t": )" + deep + "}"}) {
+    const std::string path = dir.path("deep.safetensors");
+    write_bytes(path, safetensors_bytes(header, ""));
+    try {
+      SafetensorsReader r(path);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kIo);
+      EXPECT_NE(std::string(e.what()).find("nests deeper than 16 levels"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Safetensors, F64AndIntegerTensors) {
   TempDir dir;
   const std::string path = dir.path("ints.safetensors");

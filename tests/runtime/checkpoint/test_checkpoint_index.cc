@@ -147,6 +147,16 @@ TEST(CheckpointIndex, RefusesWhatIsNotAnIndex) {
   expect_refused(j, "not a strata-checkpoint index", "no format");
 }
 
+// Nesting thousands deep (the fuzzer's finding: copying or printing such a value overflowed the stack) is refused while
+// parsing, wherever it is.
+TEST(CheckpointIndex, RefusesDeepNesting) {
+  const std::string deep = std::string(20000, '[') + std::string(20000, ']');
+  std::string text = valid_index().serialize();
+  text.insert(text.rfind('}'), ", \"deep\": " + deep);
+  expect_refused_text(text, "nested deeper than 64 levels");
+  expect_refused_text(deep, "nested deeper than 64 levels");
+}
+
 TEST(CheckpointIndex, RefusesANewerOrImpossibleVersion) {
   json j = valid_index().to_json();
   j["version"] = 99;
