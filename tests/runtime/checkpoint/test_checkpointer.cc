@@ -122,7 +122,13 @@ TEST(Checkpointer, LoadsAtOtherLayouts) {
     const Snapshot saved = snapshot(a);
     MlpRun b(wide, c.loaded, kSeed + 1);
     Checkpointer loader(*b.model, *b.optimizer, runtime().world(), checkpoint_options(dir));
+    // A load holds this rank's shards and one bounded staging block (the ledger's checkpoint category), no more.
+    Device& dev = runtime().device();
+    dev.memory_stats().reset_peaks();
     EXPECT_EQ(loader.load().value("next_step", -1), 3);
+    EXPECT_LE(dev.memory_stats().peak(MemCategory::kCheckpoint), checkpoint_options(dir).block_bytes);
+    EXPECT_EQ(dev.memory_stats().current(MemCategory::kCheckpoint), 0u);
+    EXPECT_EQ(loader.last_load().step, 3);
     const Snapshot loaded = snapshot(b);
     test::expect_same_params(loaded, saved, what);
     EXPECT_EQ(loaded.steps, 3);
