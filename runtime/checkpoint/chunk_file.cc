@@ -139,28 +139,33 @@ ChunkReader::~ChunkReader() {
   if (fd_ >= 0) ::close(fd_);
 }
 
+std::size_t ChunkReader::read_block(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz,
+                                    std::uint64_t block, void* staging) const {
+  const std::uint64_t chunk_bytes = chunk.count * esz, lo = block * block_bytes_;
+  const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(block_bytes_, chunk_bytes - lo));
+  read_all_at(fd_, staging, len, chunk.offset + lo, path_);
+  bytes_read_ += len;
+  const std::uint32_t crc = crc32_of(staging, len);
+  STRATA_CHECK_CODE(ErrorCode::kIo, block < chunk.crc32.size() && crc == chunk.crc32[block],
+                    "checkpoint file {} is corrupt: tensor '{}', block {} (bytes {}..{}) has checksum {:08x}, the "
+                    "index says {:08x}",
+                    path_, tensor, block, chunk.offset + lo, chunk.offset + lo + len, crc,
+                    block < chunk.crc32.size() ? chunk.crc32[block] : 0);
+  return len;
+}
+
 void ChunkReader::read(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz, std::uint64_t begin,
                        std::uint64_t count, void* out, void* staging) const {
   STRATA_CHECK(begin >= chunk.begin && count <= chunk.count && begin - chunk.begin <= chunk.count - count,
                "elements [{}, {}) of '{}' are not in the chunk [{}, {})", begin, begin + count, tensor, chunk.begin,
                chunk.begin + chunk.count);
-  const std::uint64_t chunk_bytes = chunk.count * esz;
   std::uint64_t lo = (begin - chunk.begin) * esz;  // bytes wanted, relative to the chunk
   const std::uint64_t hi = lo + count * esz;
   char* dst = static_cast<char*>(out);
   while (lo < hi) {
-    const std::uint64_t block = lo / block_bytes_;
-    const std::uint64_t block_lo = block * block_bytes_;
-    const std::size_t block_len = static_cast<std::size_t>(std::min<std::uint64_t>(block_bytes_, chunk_bytes - block_lo));
-    read_all_at(fd_, staging, block_len, chunk.offset + block_lo, path_);
-    bytes_read_ += block_len;
-    const std::uint32_t crc = crc32_of(staging, block_len);
-    STRATA_CHECK_CODE(ErrorCode::kIo, block < chunk.crc32.size() && crc == chunk.crc32[block],
-                      "checkpoint file {} is corrupt: tensor '{}', block {} (bytes {}..{}) has checksum {:08x}, the "
-                      "index says {:08x}",
-                      path_, tensor, block, chunk.offset + block_lo, chunk.offset + block_lo + block_len, crc,
-                      block < chunk.crc32.size() ? chunk.crc32[block] : 0);
-    const std::uint64_t take = std::min<std::uint64_t>(hi, block_lo + block_len) - lo;
+    const std::uint64_t block = lo / block_bytes_, block_lo = block * block_bytes_;
+    const std::size_t len = read_block(chunk, tensor, esz, block, staging);
+    const std::uint64_t take = std::min<std::uint64_t>(hi, block_lo + len) - lo;
     std::memcpy(dst, static_cast<const char*>(staging) + (lo - block_lo), take);
     dst += take;
     lo += take;
@@ -168,19 +173,8 @@ void ChunkReader::read(const ChunkRecord& chunk, const std::string& tensor, std:
 }
 
 void ChunkReader::verify(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz, void* staging) const {
-  const std::uint64_t chunk_bytes = chunk.count * esz;
-  for (std::uint64_t block = 0; block * block_bytes_ < chunk_bytes; ++block) {
-    const std::uint64_t lo = block * block_bytes_;
-    const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(block_bytes_, chunk_bytes - lo));
-    read_all_at(fd_, staging, len, chunk.offset + lo, path_);
-    bytes_read_ += len;
-    const std::uint32_t crc = crc32_of(staging, len);
-    STRATA_CHECK_CODE(ErrorCode::kIo, block < chunk.crc32.size() && crc == chunk.crc32[block],
-                      "checkpoint file {} is corrupt: tensor '{}', block {} (bytes {}..{}) has checksum {:08x}, the "
-                      "index says {:08x}",
-                      path_, tensor, block, chunk.offset + lo, chunk.offset + lo + len, crc,
-                      block < chunk.crc32.size() ? chunk.crc32[block] : 0);
-  }
+  for (std::uint64_t block = 0; block * block_bytes_ < chunk.count * esz; ++block)
+    read_block(chunk, tensor, esz, block, staging);
 }
 
 // ---- small files and directories ----------------------------------------------------------------------------------

@@ -60,6 +60,9 @@ class ChunkReader {
   std::uint64_t bytes_read() const { return bytes_read_; }
 
  private:
+  // Reads block `block` of `chunk` into `staging` and checks its checksum; returns its length.
+  std::size_t read_block(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz, std::uint64_t block,
+                         void* staging) const;
   std::string path_;
   std::size_t block_bytes_;
   int fd_ = -1;

@@ -5,11 +5,17 @@
 #include <optional>
 #include <vector>
 
+#include "core/device_registry.h"
 #include "runtime/bootstrap/runtime.h"
 #include "core/dtype.h"
 #include "core/error.h"
 
 #include <gtest/gtest.h>
+
+// In a GPU test: skips unless this job runs on the CUDA backend (a visible GPU per local rank).
+#define STRATA_SKIP_WITHOUT_CUDA_RUNTIME()                                                                  \
+  if (::strata::cuda_device_count() == 0 || ::strata::test::runtime().backend() != ::strata::DeviceKind::kCuda) \
+  GTEST_SKIP() << "needs the CUDA backend (a visible GPU per local rank; STRATA_BACKEND=auto or cuda)"
 
 namespace strata::test {
 

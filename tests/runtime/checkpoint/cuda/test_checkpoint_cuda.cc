@@ -19,10 +19,6 @@ namespace {
 
 using test::runtime;
 
-#define STRATA_SKIP_WITHOUT_CUDA_RUNTIME()                                                           \
-  if (cuda_device_count() == 0 || runtime().backend() != DeviceKind::kCuda)                          \
-  GTEST_SKIP() << "needs the CUDA backend (a visible GPU per local rank; STRATA_BACKEND=auto or cuda)"
-
 const std::size_t kN0 = 5000, kN1 = 37;
 
 std::vector<UnitSpec> units() {

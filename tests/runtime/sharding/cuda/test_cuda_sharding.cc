@@ -19,10 +19,6 @@ namespace {
 
 using test::runtime;
 
-#define STRATA_SKIP_WITHOUT_CUDA_RUNTIME()                                                           \
-  if (cuda_device_count() == 0 || runtime().backend() != DeviceKind::kCuda)                          \
-  GTEST_SKIP() << "needs the CUDA backend (a visible GPU per local rank; STRATA_BACKEND=auto or cuda)"
-
 std::vector<float> values(std::size_t n, float scale, int seed) {
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = scale * static_cast<float>(test::verifiable_int(seed, 0, i)) / 8.0f;
