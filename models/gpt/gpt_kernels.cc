@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "models/gpt/kernels.h"
+#include "models/gpt/tp_kernels.h"
 #include "core/error.h"
 #include "runtime/sharding/flat_ops.h"
 
@@ -67,6 +68,33 @@ class CpuGptKernels final : public GptKernels {
   void crossentropy_softmax(float* losses, float* dlogits, const float* logits, const std::int32_t* targets, int N,
                             int V, float dscale) override {
     gpt::crossentropy_softmax(losses, dlogits, logits, targets, N, V, dscale);
+  }
+
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int v_begin, int v_count, int N,
+                         int C) override {
+    gpt::embedding_forward(out, tokens, wte, v_begin, v_count, N, C);
+  }
+  void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int v_begin, int v_count, int N,
+                          int C) override {
+    gpt::embedding_backward(dwte, dout, tokens, v_begin, v_count, N, C);
+  }
+  void position_forward(float* out, const float* wpe, int B, int T, int t0, int C) override {
+    gpt::position_forward(out, wpe, B, T, t0, C);
+  }
+  void position_backward(float* dwpe, const float* dout, int B, int T, int t0, int C) override {
+    gpt::position_backward(dwpe, dout, B, T, t0, C);
+  }
+  void add_bias(float* out, const float* bias, int N, int C) override { gpt::add_bias(out, bias, N, C); }
+  void vocab_max(float* row_max, const float* logits, int N, int V, int valid) override {
+    gpt::vocab_max(row_max, logits, N, V, valid);
+  }
+  void vocab_sumexp(float* stats, const float* logits, const float* row_max, const std::int32_t* targets, int v_begin,
+                    int N, int V, int valid) override {
+    gpt::vocab_sumexp(stats, logits, row_max, targets, v_begin, N, V, valid);
+  }
+  void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max, const float* stats,
+                          const std::int32_t* targets, int v_begin, int N, int V, int valid, float dscale) override {
+    gpt::vocab_crossentropy(losses, dlogits, logits, row_max, stats, targets, v_begin, N, V, valid, dscale);
   }
 
   void zero(void* p, std::size_t bytes) override {

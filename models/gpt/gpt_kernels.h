@@ -50,6 +50,21 @@ class GptKernels {
   virtual void crossentropy_softmax(float* losses, float* dlogits, const float* logits, const std::int32_t* targets,
                                     int N, int V, float dscale) = 0;
 
+  // Tensor parallelism (tp_kernels.h has the semantics; docs/tensor-parallel.md the data flow).
+  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int v_begin, int v_count,
+                                 int N, int C) = 0;
+  virtual void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int v_begin, int v_count,
+                                  int N, int C) = 0;
+  virtual void position_forward(float* out, const float* wpe, int B, int T, int t0, int C) = 0;
+  virtual void position_backward(float* dwpe, const float* dout, int B, int T, int t0, int C) = 0;
+  virtual void add_bias(float* out, const float* bias, int N, int C) = 0;
+  virtual void vocab_max(float* row_max, const float* logits, int N, int V, int valid) = 0;
+  virtual void vocab_sumexp(float* stats, const float* logits, const float* row_max, const std::int32_t* targets,
+                            int v_begin, int N, int V, int valid) = 0;
+  virtual void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max,
+                                  const float* stats, const std::int32_t* targets, int v_begin, int N, int V,
+                                  int valid, float dscale) = 0;
+
   // bytes of p set to 0.
   virtual void zero(void* p, std::size_t bytes) = 0;
   // dst[i] = (f32) src[i] for n elements of `dtype` (gathered bf16 / f16 parameters).

@@ -97,6 +97,32 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) 
       mib(now), mib(budget));
 }
 
+TpTraffic predict_tp_traffic(const TrainConfig& cfg) {
+  TpTraffic t;
+  if (cfg.tp == 1) return t;
+  const std::uint64_t N = static_cast<std::uint64_t>(cfg.batch) * cfg.seq, C = static_cast<std::uint64_t>(cfg.model.embd);
+  const std::uint64_t L = static_cast<std::uint64_t>(cfg.model.layers), A = static_cast<std::uint64_t>(cfg.grad_accum);
+  // Per micro-batch: the embedding (1), two row-parallel outputs per block in the forward (again under
+  // recomputation), the LM head's input gradient (1) and two column-parallel input gradients per block; the loss's
+  // row maxima, sums and target logits (3N floats).
+  const std::uint64_t reductions = 1 + 2 * L + (cfg.recompute ? 2 * L : 0) + 1 + 2 * L;
+  if (!cfg.sequence_parallel) {
+    t.all_reduce_bytes = A * 4 * (reductions * N * C + 3 * N);
+    t.calls = A * (reductions + 2);
+    return t;
+  }
+  // Sequence parallelism: each reduction becomes a reduce-scatter, and the whole sequence is gathered before each
+  // column-parallel matmul (two per block, again under recomputation), before the LM head, before each row-parallel
+  // matmul's backward (two per block) and before the embedding's backward. The replicated parameters' gradients
+  // (LayerNorms, wpe) are summed over tp.
+  const std::uint64_t gathers = 2 * L + (cfg.recompute ? 2 * L : 0) + 1 + 2 * L + 1;
+  t.reduce_scatter_bytes = A * 4 * reductions * N * C;
+  t.all_gather_bytes = A * 4 * gathers * N * C;
+  t.all_reduce_bytes = A * 4 * (3 * N + L * 4 * C + 2 * C + static_cast<std::uint64_t>(cfg.model.ctx) * C);
+  t.calls = A * (reductions + gathers + 2 + 4 * L + 2 + 1);
+  return t;
+}
+
 std::string prediction_table(const CategoryBytes& predicted, const CategoryBytes& measured) {
   std::string out = fmt::format("  {:<18} {:>14} {:>14} {:>9}\n", "category", "predicted", "measured", "ratio");
   for (std::size_t i = 0; i < kNumMemCategories; ++i) {

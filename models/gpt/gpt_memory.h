@@ -26,6 +26,10 @@ CategoryBytes predict_host_memory(const TrainConfig& cfg, int world);
 // "what: N MiB per rank predicted", or why none does.
 std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget);
 
+// Bytes the tensor-parallel collectives move per step on a rank (TpTraffic's measure: an all-reduce's buffer, an
+// all-gather's output, a reduce-scatter's input); all zero at tp 1.
+TpTraffic predict_tp_traffic(const TrainConfig& cfg);
+
 // "category  predicted  measured  ratio" rows for the categories either side uses.
 std::string prediction_table(const CategoryBytes& predicted, const CategoryBytes& measured);
 

@@ -22,6 +22,16 @@ void GptConfig::validate() const {
   STRATA_CHECK(ctx >= 1, "--ctx {} must be at least 1", ctx);
 }
 
+void GptConfig::validate_tp(int tp, bool sequence_parallel, int seq) const {
+  STRATA_CHECK(tp >= 1, "--tp {} must be at least 1", tp);
+  STRATA_CHECK(heads % tp == 0, "--heads {} must divide by --tp {} (each tensor-parallel rank holds whole heads)",
+               heads, tp);
+  STRATA_CHECK(embd % tp == 0, "--embd {} must divide by --tp {}", embd, tp);
+  STRATA_CHECK(!sequence_parallel || seq % tp == 0,
+               "--seq {} must divide by --tp {} under --sequence-parallel (each rank holds seq / tp positions)", seq,
+               tp);
+}
+
 std::string GptConfig::describe() const {
   return fmt::format("GPT-2 L={} H={} C={} V={} ctx={}", layers, heads, embd, vocab, ctx);
 }
@@ -35,28 +45,42 @@ enum EmbSlot { kWte, kWpe };
 enum LnfSlot { kLnfW, kLnfB };
 }  // namespace
 
-std::vector<UnitSpec> gpt_units(const GptConfig& c) {
+int vocab_per_rank(const GptConfig& cfg, int tp) { return (cfg.vocab + tp - 1) / tp; }
+
+std::vector<UnitSpec> gpt_units(const GptConfig& c, int tp) {
   const std::int64_t C = c.embd;
+  // A slot of global shape `g`, cut along `dim` (-1: replicated) in `parts` blocks over the tp ranks.
+  auto slot = [tp](std::string name, std::vector<std::int64_t> g, bool decay, int dim = -1, int parts = 1) {
+    SlotSpec s;
+    s.name = std::move(name);
+    s.shape = g;
+    s.weight_decay = decay;
+    if (dim >= 0) {
+      s.tp = TpSplit{dim, parts, g};
+      s.shape = s.tp.local_shape(tp);
+    }
+    return s;
+  };
   std::vector<UnitSpec> units;
   // 2-D parameters are decayed, 1-D ones are not (spec, Step 4).
-  units.push_back({"embeddings", {{"wte.weight", {c.vocab, C}, true}, {"wpe.weight", {c.ctx, C}, true}}});
+  units.push_back({"embeddings", {slot("wte.weight", {c.vocab, C}, true, 0), slot("wpe.weight", {c.ctx, C}, true)}});
   for (int i = 0; i < c.layers; ++i) {
     std::string p = "h." + std::to_string(i) + ".";
     units.push_back({"h." + std::to_string(i),
-                     {{p + "ln_1.weight", {C}, false},
-                      {p + "ln_1.bias", {C}, false},
-                      {p + "attn.c_attn.weight", {C, 3 * C}, true},
-                      {p + "attn.c_attn.bias", {3 * C}, false},
-                      {p + "attn.c_proj.weight", {C, C}, true},
-                      {p + "attn.c_proj.bias", {C}, false},
-                      {p + "ln_2.weight", {C}, false},
-                      {p + "ln_2.bias", {C}, false},
-                      {p + "mlp.c_fc.weight", {C, 4 * C}, true},
-                      {p + "mlp.c_fc.bias", {4 * C}, false},
-                      {p + "mlp.c_proj.weight", {4 * C, C}, true},
-                      {p + "mlp.c_proj.bias", {C}, false}}});
+                     {slot(p + "ln_1.weight", {C}, false),
+                      slot(p + "ln_1.bias", {C}, false),
+                      slot(p + "attn.c_attn.weight", {C, 3 * C}, true, 1, 3),  // column-parallel, q|k|v by heads
+                      slot(p + "attn.c_attn.bias", {3 * C}, false, 0, 3),
+                      slot(p + "attn.c_proj.weight", {C, C}, true, 0),  // row-parallel
+                      slot(p + "attn.c_proj.bias", {C}, false),
+                      slot(p + "ln_2.weight", {C}, false),
+                      slot(p + "ln_2.bias", {C}, false),
+                      slot(p + "mlp.c_fc.weight", {C, 4 * C}, true, 1),  // column-parallel
+                      slot(p + "mlp.c_fc.bias", {4 * C}, false, 0),
+                      slot(p + "mlp.c_proj.weight", {4 * C, C}, true, 0),  // row-parallel
+                      slot(p + "mlp.c_proj.bias", {C}, false)}});
   }
-  units.push_back({"ln_f", {{"ln_f.weight", {C}, false}, {"ln_f.bias", {C}, false}}});
+  units.push_back({"ln_f", {slot("ln_f.weight", {C}, false), slot("ln_f.bias", {C}, false)}});
   return units;
 }
 
@@ -98,7 +122,9 @@ void spec_init(const GptConfig& cfg, const ParamSlot& slot, std::size_t begin, s
 namespace {
 
 // One unit's parameters (and gradients) as f32 arrays: the gathered views themselves when they are f32, else
-// converted copies in a workspace buffer (gradients added back into the views after the backward).
+// converted copies in a workspace buffer (gradients added back into the views after the backward). A slot marked
+// `tp_summed` gets its gradient in a zeroed scratch instead, summed over the tp group at close_grads and then added:
+// under sequence parallelism each tp rank's share of a replicated parameter's gradient comes from its own positions.
 class UnitF32 {
  public:
   UnitF32(Device& dev, GptKernels& k, std::size_t max_numel) : k_(k) {
@@ -117,23 +143,27 @@ class UnitF32 {
       }
     }
   }
-  void open_grads(const std::vector<TensorView>& views) {
+  void open_grads(const std::vector<TensorView>& views, const std::vector<int>& tp_summed = {}) {
     g_.clear();
-    for (const TensorView& v : views) {
-      if (v.dtype == DType::kF32) {
+    scratch_.assign(views.size(), false);
+    for (int k : tp_summed) scratch_[static_cast<std::size_t>(k)] = true;
+    for (std::size_t k = 0; k < views.size(); ++k) {
+      const TensorView& v = views[k];
+      if (v.dtype == DType::kF32 && !scratch_[k]) {
         g_.push_back(v.as<float>());
       } else {
         float* dst = grads_.as<float>() + v.slot->offset;
         k_.zero(dst, v.numel() * 4);
         g_.push_back(dst);
+        scratch_[k] = true;
       }
     }
   }
-  void close_grads(const std::vector<TensorView>& views) {
+  void close_grads(const std::vector<TensorView>& views, TensorParallel& tp, const std::vector<int>& tp_summed = {}) {
+    for (int k : tp_summed) tp.sum(g_[static_cast<std::size_t>(k)], views[static_cast<std::size_t>(k)].numel());
     for (std::size_t k = 0; k < views.size(); ++k) {
       const TensorView& v = views[k];
-      if (v.dtype != DType::kF32)
-        k_.add_f32_into(v.data, v.dtype, g_[k], v.numel());  // f32 views were written in place
+      if (scratch_[k]) k_.add_f32_into(v.data, v.dtype, g_[k], v.numel());  // the others were written in place
     }
   }
   const float* p(int k) const { return p_[static_cast<std::size_t>(k)]; }
@@ -144,12 +174,21 @@ class UnitF32 {
   Buffer params_, grads_;
   std::vector<const float*> p_;
   std::vector<float*> g_;
+  std::vector<bool> scratch_;
 };
 
-// Everything a block's backward needs from its forward.
+// Everything a block's backward needs from its forward. ln1 and ln2 are whole ([N, C]: the input of the
+// column-parallel matmuls); under sequence parallelism the statistics, x_mid and the block input are this rank's rows.
 struct BlockActs {
   Buffer ln1, ln1_mean, ln1_rstd, qkv, atty, lse, x_mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
 };
+
+// cfg, after the checks a model of B x T tokens needs before anything is allocated.
+const GptConfig& checked(const GptConfig& cfg, int B, int T) {
+  cfg.validate();
+  STRATA_CHECK(B >= 1 && T >= 1 && T <= cfg.ctx, "batch {} x sequence {} (context {})", B, T, cfg.ctx);
+  return cfg;
+}
 
 }  // namespace
 
@@ -160,41 +199,80 @@ struct GptModel::Impl {
   std::unique_ptr<GptKernels> k;  // every kernel, zeroing, conversion and copy goes through it
   int B, T, N;
   bool recompute;
-  std::vector<Buffer> x_in;       // per layer: the block input [N, C]; x_in[L] is the final residual stream
+  TensorParallel tp;
+  // Tensor-parallel data flow: at tp 1 (unless asked for) the plain kernels run exactly as before it existed.
+  bool tpk;
+  bool sp;
+  int Nl;              // rows of the sequence-sharded regions on this rank
+  int Cl, NHl;         // this rank's channels and heads of attention (C / tp, NH / tp)
+  int Vl, v_begin, v_valid;  // this rank's vocabulary rows, the first, and how many are real (not padding)
+  std::vector<int> block_tp_summed, emb_tp_summed, lnf_tp_summed;  // replicated slots summed over tp (SP)
+  std::vector<Buffer> x_in;       // per layer: the block input [Nl, C]; x_in[L] is the final residual stream
   std::vector<BlockActs> acts;    // per layer (one shared set under recompute)
-  Buffer attproj, fcproj;         // forward scratch [N, C]
+  Buffer attproj, fcproj;         // forward scratch [N, C]: a row-parallel product (partial under tp)
+  Buffer reduced;                 // SP: a row-parallel product reduced into this rank's rows [Nl, C]
+  Buffer ln_local;                // SP: a LayerNorm's output on this rank's rows [Nl, C], before the gather
   Buffer lnf, lnf_mean, lnf_rstd, logits, losses;
+  Buffer vocab_max, vocab_stats;  // tp: row maxima [N], sum-exp and target logit [2N]
   Buffer dres, dln, datty, dqkv, dfch, dfch_gelu;  // backward scratch
+  Buffer dfull, dln_local;        // SP: a gradient gathered whole [N, C]; a reduced one on this rank's rows [Nl, C]
   Buffer tokens_in, tokens_tgt;  // the micro-batch's tokens [N] in the device's memory
   std::unique_ptr<UnitF32> emb, unit;
 
-  Impl(const GptConfig& c, ShardedModel& m, Device& d, int b, int t, bool rc)
-      : cfg(c), model(m), dev(d), k(make_gpt_kernels(d)), B(b), T(t), N(b * t), recompute(rc) {
+  Impl(const GptConfig& c, ShardedModel& m, Device& d, int b, int t, bool rc, const GptParallel& par)
+      : cfg(c), model(m), dev(d), k(make_gpt_kernels(d)), B(b), T(t), N(b * t), recompute(rc),
+        tp(d, par.tp, par.sequence_parallel, b, t, c.embd) {
+    const int P = tp.size();
+    cfg.validate_tp(P, par.sequence_parallel, T);
+    tpk = P > 1 || par.tp_kernels || par.sequence_parallel;
+    sp = par.sequence_parallel;
+    Nl = tp.local_rows();
+    Cl = cfg.embd / P;
+    NHl = cfg.heads / P;
+    Vl = vocab_per_rank(cfg, P);
+    v_begin = tp.rank() * Vl;
+    v_valid = std::max(0, std::min(Vl, cfg.vocab - v_begin));
+    if (sp) {
+      block_tp_summed = {kLn1W, kLn1B, kLn2W, kLn2B};
+      emb_tp_summed = {kWpe};
+      lnf_tp_summed = {kLnfW, kLnfB};
+    }
     const std::size_t C = static_cast<std::size_t>(cfg.embd), n = static_cast<std::size_t>(N);
+    const std::size_t nl = static_cast<std::size_t>(Nl), cl = static_cast<std::size_t>(Cl);
     auto act = [&](std::size_t floats) { return dev.allocate(floats * 4, MemCategory::kActivations); };
     auto work = [&](std::size_t floats) { return dev.allocate(floats * 4, MemCategory::kWorkspace); };
-    for (int l = 0; l <= cfg.layers; ++l) x_in.push_back(act(n * C));
+    for (int l = 0; l <= cfg.layers; ++l) x_in.push_back(act(nl * C));
     int sets = recompute ? 1 : cfg.layers;
     for (int l = 0; l < sets; ++l) {
       auto kind = recompute ? MemCategory::kWorkspace : MemCategory::kActivations;
       auto a = [&](std::size_t floats) { return dev.allocate(floats * 4, kind); };
-      acts.push_back(BlockActs{a(n * C), a(n), a(n), a(n * 3 * C), a(n * C),
-                               a(static_cast<std::size_t>(B) * cfg.heads * T), a(n * C), a(n * C), a(n), a(n),
-                               a(n * 4 * C), a(n * 4 * C)});
+      acts.push_back(BlockActs{a(n * C), a(nl), a(nl), a(n * 3 * cl), a(n * cl),
+                               a(static_cast<std::size_t>(B) * NHl * T), a(nl * C), a(n * C), a(nl), a(nl),
+                               a(n * 4 * cl), a(n * 4 * cl)});
     }
     attproj = work(n * C);
     fcproj = work(n * C);
+    if (sp) {
+      reduced = work(nl * C);
+      ln_local = work(nl * C);
+      dfull = work(n * C);
+      dln_local = work(nl * C);
+    }
     lnf = act(n * C);
-    lnf_mean = act(n);
-    lnf_rstd = act(n);
-    logits = act(n * static_cast<std::size_t>(cfg.vocab));
+    lnf_mean = act(nl);
+    lnf_rstd = act(nl);
+    logits = act(n * static_cast<std::size_t>(Vl));
     losses = act(n);
-    dres = work(n * C);
+    if (tpk) {
+      vocab_max = work(n);
+      vocab_stats = work(2 * n);
+    }
+    dres = work(nl * C);
     dln = work(n * C);
-    datty = work(n * C);
-    dqkv = work(n * 3 * C);
-    dfch = work(n * 4 * C);
-    dfch_gelu = work(n * 4 * C);
+    datty = work(n * cl);
+    dqkv = work(n * 3 * cl);
+    dfch = work(n * 4 * cl);
+    dfch_gelu = work(n * 4 * cl);
     tokens_in = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
     tokens_tgt = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
     std::size_t emb_numel = model.layout(embeddings_unit()).padded_numel();
@@ -207,64 +285,105 @@ struct GptModel::Impl {
 
   BlockActs& acts_for(int layer) { return acts[recompute ? 0 : static_cast<std::size_t>(layer)]; }
 
+  // LayerNorm of this rank's rows of x, whole in `out` ([N, C]; gathered along the sequence under SP).
+  void layernorm_whole(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b) {
+    const int C = cfg.embd;
+    k->layernorm_forward(sp ? ln_local.as<float>() : out, mean, rstd, x, w, b, Nl, C);
+    if (sp) tp.to_full(ln_local.as<float>(), out, C);
+  }
+
+  // out_local = (inp @ weight) reduced over tp, plus bias once, on this rank's rows. inp [N, IC] holds this rank's
+  // IC input channels, weight [IC, C] the matching rows. Returns the result ([Nl, C]).
+  const float* row_parallel(float* scratch, const float* inp, const float* weight, const float* bias, int IC) {
+    const int C = cfg.embd;
+    if (!tpk) {
+      k->matmul_forward(scratch, inp, weight, bias, N, IC, C);
+      return scratch;
+    }
+    k->matmul_forward(scratch, inp, weight, nullptr, N, IC, C);
+    float* out = tp.reduce_partial(scratch, reduced.data() ? reduced.as<float>() : scratch, C);
+    k->add_bias(out, bias, Nl, C);
+    return out;
+  }
+
   void block_forward(int layer, const UnitF32& p) {
-    const int C = cfg.embd, NH = cfg.heads;
+    const int C = cfg.embd;
+    const std::size_t nlC = static_cast<std::size_t>(Nl) * C;
     BlockActs& a = acts_for(layer);
     const float* x = x_in[static_cast<std::size_t>(layer)].as<float>();
     float* out = x_in[static_cast<std::size_t>(layer) + 1].as<float>();
-    k->layernorm_forward(a.ln1.as<float>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x, p.p(kLn1W), p.p(kLn1B),
-                         N, C);
-    k->matmul_forward(a.qkv.as<float>(), a.ln1.as<float>(), p.p(kAttnW), p.p(kAttnB), N, C, 3 * C);
-    k->attention_forward(a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(), B, T, C, NH);
-    k->matmul_forward(attproj.as<float>(), a.atty.as<float>(), p.p(kProjW), p.p(kProjB), N, C, C);
-    k->residual_forward(a.x_mid.as<float>(), x, attproj.as<float>(), static_cast<std::size_t>(N) * C);
-    k->layernorm_forward(a.ln2.as<float>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), a.x_mid.as<float>(),
-                         p.p(kLn2W), p.p(kLn2B), N, C);
-    k->matmul_forward(a.fch.as<float>(), a.ln2.as<float>(), p.p(kFcW), p.p(kFcB), N, C, 4 * C);
-    k->gelu_forward(a.fch_gelu.as<float>(), a.fch.as<float>(), static_cast<std::size_t>(N) * 4 * C);
-    k->matmul_forward(fcproj.as<float>(), a.fch_gelu.as<float>(), p.p(kFcProjW), p.p(kFcProjB), N, 4 * C, C);
-    k->residual_forward(out, a.x_mid.as<float>(), fcproj.as<float>(), static_cast<std::size_t>(N) * C);
+    layernorm_whole(a.ln1.as<float>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x, p.p(kLn1W), p.p(kLn1B));
+    k->matmul_forward(a.qkv.as<float>(), a.ln1.as<float>(), p.p(kAttnW), p.p(kAttnB), N, C, 3 * Cl);
+    k->attention_forward(a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(), B, T, Cl, NHl);
+    const float* proj = row_parallel(attproj.as<float>(), a.atty.as<float>(), p.p(kProjW), p.p(kProjB), Cl);
+    k->residual_forward(a.x_mid.as<float>(), x, proj, nlC);
+    layernorm_whole(a.ln2.as<float>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), a.x_mid.as<float>(),
+                    p.p(kLn2W), p.p(kLn2B));
+    k->matmul_forward(a.fch.as<float>(), a.ln2.as<float>(), p.p(kFcW), p.p(kFcB), N, C, 4 * Cl);
+    k->gelu_forward(a.fch_gelu.as<float>(), a.fch.as<float>(), static_cast<std::size_t>(N) * 4 * Cl);
+    const float* mlp = row_parallel(fcproj.as<float>(), a.fch_gelu.as<float>(), p.p(kFcProjW), p.p(kFcProjB), 4 * Cl);
+    k->residual_forward(out, a.x_mid.as<float>(), mlp, nlC);
   }
 
-  // dres holds d(block output) on entry and d(block input) on exit.
+  // The gradient of a column-parallel matmul's input, summed over tp into this rank's rows (dln holds this rank's
+  // partial [N, C]). Returns it ([Nl, C]).
+  const float* reduce_input_grad() {
+    if (!tpk) return dln.as<float>();
+    return tp.reduce_partial(dln.as<float>(), sp ? dln_local.as<float>() : dln.as<float>(), cfg.embd);
+  }
+
+  // dres holds d(block output) on entry and d(block input) on exit (this rank's rows).
   void block_backward(int layer, const UnitF32& p) {
-    const int C = cfg.embd, NH = cfg.heads;
-    const std::size_t nC = static_cast<std::size_t>(N) * C;
+    const int C = cfg.embd;
+    const std::size_t N4 = static_cast<std::size_t>(N) * 4 * Cl;
     BlockActs& a = acts_for(layer);
     const float* x = x_in[static_cast<std::size_t>(layer)].as<float>();
     float* d = dres.as<float>();
-    k->zero(dfch_gelu.data(), nC * 4 * 4);
-    k->matmul_backward(dfch_gelu.as<float>(), p.g(kFcProjW), p.g(kFcProjB), d, a.fch_gelu.as<float>(), p.p(kFcProjW), N,
-                       4 * C, C);
-    k->zero(dfch.data(), nC * 4 * 4);
-    k->gelu_backward(dfch.as<float>(), a.fch.as<float>(), dfch_gelu.as<float>(), nC * 4);
-    k->zero(dln.data(), nC * 4);
+    // The row-parallel c_proj: its output gradient is whole on every tp rank (gathered under SP), so the bias's
+    // gradient is the whole one and equal across the tp ranks.
+    const float* dout = tp.to_full(d, dfull.data() ? dfull.as<float>() : nullptr, C);
+    k->zero(dfch_gelu.data(), N4 * 4);
+    k->matmul_backward(dfch_gelu.as<float>(), p.g(kFcProjW), p.g(kFcProjB), dout, a.fch_gelu.as<float>(),
+                       p.p(kFcProjW), N, 4 * Cl, C);
+    k->zero(dfch.data(), N4 * 4);
+    k->gelu_backward(dfch.as<float>(), a.fch.as<float>(), dfch_gelu.as<float>(), N4);
+    k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
     k->matmul_backward(dln.as<float>(), p.g(kFcW), p.g(kFcB), dfch.as<float>(), a.ln2.as<float>(), p.p(kFcW), N, C,
-                       4 * C);
-    k->layernorm_backward(d, p.g(kLn2W), p.g(kLn2B), dln.as<float>(), a.x_mid.as<float>(), p.p(kLn2W),
-                          a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), N, C);
-    k->zero(datty.data(), nC * 4);
-    k->matmul_backward(datty.as<float>(), p.g(kProjW), p.g(kProjB), d, a.atty.as<float>(), p.p(kProjW), N, C, C);
-    k->zero(dqkv.data(), nC * 3 * 4);
+                       4 * Cl);
+    k->layernorm_backward(d, p.g(kLn2W), p.g(kLn2B), reduce_input_grad(), a.x_mid.as<float>(), p.p(kLn2W),
+                          a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), Nl, C);
+    dout = tp.to_full(d, dfull.data() ? dfull.as<float>() : nullptr, C);
+    k->zero(datty.data(), static_cast<std::size_t>(N) * Cl * 4);
+    k->matmul_backward(datty.as<float>(), p.g(kProjW), p.g(kProjB), dout, a.atty.as<float>(), p.p(kProjW), N, Cl, C);
+    k->zero(dqkv.data(), static_cast<std::size_t>(N) * 3 * Cl * 4);
     k->attention_backward(dqkv.as<float>(), datty.as<float>(), a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(),
-                          B, T, C, NH);
-    k->zero(dln.data(), nC * 4);
+                          B, T, Cl, NHl);
+    k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
     k->matmul_backward(dln.as<float>(), p.g(kAttnW), p.g(kAttnB), dqkv.as<float>(), a.ln1.as<float>(), p.p(kAttnW), N,
-                       C, 3 * C);
-    k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), dln.as<float>(), x, p.p(kLn1W), a.ln1_mean.as<float>(),
-                          a.ln1_rstd.as<float>(), N, C);
+                       C, 3 * Cl);
+    k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), reduce_input_grad(), x, p.p(kLn1W), a.ln1_mean.as<float>(),
+                          a.ln1_rstd.as<float>(), Nl, C);
   }
 
   // Forward through every unit; leaves the embeddings unit open (it is the tied LM head). in and tgt are N host
   // tokens, uploaded to tokens_in / tokens_tgt (the backward reads tokens_in). Returns the mean loss and leaves
-  // dlogits (scaled by dscale) in `logits` when dscale != 0.
+  // dlogits (scaled by dscale) in `logits`.
   double forward(const std::int32_t* in, const std::int32_t* tgt, float dscale) {
     const int C = cfg.embd, V = cfg.vocab, L = cfg.layers;
     STRATA_CHECK(T <= cfg.ctx, "sequence length {} exceeds the context {}", T, cfg.ctx);
     k->upload_tokens(tokens_in.as<std::int32_t>(), in, static_cast<std::size_t>(N));
     k->upload_tokens(tokens_tgt.as<std::int32_t>(), tgt, static_cast<std::size_t>(N));
     emb->load(model.begin_forward(embeddings_unit()));
-    k->encoder_forward(x_in[0].as<float>(), tokens_in.as<std::int32_t>(), emb->p(kWte), emb->p(kWpe), B, T, C);
+    float* x0 = x_in[0].as<float>();
+    if (!tpk) {
+      k->encoder_forward(x0, tokens_in.as<std::int32_t>(), emb->p(kWte), emb->p(kWpe), B, T, C);
+    } else {
+      // Each rank looks up the tokens of its vocabulary rows (0 for the others); the sum over tp is the embedding.
+      float* whole = sp ? attproj.as<float>() : x0;
+      k->embedding_forward(whole, tokens_in.as<std::int32_t>(), emb->p(kWte), v_begin, v_valid, N, C);
+      tp.reduce_partial(whole, x0, C);
+      k->position_forward(x0, emb->p(kWpe), B, tp.local_positions(), tp.first_position(), C);
+    }
     for (int l = 0; l < L; ++l) {
       unit->load(model.begin_forward(block_unit(l)));
       block_forward(l, *unit);
@@ -272,53 +391,70 @@ struct GptModel::Impl {
     }
     int f = final_norm_unit(cfg);
     unit->load(model.begin_forward(f));
-    k->layernorm_forward(lnf.as<float>(), lnf_mean.as<float>(), lnf_rstd.as<float>(),
-                         x_in[static_cast<std::size_t>(L)].as<float>(), unit->p(kLnfW), unit->p(kLnfB), N, C);
+    layernorm_whole(lnf.as<float>(), lnf_mean.as<float>(), lnf_rstd.as<float>(),
+                    x_in[static_cast<std::size_t>(L)].as<float>(), unit->p(kLnfW), unit->p(kLnfB));
     model.end_forward(f);
-    k->lm_head_forward(logits.as<float>(), lnf.as<float>(), emb->p(kWte), N, C, V);
-    k->crossentropy_softmax(losses.as<float>(), logits.as<float>(), logits.as<float>(), tokens_tgt.as<std::int32_t>(),
-                            N, V, dscale);
+    k->lm_head_forward(logits.as<float>(), lnf.as<float>(), emb->p(kWte), N, C, Vl);
+    if (!tpk) {
+      k->crossentropy_softmax(losses.as<float>(), logits.as<float>(), logits.as<float>(),
+                              tokens_tgt.as<std::int32_t>(), N, V, dscale);
+    } else {
+      // Vocabulary-parallel: the row maxima and the sums of exponentials are reduced over tp, never the logits.
+      float* mx = vocab_max.as<float>();
+      float* stats = vocab_stats.as<float>();
+      k->vocab_max(mx, logits.as<float>(), N, Vl, v_valid);
+      tp.max(mx, static_cast<std::size_t>(N));
+      k->vocab_sumexp(stats, logits.as<float>(), mx, tokens_tgt.as<std::int32_t>(), v_begin, N, Vl, v_valid);
+      tp.sum(stats, 2 * static_cast<std::size_t>(N));
+      k->vocab_crossentropy(losses.as<float>(), logits.as<float>(), logits.as<float>(), mx, stats,
+                            tokens_tgt.as<std::int32_t>(), v_begin, N, Vl, v_valid, dscale);
+    }
     model.end_forward(embeddings_unit());
     return k->sum(losses.as<float>(), static_cast<std::size_t>(N)) / N;
   }
 
   void backward() {
-    const int C = cfg.embd, V = cfg.vocab, L = cfg.layers;
+    const int C = cfg.embd, L = cfg.layers;
     BackwardViews ev = model.begin_backward(embeddings_unit());
     emb->load(ev.params);
-    emb->open_grads(ev.grads);
+    emb->open_grads(ev.grads, emb_tp_summed);
     k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
-    k->lm_head_backward(dln.as<float>(), emb->g(kWte), logits.as<float>(), lnf.as<float>(), emb->p(kWte), N, C, V);
+    k->lm_head_backward(dln.as<float>(), emb->g(kWte), logits.as<float>(), lnf.as<float>(), emb->p(kWte), N, C, Vl);
+    const float* dlnf = reduce_input_grad();
     int f = final_norm_unit(cfg);
     BackwardViews fv = model.begin_backward(f);
     unit->load(fv.params);
-    unit->open_grads(fv.grads);
-    k->zero(dres.data(), static_cast<std::size_t>(N) * C * 4);
-    k->layernorm_backward(dres.as<float>(), unit->g(kLnfW), unit->g(kLnfB), dln.as<float>(),
+    unit->open_grads(fv.grads, lnf_tp_summed);
+    k->zero(dres.data(), static_cast<std::size_t>(Nl) * C * 4);
+    k->layernorm_backward(dres.as<float>(), unit->g(kLnfW), unit->g(kLnfB), dlnf,
                           x_in[static_cast<std::size_t>(L)].as<float>(), unit->p(kLnfW), lnf_mean.as<float>(),
-                          lnf_rstd.as<float>(), N, C);
-    unit->close_grads(fv.grads);
+                          lnf_rstd.as<float>(), Nl, C);
+    unit->close_grads(fv.grads, tp, lnf_tp_summed);
     model.end_backward(f);
     for (int l = L - 1; l >= 0; --l) {
       BackwardViews bv = model.begin_backward(block_unit(l));
       unit->load(bv.params);
       if (recompute) block_forward(l, *unit);  // only x_in[l] was kept; rebuild the block's activations
-      unit->open_grads(bv.grads);
+      unit->open_grads(bv.grads, block_tp_summed);
       block_backward(l, *unit);
-      unit->close_grads(bv.grads);
+      unit->close_grads(bv.grads, tp, block_tp_summed);
       model.end_backward(block_unit(l));
     }
-    k->encoder_backward(emb->g(kWte), emb->g(kWpe), dres.as<float>(), tokens_in.as<std::int32_t>(), B, T, C);
-    emb->close_grads(ev.grads);
+    if (!tpk) {
+      k->encoder_backward(emb->g(kWte), emb->g(kWpe), dres.as<float>(), tokens_in.as<std::int32_t>(), B, T, C);
+    } else {
+      k->position_backward(emb->g(kWpe), dres.as<float>(), B, tp.local_positions(), tp.first_position(), C);
+      const float* dx0 = tp.to_full(dres.as<float>(), dfull.data() ? dfull.as<float>() : nullptr, C);
+      k->embedding_backward(emb->g(kWte), dx0, tokens_in.as<std::int32_t>(), v_begin, v_valid, N, C);
+    }
+    emb->close_grads(ev.grads, tp, emb_tp_summed);
     model.end_backward(embeddings_unit());
   }
 };
 
-GptModel::GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, bool recompute)
-    : impl_(std::make_unique<Impl>(cfg, model, device, B, T, recompute)) {
-  cfg.validate();
-  STRATA_CHECK(B >= 1 && T >= 1 && T <= cfg.ctx, "batch {} x sequence {} (context {})", B, T, cfg.ctx);
-}
+GptModel::GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, bool recompute,
+                   const GptParallel& parallel)
+    : impl_(std::make_unique<Impl>(checked(cfg, B, T), model, device, B, T, recompute, parallel)) {}
 
 GptModel::~GptModel() = default;
 
@@ -345,5 +481,8 @@ std::size_t GptModel::activation_bytes_kept() const {
     total += b->bytes();
   return total;
 }
+
+const TpTraffic& GptModel::tp_traffic() const { return impl_->tp.traffic(); }
+void GptModel::reset_tp_traffic() { impl_->tp.reset_traffic(); }
 
 }  // namespace strata::gpt

@@ -33,6 +33,8 @@ nlohmann::json TrainConfig::to_json() const {
           {"reduce_dtype", dtype_name(sharding.mixed_precision.reduce_dtype)},
           {"offload", offload_name(sharding.offload)},
           {"dp_replicate", dp_replicate},
+          {"tp", tp},
+          {"sequence_parallel", sequence_parallel},
           {"grad_clip", optimizer.grad_clip},
           {"recompute", recompute},
           {"init", init},
@@ -69,27 +71,52 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
                cfg_.model.vocab);
   // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
   set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
-  mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{1, cfg_.dp_replicate, -1, 1});
+  cfg_.model.validate_tp(cfg_.tp, cfg_.sequence_parallel, cfg_.seq);
+  mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{1, cfg_.dp_replicate, -1, cfg_.tp});
+  const int tp = cfg_.tp, tp_rank = mesh_->tp().rank();
+  if (tp > 1) {
+    // The norm counts every element of the whole model once: a replicated slot on tp rank 0 only, then the sum
+    // over the tp group joins the data-parallel one. The non-finite check travels with it, so all ranks agree.
+    cfg_.optimizer.norm_groups.push_back(&mesh_->tp());
+    cfg_.optimizer.counted = [tp_rank](int, const ParamSlot& s) { return !s.tp.replicated() || tp_rank == 0; };
+  }
   with_fit_advice([&] {
-    model_ = std::make_unique<ShardedModel>(*mesh_, gpt_units(cfg_.model), cfg_.sharding);
+    model_ = std::make_unique<ShardedModel>(*mesh_, gpt_units(cfg_.model, tp), cfg_.sharding);
     optimizer_ = std::make_unique<ShardedAdamW>(*model_, cfg_.adamw, cfg_.optimizer);
   });
-  for (int u = 0; u < model_->num_units(); ++u) parameters_ += model_->layout(u).numel();
+  for (int u = 0; u < model_->num_units(); ++u)
+    for (const ParamSlot& s : model_->layout(u).slots())
+      parameters_ += s.tp.replicated() ? s.numel : shape_numel(s.tp.global_shape);
+  // Each local element takes the value of its place in the global tensor, so the init does not depend on tp;
+  // padded vocabulary rows are 0.
+  auto fill_global = [tp, tp_rank](const ParamSlot& s, std::size_t begin, std::size_t count, float* out,
+                                   const std::function<void(std::size_t, std::size_t, float*)>& fill) {
+    std::fill(out, out + count, 0.0f);
+    for_each_global_run(s.tp, tp_rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {
+      fill(global, n, out + (local - begin));
+    });
+  };
   if (!cfg_.init.empty()) {
     SafetensorsReader reader(cfg_.init);
     for (int u = 0; u < model_->num_units(); ++u)
-      for (const ParamSlot& s : model_->layout(u).slots()) reader.check_shape(s.name, s.shape);
+      for (const ParamSlot& s : model_->layout(u).slots())
+        reader.check_shape(s.name, s.tp.replicated() ? s.shape : s.tp.global_shape);
     model_->init([&](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
-      reader.read_f32(s.name, begin, count, out);  // each rank reads only its shard
+      fill_global(s, begin, count, out, [&](std::size_t g, std::size_t n, float* o) {
+        reader.read_f32(s.name, g, n, o);  // each rank reads only its shard
+      });
     });
   } else {
     const GptConfig m = cfg_.model;
     const std::uint64_t seed = cfg_.seed;
-    model_->init([m, seed](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
-      spec_init(m, s, begin, count, out, seed);
+    model_->init([&, m, seed](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
+      fill_global(s, begin, count, out,
+                  [&](std::size_t g, std::size_t n, float* o) { spec_init(m, s, g, n, o, seed); });
     });
   }
   if (!cfg_.checkpoint.dir.empty()) {
+    STRATA_CHECK_CODE(ErrorCode::kUnsupported, tp == 1,
+                      "checkpoints of tensor-parallel runs (--tp {}) are not supported yet: use --save, or --tp 1", tp);
     checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, rt_.world(), cfg_.checkpoint);
     if (cfg_.resume && checkpointer_->latest_step() >= 0) {
       // The weights, the moments and the optimizer's scalars, then where the data and the schedule stood.
@@ -102,7 +129,10 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     }
   }
   with_fit_advice([&] {
-    gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), cfg_.batch, cfg_.seq, cfg_.recompute);
+    GptParallel par;
+    par.tp = &mesh_->tp();
+    par.sequence_parallel = cfg_.sequence_parallel;
+    gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), cfg_.batch, cfg_.seq, cfg_.recompute, par);
   });
   inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.seq);
   targets_.resize(inputs_.size());
@@ -113,13 +143,15 @@ GptTrainer::~GptTrainer() = default;
 StepRecord GptTrainer::step(int step) {
   auto t0 = std::chrono::steady_clock::now();
   const int world = rt_.world_size(), A = cfg_.grad_accum;
+  const int dp = mesh_->dp().size(), dp_rank = mesh_->dp().rank();
   double loss = 0;
-  const std::uint64_t rows_per_micro_batch = static_cast<std::uint64_t>(world) * static_cast<std::uint64_t>(cfg_.batch);
+  gpt_->reset_tp_traffic();
+  const std::uint64_t rows_per_micro_batch = static_cast<std::uint64_t>(dp) * static_cast<std::uint64_t>(cfg_.batch);
   for (int a = 0; a < A; ++a) {
     model_->set_is_last_backward(a == A - 1);  // finish the reductions after the last micro-batch's backward
     // The global rows of this micro-batch, this rank's share (the window rule of fill_batch, from the data position).
     const std::uint64_t first = rows_done_ + static_cast<std::uint64_t>(a) * rows_per_micro_batch +
-                                static_cast<std::uint64_t>(rt_.rank()) * static_cast<std::uint64_t>(cfg_.batch);
+                                static_cast<std::uint64_t>(dp_rank) * static_cast<std::uint64_t>(cfg_.batch);
     fill_rows(data_, first, cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
     with_fit_advice([&] {
       loss +=
@@ -131,7 +163,7 @@ StepRecord GptTrainer::step(int step) {
   next_step_ = step + 1;
   StepRecord rec;
   rec.step = step;
-  rec.loss = sum_over_ranks(rt_.world(), loss) / world;
+  rec.loss = sum_over_ranks(rt_.world(), loss) / world;  // the tp ranks of a group hold the same loss
   if (checkpointer_) {
     checkpointer_->poll();
     if (cfg_.checkpoint_every > 0 && (step + 1) % cfg_.checkpoint_every == 0) {
@@ -142,6 +174,7 @@ StepRecord GptTrainer::step(int step) {
   }
   rec.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   rec.grad_norm = r.grad_norm;
+  rec.tp_traffic = gpt_->tp_traffic();
   rec.skipped = r.skipped;
   rec.loss_scale = r.loss_scale;
   return rec;
@@ -183,7 +216,8 @@ void GptTrainer::save(const std::string& path) {
   // values it owns at their places, and rank 0 renames the file once every rank has flushed its part.
   SafetensorsWriter writer;
   for (int u = 0; u < model_->num_units(); ++u)
-    for (const ParamSlot& s : model_->layout(u).slots()) writer.declare(s.name, DType::kF32, s.shape);
+    for (const ParamSlot& s : model_->layout(u).slots())
+      writer.declare(s.name, DType::kF32, s.tp.replicated() ? s.shape : s.tp.global_shape);
   std::vector<std::uint64_t> offsets;  // per slot, in declaration order
   const std::string head =
       writer.header(nlohmann::json{{"format", "pt"}, {"written_by", "strata train_gpt"}}, &offsets);
@@ -192,8 +226,7 @@ void GptTrainer::save(const std::string& path) {
   std::string error;
   if (rt_.rank() == 0) {
     try {
-      std::uint64_t end = head.size();
-      for (int u = 0; u < model_->num_units(); ++u) end += model_->layout(u).numel() * 4;
+      const std::uint64_t end = head.size() + parameters_ * 4;
       const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot create {}: {}", tmp, std::strerror(errno));
       pwrite_all(fd, head.data(), head.size(), 0, tmp);
@@ -206,6 +239,7 @@ void GptTrainer::save(const std::string& path) {
   }
   all_agree(world, error.empty(), error, "saving " + path);
   try {
+    const int tp_rank = mesh_->tp().rank();
     ShardedParameters& params = model_->parameters();
     params.stream().synchronize();
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
@@ -216,13 +250,20 @@ void GptTrainer::save(const std::string& path) {
       for (int u = 0; u < model_->num_units(); ++u) {
         const UnitShard shard = params.unit(u);
         for (const ShardSegment& seg : params.owned_segments(u)) {
+          const ParamSlot& slot = shard.layout->slots()[seg.slot];
+          if (slot.tp.replicated() && tp_rank != 0) continue;  // every tp rank holds it: the first writes it
           const float* src = shard.master + seg.shard_begin;
           if (params.device().kind() != DeviceKind::kCpu) {  // device memory: through the host
             host.resize(seg.length);
             params.device().copy_to_host(host.data(), src, seg.length * 4);
             src = host.data();
           }
-          pwrite_all(fd, src, seg.length * 4, offsets[slot_index + seg.slot] + seg.slot_begin * 4, tmp);
+          // A tp slice's local runs land at their places in the global tensor (padding is not written).
+          for_each_global_run(slot.tp, tp_rank, cfg_.tp, seg.slot_begin, seg.length,
+                              [&](std::size_t local, std::size_t global, std::size_t n) {
+                                pwrite_all(fd, src + (local - seg.slot_begin), n * 4,
+                                           offsets[slot_index + seg.slot] + global * 4, tmp);
+                              });
         }
         slot_index += shard.layout->slots().size();
       }

@@ -19,7 +19,7 @@ namespace strata::gpt {
 struct TrainConfig {
   GptConfig model;
   int seq = 8;
-  int batch = 4;  // rows per rank per micro-batch
+  int batch = 4;  // rows per data-parallel rank per micro-batch (the tp ranks of a group share them)
   int grad_accum = 1;
   AdamWConfig adamw{1e-3, 0.9, 0.95, 1e-8, 0.1};
   // Learning rate per step: constant adamw.lr (the spec's default) unless warmup or cosine decay is asked for.
@@ -28,7 +28,9 @@ struct TrainConfig {
   double lr_at(int step) const;
   ShardingOptions sharding;
   OptimizerOptions optimizer;  // clipping and loss scaling
-  int dp_replicate = 1;        // hybrid sharding: the state is sharded over world / dp_replicate ranks
+  int dp_replicate = 1;        // hybrid sharding: the state is sharded over world / (tp * dp_replicate) ranks
+  int tp = 1;                  // tensor-parallel degree (consecutive ranks); data parallelism is what is left
+  bool sequence_parallel = false;
   bool recompute = false;
   std::string init;  // safetensors file; empty: the spec's distributions from `seed`
   std::uint64_t seed = 1;
@@ -47,6 +49,7 @@ struct StepRecord {
   double grad_norm = 0;  // global, before clipping
   bool skipped = false;
   float loss_scale = 1;
+  TpTraffic tp_traffic;      // the tensor-parallel collectives of this step (this rank)
   double checkpoint_ms = 0;  // this step's stall for checkpointing (the save, or an asynchronous save's commit)
 };
 
@@ -68,6 +71,8 @@ class GptTrainer {
   ShardedAdamW& optimizer() { return *optimizer_; }
   Checkpointer* checkpointer() { return checkpointer_.get(); }
   std::size_t parameters() const { return parameters_; }
+  DeviceMesh& mesh() { return *mesh_; }
+  GptModel& gpt() { return *gpt_; }
   // Collective: writes the weights under the spec's names as one F32 safetensors file. Each value is written once,
   // by the rank that owns it, at its place in the file (a shared file system): no rank gathers the model.
   void save(const std::string& path);

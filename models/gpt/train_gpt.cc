@@ -22,11 +22,11 @@ namespace {
 
 struct Flags {
   strata::gpt::GptConfig model;
-  int seq = 8, batch = 4, steps = 20, grad_accum = 1, zero_stage = 3, dp_replicate = 1;
+  int seq = 8, batch = 4, steps = 20, grad_accum = 1, zero_stage = 3, dp_replicate = 1, tp = 1;
   double lr = 1e-3, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   std::uint64_t seed = 1, tokens = 1 << 16;
   std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32";
-  bool recompute = false, no_progress = false;
+  bool recompute = false, no_progress = false, sequence_parallel = false;
   int prefetch = 1, warmup = 0;
   bool cosine = false;
   std::string trace, offload = "none", device_memory;
@@ -66,6 +66,12 @@ void add_flags(CLI::App& app, Flags& f) {
                  "hybrid sharding: replicate the state across this many groups, each sharding it over the ranks / "
                  "dp-replicate ranks of its group (1: shard over every rank)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--tp", f.tp,
+                 "tensor-parallel degree: each block's matmuls, the embedding and the loss split over this many "
+                 "consecutive ranks (data parallelism is the rest of the world)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--sequence-parallel", f.sequence_parallel,
+               "with --tp: LayerNorm and residual regions hold seq / tp positions per rank");
   app.add_option("--param-dtype", f.param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);
@@ -158,6 +164,12 @@ int main(int argc, char** argv) {
     cfg.optimizer.grad_clip = f.grad_clip;
     cfg.optimizer.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
     cfg.dp_replicate = f.dp_replicate;
+    // Layout errors before any allocation, on every rank, naming the values.
+    STRATA_CHECK(world % f.tp == 0, "--tp {} does not divide the world size {}", f.tp, world);
+    STRATA_CHECK(!f.sequence_parallel || f.tp > 1, "--sequence-parallel needs --tp 2 or more");
+    f.model.validate_tp(f.tp, f.sequence_parallel, f.seq);
+    cfg.tp = f.tp;
+    cfg.sequence_parallel = f.sequence_parallel;
     cfg.sharding.prefetch_depth = f.prefetch;
     cfg.sharding.offload = offload_from_name(f.offload);
     if (!f.device_memory.empty()) rt.device().set_memory_budget(parse_bytes(f.device_memory, "--device-memory"));
@@ -180,9 +192,13 @@ int main(int argc, char** argv) {
     rt.device().memory_stats().reset_peaks();  // construction transients are not part of a step
 
     if (rank == 0) {
-      std::printf("train_gpt: %s, %zu parameters; %d ranks x %d rows x %d tokens x %d micro-batches; %s%s\n",
-                  f.model.describe().c_str(), trainer.parameters(), world, f.batch, f.seq, f.grad_accum,
+      std::printf("train_gpt: %s, %zu parameters; %d data-parallel ranks x %d rows x %d tokens x %d micro-batches; "
+                  "%s%s\n",
+                  f.model.describe().c_str(), trainer.parameters(), world / f.tp, f.batch, f.seq, f.grad_accum,
                   cfg.sharding.describe().c_str(), f.recompute ? ", recompute" : "");
+      if (f.tp > 1)
+        std::printf("train_gpt: tensor parallel %d%s; %s\n", f.tp, f.sequence_parallel ? " with sequence parallelism" : "",
+                    trainer.mesh().describe().c_str());
       std::printf("train_gpt: data %s (%llu tokens), init %s, backend %s\n", data.path().c_str(),
                   static_cast<unsigned long long>(data.size()), f.init.empty() ? "spec distributions" : f.init.c_str(),
                   device_kind_name(rt.backend()));
@@ -203,7 +219,8 @@ int main(int argc, char** argv) {
       STRATA_CHECK_CODE(ErrorCode::kIo, metrics.good(), "cannot write --metrics {}", f.metrics);
     }
     const bool bar = rank == 0 && !f.no_progress && isatty(STDERR_FILENO);
-    const double tokens_per_step = static_cast<double>(world) * f.batch * f.seq * f.grad_accum;
+    const double tokens_per_step = static_cast<double>(world / f.tp) * f.batch * f.seq * f.grad_accum;
+    const gpt::TpTraffic tp_predicted = gpt::predict_tp_traffic(cfg);
     double final_loss = 0, time_sum_ms = 0, exposed_sum_ms = 0, comm_sum_ms = 0;
     int timed = 0;
     const int last_step = f.stop_at >= 0 ? std::min(f.stop_at, f.steps) : f.steps;
@@ -243,7 +260,12 @@ int main(int argc, char** argv) {
                                     {"reduce_scatter_bytes", comm.reduce_scatter_bytes},
                                     {"predicted_reduce_scatter_bytes", comm.predicted_reduce_scatter_bytes},
                                     {"all_reduce_bytes", comm.all_reduce_bytes},
-                                    {"predicted_all_reduce_bytes", comm.predicted_all_reduce_bytes}}
+                                    {"predicted_all_reduce_bytes", comm.predicted_all_reduce_bytes},
+                                    {"tp_bytes", r.tp_traffic.total()},
+                                    {"tp_all_reduce_bytes", r.tp_traffic.all_reduce_bytes},
+                                    {"tp_all_gather_bytes", r.tp_traffic.all_gather_bytes},
+                                    {"tp_reduce_scatter_bytes", r.tp_traffic.reduce_scatter_bytes},
+                                    {"predicted_tp_bytes", tp_predicted.total()}}
                          .dump()
                   << "\n";
         if (bar) progress(step + 1, last_step, timed ? time_sum_ms / timed : r.time_ms);

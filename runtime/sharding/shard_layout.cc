@@ -34,6 +34,7 @@ ShardLayout::ShardLayout(const std::vector<SlotSpec>& specs, int shard_world, st
     slot.offset = numel_;
     slot.weight_decay = s.weight_decay;
     slot.trainable = s.trainable;
+    slot.tp = s.tp;
     numel_ += slot.numel;
     slots_.push_back(std::move(slot));
   }

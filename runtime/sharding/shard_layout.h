@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/parallel/tp_split.h"
+
 namespace strata {
 
 // What a trainer declares for one parameter.
@@ -14,6 +16,7 @@ struct SlotSpec {
   std::vector<std::int64_t> shape;  // empty: a scalar; a zero dimension: a zero-size parameter
   bool weight_decay = true;
   bool trainable = true;  // false: frozen (no update, no optimizer state use)
+  TpSplit tp{};            // this rank's tensor-parallel slice; `shape` is the local shape
 };
 
 // A parameter's place in its unit's flat buffer (llm.c's malloc_and_point_parameters, padded as FSDP2 pads).
@@ -24,6 +27,7 @@ struct ParamSlot {
   std::size_t offset = 0;  // elements from the start of the flat buffer
   bool weight_decay = true;
   bool trainable = true;
+  TpSplit tp{};  // shape is the local (this tp rank's) shape; tp.global_shape the whole tensor's
 };
 
 // A run of one slot's elements inside one rank's shard.

@@ -24,7 +24,8 @@ std::uint64_t fnv1a(const std::string& text, std::uint64_t h = 14695981039346656
 std::string describe_unit(const UnitSpec& u) {
   std::string s = u.name + "{";
   for (const SlotSpec& slot : u.slots)
-    s += fmt::format("{}:{}:{}:{};", slot.name, shape_string(slot.shape), slot.weight_decay, slot.trainable);
+    s += fmt::format("{}:{}:{}:{}:{};", slot.name, shape_string(slot.shape), slot.weight_decay, slot.trainable,
+                     slot.tp.describe());
   return s + "}";
 }
 

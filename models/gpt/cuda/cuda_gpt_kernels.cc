@@ -107,6 +107,34 @@ class CudaGptKernels final : public GptKernels {
     cuda::crossentropy_softmax(losses, dlogits, logits, targets, N, V, dscale, s_);
   }
 
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int v_begin, int v_count, int N,
+                         int C) override {
+    cuda::embedding_forward(out, tokens, wte, v_begin, v_count, N, C, s_);
+  }
+  void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int v_begin, int v_count, int N,
+                          int C) override {
+    cuda::embedding_backward(dwte, dout, tokens, v_begin, v_count, N, C, s_);
+  }
+  void position_forward(float* out, const float* wpe, int B, int T, int t0, int C) override {
+    cuda::position_forward(out, wpe, B, T, t0, C, s_);
+  }
+  void position_backward(float* dwpe, const float* dout, int B, int T, int t0, int C) override {
+    cuda::position_backward(dwpe, dout, B, T, t0, C, s_);
+  }
+  void add_bias(float* out, const float* bias, int N, int C) override { cuda::add_bias(out, bias, N, C, s_); }
+  void vocab_max(float* row_max, const float* logits, int N, int V, int valid) override {
+    cuda::vocab_max(row_max, logits, N, V, valid, s_);
+  }
+  void vocab_sumexp(float* stats, const float* logits, const float* row_max, const std::int32_t* targets, int v_begin,
+                    int N, int V, int valid) override {
+    cuda::vocab_sumexp(stats, logits, row_max, targets, v_begin, N, V, valid, s_);
+  }
+  void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max,
+                          const float* stats, const std::int32_t* targets, int v_begin, int N, int V, int valid,
+                          float dscale) override {
+    cuda::vocab_crossentropy(losses, dlogits, logits, row_max, stats, targets, v_begin, N, V, valid, dscale, s_);
+  }
+
   void zero(void* p, std::size_t bytes) override { device_.fill_zero(p, bytes, stream_); }
   void to_f32(const void* src, DType dtype, float* dst, std::size_t n) override {
     ops_->convert(src, dtype, dst, DType::kF32, n, stream_);

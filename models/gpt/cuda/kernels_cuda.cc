@@ -81,4 +81,72 @@ void crossentropy_softmax(float* losses, float* dlogits, const float* logits, co
   STRATA_CHECK_CUDA(detail::launch_crossentropy_softmax(losses, dlogits, logits, targets, N, V, dscale, stream));
 }
 
+// ---- tensor parallelism ---------------------------------------------------------------------------------------
+
+namespace {
+
+void check_vocab_rows(int v_begin, int v_count, int N, int C) {
+  STRATA_CHECK(v_begin >= 0 && v_count >= 0 && N >= 0 && C >= 0,
+               "sizes must not be negative: v_begin = {}, v_count = {}, N = {}, C = {}", v_begin, v_count, N, C);
+}
+
+void check_positions(int B, int T, int t0, int C) {
+  check_rows(B, T, C);
+  STRATA_CHECK(t0 >= 0, "the first position t0 = {} must not be negative", t0);
+}
+
+void check_vocab_columns(int v_begin, int N, int V, int valid) {
+  STRATA_CHECK(v_begin >= 0 && N >= 0 && V >= 0, "sizes must not be negative: v_begin = {}, N = {}, V = {}", v_begin,
+               N, V);
+  STRATA_CHECK(valid >= 0 && valid <= V, "valid = {} must be in [0, V = {}]", valid, V);
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C,
+                       cudaStream_t stream) {
+  check_vocab_rows(v_begin, v_count, N, C);
+  STRATA_CHECK_CUDA(detail::launch_embedding_forward(out, tokens, wte, v_begin, v_count, N, C, stream));
+}
+
+void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int v_begin, int v_count, int N, int C,
+                        cudaStream_t stream) {
+  check_vocab_rows(v_begin, v_count, N, C);
+  STRATA_CHECK_CUDA(detail::launch_embedding_backward(dwte, dout, tokens, v_begin, v_count, N, C, stream));
+}
+
+void position_forward(float* out, const float* wpe, int B, int T, int t0, int C, cudaStream_t stream) {
+  check_positions(B, T, t0, C);
+  STRATA_CHECK_CUDA(detail::launch_position_forward(out, wpe, B, T, t0, C, stream));
+}
+
+void position_backward(float* dwpe, const float* dout, int B, int T, int t0, int C, cudaStream_t stream) {
+  check_positions(B, T, t0, C);
+  STRATA_CHECK_CUDA(detail::launch_position_backward(dwpe, dout, B, T, t0, C, stream));
+}
+
+void add_bias(float* out, const float* bias, int N, int C, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && C >= 0, "sizes must not be negative: N = {}, C = {}", N, C);
+  STRATA_CHECK_CUDA(detail::launch_add_bias(out, bias, N, C, stream));
+}
+
+void vocab_max(float* row_max, const float* logits, int N, int V, int valid, cudaStream_t stream) {
+  check_vocab_columns(0, N, V, valid);
+  STRATA_CHECK_CUDA(detail::launch_vocab_max(row_max, logits, N, V, valid, stream));
+}
+
+void vocab_sumexp(float* stats, const float* logits, const float* row_max, const int32_t* targets, int v_begin, int N,
+                  int V, int valid, cudaStream_t stream) {
+  check_vocab_columns(v_begin, N, V, valid);
+  STRATA_CHECK_CUDA(detail::launch_vocab_sumexp(stats, logits, row_max, targets, v_begin, N, V, valid, stream));
+}
+
+void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max, const float* stats,
+                        const int32_t* targets, int v_begin, int N, int V, int valid, float dscale,
+                        cudaStream_t stream) {
+  check_vocab_columns(v_begin, N, V, valid);
+  STRATA_CHECK_CUDA(detail::launch_vocab_crossentropy(losses, dlogits, logits, row_max, stats, targets, v_begin, N, V,
+                                                      valid, dscale, stream));
+}
+
 }  // namespace strata::gpt::cuda

@@ -101,4 +101,31 @@ void residual_forward(float* out, const float* a, const float* b, std::size_t n,
 void crossentropy_softmax(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N, int V,
                           float dscale, cudaStream_t stream);
 
+// ---- tensor parallelism ---------------------------------------------------------------------------------------
+// Twins of models/gpt/tp_kernels.h (the reference, same semantics). Tokens and targets stay on the device and are
+// not checked on the host: one outside this rank's range simply selects nothing (a zero embedding row, no gradient,
+// a target logit of 0), as on the CPU.
+
+// out[n,:] = wte[tokens[n] - v_begin,:] when tokens[n] is in [v_begin, v_begin + v_count), else 0.
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C,
+                       cudaStream_t stream);
+// dwte[tokens[n] - v_begin,:] += dout[n,:] for the tokens in range, summed in the CPU's row order.
+void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int v_begin, int v_count, int N, int C,
+                        cudaStream_t stream);
+// out[b,t,:] += wpe[t0 + t,:].
+void position_forward(float* out, const float* wpe, int B, int T, int t0, int C, cudaStream_t stream);
+// dwpe[t0 + t,:] += sum over b of dout[b,t,:], batch rows in order.
+void position_backward(float* dwpe, const float* dout, int B, int T, int t0, int C, cudaStream_t stream);
+// out[n,c] += bias[c].
+void add_bias(float* out, const float* bias, int N, int C, cudaStream_t stream);
+// The vocabulary-parallel cross-entropy's three passes over this rank's logits[N, V], the first `valid` columns
+// real: row_max[N]; stats[2N] (the sums of exp(logit - max) in double, then the target logits or 0); the losses and,
+// unless dlogits is null, dlogits (written, not added; 0 in the padded columns; dlogits may equal logits).
+void vocab_max(float* row_max, const float* logits, int N, int V, int valid, cudaStream_t stream);
+void vocab_sumexp(float* stats, const float* logits, const float* row_max, const int32_t* targets, int v_begin, int N,
+                  int V, int valid, cudaStream_t stream);
+void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max, const float* stats,
+                        const int32_t* targets, int v_begin, int N, int V, int valid, float dscale,
+                        cudaStream_t stream);
+
 }  // namespace strata::gpt::cuda

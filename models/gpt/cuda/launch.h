@@ -45,4 +45,20 @@ cudaError_t launch_residual_forward(float* out, const float* a, const float* b, 
 cudaError_t launch_crossentropy_softmax(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                         int N, int V, float dscale, cudaStream_t stream);
 
+// Tensor parallelism (tp_kernels_cuda.cu).
+cudaError_t launch_embedding_forward(float* out, const int32_t* tokens, const float* wte, int v_begin, int v_count,
+                                     int N, int C, cudaStream_t stream);
+cudaError_t launch_embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int v_begin, int v_count,
+                                      int N, int C, cudaStream_t stream);
+cudaError_t launch_position_forward(float* out, const float* wpe, int B, int T, int t0, int C, cudaStream_t stream);
+cudaError_t launch_position_backward(float* dwpe, const float* dout, int B, int T, int t0, int C,
+                                     cudaStream_t stream);
+cudaError_t launch_add_bias(float* out, const float* bias, int N, int C, cudaStream_t stream);
+cudaError_t launch_vocab_max(float* row_max, const float* logits, int N, int V, int valid, cudaStream_t stream);
+cudaError_t launch_vocab_sumexp(float* stats, const float* logits, const float* row_max, const int32_t* targets,
+                                int v_begin, int N, int V, int valid, cudaStream_t stream);
+cudaError_t launch_vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max,
+                                      const float* stats, const int32_t* targets, int v_begin, int N, int V,
+                                      int valid, float dscale, cudaStream_t stream);
+
 }  // namespace strata::gpt::cuda::detail

@@ -15,6 +15,7 @@
 
 #include "models/gpt/cuda/kernels_cuda.h"
 #include "models/gpt/kernels.h"
+#include "models/gpt/tp_kernels.h"
 #include "core/cuda_check.h"
 #include "core/device_registry.h"
 #include "tests/support/test_support.h"
@@ -443,6 +444,221 @@ TEST_F(GptCudaKernels, CrossEntropyTargetOutsideTheVocabularyGivesNaN) {
   EXPECT_TRUE(std::isfinite(losses[2]));
   EXPECT_TRUE(std::isnan(dlogits[V]));
   EXPECT_TRUE(std::isfinite(dlogits[2 * V]));
+}
+
+// ---- tensor parallelism -------------------------------------------------------------------------------------
+
+// This rank's rows of a 101-token vocabulary: [40, 70). Tokens come from the whole vocabulary, so most select no
+// local row (a zero embedding, no gradient) and the local ones repeat; the first rows take the range's edges.
+constexpr int kTpVocab = 101, kTpBegin = 40, kTpCount = 30;
+
+Tokens tp_tokens(std::size_t n, unsigned seed) {
+  Tokens t = rand_tokens(n, kTpVocab, seed);
+  const int32_t edges[] = {kTpBegin, kTpBegin + kTpCount - 1, kTpBegin - 1, kTpBegin + kTpCount};
+  for (std::size_t i = 0; i < n && i < 4; ++i) t[i] = edges[i];
+  return t;
+}
+
+struct RowsShape {
+  int N, C;
+};
+constexpr RowsShape kTpRowShapes[] = {{1, 48}, {37, 48}, {300, 64}, {75, 333}};
+
+// The embedding, position and bias kernels make the CPU's additions in the CPU's order: equal to the bit.
+TEST_F(GptCudaKernels, EmbeddingForward) {
+  for (const RowsShape s : kTpRowShapes) {
+    SCOPED_TRACE(shape({{"N", s.N}, {"C", s.C}}));
+    const Tokens tokens = tp_tokens(s.N, 140);
+    const Floats wte = randn(static_cast<std::size_t>(kTpCount) * s.C, 141);
+    Floats out(static_cast<std::size_t>(s.N) * s.C);
+    embedding_forward(out.data(), tokens.data(), wte.data(), kTpBegin, kTpCount, s.N, s.C);
+    DeviceArray<int32_t> d_tokens(tokens);
+    Dev d_wte(wte), d_out(out.size());  // NaN-filled: rows outside the range must be written too
+    cuda::embedding_forward(d_out.get(), d_tokens.get(), d_wte.get(), kTpBegin, kTpCount, s.N, s.C, stream_);
+    EXPECT_EQ(d_out.host(stream_), out);
+  }
+}
+
+TEST_F(GptCudaKernels, EmbeddingBackward) {
+  for (const RowsShape s : kTpRowShapes) {
+    SCOPED_TRACE(shape({{"N", s.N}, {"C", s.C}}));
+    const Tokens tokens = tp_tokens(s.N, 150);
+    const Floats dout = randn(static_cast<std::size_t>(s.N) * s.C, 151);
+    const Floats dwte0 = randn(static_cast<std::size_t>(kTpCount) * s.C, 152, 0.5f);
+    Floats dwte = dwte0;
+    embedding_backward(dwte.data(), dout.data(), tokens.data(), kTpBegin, kTpCount, s.N, s.C);
+    DeviceArray<int32_t> d_tokens(tokens);
+    Dev d_dout(dout), d_dwte(dwte0);
+    cuda::embedding_backward(d_dwte.get(), d_dout.get(), d_tokens.get(), kTpBegin, kTpCount, s.N, s.C, stream_);
+    EXPECT_EQ(d_dwte.host(stream_), dwte);
+  }
+}
+
+// This rank's T positions of the sequence start at t0; wpe has rows before and after them, which stay untouched.
+struct PositionShape {
+  int B, T, t0, C;
+};
+constexpr PositionShape kPositionShapes[] = {{1, 1, 0, 48}, {2, 37, 5, 48}, {3, 64, 64, 64}, {4, 9, 3, 333}};
+
+TEST_F(GptCudaKernels, PositionForward) {
+  for (const PositionShape s : kPositionShapes) {
+    SCOPED_TRACE(shape({{"B", s.B}, {"T", s.T}, {"t0", s.t0}, {"C", s.C}}));
+    const Floats wpe = randn(static_cast<std::size_t>(s.t0 + s.T + 3) * s.C, 160);
+    const Floats out0 = randn(static_cast<std::size_t>(s.B) * s.T * s.C, 161);
+    Floats out = out0;
+    position_forward(out.data(), wpe.data(), s.B, s.T, s.t0, s.C);
+    Dev d_wpe(wpe), d_out(out0);
+    cuda::position_forward(d_out.get(), d_wpe.get(), s.B, s.T, s.t0, s.C, stream_);
+    EXPECT_EQ(d_out.host(stream_), out);
+  }
+}
+
+TEST_F(GptCudaKernels, PositionBackward) {
+  for (const PositionShape s : kPositionShapes) {
+    SCOPED_TRACE(shape({{"B", s.B}, {"T", s.T}, {"t0", s.t0}, {"C", s.C}}));
+    const Floats dout = randn(static_cast<std::size_t>(s.B) * s.T * s.C, 170);
+    const Floats dwpe0 = randn(static_cast<std::size_t>(s.t0 + s.T + 3) * s.C, 171, 0.5f);
+    Floats dwpe = dwpe0;
+    position_backward(dwpe.data(), dout.data(), s.B, s.T, s.t0, s.C);
+    Dev d_dout(dout), d_dwpe(dwpe0);
+    cuda::position_backward(d_dwpe.get(), d_dout.get(), s.B, s.T, s.t0, s.C, stream_);
+    EXPECT_EQ(d_dwpe.host(stream_), dwpe);
+  }
+}
+
+TEST_F(GptCudaKernels, AddBias) {
+  for (const RowsShape s : kTpRowShapes) {
+    SCOPED_TRACE(shape({{"N", s.N}, {"C", s.C}}));
+    const Floats bias = randn(s.C, 180), out0 = randn(static_cast<std::size_t>(s.N) * s.C, 181);
+    Floats out = out0;
+    add_bias(out.data(), bias.data(), s.N, s.C);
+    Dev d_bias(bias), d_out(out0);
+    cuda::add_bias(d_out.get(), d_bias.get(), s.N, s.C, stream_);
+    EXPECT_EQ(d_out.host(stream_), out);
+  }
+}
+
+// This rank's V logit columns from vocabulary column v_begin, the first `valid` real. The padded columns hold large
+// logits, which must enter neither the max nor the sum. The first rows' targets are: the first and last valid
+// column, a padded column, the column before v_begin and the one after the slice (the last three not this rank's).
+struct VocabShape {
+  int N, V, valid, v_begin;
+};
+constexpr VocabShape kVocabShapes[] = {{1, 101, 101, 0}, {37, 101, 97, 202}, {16, 5003, 4999, 5003}, {9, 64, 60, 64}};
+
+struct VocabCase {
+  Floats logits;
+  Tokens targets;
+};
+
+VocabCase vocab_case(const VocabShape& s, unsigned seed) {
+  VocabCase c{randn(static_cast<std::size_t>(s.N) * s.V, seed, 3.0f),
+              rand_tokens(s.N, s.v_begin + s.V + 50, seed + 1)};
+  for (std::size_t n = 0; n < static_cast<std::size_t>(s.N); ++n)
+    for (int v = s.valid; v < s.V; ++v) c.logits[n * s.V + v] = 50.0f;
+  const int32_t edges[] = {s.v_begin, s.v_begin + s.valid - 1, s.v_begin + s.valid, s.v_begin - 1, s.v_begin + s.V};
+  for (int n = 0; n < s.N && n < 5; ++n) c.targets[n] = edges[n];
+  return c;
+}
+
+std::string vocab_trace(const VocabShape& s) {
+  return shape({{"N", s.N}, {"V", s.V}, {"valid", s.valid}, {"v_begin", s.v_begin}});
+}
+
+TEST_F(GptCudaKernels, VocabMax) {
+  for (const VocabShape s : kVocabShapes) {
+    SCOPED_TRACE(vocab_trace(s));
+    const VocabCase c = vocab_case(s, 190);
+    Floats row_max(s.N);
+    vocab_max(row_max.data(), c.logits.data(), s.N, s.V, s.valid);
+    Dev d_logits(c.logits), d_row_max(s.N);
+    cuda::vocab_max(d_row_max.get(), d_logits.get(), s.N, s.V, s.valid, stream_);
+    EXPECT_EQ(d_row_max.host(stream_), row_max);  // a max is exact
+  }
+}
+
+TEST_F(GptCudaKernels, VocabSumExp) {
+  for (const VocabShape s : kVocabShapes) {
+    SCOPED_TRACE(vocab_trace(s));
+    const VocabCase c = vocab_case(s, 200);
+    Floats row_max(s.N), stats(2 * static_cast<std::size_t>(s.N));
+    vocab_max(row_max.data(), c.logits.data(), s.N, s.V, s.valid);
+    vocab_sumexp(stats.data(), c.logits.data(), row_max.data(), c.targets.data(), s.v_begin, s.N, s.V, s.valid);
+    // From the CPU's row maxima, so the sums are judged on their own.
+    DeviceArray<int32_t> d_targets(c.targets);
+    Dev d_logits(c.logits), d_row_max(row_max), d_stats(stats.size());
+    cuda::vocab_sumexp(d_stats.get(), d_logits.get(), d_row_max.get(), d_targets.get(), s.v_begin, s.N, s.V, s.valid,
+                       stream_);
+    const Floats got = d_stats.host(stream_);
+    const Floats got_sums(got.begin(), got.begin() + s.N), want_sums(stats.begin(), stats.begin() + s.N);
+    const Floats got_targets(got.begin() + s.N, got.end()), want_targets(stats.begin() + s.N, stats.end());
+    EXPECT_CLOSE(got_sums, want_sums, kTol);
+    EXPECT_EQ(got_targets, want_targets);  // copies of logits, or 0
+  }
+}
+
+TEST_F(GptCudaKernels, VocabCrossEntropy) {
+  for (const VocabShape s : kVocabShapes) {
+    SCOPED_TRACE(vocab_trace(s));
+    const VocabCase c = vocab_case(s, 210);
+    const std::size_t NV = static_cast<std::size_t>(s.N) * s.V;
+    const float dscale = 1.0f / static_cast<float>(s.N);
+    Floats row_max(s.N), stats(2 * static_cast<std::size_t>(s.N)), losses(s.N), dlogits(NV);
+    vocab_max(row_max.data(), c.logits.data(), s.N, s.V, s.valid);
+    vocab_sumexp(stats.data(), c.logits.data(), row_max.data(), c.targets.data(), s.v_begin, s.N, s.V, s.valid);
+    vocab_crossentropy(losses.data(), dlogits.data(), c.logits.data(), row_max.data(), stats.data(),
+                       c.targets.data(), s.v_begin, s.N, s.V, s.valid, dscale);
+    // From the CPU's row maxima and statistics, so the last pass is judged on its own.
+    DeviceArray<int32_t> d_targets(c.targets);
+    Dev d_logits(c.logits), d_row_max(row_max), d_stats(stats), d_losses(s.N), d_dlogits(NV);
+    cuda::vocab_crossentropy(d_losses.get(), d_dlogits.get(), d_logits.get(), d_row_max.get(), d_stats.get(),
+                             d_targets.get(), s.v_begin, s.N, s.V, s.valid, dscale, stream_);
+    EXPECT_CLOSE(d_losses.host(stream_), losses, kTol);
+    const Floats got = d_dlogits.host(stream_);
+    EXPECT_CLOSE(got, dlogits, kTol);
+    std::size_t nonzero_pads = 0;
+    for (std::size_t n = 0; n < static_cast<std::size_t>(s.N); ++n)
+      for (int v = s.valid; v < s.V; ++v) nonzero_pads += got[n * s.V + v] != 0.0f;
+    EXPECT_EQ(nonzero_pads, 0u) << "the padded columns' gradient must be exactly 0";
+
+    Dev d_losses_only(s.N);  // no dlogits
+    cuda::vocab_crossentropy(d_losses_only.get(), nullptr, d_logits.get(), d_row_max.get(), d_stats.get(),
+                             d_targets.get(), s.v_begin, s.N, s.V, s.valid, dscale, stream_);
+    EXPECT_CLOSE(d_losses_only.host(stream_), losses, kTol);
+
+    Dev d_inplace(c.logits), d_losses_inplace(s.N);  // dlogits == logits
+    cuda::vocab_crossentropy(d_losses_inplace.get(), d_inplace.get(), d_inplace.get(), d_row_max.get(), d_stats.get(),
+                             d_targets.get(), s.v_begin, s.N, s.V, s.valid, dscale, stream_);
+    EXPECT_CLOSE(d_losses_inplace.host(stream_), losses, kTol);
+    EXPECT_CLOSE(d_inplace.host(stream_), dlogits, kTol);
+  }
+}
+
+TEST_F(GptCudaKernels, TensorParallelEmptyInputsEnqueueNothing) {
+  Dev w(64 * 64), g(64 * 64);  // parameters and their gradients: must stay untouched (NaN bytes)
+  const Floats before = g.host(stream_);
+  cuda::embedding_forward(nullptr, nullptr, w.get(), 0, 64, 0, 64, stream_);
+  cuda::embedding_backward(g.get(), nullptr, nullptr, 0, 64, 0, 64, stream_);
+  cuda::embedding_backward(g.get(), nullptr, nullptr, 0, 0, 16, 64, stream_);
+  cuda::position_forward(nullptr, w.get(), 0, 4, 0, 64, stream_);
+  cuda::position_backward(g.get(), nullptr, 0, 4, 0, 64, stream_);
+  cuda::position_backward(g.get(), nullptr, 2, 0, 3, 64, stream_);
+  cuda::add_bias(nullptr, w.get(), 0, 64, stream_);
+  cuda::vocab_max(nullptr, nullptr, 0, 64, 60, stream_);
+  cuda::vocab_sumexp(nullptr, nullptr, nullptr, nullptr, 0, 0, 64, 60, stream_);
+  cuda::vocab_crossentropy(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, 0, 0, 64, 60, 1.0f, stream_);
+  const Floats after = g.host(stream_);
+  EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
+
+  EXPECT_EQ(test::error_code_of([&] { cuda::vocab_max(nullptr, nullptr, 1, 64, 65, stream_); }),
+            ErrorCode::kInvalidArgument)
+      << "valid > V";
+  EXPECT_EQ(test::error_code_of([&] { cuda::position_forward(nullptr, nullptr, 1, 4, -1, 64, stream_); }),
+            ErrorCode::kInvalidArgument)
+      << "t0 < 0";
+  EXPECT_EQ(test::error_code_of([&] { cuda::embedding_forward(nullptr, nullptr, nullptr, 0, -1, 1, 64, stream_); }),
+            ErrorCode::kInvalidArgument)
+      << "v_count < 0";
 }
 
 // ---- edge cases and repeatability ---------------------------------------------------------------------------

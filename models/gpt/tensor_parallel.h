@@ -1,0 +1,67 @@
+// TensorParallel: the GPT's collectives over its tensor-parallel group (Megatron-LM's f/g operators, and with
+// sequence parallelism its all-gather / reduce-scatter along the sequence), issued on the device's compute stream so
+// they are ordered with the kernels around them and hold no buffer past its use.
+//
+// Layout: a micro-batch is B rows of T tokens, [B, T, C] row-major. Under sequence parallelism tp rank r holds
+// positions [r T/tp, (r+1) T/tp) of every row, [B, T/tp, C]; the collectives exchange contiguous rank blocks
+// [tp][B][T/tp][C], so a gather or a scatter with B > 1 permutes through a staging buffer.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+#include "collectives/communicator.h"
+#include "core/device.h"
+
+namespace strata::gpt {
+
+// Bytes and calls per step of each kind of tp collective (the buffer sizes: an all-reduce's buffer, an all-gather's
+// output, a reduce-scatter's input).
+struct TpTraffic {
+  std::uint64_t all_reduce_bytes = 0, all_gather_bytes = 0, reduce_scatter_bytes = 0;
+  std::uint64_t calls = 0;
+  std::uint64_t total() const { return all_reduce_bytes + all_gather_bytes + reduce_scatter_bytes; }
+};
+
+class TensorParallel {
+ public:
+  // group: the tp group (null: tp 1). B rows of T tokens; C channels (the widest row the sequence ops move).
+  TensorParallel(Device& device, Communicator* group, bool sequence_parallel, int B, int T, int C);
+
+  int size() const { return size_; }
+  int rank() const { return rank_; }
+  bool sequence_parallel() const { return sp_; }
+  // Rows of the sequence-sharded regions on this rank: B * T / tp under sequence parallelism, else B * T; and the
+  // first position this rank holds.
+  int local_rows() const { return sp_ ? B_ * (T_ / size_) : B_ * T_; }
+  int local_positions() const { return sp_ ? T_ / size_ : T_; }
+  int first_position() const { return sp_ ? rank_ * (T_ / size_) : 0; }
+
+  // In place over the group (nothing at tp 1).
+  void sum(float* x, std::size_t n);
+  void max(float* x, std::size_t n);
+  // A sequence-sharded [B, T/tp, C] to the whole [B, T, C] in `full`; returns `full`. Without sequence parallelism
+  // `local` is already whole: returns it.
+  const float* to_full(const float* local, float* full, int C);
+  // A partial sum [B, T, C] (each tp rank's share of a row-parallel product) to its reduction in this rank's rows:
+  // a reduce-scatter along the sequence into `local` (returned), or without sequence parallelism an all-reduce in
+  // place (returns `partial`).
+  float* reduce_partial(float* partial, float* local, int C);
+
+  const TpTraffic& traffic() const { return traffic_; }
+  void reset_traffic() { traffic_ = {}; }
+  // Bytes of staging this object holds (the permutation buffer; 0 without sequence parallelism or with B == 1).
+  std::size_t staging_bytes() const { return staging_.bytes(); }
+
+ private:
+  Device& device_;
+  Communicator* group_;
+  int size_ = 1, rank_ = 0;
+  bool sp_;
+  int B_, T_;
+  Buffer staging_;
+  TpTraffic traffic_;
+};
+
+}  // namespace strata::gpt

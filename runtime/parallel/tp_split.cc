@@ -1,0 +1,85 @@
+// TpSplit: local shapes and the local-to-global element map of a tensor-parallel slice.
+#include "runtime/parallel/tp_split.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.h"
+
+namespace strata {
+
+std::string TpSplit::describe() const {
+  if (replicated()) return "replicated";
+  return fmt::format("dim {} in {} part{} of [{}]", dim, parts, parts == 1 ? "" : "s", fmt::join(global_shape, ", "));
+}
+
+std::vector<std::int64_t> TpSplit::local_shape(int tp) const {
+  if (replicated()) return global_shape;
+  std::vector<std::int64_t> s = global_shape;
+  const std::int64_t block = s[static_cast<std::size_t>(dim)] / parts;
+  s[static_cast<std::size_t>(dim)] = (block + tp - 1) / tp * parts;
+  return s;
+}
+
+void TpSplit::validate(const std::string& what, int tp) const {
+  if (replicated()) return;
+  STRATA_CHECK(tp >= 1, "{}: tensor-parallel degree {} must be at least 1", what, tp);
+  STRATA_CHECK(dim < static_cast<int>(global_shape.size()), "{}: split dimension {} of a {}-D tensor", what, dim,
+               global_shape.size());
+  STRATA_CHECK(parts >= 1, "{}: {} parts", what, parts);
+  const std::int64_t n = global_shape[static_cast<std::size_t>(dim)];
+  STRATA_CHECK(n % parts == 0, "{}: dimension {} of size {} is not {} equal parts", what, dim, n, parts);
+  STRATA_CHECK(parts == 1 || (n / parts) % tp == 0,
+               "{}: each of the {} parts of dimension {} ({}) must divide by the tensor-parallel degree {}", what,
+               parts, dim, n / parts, tp);
+}
+
+void for_each_global_run(const TpSplit& split, int rank, int tp, std::size_t begin, std::size_t count,
+                         const std::function<void(std::size_t, std::size_t, std::size_t)>& fn) {
+  if (count == 0) return;
+  if (split.replicated()) {
+    fn(begin, begin, count);
+    return;
+  }
+  // Row-major: an element is (outer, j, inner) with j its index along `dim` (local size L, global size G).
+  const std::vector<std::int64_t>& g = split.global_shape;
+  const std::size_t d = static_cast<std::size_t>(split.dim);
+  std::size_t inner = 1;
+  for (std::size_t i = d + 1; i < g.size(); ++i) inner *= static_cast<std::size_t>(g[i]);
+  const std::size_t G = static_cast<std::size_t>(g[d]);
+  const std::size_t parts = static_cast<std::size_t>(split.parts);
+  const std::size_t block = G / parts;                              // global elements of one part along dim
+  const std::size_t piece = (block + static_cast<std::size_t>(tp) - 1) / static_cast<std::size_t>(tp);  // per rank
+  const std::size_t L = piece * parts;
+  const std::size_t end = begin + count;
+  std::size_t run_local = 0, run_global = 0, run_len = 0;
+  auto flush = [&] {
+    if (run_len) fn(run_local, run_global, run_len);
+    run_len = 0;
+  };
+  // Walk in pieces of `inner` elements (one index j along dim): each maps to a contiguous global run or to padding.
+  std::size_t k = begin;
+  while (k < end) {
+    const std::size_t o = k / (L * inner), j = (k / inner) % L, i = k % inner;
+    const std::size_t len = std::min(inner - i, end - k);
+    const std::size_t p = j / piece, w = j % piece;
+    const std::size_t gj = p * block + static_cast<std::size_t>(rank) * piece + w;
+    if (static_cast<std::size_t>(rank) * piece + w >= block) {  // padding (only when parts == 1)
+      flush();
+    } else {
+      const std::size_t gk = (o * G + gj) * inner + i;
+      if (run_len && run_global + run_len == gk && run_local + run_len == k) {
+        run_len += len;
+      } else {
+        flush();
+        run_local = k;
+        run_global = gk;
+        run_len = len;
+      }
+    }
+    k += len;
+  }
+  flush();
+}
+
+}  // namespace strata

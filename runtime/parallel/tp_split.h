@@ -1,0 +1,42 @@
+// TpSplit: how a parameter is cut across the tensor-parallel group, and where a tp rank's local elements sit in the
+// global tensor (Megatron's column- and row-parallel slices). The optimizer uses it to count every element of the
+// full model once, checkpoints to write each local run at its place in the global tensor, and the model's init to
+// draw each element from its global index (so the init does not depend on the tp degree).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace strata {
+
+struct TpSplit {
+  // The dimension of the global shape cut into tp pieces; -1: replicated (every tp rank holds all of it).
+  int dim = -1;
+  // The split dimension is `parts` equal blocks, each cut into tp pieces, and a rank's local tensor holds its piece of
+  // every block in order (3 for a fused q|k|v projection: each rank holds its heads of q, of k and of v).
+  int parts = 1;
+  // The global shape. Along `dim` it may be smaller than tp x the local size: the local tensors are padded at the
+  // end (a vocabulary not divisible by tp); padded elements have no global place. Empty when replicated.
+  std::vector<std::int64_t> global_shape;
+
+  bool replicated() const { return dim < 0; }
+  // "replicated", or "dim 1 in 3 parts of [32, 96]".
+  std::string describe() const;
+  // The local shape at tp degree `tp` (global along `dim` / (parts * tp), rounded up, times parts).
+  std::vector<std::int64_t> local_shape(int tp) const;
+  // kInvalidArgument naming `what` when the split cannot be taken at degree `tp` (dim out of range, a block size not
+  // divisible, parts > 1 with padding).
+  void validate(const std::string& what, int tp) const;
+};
+
+// Calls fn(local_begin, global_begin, length) for each maximal run of local elements [begin, begin + count) of tp
+// rank `rank` (of `tp`) whose global indices (row-major, global shape) are consecutive. Padded elements are skipped.
+// Replicated: one run, local == global.
+void for_each_global_run(const TpSplit& split, int rank, int tp, std::size_t begin, std::size_t count,
+                         const std::function<void(std::size_t local_begin, std::size_t global_begin,
+                                                  std::size_t length)>& fn);
+
+}  // namespace strata
