@@ -132,6 +132,7 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     GptParallel par;
     par.tp = &mesh_->tp();
     par.sequence_parallel = cfg_.sequence_parallel;
+    par.tp_kernels = cfg_.tp_kernels;
     gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), cfg_.batch, cfg_.seq, cfg_.recompute, par);
   });
   inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.seq);

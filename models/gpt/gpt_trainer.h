@@ -31,6 +31,7 @@ struct TrainConfig {
   int dp_replicate = 1;        // hybrid sharding: the state is sharded over world / (tp * dp_replicate) ranks
   int tp = 1;                  // tensor-parallel degree (consecutive ranks); data parallelism is what is left
   bool sequence_parallel = false;
+  bool tp_kernels = false;     // the tensor-parallel data flow even at tp 1 (tests; GptParallel::tp_kernels)
   bool recompute = false;
   std::string init;  // safetensors file; empty: the spec's distributions from `seed`
   std::uint64_t seed = 1;

@@ -59,5 +59,45 @@ TEST(GptCudaTraining, RecomputeGivesTheSameLosses) {
   EXPECT_LE(max_rel(recomputed, plain), 1e-6);
 }
 
+// The tensor-parallel data flow (vocabulary-parallel loss, bias after the reduction, sequence gather / scatter) at tp
+// 1 on one GPU: the new CUDA kernels inside a training run, against the PyTorch reference at the CUDA bar.
+TEST(GptCudaTraining, TensorParallelPathOnOneGpuEqualsThePyTorchReference) {
+  if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
+  if (runtime().world_size() != 1) GTEST_SKIP() << "the one-GPU case; GptCudaTensorParallel covers np >= 2";
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  for (bool sp : {false, true}) {
+    TrainConfig cfg = reference_config(ref, 1);
+    cfg.tp_kernels = true;
+    cfg.sequence_parallel = sp;
+    double err = max_rel(run(cfg, static_cast<int>(want.size())), want);
+    EXPECT_LE(err, 1e-4) << (sp ? "with" : "without") << " sequence parallelism";
+    std::printf("cuda, tp path at tp 1%s: max relative loss error vs PyTorch %.3g\n", sp ? " + sp" : "", err);
+  }
+}
+
+// tp over every rank, one GPU each (NCCL refuses two ranks on one GPU): registered at np 2, skipped with the reason
+// where the ranks do not each have a GPU.
+TEST(GptCudaTensorParallel, TpOverGpusEqualsThePyTorchReference) {
+  const int world = runtime().world_size();
+  if (world < 2) GTEST_SKIP() << "tensor parallelism needs 2 or more ranks";
+  if (!on_cuda())
+    GTEST_SKIP() << world << " ranks and " << cuda_device_count()
+                 << " GPU(s) visible: NCCL needs one GPU per rank, so this runs on the CPU backend and skips";
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  const int heads = ref["config"]["heads"].get<int>();
+  if (heads % world != 0) GTEST_SKIP() << "the reference's " << heads << " heads do not divide by tp " << world;
+  for (bool sp : {false, true}) {
+    TrainConfig cfg = reference_config(ref, 1);
+    cfg.tp = world;
+    cfg.sequence_parallel = sp;
+    double err = max_rel(run(cfg, static_cast<int>(want.size())), want);
+    EXPECT_LE(err, 1e-4) << "tp " << world << (sp ? " with" : " without") << " sequence parallelism";
+    if (runtime().rank() == 0)
+      std::printf("cuda, tp %d%s: max relative loss error vs PyTorch %.3g\n", world, sp ? " + sp" : "", err);
+  }
+}
+
 }  // namespace
 }  // namespace strata::gpt

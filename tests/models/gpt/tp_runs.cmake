@@ -1,0 +1,96 @@
+# Tensor-parallel runs of train_gpt under mpiexec against the 1-rank run (cmake -P):
+#   every layout below trains 20 steps on the same global batch of 12 rows; its losses must equal the 1-rank run's
+#   within 1e-5 relative, its gradient norms within 1e-6, and its final parameters (--save) within 1e-5 tensor-wise
+#   (compare_runs: Frobenius norm of the difference over that of the tensor). 1e-5, not 1e-6: after 20 AdamW steps
+#   plain data parallelism is itself up to 6e-6 from one rank (np 4, vocab 65, h.1.mlp.c_proj.weight), since AdamW
+#   divides each gradient by its own magnitude and so carries the round-off of small gradients into the weights.
+#   Then bad layouts: each must fail with a message naming the values.
+# -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DCOMPARE=<compare_runs>
+# -DWORK=<scratch directory, emptied>.
+
+# heads 4 so that tp 4 holds a whole head per rank; 12 rows of 8 tokens a step.
+set(common --steps 20 --no-progress --heads 4 --embd 32 --seq 8)
+string(REPLACE "|" ";" launcher "${MPIEXEC}")
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+
+function(run_gpt name np)
+  set(argv ${launcher} -n ${np} ${TRAIN_GPT} ${common} --metrics ${WORK}/${name}.jsonl --save ${WORK}/${name}.safetensors
+      ${ARGN})
+  execute_process(COMMAND ${argv} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 120)
+  file(WRITE "${WORK}/${name}.log" "${argv}\nrc ${rc}\n${out}\n${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name}: failed (${rc}): ${argv}\n${out}\n${err}")
+  endif()
+endfunction()
+
+# The references: one rank, 12 rows (vocab 64, and 65 which divides by neither 2 nor 4).
+foreach(vocab 64 65)
+  run_gpt(ref_v${vocab} 1 --batch 12 --vocab ${vocab})
+endforeach()
+
+# name | np | vocab | flags (',' for ' ')
+set(layouts
+  "tp2|2|64|--tp,2,--batch,12"
+  "tp2_sp|2|64|--tp,2,--sequence-parallel,--batch,12"
+  "tp2_dp2_zero1|4|64|--tp,2,--zero-stage,1,--batch,6"
+  "tp2_dp2_zero1_sp|4|64|--tp,2,--zero-stage,1,--sequence-parallel,--batch,6"
+  "tp2_dp2_zero3|4|64|--tp,2,--zero-stage,3,--batch,6"
+  "tp2_dp2_zero3_sp|4|64|--tp,2,--zero-stage,3,--sequence-parallel,--batch,6"
+  "tp4|4|64|--tp,4,--batch,12"
+  "tp4_sp|4|64|--tp,4,--sequence-parallel,--batch,12"
+  "tp2_vocab65|2|65|--tp,2,--batch,12"
+  "tp2_vocab65_sp|2|65|--tp,2,--sequence-parallel,--batch,12"
+  "tp4_vocab65_sp|4|65|--tp,4,--sequence-parallel,--batch,12"
+  "tp2_dp2_vocab65_recompute_accum|4|65|--tp,2,--batch,3,--grad-accum,2,--recompute,--sequence-parallel")
+set(failed)
+foreach(layout IN LISTS layouts)
+  string(REPLACE "|" ";" fields "${layout}")
+  list(GET fields 0 name)
+  list(GET fields 1 np)
+  list(GET fields 2 vocab)
+  list(GET fields 3 flags)
+  string(REPLACE "," ";" flags "${flags}")
+  run_gpt(${name} ${np} --vocab ${vocab} ${flags})
+  execute_process(COMMAND ${COMPARE} 1e-5 1e-6 1e-5 ${WORK}/ref_v${vocab}.jsonl ${WORK}/${name}.jsonl
+                          ${WORK}/ref_v${vocab}.safetensors ${WORK}/${name}.safetensors
+                  OUTPUT_VARIABLE verdict RESULT_VARIABLE rc)
+  string(STRIP "${verdict}" verdict)
+  message(STATUS "${name} (np ${np}): ${verdict}")
+  if(NOT rc EQUAL 0)
+    list(APPEND failed ${name})
+  endif()
+endforeach()
+if(failed)
+  message(FATAL_ERROR "layouts that differ from the 1-rank run: ${failed}")
+endif()
+
+# Bad layouts: an error that names the values, from every rank (each rank checks before allocating anything). embd
+# needs no case of its own: heads dividing by tp makes embd = heads x head size divide too.
+# name | np | expected text | flags
+set(bad
+  "heads|4|--heads 2 must divide by --tp 4|--heads,2,--tp,4"
+  "sp_without_tp|2|--sequence-parallel needs --tp 2 or more|--sequence-parallel"
+  "seq|2|--seq 7 must divide by --tp 2 under --sequence-parallel|--seq,7,--tp,2,--sequence-parallel"
+  "world|4|--tp 3 does not divide the world size 4|--heads,3,--embd,33,--tp,3")
+foreach(case IN LISTS bad)
+  string(REPLACE "|" ";" fields "${case}")
+  list(GET fields 0 name)
+  list(GET fields 1 np)
+  list(GET fields 2 text)
+  list(GET fields 3 flags)
+  string(REPLACE "," ";" flags "${flags}")
+  set(argv ${launcher} -n ${np} ${TRAIN_GPT} --steps 2 --no-progress ${flags})
+  string(TIMESTAMP t0 "%s")
+  execute_process(COMMAND ${argv} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
+  string(TIMESTAMP t1 "%s")
+  math(EXPR seconds "${t1} - ${t0}")
+  if(rc EQUAL 0 OR NOT rc MATCHES "^[0-9]+$")
+    message(FATAL_ERROR "bad layout ${name}: expected a failure, got ${rc}: ${argv}\n${out}\n${err}")
+  endif()
+  string(FIND "${out}\n${err}" "${text}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "bad layout ${name}: the output does not say '${text}':\n${out}\n${err}")
+  endif()
+  message(STATUS "bad layout ${name} (np ${np}): failed in about ${seconds} s saying '${text}'")
+endforeach()
