@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   app.add_option("--dp", in.layout.dp, "data-parallel degree")->check(CLI::PositiveNumber);
   app.add_option("--tp", in.layout.tp, "tensor-parallel degree")->check(CLI::PositiveNumber);
   app.add_option("--pp", in.layout.pp, "pipeline stages")->check(CLI::PositiveNumber);
+  app.add_flag("--sequence-parallel", in.layout.sequence_parallel,
+               "sequence parallelism over the tp group (activations / tp; the sequence must divide by --tp)");
   app.add_option("--dp-replicate", in.layout.dp_replicate,
                  "hybrid sharding: replicate across this many groups, each sharding over dp / dp-replicate ranks")
       ->check(CLI::PositiveNumber);
@@ -63,9 +65,10 @@ int main(int argc, char** argv) {
     std::printf("model: %.2fB parameters, %d layers, hidden %d, %d heads, seq %d, micro-batch %d\n",
                 in.model.count() / 1e9, in.model.layers, in.model.hidden, in.model.heads, in.model.seq,
                 in.micro_batch);
-    std::printf("layout: dp %d x tp %d x pp %d, ZeRO stage %d, %s params, %s reductions, recompute %s, tiled "
+    std::printf("layout: dp %d x tp %d%s x pp %d, ZeRO stage %d, %s params, %s reductions, recompute %s, tiled "
                 "attention %s, offload %s\n\n",
-                in.layout.dp, in.layout.tp, in.layout.pp, stage, param_dtype.c_str(), reduce_dtype.c_str(),
+                in.layout.dp, in.layout.tp, in.layout.sequence_parallel ? " (sequence parallel)" : "", in.layout.pp,
+                stage, param_dtype.c_str(), reduce_dtype.c_str(),
                 in.recompute ? "on" : "off", in.tiled_attention ? "on" : "off", offload.c_str());
     std::printf("%s\n", p.table().c_str());
     std::printf("device memory %.1f GB: %s\n", in.hardware.device_memory / 1e9, p.fits ? "FITS" : "DOES NOT FIT");

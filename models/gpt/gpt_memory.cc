@@ -13,9 +13,15 @@
 namespace strata::gpt {
 namespace {
 
-// The trainer's mesh: every rank data-parallel, dp_replicate groups of world / dp_replicate shards.
+// The trainer's mesh (DeviceMesh{1, dp_replicate, -1, tp}): tp consecutive ranks share a micro-batch, the world / tp
+// data-parallel ranks form dp_replicate groups of world / (tp * dp_replicate) shards.
 DataParallelSizes groups(const TrainConfig& cfg, int world) {
-  return DataParallelSizes{world / cfg.dp_replicate, cfg.dp_replicate};
+  return DataParallelSizes{world / (cfg.tp * cfg.dp_replicate), cfg.dp_replicate};
+}
+
+// The MPI backend's staging for an all-reduce of n elements of esz bytes over g ranks (mpi_communicator.cc).
+std::uint64_t all_reduce_staging(std::uint64_t n, std::uint64_t g, std::uint64_t esz) {
+  return 2 * g * ((n + g - 1) / g) * esz;
 }
 
 }  // namespace
@@ -23,8 +29,8 @@ DataParallelSizes groups(const TrainConfig& cfg, int world) {
 CategoryBytes predict_step_memory(const TrainConfig& cfg, int world) {
   const ShardingOptions& o = cfg.sharding;
   const StagePlan plan = StagePlan::from(o);
-  const auto units = gpt_units(cfg.model);
-  // Strata's own buffers and AdamW's two moments.
+  const auto units = gpt_units(cfg.model, cfg.tp);  // this tp rank's slices
+  // Strata's own buffers and AdamW's two moments, over the data-parallel groups.
   CategoryBytes b = predict_state_memory(units, o, groups(cfg, world), 2).device;
   auto at = [&](MemCategory c) -> std::uint64_t& { return b[static_cast<std::size_t>(c)]; };
   const int shard = o.stage == ZeroStage::kNone ? 1 : groups(cfg, world).shard;
@@ -42,21 +48,60 @@ CategoryBytes predict_step_memory(const TrainConfig& cfg, int world) {
   const std::uint64_t extra_slot = std::max<std::uint64_t>(max_p * dtype_size(o.mixed_precision.param_dtype), 64);
   if (plan.params_sharded) at(MemCategory::kUnshardedParams) += extra_slot;
   if (!plan.grads_persist) at(MemCategory::kUnshardedGrads) += extra_slot;
-  // Activations and workspace, as GptModel allocates them (f32 compute).
+  // Activations and workspace, as GptModel allocates them (f32 compute). Under tp a rank holds C / tp channels, H / tp
+  // heads and ceil(V / tp) vocabulary rows; under sequence parallelism the residual stream, the LayerNorm statistics
+  // and their gradients are sequence-sharded: Nl = N / tp rows.
+  const bool sp = cfg.sequence_parallel;
+  const bool tp_kernels = cfg.tp > 1 || sp;  // GptModel's tensor-parallel data flow
+  const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);
   const std::uint64_t B = static_cast<std::uint64_t>(cfg.batch), T = static_cast<std::uint64_t>(cfg.seq);
-  const std::uint64_t N = B * T, C = static_cast<std::uint64_t>(cfg.model.embd);
-  const std::uint64_t L = static_cast<std::uint64_t>(cfg.model.layers), H = static_cast<std::uint64_t>(cfg.model.heads);
-  const std::uint64_t V = static_cast<std::uint64_t>(cfg.model.vocab);
-  const std::uint64_t block = 15 * N * C + 4 * N + H * N;  // ln1, stats, qkv, attention out, lse, x_mid, ln2, MLP
-  at(MemCategory::kActivations) = 4 * ((L + 1) * N * C + (cfg.recompute ? 0 : L * block) + N * C + 3 * N + N * V);
-  // Workspace: f32 parameters and gradients of the embeddings and of the largest other unit, the scratch, the block's
-  // activations under recomputation, and the int32 input and target tokens [N] (beside Strata's norm buffer).
-  at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * max_other_p + 16 * N * C + (cfg.recompute ? block : 0) + 2 * N);
+  const std::uint64_t N = B * T, Nl = sp ? B * (T / P) : N, C = static_cast<std::uint64_t>(cfg.model.embd);
+  const std::uint64_t L = static_cast<std::uint64_t>(cfg.model.layers);
+  const std::uint64_t Cl = C / P, Hl = static_cast<std::uint64_t>(cfg.model.heads) / P;
+  const std::uint64_t Vl = static_cast<std::uint64_t>(vocab_per_rank(cfg.model, cfg.tp));
+  // ln1, ln2 [N, C]; qkv, attention out, MLP pre- and post-GELU [N, 12 Cl]; lse [N, Hl]; x_mid [Nl, C]; four
+  // LayerNorm statistics [Nl].
+  const std::uint64_t block = 2 * N * C + 12 * N * Cl + N * Hl + Nl * C + 4 * Nl;
+  // Block inputs and the final residual [Nl, C] x (L + 1), the blocks, ln_f [N, C] and its statistics, the
+  // vocabulary-parallel logits [N, Vl], the losses [N].
+  at(MemCategory::kActivations) =
+      4 * ((L + 1) * Nl * C + (cfg.recompute ? 0 : L * block) + N * C + 2 * Nl + N * Vl + N);
+  // Workspace: f32 parameters and gradients of the embeddings and of the largest other unit; the forward scratch
+  // (two [N, C]); under SP the reduced and local LayerNorm rows (2 [Nl, C]), a gathered gradient [N, C] and a reduced
+  // one [Nl, C]; the loss's row maxima and statistics [3N] with the tp kernels; the backward scratch ([Nl, C] + [N, C]
+  // + [N, 12 Cl]); the block's activations under recomputation; the int32 input and target tokens [N] (beside
+  // Strata's norm buffer).
+  const std::uint64_t scratch = 2 * N * C + (sp ? 3 * Nl * C + N * C : 0) + (tp_kernels ? 3 * N : 0) + Nl * C +
+                                N * C + 12 * N * Cl + (cfg.recompute ? block : 0) + 2 * N;
+  at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * max_other_p + scratch);
+  // TensorParallel's staging for the sequence permutation (SP with B > 1): [B, T, C].
+  if (sp && P > 1 && B > 1) at(MemCategory::kWorkspace) += 4 * N * C;
+  const TpStaging tp_staging = predict_tp_staging(cfg);
+  at(MemCategory::kCommBuffer) += tp_staging.compute + tp_staging.norm;
   return b;
 }
 
+TpStaging predict_tp_staging(const TrainConfig& cfg) {
+  TpStaging s;
+  if (cfg.tp == 1) return s;
+  const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);
+  const std::uint64_t N = static_cast<std::uint64_t>(cfg.batch) * static_cast<std::uint64_t>(cfg.seq);
+  const std::uint64_t C = static_cast<std::uint64_t>(cfg.model.embd);
+  // The compute lane's largest collective: the all-reduce of a row-parallel product [N, C] without sequence
+  // parallelism; under it, the reduce-scatter of one (tp x [N / tp, C] staged) or the sum over tp of the largest
+  // replicated gradient, wpe [ctx, C]; the loss's statistics [2N] either way.
+  const std::uint64_t wpe = static_cast<std::uint64_t>(cfg.model.ctx) * C;
+  s.compute = all_reduce_staging(2 * N, P, 4);
+  if (cfg.sequence_parallel)
+    s.compute = std::max({s.compute, N * C * 4, all_reduce_staging(wpe, P, 4)});
+  else
+    s.compute = std::max(s.compute, all_reduce_staging(N * C, P, 4));
+  s.norm = all_reduce_staging(2, P, 8);  // the gradient norm's two doubles
+  return s;
+}
+
 CategoryBytes predict_host_memory(const TrainConfig& cfg, int world) {
-  return predict_state_memory(gpt_units(cfg.model), cfg.sharding, groups(cfg, world), 2).host;
+  return predict_state_memory(gpt_units(cfg.model, cfg.tp), cfg.sharding, groups(cfg, world), 2).host;
 }
 
 std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) {
@@ -69,7 +114,9 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) 
         mib(now), mib(budget));
   PlanInput in;
   in.model = ModelShape{0, cfg.model.layers, cfg.model.embd, cfg.model.heads, cfg.model.vocab, cfg.seq};
-  in.layout.dp = world;
+  in.layout.dp = world / cfg.tp;
+  in.layout.tp = cfg.tp;
+  in.layout.sequence_parallel = cfg.sequence_parallel;
   in.layout.stage = cfg.sharding.stage;
   in.layout.dp_replicate = cfg.dp_replicate;
   in.precision = cfg.sharding.mixed_precision;
@@ -77,13 +124,14 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) 
   in.recompute = cfg.recompute;
   in.prefetch_depth = cfg.sharding.prefetch_depth;
   in.offload = cfg.sharding.offload;
-  std::string best;
   for (const PlanChange& change : fit_changes(in)) {
-    if (change.in.layout.tp != 1 || change.in.layout.pp != 1) continue;  // train_gpt is data-parallel only
+    // The run's tp stays (a change of tp changes the data-parallel size and the batch each rank sees); no pipeline.
+    if (change.in.layout.tp != cfg.tp || change.in.layout.pp != 1) continue;
     TrainConfig c = cfg;
     c.sharding.stage = change.in.layout.stage;
     c.sharding.offload = change.in.offload;
     c.recompute = change.in.recompute;
+    c.sequence_parallel = change.in.layout.sequence_parallel;
     const std::uint64_t need = total(predict_step_memory(c, world));
     if (need <= budget)
       return fmt::format(
@@ -93,8 +141,8 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) 
   }
   return fmt::format(
       "predicted {:.1f} MiB per rank against the {:.1f} MiB of the budget left to training, and no change of stage, "
-      "recomputation or offload fits: use more ranks, a smaller --batch or --seq, or more memory",
-      mib(now), mib(budget));
+      "recomputation{} or offload fits: use more ranks, a smaller --batch or --seq, or more memory",
+      mib(now), mib(budget), cfg.tp > 1 && !cfg.sequence_parallel ? ", sequence parallelism" : "");
 }
 
 TpTraffic predict_tp_traffic(const TrainConfig& cfg) {

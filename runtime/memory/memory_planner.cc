@@ -15,6 +15,18 @@ double ModelShape::count() const {
   return layers * (12 * h * h + 13 * h) + (static_cast<double>(vocab) + seq) * h + 2 * h;
 }
 
+double ModelShape::layer_per_rank(int tp) const {
+  const double h = hidden;
+  return (12 * h * h + 7 * h) / tp + 6 * h;
+}
+
+double ModelShape::count_per_rank(int tp) const {
+  if (params > 0) return params / tp;
+  const double h = hidden;
+  const double vocab_rows = static_cast<double>((vocab + tp - 1) / tp);
+  return layers * layer_per_rank(tp) + (vocab_rows + seq) * h + 2 * h;
+}
+
 int ParallelLayout::shard_size() const {
   if (stage == ZeroStage::kNone) return 1;
   return dp / dp_replicate;
@@ -23,8 +35,10 @@ int ParallelLayout::shard_size() const {
 double activation_bytes_per_layer(const PlanInput& in) {
   const double s = in.model.seq, b = in.micro_batch, h = in.model.hidden, a = in.model.heads, t = in.layout.tp;
   const double width = static_cast<double>(dtype_size(in.precision.param_dtype)) / 2.0;  // the formulas are 16-bit
-  if (in.recompute) return 2 * s * b * h * width;
-  double per_token = 10 + 24 / t + (in.tiled_attention ? 0.0 : 5 * a * s / (h * t));
+  // Sequence parallelism splits the regions tensor parallelism leaves whole (and the layer input) along the sequence.
+  const double sp = in.layout.sequence_parallel ? t : 1.0;
+  if (in.recompute) return 2 * s * b * h * width / sp;
+  double per_token = 10 / sp + 24 / t + (in.tiled_attention ? 0.0 : 5 * a * s / (h * t));
   return s * b * h * per_token * width;
 }
 
@@ -38,14 +52,17 @@ MemoryPlan compute(const PlanInput& in) {
   STRATA_CHECK(in.model.layers >= 1 && in.model.hidden >= 1 && in.model.heads >= 1 && in.model.seq >= 1,
                "the model needs layers, hidden, heads and seq (got {}, {}, {}, {})", in.model.layers, in.model.hidden,
                in.model.heads, in.model.seq);
-  const double N = in.model.count();
-  const double psi = N / (L.tp * L.pp);  // parameters this rank's pipeline stage and tensor slice hold
+  STRATA_CHECK(in.model.heads % L.tp == 0 && in.model.hidden % L.tp == 0,
+               "tp {} must divide the heads {} and the hidden size {} (each rank holds whole heads)", L.tp,
+               in.model.heads, in.model.hidden);
+  STRATA_CHECK(!L.sequence_parallel || in.model.seq % L.tp == 0,
+               "sequence parallelism: tp {} must divide the sequence length {}", L.tp, in.model.seq);
+  const double psi = in.model.count_per_rank(L.tp) / L.pp;  // this rank's pipeline stage and tensor slice
   const double D = L.shard_size();
   const double opt_div = L.stage == ZeroStage::kNone ? 1.0 : D;
   const double psz = static_cast<double>(dtype_size(in.precision.param_dtype));
   const double rsz = static_cast<double>(dtype_size(in.precision.reduce_dtype));
-  const double h = in.model.hidden;
-  const double layer = (12 * h * h + 13 * h) / L.tp;  // one unit (a transformer block), this rank's tensor slice
+  const double layer = in.model.layer_per_rank(L.tp);  // one unit (a transformer block), this rank's tensor slice
 
   MemoryPlan p;
   p.params = psz * psi / (L.stage == ZeroStage::kParameters ? D : 1.0);
@@ -58,6 +75,7 @@ MemoryPlan compute(const PlanInput& in) {
   p.comm_buffers = layer * rsz * ((convert ? 2.0 : 0.0) + 2.0 / D + 1.0);
   const double layers_here = static_cast<double>(in.model.layers) / L.pp;
   const double in_flight = L.pp > 1 ? L.pp : 1;  // 1F1B: the first stage holds pp micro-batches
+  // The logits of the whole sequence (gathered before the head under sequence parallelism), vocabulary-parallel.
   const double head = static_cast<double>(in.model.seq) * in.micro_batch * in.model.vocab * (psz + 4) / L.tp;
   p.activations = layers_here * activation_bytes_per_layer(in) * in_flight + head;
   if (in.offload != OffloadPolicy::kNone) {
@@ -99,6 +117,10 @@ std::vector<PlanChange> fit_changes(const PlanInput& in) {
     edit(c);
     changes.push_back({std::move(what), c});
   };
+  // Sequence parallelism costs no extra communication (an all-reduce becomes a reduce-scatter and an all-gather).
+  if (in.layout.tp > 1 && !in.layout.sequence_parallel && in.model.seq % in.layout.tp == 0)
+    add("turn on sequence parallelism (--sequence-parallel)",
+        [](PlanInput& c) { c.layout.sequence_parallel = true; });
   if (!in.recompute) add("turn on activation recomputation (--recompute)", [](PlanInput& c) { c.recompute = true; });
   if (in.layout.stage != ZeroStage::kParameters)
     add("shard parameters too (--zero-stage 3)", [](PlanInput& c) { c.layout.stage = ZeroStage::kParameters; });
@@ -124,10 +146,12 @@ std::vector<PlanChange> fit_changes(const PlanInput& in) {
       c.recompute = true;
       c.offload = OffloadPolicy::kOptimizerAndParams;
     });
-  // Tensor and pipeline parallelism on the same devices: the data-parallel degree shrinks to keep dp x tp x pp.
+  // Tensor and pipeline parallelism on the same devices: the data-parallel degree shrinks to keep dp x tp x pp. A
+  // run with sequence parallelism keeps it, so the sequence must divide by the new tp.
   for (int f = 2; in.layout.dp % f == 0; f *= 2) {
     int tp = in.layout.tp * f;
-    if (tp <= in.hardware.devices_per_node && in.model.heads % tp == 0)
+    if (tp <= in.hardware.devices_per_node && in.model.heads % tp == 0 && in.model.hidden % tp == 0 &&
+        (!in.layout.sequence_parallel || in.model.seq % tp == 0))
       add(fmt::format("tensor parallelism --tp {} --dp {} (with --recompute)", tp, in.layout.dp / f),
           [tp, f](PlanInput& c) {
             c.layout.tp = tp;

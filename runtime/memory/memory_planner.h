@@ -21,6 +21,13 @@ struct ModelShape {
   int seq = 0;  // sequence length (also the position table when computing params)
   // Parameters of a GPT-style decoder: per layer 12h^2 + 13h, embeddings (V + seq) h, final LayerNorm 2h.
   double count() const;
+  // Parameters one rank of a tensor-parallel group of `tp` holds (Megatron-LM's split): the four matrices of a layer
+  // and the biases of the column-parallel ones (12h^2 + 7h) and the token embedding (vocab-parallel, ceil(V / tp)
+  // rows) are split; the LayerNorms, the row-parallel biases (6h per layer), the position table and the final
+  // LayerNorm are replicated. With `params` given (no dimensions to split by): params / tp.
+  double count_per_rank(int tp) const;
+  // One layer's parameters on one rank of the tp group: (12h^2 + 7h) / tp + 6h.
+  double layer_per_rank(int tp) const;
 };
 
 struct ParallelLayout {
@@ -29,6 +36,9 @@ struct ParallelLayout {
   int pp = 1;  // pipeline stages (layers split evenly; 1F1B keeps pp micro-batches in flight on the first stage)
   ZeroStage stage = ZeroStage::kParameters;
   int dp_replicate = 1;     // hybrid sharding: the state is sharded over dp / dp_replicate ranks, replicated across
+  // Sequence parallelism (Korthikanti et al. 2022; needs tp > 1 to matter, and seq % tp == 0): the LayerNorm and
+  // dropout regions of each layer hold seq / tp positions, so every activation term divides by tp.
+  bool sequence_parallel = false;
   int shard_size() const;  // ranks that shard the state
 };
 
@@ -75,8 +85,11 @@ struct MemoryPlan {
 };
 
 // Activation bytes per layer for one micro-batch (Korthikanti et al. 2022, 16-bit activations):
-// s b h (34 + 5 a s / h) with tensor parallelism t as s b h (10 + 24/t + 5 a s / (h t)); tiled attention drops the
-// 5 a s^2 b score term; full recomputation keeps 2 s b h (the layer input).
+// s b h (34 + 5 a s / h); with tensor parallelism t, s b h (10 + 24/t + 5 a s / (h t)) (the 10 s b h of the LayerNorm
+// inputs and dropout masks stay whole on every rank); with sequence parallelism too, s b h (34 + 5 a s / h) / t.
+// Tiled attention drops the 5 a s^2 b score term; full recomputation keeps 2 s b h (the layer input), 2 s b h / t under
+// sequence parallelism. A planner's figure for a Megatron-style model: a given trainer's buffers differ (train_gpt
+// has its own exact prediction, models/gpt/gpt_memory.h).
 double activation_bytes_per_layer(const PlanInput& in);
 
 MemoryPlan plan_memory(const PlanInput& in);

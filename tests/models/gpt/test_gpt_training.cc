@@ -14,6 +14,7 @@
 #include "models/gpt/gpt_memory.h"
 #include "models/gpt/gpt_trainer.h"
 #include "models/gpt/safetensors.h"
+#include "runtime/memory/memory_planner.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"
 
@@ -135,19 +136,52 @@ TEST(GptTraining, ActivationsGrowLinearlyWithSequenceLength) {
 namespace strata::gpt {
 namespace {
 
+// Every category of a prediction within 2% of the ledger's.
+void expect_close(const CategoryBytes& predicted, const CategoryBytes& measured, const char* where) {
+  for (std::size_t i = 0; i < kNumMemCategories; ++i) {
+    double p = static_cast<double>(predicted[i]), m = static_cast<double>(measured[i]);
+    EXPECT_LE(std::abs(p - m), 0.02 * std::max(p, m)) << where << " " << mem_category_name(static_cast<MemCategory>(i))
+                                                      << "\n" << prediction_table(predicted, measured);
+  }
+}
+
+// A trainer's first step on `data` (collective); expects its device and host peaks, over what was in use before it,
+// to be the predicted ones, less `comm_in_place` bytes of comm_buffer a longer-lived communicator already holds.
+void expect_step_as_predicted(const TrainConfig& cfg, const TokenFile& data, std::uint64_t comm_in_place = 0) {
+  Device& dev = runtime().device();
+  const int world = runtime().world_size();
+  CategoryBytes before{}, peak{}, host_peak{};
+  for (std::size_t i = 0; i < kNumMemCategories; ++i)
+    before[i] = dev.memory_stats().current(static_cast<MemCategory>(i));
+  {
+    GptTrainer trainer(runtime(), cfg, data);
+    dev.memory_stats().reset_peaks();
+    trainer.step(0);
+    for (std::size_t i = 0; i < kNumMemCategories; ++i) {
+      peak[i] = dev.memory_stats().peak(static_cast<MemCategory>(i)) - before[i];
+      if (const Device* host = trainer.model().host_device())
+        host_peak[i] = host->memory_stats().peak(static_cast<MemCategory>(i));
+    }
+    EXPECT_EQ(trainer.model().host_device() != nullptr, cfg.sharding.offload != OffloadPolicy::kNone);
+  }
+  CategoryBytes predicted = predict_step_memory(cfg, world);
+  predicted[static_cast<std::size_t>(MemCategory::kCommBuffer)] -= comm_in_place;
+  expect_close(predicted, peak, "device");
+  expect_close(predict_host_memory(cfg, world), host_peak, "host");
+  if (runtime().rank() == 0 && cfg.tp > 1)
+    std::printf("tp %d%s x dp %d, ZeRO %d, recompute %d, accum %d, %s, offload %s: predicted%s / measured\n%s",
+                cfg.tp, cfg.sequence_parallel ? " (SP)" : "", world / cfg.tp, static_cast<int>(cfg.sharding.stage),
+                cfg.recompute, cfg.grad_accum, dtype_name(cfg.sharding.mixed_precision.param_dtype),
+                offload_name(cfg.sharding.offload),
+                comm_in_place ? fmt::format(" (comm_buffer less {} in place)", comm_in_place).c_str() : "",
+                prediction_table(predicted, peak).c_str());
+}
+
 // The planner's arithmetic for our own GPT against the ledger: every category within 2% after the first step,
 // for ZeRO 0-3, recomputation on and off, f32 and bf16, and (without recomputation) each offload policy, on the
 // device and on the host.
 TEST(GptMemory, PredictedEqualsMeasuredInEveryCategory) {
-  Device& dev = runtime().device();
   const int world = runtime().world_size();
-  auto expect_close = [](const CategoryBytes& predicted, const CategoryBytes& measured, const char* where) {
-    for (std::size_t i = 0; i < kNumMemCategories; ++i) {
-      double p = static_cast<double>(predicted[i]), m = static_cast<double>(measured[i]);
-      EXPECT_LE(std::abs(p - m), 0.02 * std::max(p, m)) << where << " " << mem_category_name(static_cast<MemCategory>(i))
-                                                        << "\n" << prediction_table(predicted, measured);
-    }
-  };
   for (int stage = 0; stage <= 3; ++stage) {
     for (bool recompute : {false, true}) {
       for (DType pdt : {DType::kF32, DType::kBF16}) {
@@ -164,26 +198,108 @@ TEST(GptMemory, PredictedEqualsMeasuredInEveryCategory) {
         cfg.sharding.mixed_precision.param_dtype = pdt;
         SCOPED_TRACE(fmt::format("stage {} recompute {} {} offload {}", stage, recompute, dtype_name(pdt),
                                  offload_name(off)));
-        CategoryBytes before{}, peak{}, host_peak{};
-        for (std::size_t i = 0; i < kNumMemCategories; ++i) before[i] = dev.memory_stats().current(static_cast<MemCategory>(i));
         TokenFile data = TokenFile::from_tokens(synthetic_tokens(4096, 64, 3), cfg.seq, 64);
-        {
-          GptTrainer trainer(runtime(), cfg, data);
-          dev.memory_stats().reset_peaks();
-          trainer.step(0);
-          for (std::size_t i = 0; i < kNumMemCategories; ++i) {
-            peak[i] = dev.memory_stats().peak(static_cast<MemCategory>(i)) - before[i];
-            if (const Device* host = trainer.model().host_device())
-              host_peak[i] = host->memory_stats().peak(static_cast<MemCategory>(i));
-          }
-          EXPECT_EQ(trainer.model().host_device() != nullptr, off != OffloadPolicy::kNone);
-        }
-        expect_close(predict_step_memory(cfg, world), peak, "device");
-        expect_close(predict_host_memory(cfg, world), host_peak, "host");
+        expect_step_as_predicted(cfg, data);
        }
       }
     }
   }
+}
+
+// The same under tensor parallelism: a rank holds its tp slice of each matrix (a vocabulary that does not divide is
+// padded), the data-parallel groups are world / tp ranks, the activations and workspace hold Nl = N / tp rows of the
+// sequence-sharded regions under sequence parallelism (N without), C / tp channels and H / tp heads, and the tp group
+// has its own MPI staging. tp 1 with sequence parallelism runs the tensor-parallel data flow on one rank. A case
+// whose tp does not divide the world is left out; the global batch is 4 rows.
+TEST(GptMemory, PredictedEqualsMeasuredUnderTensorParallelism) {
+  const int world = runtime().world_size();
+  struct Case {
+    int tp;
+    bool sp;
+    int stage;
+    bool recompute;
+    int accum;
+    DType param_dtype;
+    OffloadPolicy offload;
+  };
+  const Case cases[] = {
+      {1, true, 3, false, 1, DType::kF32, OffloadPolicy::kNone},
+      {2, false, 3, false, 1, DType::kF32, OffloadPolicy::kNone},
+      {2, true, 3, false, 1, DType::kF32, OffloadPolicy::kNone},
+      {2, true, 1, false, 2, DType::kF32, OffloadPolicy::kNone},
+      {2, false, 0, true, 1, DType::kF32, OffloadPolicy::kNone},
+      {2, true, 3, true, 1, DType::kBF16, OffloadPolicy::kNone},
+      {2, true, 3, false, 1, DType::kBF16, OffloadPolicy::kOptimizerAndParams},
+      {4, false, 3, false, 1, DType::kF32, OffloadPolicy::kNone},
+      {4, true, 2, true, 1, DType::kF32, OffloadPolicy::kNone},
+  };
+  const int vocab = 63;  // divides by neither 2 nor 4: padded vocabulary rows
+  auto config = [&](const Case& c) {
+    TrainConfig cfg;
+    cfg.model = GptConfig{2, 4, 32, vocab, 16};
+    cfg.seq = 16;
+    cfg.batch = std::max(1, 4 * c.tp / world);  // rows per data-parallel rank
+    cfg.tp = c.tp;
+    cfg.sequence_parallel = c.sp;
+    cfg.sharding.stage = zero_stage_from_int(c.stage);
+    cfg.recompute = c.recompute;
+    cfg.grad_accum = c.accum;
+    cfg.sharding.mixed_precision.param_dtype = c.param_dtype;
+    cfg.sharding.offload = c.offload;
+    return cfg;
+  };
+  // A tp group as wide as the world is the runtime's world communicator (DeviceMesh reuses it), whose compute-stream
+  // staging outlives each trainer: grown once here beyond what any case needs, it is in place before each step, and
+  // the cases spanning the world expect that lane's bytes outside their peak.
+  Device& dev = runtime().device();
+  std::uint64_t world_lane = 0;
+  for (const Case& c : cases)
+    if (world > 1 && c.tp == world) world_lane = std::max(world_lane, predict_tp_staging(config(c)).compute);
+  if (world_lane > 0) {
+    Buffer grow = dev.allocate(world_lane, MemCategory::kWorkspace);
+    dev.fill_zero(grow.data(), world_lane, dev.compute_stream());
+    runtime().world().all_reduce(grow.data(), grow.data(), world_lane / 4, DType::kF32, ReduceOp::kSum,
+                                 dev.compute_stream());
+    dev.compute_stream().synchronize();
+  }
+  TokenFile data = TokenFile::from_tokens(synthetic_tokens(4096, vocab, 3), 16, vocab);
+  int ran = 0;
+  for (const Case& c : cases) {
+    if (world % c.tp != 0) continue;
+    const TrainConfig cfg = config(c);
+    SCOPED_TRACE(fmt::format("tp {} sp {} x dp {}, stage {} recompute {} accum {} {} offload {}", c.tp, c.sp,
+                             world / c.tp, c.stage, c.recompute, c.accum, dtype_name(c.param_dtype),
+                             offload_name(c.offload)));
+    expect_step_as_predicted(cfg, data, world > 1 && c.tp == world ? predict_tp_staging(cfg).compute : 0);
+    ++ran;
+  }
+  EXPECT_GE(ran, 1);
+  // The generic planner's parameters per tp rank (strata-plan's figure) are this GPT's tp slice, element for element.
+  for (int tp : {1, 2, 4}) {
+    const GptConfig m{2, 4, 32, vocab, 16};
+    std::size_t local = 0;
+    for (const UnitSpec& u : gpt_units(m, tp))
+      for (const SlotSpec& slot : u.slots) local += shape_numel(slot.shape);
+    EXPECT_EQ(static_cast<double>(local),
+              (ModelShape{0, m.layers, m.embd, m.heads, m.vocab, m.ctx}.count_per_rank(tp)))
+        << "tp " << tp;
+  }
+  // Over a budget, the advice keeps the run's tp: only a change of stage, recomputation, offload or sequence
+  // parallelism, whose exact prediction fits.
+  if (world % 2 != 0) return;
+  TrainConfig cfg;
+  cfg.model = GptConfig{2, 4, 32, vocab, 16};
+  cfg.seq = 16;
+  cfg.batch = std::max(1, 8 / world);
+  cfg.tp = 2;
+  cfg.sharding.stage = ZeroStage::kNone;
+  TrainConfig fixed = cfg;
+  fixed.recompute = true;
+  const std::uint64_t room = total(predict_step_memory(fixed, world)) * 102 / 100;
+  ASSERT_LT(room, total(predict_step_memory(cfg, world))) << "the test's premise";
+  const std::string advice = fit_advice(cfg, world, room);
+  EXPECT_NE(advice.find("the cheapest change that fits: "), std::string::npos) << advice;
+  EXPECT_EQ(advice.find("--tp"), std::string::npos) << advice;
 }
 
 // A device budget too small for the configuration: the allocator's error carries the ledger and the planner's

@@ -1,7 +1,8 @@
-// MemoryPlanner tests: the per-category arithmetic against hand-computed figures, the activation formulas, and
-// the fit advice.
+// MemoryPlanner tests: the per-category arithmetic against hand-computed figures, the activation formulas, the
+// tensor- and sequence-parallel terms, and the fit advice.
 #include <gtest/gtest.h>
 
+#include "core/error.h"
 #include "runtime/memory/memory_planner.h"
 
 namespace strata {
@@ -75,6 +76,99 @@ TEST(MemoryPlanner, ParameterCountOfAGptFromItsShape) {
   m.seq = 1024;
   // GPT-2 small: 124,439,808 parameters (embeddings tied, biases and LayerNorms included).
   EXPECT_DOUBLE_EQ(m.count(), 124439808.0);
+}
+
+// Megatron's split: the matrices, the column-parallel biases and the token embedding divide by tp (the vocabulary
+// padded to a multiple of it); LayerNorms, row-parallel biases, the position table and the final LayerNorm are on
+// every rank. GPT-2 small at tp 4, by hand, and summed back over the ranks to the whole model.
+TEST(MemoryPlanner, TensorParallelSplitsMatricesAndReplicatesTheRest) {
+  ModelShape m;
+  m.layers = 12;
+  m.hidden = 768;
+  m.heads = 12;
+  m.vocab = 50257;
+  m.seq = 1024;
+  const double h = 768;
+  EXPECT_DOUBLE_EQ(m.layer_per_rank(4), (12 * h * h + 7 * h) / 4 + 6 * h);
+  EXPECT_DOUBLE_EQ(m.count_per_rank(4), 31742976.0);  // 12 x 1775424 + (12565 + 1024) x 768 + 1536
+  const double replicated = 12 * 6 * h + 1024 * h + 2 * h, padding = (4 * 12565 - 50257) * h;
+  EXPECT_DOUBLE_EQ(4 * m.count_per_rank(4) - 3 * replicated - padding, m.count());
+  EXPECT_DOUBLE_EQ(m.count_per_rank(1), m.count());
+  m.params = 1e9;  // no dimensions to split by: an even split
+  EXPECT_DOUBLE_EQ(m.count_per_rank(4), 2.5e8);
+}
+
+// Parameters, gradients and optimizer state per rank are those of its tp slice, then divided by the shard group as
+// at tp 1; the LM head's logits are vocabulary-parallel.
+TEST(MemoryPlanner, TensorParallelStateIsTheSliceOfTheRank) {
+  PlanInput in = one_billion(ZeroStage::kNone, 2);
+  in.model.params = 0;  // from the dimensions: 16 x (12h^2 + 13h) + (32000 + 1024) h + 2h
+  in.layout.tp = 4;
+  const double local = in.model.count_per_rank(4), layer = in.model.layer_per_rank(4);
+  MemoryPlan s0 = plan_memory(in);
+  EXPECT_DOUBLE_EQ(s0.params, 2 * local);
+  EXPECT_DOUBLE_EQ(s0.grads, 2 * local);
+  EXPECT_DOUBLE_EQ(s0.master, 4 * local);
+  EXPECT_DOUBLE_EQ(s0.grad_shard, 4 * local);
+  EXPECT_DOUBLE_EQ(s0.optim_state, 8 * local);
+  in.layout.stage = ZeroStage::kParameters;
+  MemoryPlan s3 = plan_memory(in);
+  EXPECT_DOUBLE_EQ(s3.params, 2 * local / 2);
+  EXPECT_DOUBLE_EQ(s3.optim_state, 8 * local / 2);
+  EXPECT_DOUBLE_EQ(s3.grads, 2 * 2 * layer);
+  EXPECT_DOUBLE_EQ(s3.unsharded, 2 * 2 * layer);
+  const double head = 1024.0 * 32000 * (2 + 4) / 4;
+  EXPECT_DOUBLE_EQ(s3.activations, 16 * activation_bytes_per_layer(in) + head);
+}
+
+// Korthikanti et al.: tp alone leaves the 10 s b h of the LayerNorm and dropout regions whole; sequence parallelism
+// splits them (and, under recomputation, the kept layer input) too.
+TEST(MemoryPlanner, SequenceParallelismDividesEveryActivationTerm) {
+  PlanInput in = one_billion(ZeroStage::kParameters, 2);
+  const double s = 1024, b = 1, h = 2048, a = 16, t = 4;
+  in.layout.tp = 4;
+  in.layout.sequence_parallel = true;
+  in.tiled_attention = false;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), s * b * h * (34 + 5 * a * s / h) / t);
+  in.tiled_attention = true;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 34 * s * b * h / t);
+  in.recompute = true;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 2 * s * b * h / t);
+  in.layout.sequence_parallel = false;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 2 * s * b * h);
+  in.layout.tp = 1;  // sequence parallelism over one rank changes nothing
+  in.layout.sequence_parallel = true;
+  in.recompute = false;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 34 * s * b * h);
+}
+
+TEST(MemoryPlanner, TensorParallelChangesAndChecks) {
+  PlanInput in = one_billion(ZeroStage::kParameters, 2);
+  in.layout.tp = 4;
+  // A tp run without sequence parallelism: turning it on comes first, and costs neither compute nor traffic.
+  std::vector<PlanChange> changes = fit_changes(in);
+  ASSERT_FALSE(changes.empty());
+  EXPECT_TRUE(changes[0].in.layout.sequence_parallel) << changes[0].what;
+  EXPECT_NE(changes[0].what.find("--sequence-parallel"), std::string::npos) << changes[0].what;
+  EXPECT_LT(plan_memory(changes[0].in).activations, plan_memory(in).activations);
+  // With it on: kept by every change, and a larger tp only where the sequence still divides.
+  in.layout.sequence_parallel = true;
+  in.model.seq = 1000;  // divides by 4 and 8, not by 16
+  in.layout.dp = 4;
+  in.hardware.devices_per_node = 16;
+  bool tp8 = false;
+  for (const PlanChange& c : fit_changes(in)) {
+    EXPECT_TRUE(c.in.layout.sequence_parallel) << c.what;
+    EXPECT_EQ(in.model.seq % c.in.layout.tp, 0) << c.what;
+    tp8 = tp8 || c.in.layout.tp == 8;
+  }
+  EXPECT_TRUE(tp8);
+  in.model.seq = 1022;  // not divisible by 4
+  EXPECT_THROW(plan_memory(in), Error);
+  in.layout.sequence_parallel = false;
+  EXPECT_NO_THROW(plan_memory(in));
+  in.layout.tp = 3;  // does not divide 16 heads
+  EXPECT_THROW(plan_memory(in), Error);
 }
 
 }  // namespace
