@@ -83,6 +83,9 @@ int run_ls(const std::string& path, bool json) {
       for (const FileRecord& f : index.files) bytes += f.bytes;
       row["world_size"] = index.world_size;
       row["zero_stage"] = index.layout.value("zero_stage", nlohmann::json());
+      // The tensor-parallel degree it was saved at (a layout from before tp records none: 1).
+      const nlohmann::json mesh = index.layout.value("mesh", nlohmann::json());
+      row["tp"] = mesh.is_object() ? mesh.value("tp", nlohmann::json(1)) : nlohmann::json();
       row["param_dtype"] = index.layout.value("param_dtype", nlohmann::json());
       row["files"] = index.files.size();
       row["bytes"] = bytes;
@@ -126,8 +129,8 @@ int run_ls(const std::string& path, bool json) {
   std::printf(
       "# %s: %zu committed checkpoint(s)%s\n", path.c_str(), steps.size(),
       latest >= 0 ? fmt::format(", latest {} (what --resume loads)", CheckpointDir::step_name(latest)).c_str() : "");
-  std::printf("%-18s %6s %5s %4s %5s %5s %14s %7s\n", "# checkpoint", "latest", "world", "zero", "dtype", "files",
-              "bytes", "tensors");
+  std::printf("%-18s %6s %5s %3s %4s %5s %5s %14s %7s\n", "# checkpoint", "latest", "world", "tp", "zero", "dtype",
+              "files", "bytes", "tensors");
   for (const nlohmann::json& row : rows) {
     const std::string name = row["name"];
     const char* mark = row["latest"].get<bool>() ? "*" : "";
@@ -135,9 +138,10 @@ int run_ls(const std::string& path, bool json) {
       std::printf("%-18s %6s  unreadable index: %s\n", name.c_str(), mark, row["error"].get<std::string>().c_str());
       continue;
     }
-    std::printf("%-18s %6s %5d %4s %5s %5zu %14llu %7zu\n", name.c_str(), mark, row["world_size"].get<int>(),
-                cell(row["zero_stage"]).c_str(), cell(row["param_dtype"]).c_str(), row["files"].get<std::size_t>(),
-                static_cast<unsigned long long>(row["bytes"].get<std::uint64_t>()), row["tensors"].get<std::size_t>());
+    std::printf("%-18s %6s %5d %3s %4s %5s %5zu %14llu %7zu\n", name.c_str(), mark, row["world_size"].get<int>(),
+                cell(row["tp"]).c_str(), cell(row["zero_stage"]).c_str(), cell(row["param_dtype"]).c_str(),
+                row["files"].get<std::size_t>(), static_cast<unsigned long long>(row["bytes"].get<std::uint64_t>()),
+                row["tensors"].get<std::size_t>());
   }
   for (const nlohmann::json& row : incomplete)
     std::printf("%-18s incomplete (not loadable): %s\n", row["name"].get<std::string>().c_str(),
@@ -296,8 +300,9 @@ int run_export(const std::string& path, const std::string& out, std::int64_t ste
   const nlohmann::json metadata = {
       {"format", "pt"}, {"written_by", "strata-ckpt export"}, {"step", std::to_string(step)}};
   const std::string head = writer.header(metadata, nullptr);
-  // One piece of one tensor in memory at a time: values read through the checkpoint's staging block, converted,
-  // appended to OUT.tmp, which is renamed over OUT once flushed.
+  // One piece of one tensor in memory at a time: values read through the checkpoint's staging block (from whatever
+  // boxes hold them: a tensor-parallel checkpoint's slices are put together here), converted, appended to OUT.tmp,
+  // which is renamed over OUT once flushed.
   gpt::AtomicFile file(out);
   file.write(head.data(), head.size());
   std::vector<char> staging(index.block_bytes);

@@ -115,9 +115,7 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     });
   }
   if (!cfg_.checkpoint.dir.empty()) {
-    STRATA_CHECK_CODE(ErrorCode::kUnsupported, tp == 1,
-                      "checkpoints of tensor-parallel runs (--tp {}) are not supported yet: use --save, or --tp 1", tp);
-    checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, rt_.world(), cfg_.checkpoint);
+    checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, *mesh_, cfg_.checkpoint);
     if (cfg_.resume && checkpointer_->latest_step() >= 0) {
       // The weights, the moments and the optimizer's scalars, then where the data and the schedule stood.
       const nlohmann::json state = checkpointer_->load();

@@ -65,6 +65,51 @@ nlohmann::json slot_json(const SlotSpec& s) {
   return {{"name", s.name}, {"shape", s.shape}, {"weight_decay", s.weight_decay}, {"trainable", s.trainable}};
 }
 
+// "the box at [0, 16] of shape [32, 16]"
+std::string box_string(const ChunkRecord& c) {
+  return fmt::format("the box at {} of shape {}", shape_string(c.box_offset), shape_string(c.box_shape));
+}
+
+bool same_box(const ChunkRecord& a, const ChunkRecord& b) {
+  return a.box_offset == b.box_offset && a.box_shape == b.box_shape;
+}
+
+std::uint64_t box_numel(const ChunkRecord& c) {
+  std::uint64_t n = 1;
+  for (std::int64_t d : c.box_shape) n *= static_cast<std::uint64_t>(d);
+  return n;
+}
+
+// The tensor's chunks in box order, then by begin.
+std::vector<const ChunkRecord*> sorted_chunks(const TensorRecord& t) {
+  std::vector<const ChunkRecord*> out;
+  for (const ChunkRecord& c : t.chunks) out.push_back(&c);
+  std::sort(out.begin(), out.end(), [](const ChunkRecord* a, const ChunkRecord* b) { return chunk_before(*a, *b); });
+  return out;
+}
+
+// "" unless two distinct boxes among `sorted` (chunks in box order) share an element; then a sentence naming them.
+// Boxes are swept in order of their offset in dimension 0, so a tensor-parallel layout (a few boxes side by side) costs
+// about one comparison per box.
+std::string intersecting_boxes(const std::vector<const ChunkRecord*>& sorted) {
+  std::vector<const ChunkRecord*> boxes;
+  for (const ChunkRecord* c : sorted)
+    if (boxes.empty() || !same_box(*boxes.back(), *c)) boxes.push_back(c);
+  for (std::size_t i = 0; i < boxes.size(); ++i) {
+    const ChunkRecord& a = *boxes[i];
+    if (a.box_offset.empty()) continue;  // a scalar has one box
+    for (std::size_t j = i + 1; j < boxes.size(); ++j) {
+      const ChunkRecord& b = *boxes[j];
+      if (b.box_offset[0] >= a.box_offset[0] + a.box_shape[0]) break;
+      bool meet = true;
+      for (std::size_t d = 0; d < a.box_offset.size() && meet; ++d)
+        meet = a.box_offset[d] < b.box_offset[d] + b.box_shape[d] && b.box_offset[d] < a.box_offset[d] + a.box_shape[d];
+      if (meet) return fmt::format("{} and {} intersect", box_string(a), box_string(b));
+    }
+  }
+  return {};
+}
+
 }  // namespace
 
 bool ChunkRecord::whole_box(const std::vector<std::int64_t>& shape) const {
@@ -75,6 +120,10 @@ std::uint64_t TensorRecord::numel() const {
   std::uint64_t n = 1;
   for (std::int64_t d : shape) n *= static_cast<std::uint64_t>(d);
   return n;
+}
+
+bool chunk_before(const ChunkRecord& a, const ChunkRecord& b) {
+  return std::tie(a.box_offset, a.box_shape, a.begin) < std::tie(b.box_offset, b.box_shape, b.begin);
 }
 
 std::string params_tensor(const std::string& slot) { return "params/" + slot; }
@@ -233,15 +282,19 @@ CheckpointIndex CheckpointIndex::parse(const std::string& text, const std::strin
       (void)n;
       t.chunks.push_back(std::move(r));
     }
-    std::sort(t.chunks.begin(), t.chunks.end(), [](const ChunkRecord& a, const ChunkRecord& b) {
-      return std::tie(a.box_offset, a.begin) < std::tie(b.box_offset, b.begin);
-    });
-    for (std::size_t c = 1; c < t.chunks.size(); ++c) {
+    std::sort(t.chunks.begin(), t.chunks.end(), chunk_before);
+    std::vector<const ChunkRecord*> sorted;
+    for (std::size_t c = 0; c < t.chunks.size(); ++c) {
+      sorted.push_back(&t.chunks[c]);
+      if (c == 0) continue;
       const ChunkRecord& a = t.chunks[c - 1];
       const ChunkRecord& b = t.chunks[c];
-      if (a.box_offset == b.box_offset && a.box_shape == b.box_shape && a.begin + a.count > b.begin)
-        bad(where, fmt::format("{} has overlapping chunks at elements {} and {}", path, a.begin, b.begin));
+      if (same_box(a, b) && a.begin + a.count > b.begin)
+        bad(where, fmt::format("{} has overlapping chunks at elements {} and {}{}", path, a.begin, b.begin,
+                               a.whole_box(t.shape) ? "" : " of " + box_string(a)));
     }
+    const std::string crossing = intersecting_boxes(sorted);
+    if (!crossing.empty()) bad(where, fmt::format("{} has overlapping chunks: {}", path, crossing));
     x.tensors.emplace(name, std::move(t));
   }
   return x;
@@ -282,20 +335,49 @@ void CheckpointIndex::check_model(const std::vector<UnitSpec>& declared, const s
 
 std::string CheckpointIndex::coverage_problem() const {
   for (const auto& [name, t] : tensors) {
-    const std::uint64_t n = t.numel();
-    std::uint64_t next = 0;
-    for (const ChunkRecord& c : t.chunks) {
-      if (!c.whole_box(t.shape))
-        return fmt::format("tensor '{}' has a chunk of a box smaller than the tensor (not written by this version)",
-                           name);
-      if (c.begin != next)
-        return c.begin > next ? fmt::format("tensor '{}' has no chunk for elements [{}, {})", name, next, c.begin)
-                              : fmt::format("tensor '{}' has elements from {} in two chunks", name, c.begin);
-      next = c.begin + c.count;
+    const std::vector<const ChunkRecord*> sorted = sorted_chunks(t);
+    // Each box's chunks tile the box ...
+    std::uint64_t in_boxes = 0;
+    for (std::size_t first = 0; first < sorted.size();) {
+      const ChunkRecord& box = *sorted[first];
+      // Elements are named as the tensor's when the box is the whole tensor, else as the box's.
+      const std::string of = box.whole_box(t.shape) ? "" : " of " + box_string(box);
+      const std::uint64_t n = box_numel(box);
+      std::uint64_t next = 0;
+      std::size_t c = first;
+      for (; c < sorted.size() && same_box(box, *sorted[c]); ++c) {
+        if (sorted[c]->begin != next)
+          return sorted[c]->begin > next
+                     ? fmt::format("tensor '{}' has no chunk for elements [{}, {}){}", name, next, sorted[c]->begin, of)
+                     : fmt::format("tensor '{}' has elements from {}{} in two chunks", name, sorted[c]->begin, of);
+        next = sorted[c]->begin + sorted[c]->count;
+      }
+      if (next != n) return fmt::format("tensor '{}' has no chunk for elements [{}, {}){}", name, next, n, of);
+      in_boxes += n;
+      first = c;
     }
-    if (next != n) return fmt::format("tensor '{}' has no chunk for elements [{}, {})", name, next, n);
+    // ... and the boxes tile the tensor: none shares an element with another, and together they hold all of it.
+    const std::string crossing = intersecting_boxes(sorted);
+    if (!crossing.empty()) return fmt::format("tensor '{}' has elements in two chunks: {}", name, crossing);
+    if (sorted.empty() && t.numel() > 0)
+      return fmt::format("tensor '{}' has no chunk for elements [0, {})", name, t.numel());
+    if (in_boxes < t.numel())
+      return fmt::format("tensor '{}' has no chunk for {} of its {} elements (its boxes hold {})", name,
+                         t.numel() - in_boxes, t.numel(), in_boxes);
+    if (in_boxes > t.numel())  // boxes outside the tensor (parse() refuses them)
+      return fmt::format("tensor '{}' of {} elements has boxes of {}", name, t.numel(), in_boxes);
   }
   return {};
+}
+
+std::vector<UnitSpec> global_declaration(const std::vector<UnitSpec>& units) {
+  std::vector<UnitSpec> out = units;
+  for (UnitSpec& u : out)
+    for (SlotSpec& s : u.slots) {
+      if (!s.tp.replicated()) s.shape = s.tp.global_shape;
+      s.tp = TpSplit{};
+    }
+  return out;
 }
 
 }  // namespace strata

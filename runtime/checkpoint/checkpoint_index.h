@@ -19,8 +19,8 @@ namespace strata {
 constexpr int kCheckpointFormatVersion = 1;
 constexpr const char* kCheckpointFormatName = "strata-checkpoint";
 
-// A run of a tensor's elements stored in one file. The tensor is seen as a box of its global shape (a tensor-parallel
-// slice is a box smaller than the tensor; today every box is the whole tensor) and the chunk holds elements
+// A run of a tensor's elements stored in one file. The chunk belongs to a box of the global tensor (the whole tensor,
+// or a tensor-parallel rank's slice of it: docs/checkpoint.md, "Tensor-parallel slices") and holds elements
 // [begin, begin + count) of that box in row-major order, as `count` little-endian values of the tensor's dtype at
 // byte `offset` of the file. `crc32` holds one CRC-32 (zlib's) per block of `block_bytes` of those bytes, the last
 // block possibly short, so a reader that needs part of a chunk verifies only the blocks it reads.
@@ -39,7 +39,7 @@ struct TensorRecord {
   std::string name;  // "params/<slot>", "exp_avg/<slot>", "exp_avg_sq/<slot>"
   std::vector<std::int64_t> shape;
   DType dtype = DType::kF32;
-  std::vector<ChunkRecord> chunks;  // sorted by (box, begin) after parse()
+  std::vector<ChunkRecord> chunks;  // sorted by (box_offset, box_shape, begin) after parse()
   std::uint64_t numel() const;
 };
 
@@ -64,7 +64,8 @@ struct CheckpointIndex {
   // Parses and validates an index (`where` names it in errors: "DIR/step-00000010/index.json"). kIo for anything
   // wrong: not JSON, another format, a newer version ("written by a newer Strata"), a field missing or of the wrong
   // type, a dtype or shape that is not one, a chunk outside its box, file or tensor, checksums that do not match the
-  // chunk's length, chunks that overlap. Never reads past its input or trusts a size.
+  // chunk's length, chunks that overlap (in one box, or through boxes that intersect). Never reads past its input or
+  // trusts a size.
   static CheckpointIndex parse(const std::string& text, const std::string& where);
 
   const TensorRecord& tensor(const std::string& name) const;  // kIo "... has no tensor 'x'"
@@ -72,8 +73,17 @@ struct CheckpointIndex {
   // kMismatch naming the first difference when `declared` is not the model this checkpoint holds.
   void check_model(const std::vector<UnitSpec>& declared, const std::string& where) const;
   // "" when every element of every tensor is in exactly one chunk, else a message naming the first gap or overlap.
+  // Boxes that intersect count as an overlap, so exact coverage is: the boxes tile the tensor, and each box's chunks
+  // tile the box.
   std::string coverage_problem() const;
 };
+
+// The declaration a checkpoint holds: every tensor-parallel slot (SlotSpec::tp) at its global shape, its split
+// cleared, so that a model declares the same at every tp degree.
+std::vector<UnitSpec> global_declaration(const std::vector<UnitSpec>& units);
+
+// The order parse() leaves a tensor's chunks in: by box (offset, then shape), then by begin.
+bool chunk_before(const ChunkRecord& a, const ChunkRecord& b);
 
 // The tensors a model's slot is saved as.
 std::string params_tensor(const std::string& slot);

@@ -13,6 +13,7 @@
 #include "core/logging.h"
 #include "runtime/checkpoint/checkpoint_reader.h"
 #include "runtime/checkpoint/chunk_file.h"
+#include "runtime/checkpoint/slice_chunk.h"
 
 namespace strata {
 namespace fs = std::filesystem;
@@ -36,19 +37,24 @@ void CheckpointOptions::validate() const {
                "of 4", block_bytes);
 }
 
-// One save: this rank's pieces (a run of one tensor's elements each) in host memory, and what writing them gave.
+// One save: this rank's pieces (a run of one box of one tensor each) in host memory, and what writing them gave.
 struct Checkpointer::Staged {
+  struct Source {
+    const float* data = nullptr;  // host memory: the live state (synchronous save of host state) or `staging`
+    std::size_t count = 0;
+  };
   struct Piece {
     std::string tensor;
-    std::vector<std::int64_t> shape;
+    std::vector<std::int64_t> box_offset, box_shape;
     std::uint64_t begin = 0, count = 0;
-    const void* data = nullptr;  // host memory: the live state (synchronous save of host state) or `staging`
-    ChunkRecord chunk;           // filled by write()
+    std::vector<Source> sources;  // the piece's values are these, one after the other (several: a strided tp box)
+    ChunkRecord chunk;            // filled by write()
   };
   std::int64_t step = 0;
   nlohmann::json state;  // the optimizer's and the trainer's
   std::vector<Piece> pieces;
   Buffer staging;
+  Buffer gather;  // one block, where a piece of several sources is put together on its way to the file
   std::string tmp_dir;
   std::string error;  // a failure of write(), reported at the commit
   std::uint64_t bytes = 0;
@@ -57,8 +63,29 @@ struct Checkpointer::Staged {
 
 Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world,
                            CheckpointOptions options)
-    : model_(model), optimizer_(optimizer), world_(world), options_(std::move(options)), dir_(options_.dir) {
+    : Checkpointer(model, optimizer, world, 0, 1, std::move(options)) {}
+
+Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceMesh& mesh, CheckpointOptions options)
+    : Checkpointer(model, optimizer, mesh.world(), mesh.tp().rank(), mesh.tp().size(), std::move(options)) {}
+
+Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, int tp_rank, int tp_size,
+                           CheckpointOptions options)
+    : model_(model),
+      optimizer_(optimizer),
+      world_(world),
+      tp_rank_(tp_rank),
+      tp_size_(tp_size),
+      options_(std::move(options)),
+      dir_(options_.dir) {
   options_.validate();
+  // A slice saved at the wrong degree would land at wrong global places: the slot shapes must be this degree's.
+  for (const UnitSpec& u : model_.declaration())
+    for (const SlotSpec& s : u.slots)
+      STRATA_CHECK(s.tp.replicated() || s.shape == s.tp.local_shape(tp_size_),
+                   "checkpoints of unit '{}': slot '{}' ({}) has shape {}, not its slice at tensor-parallel degree {} "
+                   "({}): give the Checkpointer the mesh the model was split over",
+                   u.name, s.name, s.tp.describe(), shape_string(s.shape), tp_size_,
+                   shape_string(s.tp.local_shape(tp_size_)));
   // Staging is host memory in a ledger: the device's own on the CPU backend (its memory is host memory), else a
   // page-locked host device of the checkpointer's.
   if (model_.device().kind() != DeviceKind::kCpu) staging_device_ = create_host_device(model_.device());
@@ -79,28 +106,42 @@ std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(std::int64_t step) {
     const float* sources[3] = {shard.master, optimizer_.exp_avg(u), optimizer_.exp_avg_sq(u)};
     for (const ShardSegment& seg : params.owned_segments(u)) {
       const ParamSlot& slot = shard.layout->slots()[seg.slot];
+      if (slot.tp.replicated() && tp_rank_ != 0) continue;  // every tp rank holds it: the first saves it
       const std::string names[3] = {params_tensor(slot.name), exp_avg_tensor(slot.name),
                                     exp_avg_sq_tensor(slot.name)};
+      // The segment as flat ranges of the boxes of this rank's slice (the whole tensor without tp).
+      const std::vector<SliceChunk> chunks =
+          slice_chunks(slot.tp, slot.shape, tp_rank_, tp_size_, seg.slot_begin, seg.length);
       for (int k = 0; k < (slot.trainable ? 3 : 1); ++k)
-        s->pieces.push_back(
-            Staged::Piece{names[k], slot.shape, seg.slot_begin, seg.length, sources[k] + seg.shard_begin, {}});
+        for (const SliceChunk& c : chunks) {
+          Staged::Piece p{names[k], c.box_offset, c.box_shape, c.begin, c.count, {}, {}};
+          for (const LocalRun& r : c.local)
+            p.sources.push_back(Staged::Source{sources[k] + seg.shard_begin + (r.begin - seg.slot_begin), r.length});
+          s->pieces.push_back(std::move(p));
+        }
     }
   }
-  // A copy in host staging when training goes on meanwhile or the state is not host memory.
+  // A copy in host staging when training goes on meanwhile or the state is not host memory: each piece's sources put
+  // together there.
   Device& state = params.device();
+  Device& host = staging_device_ ? *staging_device_ : model_.device();
   if (options_.async || state.kind() != DeviceKind::kCpu) {
     std::uint64_t total = 0;
     for (const Staged::Piece& p : s->pieces) total += p.count * 4;
-    Device& host = staging_device_ ? *staging_device_ : model_.device();
     s->staging = host.allocate(total, MemCategory::kCheckpoint);
-    char* at = s->staging.as<char>();
+    float* at = s->staging.as<float>();
     for (Staged::Piece& p : s->pieces) {
-      const std::size_t bytes = p.count * 4;
-      if (state.kind() == DeviceKind::kCpu) std::memcpy(at, p.data, bytes);
-      else state.copy_to_host(at, p.data, bytes);
-      p.data = at;
-      at += bytes;
+      float* first = at;
+      for (const Staged::Source& src : p.sources) {
+        if (state.kind() == DeviceKind::kCpu) std::memcpy(at, src.data, src.count * 4);
+        else state.copy_to_host(at, src.data, src.count * 4);
+        at += src.count;
+      }
+      p.sources = {Staged::Source{first, p.count}};
     }
+  } else if (std::any_of(s->pieces.begin(), s->pieces.end(),
+                         [](const Staged::Piece& p) { return p.sources.size() > 1; })) {
+    s->gather = host.allocate(options_.block_bytes, MemCategory::kCheckpoint);
   }
   return s;
 }
@@ -112,11 +153,37 @@ void Checkpointer::write(Staged& s) {
       ChunkWriter file(s.tmp_dir + "/" + CheckpointDir::rank_file(world_.rank()), options_.block_bytes);
       for (Staged::Piece& p : s.pieces) {
         ChunkRecord& c = p.chunk;
-        c.box_offset.assign(p.shape.size(), 0);
-        c.box_shape = p.shape;
+        c.box_offset = p.box_offset;
+        c.box_shape = p.box_shape;
         c.begin = p.begin;
         c.count = p.count;
-        c.offset = file.append(p.data, p.count * 4, c.crc32);
+        if (p.sources.size() == 1) {
+          c.offset = file.append(p.sources[0].data, p.count * 4, c.crc32);
+          continue;
+        }
+        // Several sources: whole blocks put together in `gather`, appended one by one (so their checksums, in order,
+        // are the chunk's).
+        const std::size_t block = options_.block_bytes / 4;
+        float* g = s.gather.as<float>();
+        std::size_t filled = 0;
+        bool first = true;
+        auto flush = [&] {
+          std::vector<std::uint32_t> crc;
+          const std::uint64_t at = file.append(g, filled * 4, crc);
+          if (first) c.offset = at;
+          first = false;
+          c.crc32.insert(c.crc32.end(), crc.begin(), crc.end());
+          filled = 0;
+        };
+        for (const Staged::Source& src : p.sources)
+          for (std::size_t done = 0; done < src.count;) {
+            const std::size_t n = std::min(src.count - done, block - filled);
+            std::memcpy(g + filled, src.data + done, n * 4);
+            filled += n;
+            done += n;
+            if (filled == block) flush();
+          }
+        if (filled > 0) flush();
       }
       file.finish();
       s.bytes = file.bytes();
@@ -211,15 +278,16 @@ void Checkpointer::commit(Staged& s) {
       CheckpointIndex index;
       index.step = s.step;
       index.world_size = world_.size();
-      index.units = model_.declaration();
+      index.units = global_declaration(model_.declaration());
       index.block_bytes = options_.block_bytes;
       const DataParallelGroups& g = model_.groups();
       const ShardingOptions& o = model_.options();
-      index.layout = {{"mesh", {{"dp_replicate", g.replicate->size()}, {"dp_shard", g.shard->size()}}},
-                      {"zero_stage", static_cast<int>(o.stage)},
-                      {"param_dtype", dtype_name(o.mixed_precision.param_dtype)},
-                      {"reduce_dtype", dtype_name(o.mixed_precision.reduce_dtype)},
-                      {"offload", offload_name(o.offload)}};
+      index.layout = {
+          {"mesh", {{"dp_replicate", g.replicate->size()}, {"dp_shard", g.shard->size()}, {"tp", tp_size_}}},
+          {"zero_stage", static_cast<int>(o.stage)},
+          {"param_dtype", dtype_name(o.mixed_precision.param_dtype)},
+          {"reduce_dtype", dtype_name(o.mixed_precision.reduce_dtype)},
+          {"offload", offload_name(o.offload)}};
       index.state = s.state;
       std::map<std::string, TensorRecord> tensors;
       for (const UnitSpec& u : index.units)
@@ -241,6 +309,8 @@ void Checkpointer::commit(Staged& s) {
                                                           c["begin"], c["count"], c["crc32"]});
         fs::remove(sidecar);
       }
+      // In box order, as a parse leaves them.
+      for (auto& [name, t] : tensors) std::sort(t.chunks.begin(), t.chunks.end(), chunk_before);
       index.tensors = std::move(tensors);
       const std::string problem = index.coverage_problem();
       STRATA_CHECK_CODE(ErrorCode::kInternal, problem.empty(), "{}: {}", what, problem);
@@ -263,7 +333,7 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   // Every rank reads the same index and makes the same checks: a bad one is the same error on every rank.
   const CheckpointIndex index = dir_.read_index(step);
   const std::string where = dir_.step_path(step);
-  index.check_model(model_.declaration(), where);
+  index.check_model(global_declaration(model_.declaration()), where);
   const std::int64_t optimizer_step = index.state.value("optimizer", nlohmann::json::object()).value("step", -1);
 
   ShardedParameters& params = model_.parameters();
@@ -273,15 +343,41 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   Buffer block = host.allocate(index.block_bytes, MemCategory::kCheckpoint);
   Buffer values = state.kind() == DeviceKind::kCpu ? Buffer() : host.allocate(index.block_bytes, MemCategory::kCheckpoint);
   CheckpointReader reader(where, index, block.data());
-  // ... into the state memory at `dst` (host memory directly, device memory a staging block at a time).
-  auto read_into = [&](const std::string& name, std::uint64_t begin, std::uint64_t count, float* dst) {
+  const bool host_state = state.kind() == DeviceKind::kCpu;
+  // Tensor `name`'s values of segment `seg` of `slot` into the state memory at `dst` (host memory directly, device
+  // memory a staging block at a time). The segment's local elements are runs of the global tensor (several for a tp
+  // slice, read together in file order whatever tp saved them); a slice's padding has no global place and is 0.
+  auto read_into = [&](const std::string& name, const ParamSlot& slot, const ShardSegment& seg, float* dst) {
     const TensorRecord& t = index.tensor(name);
-    if (state.kind() == DeviceKind::kCpu) return reader.read_f32(t, begin, count, dst);
-    const std::uint64_t step_elems = index.block_bytes / 4;
-    for (std::uint64_t done = 0; done < count; done += step_elems) {
-      const std::uint64_t n = std::min(step_elems, count - done);
-      reader.read_f32(t, begin + done, n, values.as<float>());
-      state.copy_from_host(dst + done, values.data(), n * 4);
+    struct GlobalRun {
+      std::uint64_t local, global, count;  // local: from the segment's start
+    };
+    std::vector<GlobalRun> runs;
+    for_each_global_run(slot.tp, tp_rank_, tp_size_, seg.slot_begin, seg.length,
+                        [&](std::size_t local, std::size_t global, std::size_t n) {
+                          runs.push_back(GlobalRun{local - seg.slot_begin, global, n});
+                        });
+    const std::uint64_t window = host_state ? seg.length : index.block_bytes / 4;
+    std::size_t r = 0;       // the run under way
+    std::uint64_t used = 0;  // of its elements, read already
+    for (std::uint64_t w = 0; w < seg.length; w += window) {
+      const std::uint64_t wn = std::min<std::uint64_t>(window, seg.length - w);
+      float* out = host_state ? dst + w : values.as<float>();
+      std::vector<CheckpointReader::Run> batch;
+      std::uint64_t covered = 0;
+      for (; r < runs.size() && runs[r].local + used < w + wn;) {
+        const std::uint64_t at = runs[r].local + used, n = std::min(runs[r].count - used, w + wn - at);
+        batch.push_back(CheckpointReader::Run{runs[r].global + used, n, out + (at - w)});
+        covered += n;
+        used += n;
+        if (used == runs[r].count) {
+          ++r;
+          used = 0;
+        }
+      }
+      if (covered < wn) std::fill(out, out + wn, 0.0f);  // padding among the runs, which overwrite the rest
+      reader.read_f32(t, batch);
+      if (!host_state) state.copy_from_host(dst + w, values.data(), wn * 4);
     }
   };
   std::string error;
@@ -293,12 +389,12 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
       float* moments[2] = {optimizer_.exp_avg(u), optimizer_.exp_avg_sq(u)};
       for (const ShardSegment& seg : shard.segments) {
         const ParamSlot& slot = shard.layout->slots()[seg.slot];
-        read_into(params_tensor(slot.name), seg.slot_begin, seg.length, shard.master + seg.shard_begin);
+        read_into(params_tensor(slot.name), slot, seg, shard.master + seg.shard_begin);
         if (!slot.trainable) continue;
         const std::string names[2] = {exp_avg_tensor(slot.name), exp_avg_sq_tensor(slot.name)};
         for (int k = 0; k < 2; ++k) {
           if (index.has_tensor(names[k])) {
-            read_into(names[k], seg.slot_begin, seg.length, moments[k] + seg.shard_begin);
+            read_into(names[k], slot, seg, moments[k] + seg.shard_begin);
           } else {
             // Weights alone (strata-ckpt import): the optimizer starts from zero moments, and only at step 0.
             STRATA_CHECK_CODE(ErrorCode::kIo, optimizer_step <= 0, "{}: tensor '{}' is missing", where, names[k]);
@@ -317,9 +413,11 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   if (optimizer_step > 0 || opt.contains("name")) optimizer_.restore(opt);
   params.finish_step(optimizer_.steps_taken(), true);
   last_load_ = LoadStats{step, ms_since(t0), reader.bytes_read()};
-  logger("ckpt").info("loaded {} (step {}, saved at {} ranks) into {} ranks: {:.1f} MB read on this rank in {:.0f} ms",
-                      where, step, index.world_size, world_.size(), static_cast<double>(last_load_.bytes) / 1e6,
-                      last_load_.ms);
+  const nlohmann::json saved_tp = index.layout.value("mesh", nlohmann::json::object()).value("tp", nlohmann::json(1));
+  logger("ckpt").info(
+      "loaded {} (step {}, saved at {} ranks, tp {}) into {} ranks, tp {}: {:.1f} MB read on this rank in {:.0f} ms",
+      where, step, index.world_size, saved_tp.dump(), world_.size(), tp_size_,
+      static_cast<double>(last_load_.bytes) / 1e6, last_load_.ms);
   return index.state.value("trainer", nlohmann::json::object());
 }
 

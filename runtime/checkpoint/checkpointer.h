@@ -1,8 +1,9 @@
 // Checkpointer: sharded, atomic checkpoints of a ShardedModel and its ShardedAdamW that load at any layout
-// (docs/checkpoint.md). Each rank writes the f32 master and Adam moments of the shard it owns into a file of its own;
-// all ranks agree; rank 0 writes the index and the commit marker, renames the directory and updates `latest`. A load
-// reads only the byte ranges that overlap this rank's shards, through one bounded staging block, at any number of
-// ranks, ZeRO stage, hybrid layout, offload policy or parameter dtype.
+// (docs/checkpoint.md). Each rank writes the f32 master and Adam moments of the shard it owns into a file of its own,
+// as runs of the global tensors (a tensor-parallel slice as boxes of them); all ranks agree; rank 0 writes the index
+// and the commit marker, renames the directory and updates `latest`. A load reads only the byte ranges that overlap
+// this rank's shards, through one bounded staging block, at any number of ranks, tensor-parallel degree, ZeRO stage,
+// hybrid layout, offload policy or parameter dtype.
 #pragma once
 
 #include <atomic>
@@ -17,6 +18,7 @@
 #include "collectives/communicator.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/optim/sharded_adamw.h"
+#include "runtime/parallel/device_mesh.h"
 #include "runtime/sharding/sharded_model.h"
 
 namespace strata {
@@ -47,8 +49,12 @@ struct LoadStats {
 
 class Checkpointer {
  public:
-  // `world` is the communicator every rank of the job is in (the commit is agreed over it).
+  // `world` is the communicator every rank of the job is in (the commit is agreed over it). A model without
+  // tensor parallelism (no slot split: SlotSpec::tp).
   Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, CheckpointOptions options);
+  // Over a mesh: its world, and its tp group, whose rank says which slice of each split slot this rank holds.
+  // kInvalidArgument when a split slot's shape is not its slice at the mesh's tp degree.
+  Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceMesh& mesh, CheckpointOptions options);
   // Joins the background writer of a save in flight (it is not committed: call wait() before); never throws.
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
@@ -74,6 +80,8 @@ class Checkpointer {
   std::int64_t latest_step() const { return dir_.latest_step(); }
 
  private:
+  Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, int tp_rank, int tp_size,
+               CheckpointOptions options);
   struct Staged;  // one save's host copy of this rank's chunks, and its chunk records
   std::unique_ptr<Staged> stage(std::int64_t step);
   void write(Staged& s);  // the file of this rank; on the caller's thread or the background one
@@ -84,6 +92,8 @@ class Checkpointer {
   ShardedModel& model_;
   ShardedAdamW& optimizer_;
   Communicator& world_;
+  int tp_rank_ = 0;  // this rank's place in its tensor-parallel group, and the group's size
+  int tp_size_ = 1;
   CheckpointOptions options_;
   CheckpointDir dir_;
   std::unique_ptr<Device> staging_device_;  // host memory for staging, with its own ledger

@@ -53,6 +53,9 @@ class ChunkReader {
   // mismatch or a short read is kIo naming the file, the tensor and the block.
   void read(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz, std::uint64_t begin,
             std::uint64_t count, void* out, void* staging) const;
+  // Reads block `block` of `chunk` into `staging` and checks its checksum (kIo as read()); returns its length.
+  std::size_t read_block(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz, std::uint64_t block,
+                         void* staging) const;
   // Reads every block of `chunk` and checks every checksum (strata-ckpt verify).
   void verify(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz, void* staging) const;
   const std::string& path() const { return path_; }
@@ -60,9 +63,6 @@ class ChunkReader {
   std::uint64_t bytes_read() const { return bytes_read_; }
 
  private:
-  // Reads block `block` of `chunk` into `staging` and checks its checksum; returns its length.
-  std::size_t read_block(const ChunkRecord& chunk, const std::string& tensor, std::size_t esz, std::uint64_t block,
-                         void* staging) const;
   std::string path_;
   std::size_t block_bytes_;
   int fd_ = -1;

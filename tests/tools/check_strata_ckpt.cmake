@@ -1,8 +1,10 @@
 # strata-ckpt against checkpoints train_gpt writes (cmake -P, so no other interpreter; bytes are flipped and a foreign
 # weight file is made with printf, dd and cat).
-#   -DMPI=<mpiexec words|-n> -DTRAIN=<train_gpt> -DCKPT=<strata-ckpt> -DWORK=<dir> -DMODE=setup|ls_verify|export|import
+#   -DMPI=<mpiexec words|-n> -DTRAIN=<train_gpt> -DCKPT=<strata-ckpt> -DWORK=<dir>
+#   -DMODE=setup|ls_verify|export|import|tp
 # setup: train_gpt at np 2 writes WORK/ckpt (steps 2, 4 and 5; keep 2) and its own final weights WORK/final.safetensors.
-# The other modes only read WORK/ckpt and work in WORK/<mode>.
+# ls_verify, export and import only read WORK/ckpt and work in WORK/<mode>. tp writes its own checkpoints, of
+# tensor-parallel runs at np 4, in WORK/tp.
 cmake_minimum_required(VERSION 3.24)
 foreach(v MPI TRAIN CKPT WORK MODE)
   if(NOT DEFINED ${v})
@@ -76,7 +78,7 @@ if(MODE STREQUAL "ls_verify")
   run(text 0 ${CKPT} ls ${ckpt_dir})
   message(STATUS "ls:\n${text}")
   expect("${text}" "step-00000004 +[0-9]" "ls: step 4, not latest")
-  expect("${text}" "step-00000005 +\\* +2 +3 +f32 +2 " "ls: step 5, latest, 2 ranks, ZeRO 3, f32, 2 files")
+  expect("${text}" "step-00000005 +\\* +2 +1 +3 +f32 +2 " "ls: step 5, latest, 2 ranks, tp 1, ZeRO 3, f32, 2 files")
   if("${text}" MATCHES "step-00000002")
     message(FATAL_ERROR "ls: step 2 should have been pruned (keep 2):\n${text}")
   endif()
@@ -213,7 +215,37 @@ elseif(MODE STREQUAL "import")
   if(EXISTS ${dir}/refused/latest)
     message(FATAL_ERROR "a refused import left ${dir}/refused/latest")
   endif()
+elseif(MODE STREQUAL "tp")
+  # Checkpoints of tp 2 x dp 2 and of tp 4, with a vocabulary (65) that divides by neither: their tensors are saved as
+  # boxes of the tp slices. verify checks them; export gives the weights train_gpt --save wrote at the same step.
+  set(tp_model --layers 2 --heads 4 --embd 32 --vocab 65 --ctx 16 --seq 8 --batch 4 --no-progress)
+  foreach(tp 2 4)
+    set(d ${dir}/tp${tp})
+    run(text 0 ${mpi} 4 ${TRAIN} ${tp_model} --tp ${tp} --steps 3 --checkpoint-dir ${d}/ckpt
+        --save ${d}/final.safetensors)
+    run(text 0 ${CKPT} ls ${d}/ckpt)
+    set(files 4)  # each rank holds a part of every tp slice's dp shard
+    expect("${text}" "step-00000003 +\\* +4 +${tp} +3 +f32 +${files} " "ls: step 3, 4 ranks, tp ${tp}, ZeRO 3")
+    run(text 0 ${CKPT} verify ${d}/ckpt)
+    message(STATUS "verify at tp ${tp}:\n${text}")
+    expect("${text}" "verify: step-00000003 OK" "verify of a tp ${tp} checkpoint")
+    run(text 0 ${CKPT} export ${d}/ckpt ${d}/w.safetensors)
+    safetensors_data(exported ${d}/w.safetensors)
+    safetensors_data(saved ${d}/final.safetensors)
+    if(NOT exported STREQUAL saved)
+      message(FATAL_ERROR "export of a tp ${tp} checkpoint differs from train_gpt --save of the same step")
+    endif()
+  endforeach()
+  # An import (one box per tensor) resumes at tp 2 exactly as --init from the same file does.
+  run(text 0 ${CKPT} import ${dir}/tp2/w.safetensors ${dir}/imported)
+  run(resumed 0 ${mpi} 4 ${TRAIN} ${tp_model} --tp 2 --checkpoint-dir ${dir}/imported --resume --steps 2)
+  run(fresh 0 ${mpi} 4 ${TRAIN} ${tp_model} --tp 2 --init ${dir}/tp2/w.safetensors --steps 2)
+  losses(want "${fresh}")
+  losses(got "${resumed}")
+  if(NOT got STREQUAL want)
+    message(FATAL_ERROR "tp 2: --resume from the import: ${got}\n--init from the file: ${want}")
+  endif()
 else()
-  message(FATAL_ERROR "MODE must be setup, ls_verify, export or import")
+  message(FATAL_ERROR "MODE must be setup, ls_verify, export, import or tp")
 endif()
 message(STATUS "${MODE}: passed")

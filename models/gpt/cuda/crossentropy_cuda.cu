@@ -12,28 +12,6 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / kWarpSize;
 
-// Block-wide max and sum: warp butterflies, then every thread combines the warps' results in warp order, so all
-// threads get the same value. Every thread of the block must call them; scratch is reusable when they return.
-__device__ float block_max(float v, float* scratch) {
-  v = warp_max(v);
-  if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  float r = scratch[0];
-  for (int w = 1; w < kWarps; ++w) r = fmaxf(r, scratch[w]);
-  __syncthreads();
-  return r;
-}
-
-__device__ double block_sum(double v, double* scratch) {
-  v = warp_sum(v);
-  if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  double r = 0;
-  for (int w = 0; w < kWarps; ++w) r += scratch[w];
-  __syncthreads();
-  return r;
-}
-
 __global__ __launch_bounds__(kThreads) void crossentropy_softmax_kernel(float* losses, float* dlogits,
                                                                         const float* logits, const int32_t* targets,
                                                                         int V, float dscale) {
@@ -53,11 +31,11 @@ __global__ __launch_bounds__(kThreads) void crossentropy_softmax_kernel(float* l
 
   float local_max = -INFINITY;
   for (int v = threadIdx.x; v < V; v += kThreads) local_max = fmaxf(local_max, x[v]);
-  const float maxv = block_max(local_max, max_scratch);
+  const float maxv = block_max<kWarps>(local_max, max_scratch);
 
   double local_sum = 0;
   for (int v = threadIdx.x; v < V; v += kThreads) local_sum += expf(x[v] - maxv);
-  const double sum = block_sum(local_sum, sum_scratch);  // its barriers end every thread's reads of x
+  const double sum = block_sum<kWarps>(local_sum, sum_scratch);  // its barriers end every thread's reads of x
 
   if (d != nullptr) {
     // exp(x[v] - max) is recomputed rather than stored, so x[v] is read by the thread that then overwrites it.

@@ -29,6 +29,31 @@ __device__ inline float warp_max(float v) {
   return v;
 }
 
+// Block-wide max and sum over kWarps warps: warp butterflies, then every thread combines the warps' results in warp
+// order, so all threads get the same value. Every thread of the block must call them; scratch (kWarps values) is
+// reusable when they return.
+template <int kWarps>
+__device__ inline float block_max(float v, float* scratch) {
+  v = warp_max(v);
+  if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = v;
+  __syncthreads();
+  float r = scratch[0];
+  for (int w = 1; w < kWarps; ++w) r = fmaxf(r, scratch[w]);
+  __syncthreads();
+  return r;
+}
+
+template <int kWarps>
+__device__ inline double block_sum(double v, double* scratch) {
+  v = warp_sum(v);
+  if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = v;
+  __syncthreads();
+  double r = 0;
+  for (int w = 0; w < kWarps; ++w) r += scratch[w];
+  __syncthreads();
+  return r;
+}
+
 // Column reductions run in blocks of (kWarpSize columns) x (kColumnRowLanes row lanes): lane ty of column c sums
 // rows ty, ty + kColumnRowLanes, ... in double, then column_total adds the lanes' partials in lane order. The
 // partition depends only on these constants, so results are the same on every run (no atomics).

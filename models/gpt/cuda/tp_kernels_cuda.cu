@@ -78,29 +78,6 @@ __global__ void add_bias_kernel(float* out, const float* bias, int C, std::size_
 
 // ---- vocabulary-parallel cross-entropy: one block per row -----------------------------------------------------
 
-// Block-wide max and sum, as crossentropy_cuda.cu's: warp butterflies, then every thread combines the warps' results
-// in warp order, so all threads get the same value. Every thread of the block must call them; scratch is reusable
-// when they return.
-__device__ float block_max(float v, float* scratch) {
-  v = warp_max(v);
-  if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  float r = scratch[0];
-  for (int w = 1; w < kWarps; ++w) r = fmaxf(r, scratch[w]);
-  __syncthreads();
-  return r;
-}
-
-__device__ double block_sum(double v, double* scratch) {
-  v = warp_sum(v);
-  if (threadIdx.x % kWarpSize == 0) scratch[threadIdx.x / kWarpSize] = v;
-  __syncthreads();
-  double r = 0;
-  for (int w = 0; w < kWarps; ++w) r += scratch[w];
-  __syncthreads();
-  return r;
-}
-
 // row_max[n] = max over v < valid of logits[n, v] (-inf when valid is 0; fmaxf skips NaN as the CPU's fmax).
 __global__ __launch_bounds__(kThreads) void vocab_max_kernel(float* row_max, const float* logits, int V, int valid) {
   __shared__ float scratch[kWarps];
@@ -108,7 +85,7 @@ __global__ __launch_bounds__(kThreads) void vocab_max_kernel(float* row_max, con
   const float* x = logits + n * V;
   float local = -INFINITY;
   for (int v = threadIdx.x; v < valid; v += kThreads) local = fmaxf(local, x[v]);
-  const float m = block_max(local, scratch);
+  const float m = block_max<kWarps>(local, scratch);
   if (threadIdx.x == 0) row_max[n] = m;
 }
 
@@ -123,7 +100,7 @@ __global__ __launch_bounds__(kThreads) void vocab_sumexp_kernel(float* stats, co
   const double m = row_max[n];
   double local = 0;
   for (int v = threadIdx.x; v < valid; v += kThreads) local += exp(static_cast<double>(x[v]) - m);
-  const double s = block_sum(local, scratch);
+  const double s = block_sum<kWarps>(local, scratch);
   if (threadIdx.x == 0) {
     stats[n] = static_cast<float>(s);
     const int t = targets[n] - v_begin;

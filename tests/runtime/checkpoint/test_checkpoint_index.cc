@@ -1,5 +1,5 @@
 // CheckpointIndex tests (in memory, on every rank): the JSON round trip, every refusal of parse() (each a kIo naming
-// the index), coverage_problem() and check_model().
+// the index), coverage_problem() and check_model(), with whole-tensor chunks and with the boxes of tp slices.
 #include <gtest/gtest.h>
 
 #include <functional>
@@ -310,9 +310,110 @@ TEST(CheckpointIndex, CoverageFindsAGapAndADoubleCover) {
   x.tensors["params/b"].chunks.clear();
   EXPECT_NE(x.coverage_problem().find("tensor 'params/b' has no chunk for elements [0, 1)"), std::string::npos)
       << "a scalar has one element: " << x.coverage_problem();
-  x = valid_index();
-  x.tensors["params/w"].chunks[0].box_shape = {2, 5};
-  EXPECT_NE(x.coverage_problem().find("box smaller than the tensor"), std::string::npos) << x.coverage_problem();
+}
+
+// valid_index() with params/w [3, 5] saved as tp 2 slices of columns: box A, columns [0, 3) ([3, 3]), in two chunks
+// (two data-parallel ranks: elements [0, 4) in file 0, [4, 9) in file 1), and box B, columns [3, 5) ([3, 2], the
+// clipped last slice), in one chunk of file 1.
+CheckpointIndex box_index() {
+  CheckpointIndex x = valid_index();
+  TensorRecord& w = x.tensors["params/w"];
+  w.chunks.clear();
+  auto add = [&](int file, std::uint64_t offset, std::vector<std::int64_t> box_offset,
+                 std::vector<std::int64_t> box_shape, std::uint64_t begin, std::uint64_t count) {
+    ChunkRecord c = chunk(file, offset, box_shape, begin, count);
+    c.box_offset = std::move(box_offset);
+    w.chunks.push_back(std::move(c));
+  };
+  add(1, 3000, {0, 3}, {3, 2}, 0, 6);  // out of order: parse() sorts by box, then begin
+  add(0, 2000, {0, 0}, {3, 3}, 0, 4);
+  add(1, 2000, {0, 0}, {3, 3}, 4, 5);
+  return x;
+}
+
+TEST(CheckpointIndex, BoxesOfTpSlicesParseAndCover) {
+  const CheckpointIndex x = box_index();
+  EXPECT_EQ(x.coverage_problem(), "") << "in memory, unsorted";
+  const CheckpointIndex y = CheckpointIndex::parse(x.serialize(), kWhere);
+  EXPECT_EQ(y.coverage_problem(), "");
+  const std::vector<ChunkRecord>& c = y.tensor("params/w").chunks;
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].box_offset, (std::vector<std::int64_t>{0, 0}));
+  EXPECT_EQ(c[0].begin, 0u);
+  EXPECT_EQ(c[1].begin, 4u);
+  EXPECT_EQ(c[2].box_offset, (std::vector<std::int64_t>{0, 3}));
+  EXPECT_FALSE(c[2].whole_box(y.tensor("params/w").shape));
+  EXPECT_EQ(CheckpointIndex::parse(y.serialize(), kWhere).to_json(), y.to_json());
+}
+
+TEST(CheckpointIndex, RefusesOverlappingBoxes) {
+  const json good = box_index().to_json();
+  json j = good;
+  // Box B moved one column left: column 2 is in both boxes.
+  for (json& c : j["tensors"]["params/w"]["chunks"])
+    if (c["box_offset"] == json{0, 3}) c["box_offset"] = {0, 2};
+  expect_refused(j,
+                 "tensors[\"params/w\"] has overlapping chunks: the box at [0, 0] of shape [3, 3] and the box at "
+                 "[0, 2] of shape [3, 2] intersect",
+                 "boxes that intersect");
+  j = good;
+  // Box B as the whole tensor: it holds box A's elements too.
+  for (json& c : j["tensors"]["params/w"]["chunks"])
+    if (c["box_offset"] == json{0, 3}) {
+      c["box_offset"] = {0, 0};
+      c["box_shape"] = {3, 5};
+    }
+  expect_refused(j, "intersect", "a whole-tensor box beside a slice");
+  j = good;
+  // Inside box A: [0, 4) and [3, 8).
+  for (json& c : j["tensors"]["params/w"]["chunks"])
+    if (c["begin"] == 4) c["begin"] = 3;
+  expect_refused(j, "has overlapping chunks at elements 0 and 3 of the box at [0, 0] of shape [3, 3]",
+                 "two chunks of one box");
+}
+
+TEST(CheckpointIndex, CoverageOfBoxesFindsGapsAndOverlaps) {
+  CheckpointIndex x = box_index();
+  x.tensors["params/w"].chunks.erase(x.tensors["params/w"].chunks.begin());  // box B
+  EXPECT_NE(x.coverage_problem().find("tensor 'params/w' has no chunk for 6 of its 15 elements (its boxes hold 9)"),
+            std::string::npos)
+      << x.coverage_problem();
+  x = box_index();
+  x.tensors["params/w"].chunks[2].count = 4;  // box A's [4, 8): element 8 missing
+  EXPECT_NE(x.coverage_problem().find(
+                "tensor 'params/w' has no chunk for elements [8, 9) of the box at [0, 0] of shape [3, 3]"),
+            std::string::npos)
+      << x.coverage_problem();
+  x = box_index();
+  x.tensors["params/w"].chunks[2].begin = 2;  // box A's [0, 4) and [2, 7)
+  EXPECT_NE(x.coverage_problem().find(
+                "tensor 'params/w' has elements from 2 of the box at [0, 0] of shape [3, 3] in two chunks"),
+            std::string::npos)
+      << x.coverage_problem();
+  x = box_index();
+  x.tensors["params/w"].chunks[0].box_offset = {0, 2};  // box B over column 2
+  x.tensors["params/w"].chunks[0].box_shape = {3, 3};
+  x.tensors["params/w"].chunks[0].count = 9;  // the whole box (its checksums do not matter here)
+  EXPECT_NE(x.coverage_problem().find("tensor 'params/w' has elements in two chunks: the box at [0, 0] of shape "
+                                      "[3, 3] and the box at [0, 2] of shape [3, 3] intersect"),
+            std::string::npos)
+      << x.coverage_problem();
+}
+
+// A model declares the same global model at every tp degree.
+TEST(CheckpointIndex, GlobalDeclarationOfTpSlices) {
+  std::vector<UnitSpec> local = test_units();
+  SlotSpec& w = local[0].slots[0];
+  w.tp = TpSplit{1, 1, {3, 5}};
+  w.shape = w.tp.local_shape(2);
+  EXPECT_EQ(w.shape, (std::vector<std::int64_t>{3, 3}));
+  const std::vector<UnitSpec> global = global_declaration(local);
+  EXPECT_EQ(global[0].slots[0].shape, (std::vector<std::int64_t>{3, 5}));
+  EXPECT_TRUE(global[0].slots[0].tp.replicated());
+  EXPECT_EQ(global[0].slots[1].shape, (std::vector<std::int64_t>{5}));
+  EXPECT_NO_THROW(valid_index().check_model(global, kWhere));
+  EXPECT_EQ(test::error_code_of([&] { valid_index().check_model(local, kWhere); }), ErrorCode::kMismatch)
+      << "the local slice is not the checkpoint's model";
 }
 
 TEST(CheckpointIndex, CheckModelNamesTheDifference) {

@@ -1,0 +1,59 @@
+// SliceChunk: a local range of a tp slice as flat ranges of the boxes of its parts.
+#include "runtime/checkpoint/slice_chunk.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace strata {
+
+std::vector<SliceChunk> slice_chunks(const TpSplit& split, const std::vector<std::int64_t>& local_shape, int rank,
+                                     int tp, std::size_t begin, std::size_t count) {
+  if (count == 0) return {};
+  if (split.replicated() || tp == 1) {
+    const std::vector<std::int64_t>& shape = split.replicated() ? local_shape : split.global_shape;
+    return {SliceChunk{std::vector<std::int64_t>(shape.size(), 0), shape, begin, count, {LocalRun{begin, count}}}};
+  }
+  // As in for_each_global_run: an element of the global tensor is (outer, j, inner) with j its index along `dim`.
+  const std::vector<std::int64_t>& g = split.global_shape;
+  const std::size_t d = static_cast<std::size_t>(split.dim);
+  std::size_t inner = 1;
+  for (std::size_t i = d + 1; i < g.size(); ++i) inner *= static_cast<std::size_t>(g[i]);
+  const std::size_t G = static_cast<std::size_t>(g[d]);
+  const std::size_t parts = static_cast<std::size_t>(split.parts);
+  const std::size_t block = G / parts;
+  const std::size_t piece = (block + static_cast<std::size_t>(tp) - 1) / static_cast<std::size_t>(tp);
+  const std::size_t first = static_cast<std::size_t>(rank) * piece;  // this rank's first index in each block
+  std::vector<SliceChunk> by_part(parts);
+  for_each_global_run(split, rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {
+    const std::size_t o = global / (G * inner), j = global / inner % G, i = global % inner;
+    const std::size_t p = j / block;
+    // Part p's box: this rank's indices of block p along `dim`, clipped where the block ends (padding).
+    const std::size_t offset = p * block + first, width = std::min(piece, block - first);
+    const std::uint64_t flat = (o * width + (j - offset)) * inner + i;
+    SliceChunk& c = by_part[p];
+    if (c.count == 0) {
+      c.box_offset.assign(g.size(), 0);
+      c.box_offset[d] = static_cast<std::int64_t>(offset);
+      c.box_shape = g;
+      c.box_shape[d] = static_cast<std::int64_t>(width);
+      c.begin = flat;
+    }
+    // A run of local elements meets each part's box in one interval of its row-major order (the order of the box's
+    // elements is the local order with the part fixed), so the runs of one part follow each other.
+    STRATA_CHECK_CODE(ErrorCode::kInternal, c.begin + c.count == flat,
+                      "tp slice: local run at {} lands at element {} of part {}'s box, expected {}", local, flat, p,
+                      c.begin + c.count);
+    c.count += n;
+    if (!c.local.empty() && c.local.back().begin + c.local.back().length == local)
+      c.local.back().length += n;
+    else
+      c.local.push_back(LocalRun{local, n});
+  });
+  std::vector<SliceChunk> out;
+  for (SliceChunk& c : by_part)
+    if (c.count > 0) out.push_back(std::move(c));
+  return out;
+}
+
+}  // namespace strata
