@@ -47,18 +47,19 @@ def main():
         for name, args in LAYOUTS:
             results[name].append(run(2, args, a.bin, a.steps))
     base = None
-    print("| layout (np 2) | tokens/s | vs dp 2 | peak MiB per rank | sharded state + pools MiB | activations MiB | "
+    print("| layout (np 2) | tokens/s, median (range) | vs dp 2 | peak MiB per rank | sharded state + pools MiB | activations MiB | "
           "workspace MiB | final loss |")
     print("|---|---|---|---|---|---|---|---|")
     for name, _ in LAYOUTS:
         runs = results[name]
-        toks = sorted(s["tokens_per_s"] for s, _ in runs)[len(runs) // 2]
+        all_toks = sorted(s["tokens_per_s"] for s, _ in runs)
+        toks = all_toks[len(runs) // 2]
         summary, _ = runs[0]
         peak = summary["peak_memory"][0]["peak_bytes"]
         state = sum(peak.get(k, 0) for k in ("param_shard", "master", "grad_shard", "optim_state", "unsharded_params",
                                                 "unsharded_grads", "comm_buffer"))
         base = base or toks
-        print(f"| {name} | {toks:.0f} | {toks / base:.2f} | {mib(peak['total']):.1f} | {mib(state):.1f} | "
+        print(f"| {name} | {toks:.0f} ({all_toks[0]:.0f}-{all_toks[-1]:.0f}) | {toks / base:.2f} | {mib(peak['total']):.1f} | {mib(state):.1f} | "
               f"{mib(peak.get('activations', 0)):.1f} | {mib(peak.get('workspace', 0)):.1f} | "
               f"{summary['final_loss']:.4f} |")
     print()
