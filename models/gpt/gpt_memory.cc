@@ -59,19 +59,19 @@ CategoryBytes predict_step_memory(const TrainConfig& cfg, int world) {
   const std::uint64_t L = static_cast<std::uint64_t>(cfg.model.layers);
   const std::uint64_t Cl = C / P, Hl = static_cast<std::uint64_t>(cfg.model.heads) / P;
   const std::uint64_t Vl = static_cast<std::uint64_t>(vocab_per_rank(cfg.model, cfg.tp));
-  // ln1, ln2 [N, C]; qkv, attention out, MLP pre- and post-GELU [N, 12 Cl]; lse [N, Hl]; x_mid [Nl, C]; four
+  // ln1, ln2 [Nl, C]; qkv, attention out, MLP pre- and post-GELU [N, 12 Cl]; lse [N, Hl]; x_mid [Nl, C]; four
   // LayerNorm statistics [Nl].
-  const std::uint64_t block = 2 * N * C + 12 * N * Cl + N * Hl + Nl * C + 4 * Nl;
-  // Block inputs and the final residual [Nl, C] x (L + 1), the blocks, ln_f [N, C] and its statistics, the
+  const std::uint64_t block = 2 * Nl * C + 12 * N * Cl + N * Hl + Nl * C + 4 * Nl;
+  // Block inputs and the final residual [Nl, C] x (L + 1), the blocks, ln_f [Nl, C] and its statistics, the
   // vocabulary-parallel logits [N, Vl], the losses [N].
   at(MemCategory::kActivations) =
-      4 * ((L + 1) * Nl * C + (cfg.recompute ? 0 : L * block) + N * C + 2 * Nl + N * Vl + N);
+      4 * ((L + 1) * Nl * C + (cfg.recompute ? 0 : L * block) + Nl * C + 2 * Nl + N * Vl + N);
   // Workspace: f32 parameters and gradients of the embeddings and of the largest other unit; the forward scratch
-  // (two [N, C]); under SP the reduced and local LayerNorm rows (2 [Nl, C]), a gathered gradient [N, C] and a reduced
-  // one [Nl, C]; the loss's row maxima and statistics [3N] with the tp kernels; the backward scratch ([Nl, C] + [N, C]
+  // (two [N, C]); under SP the reduced rows [Nl, C], a gathered LayerNorm output [N, C], a gathered gradient [N, C]
+  // and a reduced one [Nl, C]; the loss's row maxima and statistics [3N] with the tp kernels; the backward scratch ([Nl, C] + [N, C]
   // + [N, 12 Cl]); the block's activations under recomputation; the int32 input and target tokens [N] (beside
   // Strata's norm buffer).
-  const std::uint64_t scratch = 2 * N * C + (sp ? 3 * Nl * C + N * C : 0) + (tp_kernels ? 3 * N : 0) + Nl * C +
+  const std::uint64_t scratch = 2 * N * C + (sp ? 2 * Nl * C + 2 * N * C : 0) + (tp_kernels ? 3 * N : 0) + Nl * C +
                                 N * C + 12 * N * Cl + (cfg.recompute ? block : 0) + 2 * N;
   at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * max_other_p + scratch);
   // TensorParallel's staging for the sequence permutation (SP with B > 1): [B, T, C].
@@ -160,10 +160,11 @@ TpTraffic predict_tp_traffic(const TrainConfig& cfg) {
     return t;
   }
   // Sequence parallelism: each reduction becomes a reduce-scatter, and the whole sequence is gathered before each
-  // column-parallel matmul (two per block, again under recomputation), before the LM head, before each row-parallel
-  // matmul's backward (two per block) and before the embedding's backward. The replicated parameters' gradients
-  // (LayerNorms, wpe) are summed over tp.
-  const std::uint64_t gathers = 2 * L + (cfg.recompute ? 2 * L : 0) + 1 + 2 * L + 1;
+  // column-parallel matmul and before the LM head in the forward (2L + 1, and 2L more under recomputation); in the
+  // backward, the output gradient before each row-parallel matmul (2L) and before the embedding's (1), and the
+  // LayerNorm outputs again, which are kept on this rank's rows, for the column-parallel matmuls and the LM head
+  // (2L + 1). The replicated parameters' gradients (LayerNorms, wpe) are summed over tp.
+  const std::uint64_t gathers = 2 * L + (cfg.recompute ? 2 * L : 0) + 1 + 2 * L + 1 + 2 * L + 1;
   t.reduce_scatter_bytes = A * 4 * reductions * N * C;
   t.all_gather_bytes = A * 4 * gathers * N * C;
   t.all_reduce_bytes = A * 4 * (3 * N + L * 4 * C + 2 * C + static_cast<std::uint64_t>(cfg.model.ctx) * C);

@@ -177,8 +177,9 @@ class UnitF32 {
   std::vector<bool> scratch_;
 };
 
-// Everything a block's backward needs from its forward. ln1 and ln2 are whole ([N, C]: the input of the
-// column-parallel matmuls); under sequence parallelism the statistics, x_mid and the block input are this rank's rows.
+// Everything a block's backward needs from its forward. Under sequence parallelism the LayerNorm outputs, their
+// statistics, x_mid and the block input are this rank's rows; the backward gathers ln1 and ln2 again for the
+// column-parallel matmuls (as Megatron-LM does), so no [N, C] activation is kept.
 struct BlockActs {
   Buffer ln1, ln1_mean, ln1_rstd, qkv, atty, lse, x_mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
 };
@@ -211,7 +212,7 @@ struct GptModel::Impl {
   std::vector<BlockActs> acts;    // per layer (one shared set under recompute)
   Buffer attproj, fcproj;         // forward scratch [N, C]: a row-parallel product (partial under tp)
   Buffer reduced;                 // SP: a row-parallel product reduced into this rank's rows [Nl, C]
-  Buffer ln_local;                // SP: a LayerNorm's output on this rank's rows [Nl, C], before the gather
+  Buffer ln_full;                 // SP: a LayerNorm's output gathered whole [N, C], for a column-parallel matmul
   Buffer lnf, lnf_mean, lnf_rstd, logits, losses;
   Buffer vocab_max, vocab_stats;  // tp: row maxima [N], sum-exp and target logit [2N]
   Buffer dres, dln, datty, dqkv, dfch, dfch_gelu;  // backward scratch
@@ -246,19 +247,19 @@ struct GptModel::Impl {
     for (int l = 0; l < sets; ++l) {
       auto kind = recompute ? MemCategory::kWorkspace : MemCategory::kActivations;
       auto a = [&](std::size_t floats) { return dev.allocate(floats * 4, kind); };
-      acts.push_back(BlockActs{a(n * C), a(nl), a(nl), a(n * 3 * cl), a(n * cl),
-                               a(static_cast<std::size_t>(B) * NHl * T), a(nl * C), a(n * C), a(nl), a(nl),
+      acts.push_back(BlockActs{a(nl * C), a(nl), a(nl), a(n * 3 * cl), a(n * cl),
+                               a(static_cast<std::size_t>(B) * NHl * T), a(nl * C), a(nl * C), a(nl), a(nl),
                                a(n * 4 * cl), a(n * 4 * cl)});
     }
     attproj = work(n * C);
     fcproj = work(n * C);
     if (sp) {
       reduced = work(nl * C);
-      ln_local = work(nl * C);
+      ln_full = work(n * C);
       dfull = work(n * C);
       dln_local = work(nl * C);
     }
-    lnf = act(n * C);
+    lnf = act(nl * C);
     lnf_mean = act(nl);
     lnf_rstd = act(nl);
     logits = act(n * static_cast<std::size_t>(Vl));
@@ -285,12 +286,15 @@ struct GptModel::Impl {
 
   BlockActs& acts_for(int layer) { return acts[recompute ? 0 : static_cast<std::size_t>(layer)]; }
 
-  // LayerNorm of this rank's rows of x, whole in `out` ([N, C]; gathered along the sequence under SP).
-  void layernorm_whole(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b) {
+  // LayerNorm of this rank's rows of x into `out` ([Nl, C]); returns it whole ([N, C]: gathered along the sequence
+  // into ln_full under SP).
+  const float* layernorm_whole(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b) {
     const int C = cfg.embd;
-    k->layernorm_forward(sp ? ln_local.as<float>() : out, mean, rstd, x, w, b, Nl, C);
-    if (sp) tp.to_full(ln_local.as<float>(), out, C);
+    k->layernorm_forward(out, mean, rstd, x, w, b, Nl, C);
+    return whole(out);
   }
+  // A LayerNorm output kept on this rank's rows, whole: gathered into ln_full under SP, else itself.
+  const float* whole(const float* ln) { return tp.to_full(ln, ln_full.data() ? ln_full.as<float>() : nullptr, cfg.embd); }
 
   // out_local = (inp @ weight) reduced over tp, plus bias once, on this rank's rows. inp [N, IC] holds this rank's
   // IC input channels, weight [IC, C] the matching rows. Returns the result ([Nl, C]).
@@ -312,14 +316,15 @@ struct GptModel::Impl {
     BlockActs& a = acts_for(layer);
     const float* x = x_in[static_cast<std::size_t>(layer)].as<float>();
     float* out = x_in[static_cast<std::size_t>(layer) + 1].as<float>();
-    layernorm_whole(a.ln1.as<float>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x, p.p(kLn1W), p.p(kLn1B));
-    k->matmul_forward(a.qkv.as<float>(), a.ln1.as<float>(), p.p(kAttnW), p.p(kAttnB), N, C, 3 * Cl);
+    const float* ln1 = layernorm_whole(a.ln1.as<float>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x,
+                                       p.p(kLn1W), p.p(kLn1B));
+    k->matmul_forward(a.qkv.as<float>(), ln1, p.p(kAttnW), p.p(kAttnB), N, C, 3 * Cl);
     k->attention_forward(a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(), B, T, Cl, NHl);
     const float* proj = row_parallel(attproj.as<float>(), a.atty.as<float>(), p.p(kProjW), p.p(kProjB), Cl);
     k->residual_forward(a.x_mid.as<float>(), x, proj, nlC);
-    layernorm_whole(a.ln2.as<float>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), a.x_mid.as<float>(),
-                    p.p(kLn2W), p.p(kLn2B));
-    k->matmul_forward(a.fch.as<float>(), a.ln2.as<float>(), p.p(kFcW), p.p(kFcB), N, C, 4 * Cl);
+    const float* ln2 = layernorm_whole(a.ln2.as<float>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(),
+                                       a.x_mid.as<float>(), p.p(kLn2W), p.p(kLn2B));
+    k->matmul_forward(a.fch.as<float>(), ln2, p.p(kFcW), p.p(kFcB), N, C, 4 * Cl);
     k->gelu_forward(a.fch_gelu.as<float>(), a.fch.as<float>(), static_cast<std::size_t>(N) * 4 * Cl);
     const float* mlp = row_parallel(fcproj.as<float>(), a.fch_gelu.as<float>(), p.p(kFcProjW), p.p(kFcProjB), 4 * Cl);
     k->residual_forward(out, a.x_mid.as<float>(), mlp, nlC);
@@ -348,8 +353,8 @@ struct GptModel::Impl {
     k->zero(dfch.data(), N4 * 4);
     k->gelu_backward(dfch.as<float>(), a.fch.as<float>(), dfch_gelu.as<float>(), N4);
     k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
-    k->matmul_backward(dln.as<float>(), p.g(kFcW), p.g(kFcB), dfch.as<float>(), a.ln2.as<float>(), p.p(kFcW), N, C,
-                       4 * Cl);
+    k->matmul_backward(dln.as<float>(), p.g(kFcW), p.g(kFcB), dfch.as<float>(), whole(a.ln2.as<float>()), p.p(kFcW), N,
+                       C, 4 * Cl);
     k->layernorm_backward(d, p.g(kLn2W), p.g(kLn2B), reduce_input_grad(), a.x_mid.as<float>(), p.p(kLn2W),
                           a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), Nl, C);
     dout = tp.to_full(d, dfull.data() ? dfull.as<float>() : nullptr, C);
@@ -359,8 +364,8 @@ struct GptModel::Impl {
     k->attention_backward(dqkv.as<float>(), datty.as<float>(), a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(),
                           B, T, Cl, NHl);
     k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
-    k->matmul_backward(dln.as<float>(), p.g(kAttnW), p.g(kAttnB), dqkv.as<float>(), a.ln1.as<float>(), p.p(kAttnW), N,
-                       C, 3 * Cl);
+    k->matmul_backward(dln.as<float>(), p.g(kAttnW), p.g(kAttnB), dqkv.as<float>(), whole(a.ln1.as<float>()),
+                       p.p(kAttnW), N, C, 3 * Cl);
     k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), reduce_input_grad(), x, p.p(kLn1W), a.ln1_mean.as<float>(),
                           a.ln1_rstd.as<float>(), Nl, C);
   }
@@ -391,10 +396,11 @@ struct GptModel::Impl {
     }
     int f = final_norm_unit(cfg);
     unit->load(model.begin_forward(f));
-    layernorm_whole(lnf.as<float>(), lnf_mean.as<float>(), lnf_rstd.as<float>(),
-                    x_in[static_cast<std::size_t>(L)].as<float>(), unit->p(kLnfW), unit->p(kLnfB));
+    const float* lnf_whole = layernorm_whole(lnf.as<float>(), lnf_mean.as<float>(), lnf_rstd.as<float>(),
+                                             x_in[static_cast<std::size_t>(L)].as<float>(), unit->p(kLnfW),
+                                             unit->p(kLnfB));
     model.end_forward(f);
-    k->lm_head_forward(logits.as<float>(), lnf.as<float>(), emb->p(kWte), N, C, Vl);
+    k->lm_head_forward(logits.as<float>(), lnf_whole, emb->p(kWte), N, C, Vl);
     if (!tpk) {
       k->crossentropy_softmax(losses.as<float>(), logits.as<float>(), logits.as<float>(),
                               tokens_tgt.as<std::int32_t>(), N, V, dscale);
@@ -419,7 +425,8 @@ struct GptModel::Impl {
     emb->load(ev.params);
     emb->open_grads(ev.grads, emb_tp_summed);
     k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
-    k->lm_head_backward(dln.as<float>(), emb->g(kWte), logits.as<float>(), lnf.as<float>(), emb->p(kWte), N, C, Vl);
+    k->lm_head_backward(dln.as<float>(), emb->g(kWte), logits.as<float>(), whole(lnf.as<float>()), emb->p(kWte), N, C,
+                        Vl);
     const float* dlnf = reduce_input_grad();
     int f = final_norm_unit(cfg);
     BackwardViews fv = model.begin_backward(f);
