@@ -2,8 +2,12 @@
 #include "tests/support/test_support.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
+#include <filesystem>
 #include <memory>
+
+#include <fmt/format.h>
 
 #include "core/error.h"
 
@@ -46,6 +50,19 @@ double element(const void* src, std::size_t i, DType dtype) {
     case DType::kF64: return static_cast<const double*>(src)[i];
   }
   STRATA_THROW(ErrorCode::kInvalidArgument, "unknown dtype");
+}
+
+ScratchDir::ScratchDir(const std::string& what)
+    : path_((std::filesystem::temp_directory_path() /
+             fmt::format("strata_{}_{}_{}", what, ::getpid(), runtime().rank()))
+                .string()) {
+  std::filesystem::remove_all(path_);
+  std::filesystem::create_directories(path_);
+}
+
+ScratchDir::~ScratchDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
 }
 
 }  // namespace strata::test

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/device_registry.h"
@@ -51,5 +52,20 @@ std::optional<ErrorCode> error_code_of(Fn&& fn) {
   ADD_FAILURE() << "expected a strata::Error";
   return std::nullopt;
 }
+
+// A directory of this rank's own under the temporary directory, emptied when made and removed at the end:
+// strata_<what>_<pid>_<rank>.
+class ScratchDir {
+ public:
+  explicit ScratchDir(const std::string& what);
+  ~ScratchDir();
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace strata::test

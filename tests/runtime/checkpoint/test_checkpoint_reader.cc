@@ -23,24 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::runtime;
 
-// A directory of this rank's own, removed at the end of the test.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& what)
-      : path_((fs::temp_directory_path() / fmt::format("strata_reader_{}_{}_{}", what, ::getpid(), runtime().rank()))
-                  .string()) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using test::ScratchDir;
 
 // The value a checkpoint holds at global element g: exact in f32.
 float global_value(std::uint64_t g) { return static_cast<float>(g) + 0.5f; }
@@ -152,7 +135,7 @@ TEST(SliceChunk, BoxesOfTheGptSplits) {
 }
 
 TEST(CheckpointReader, ReadsGlobalRangesAcrossTheBoxesOfTpSlices) {
-  ScratchDir dir("boxes");
+  ScratchDir dir("reader_boxes");
   int k = 0;
   for (const SplitCase& sc : split_cases())
     for (int tp : {2, 3, 4})
@@ -201,7 +184,7 @@ TEST(CheckpointReader, ReadsGlobalRangesAcrossTheBoxesOfTpSlices) {
 }
 
 TEST(CheckpointReader, NamesTheElementsNoChunkHolds) {
-  ScratchDir dir("missing");
+  ScratchDir dir("reader_missing");
   const TpSplit split{1, 1, {4, 10}};  // at tp 2: boxes of columns [0, 5) and [5, 10)
   CheckpointIndex index = save_slices(dir.path(), split, 2, 1, 64);
   TensorRecord& t = index.tensors.at("params/x");

@@ -21,24 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using test::runtime;
 
-// A directory of this rank's own, removed at the end of the test.
-class ScratchDir {
- public:
-  explicit ScratchDir(const std::string& what)
-      : path_((fs::temp_directory_path() / fmt::format("strata_chunk_{}_{}_{}", what, ::getpid(), runtime().rank()))
-                  .string()) {
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using test::ScratchDir;
 
 // Exactly representable values that differ from chunk to chunk and element to element.
 std::vector<float> values(int chunk, std::size_t n) {
@@ -101,7 +84,7 @@ std::string error_of(Fn&& fn, ErrorCode code) {
 }
 
 TEST(ChunkFile, RoundTripWithBlockChecksums) {
-  ScratchDir dir("roundtrip");
+  ScratchDir dir("chunk_roundtrip");
   // 64-byte blocks hold 16 elements; 52-byte blocks 13; 50-byte blocks split an element between two blocks.
   for (std::size_t block : {std::size_t{64}, std::size_t{52}, std::size_t{50}, std::size_t{4096}}) {
     SCOPED_TRACE(fmt::format("block {} bytes", block));
@@ -144,7 +127,7 @@ TEST(ChunkFile, RoundTripWithBlockChecksums) {
 }
 
 TEST(ChunkFile, EmptyWriteAndZeroLengthFile) {
-  ScratchDir dir("empty");
+  ScratchDir dir("chunk_empty");
   const std::string path = dir.file("empty.bin");
   ChunkWriter writer(path, 64);
   std::vector<std::uint32_t> crc{1, 2};
@@ -159,7 +142,7 @@ TEST(ChunkFile, EmptyWriteAndZeroLengthFile) {
 }
 
 TEST(ChunkFile, FlippedByteNamesFileTensorAndBlock) {
-  ScratchDir dir("flip");
+  ScratchDir dir("chunk_flip");
   const std::string path = dir.file("rank-00000.bin");
   const Written w = write_chunks(path, 64, {16, 100, 5});
   const ChunkRecord& c = w.chunks[1];      // 400 bytes from byte 64: blocks 0-6 of it, the last 16 bytes long
@@ -193,7 +176,7 @@ TEST(ChunkFile, FlippedByteNamesFileTensorAndBlock) {
 }
 
 TEST(ChunkFile, TruncatedFileIsRefusedAtOpen) {
-  ScratchDir dir("truncated");
+  ScratchDir dir("chunk_truncated");
   const std::string path = dir.file("rank-00001.bin");
   const Written w = write_chunks(path, 64, {100, 20});
   fs::resize_file(path, w.bytes - 1);
@@ -210,7 +193,7 @@ TEST(ChunkFile, TruncatedFileIsRefusedAtOpen) {
 }
 
 TEST(ChunkFile, WriterNamesTheFileItCannotCreate) {
-  ScratchDir dir("create");
+  ScratchDir dir("chunk_create");
   const std::string path = dir.file("no/such/dir/rank-00000.bin");
   const std::string m = error_of([&] { ChunkWriter(path, 64); }, ErrorCode::kIo);
   EXPECT_NE(m.find("cannot create " + path), std::string::npos) << m;
@@ -237,7 +220,7 @@ TEST(ChunkFile, BlockCrc32AgreesWithCrc32Of) {
 }
 
 TEST(ChunkFile, WriteFileAtomicallyLeavesTheOldOrTheNewText) {
-  ScratchDir dir("atomic");
+  ScratchDir dir("chunk_atomic");
   const std::string path = dir.file("latest");
   write_file_atomically(path, "step-00000005\n");
   EXPECT_EQ(read_text_file(path), "step-00000005\n");
