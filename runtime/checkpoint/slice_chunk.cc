@@ -17,12 +17,9 @@ std::vector<SliceChunk> slice_chunks(const TpSplit& split, const std::vector<std
   // As in for_each_global_run: an element of the global tensor is (outer, j, inner) with j its index along `dim`.
   const std::vector<std::int64_t>& g = split.global_shape;
   const std::size_t d = static_cast<std::size_t>(split.dim);
-  std::size_t inner = 1;
-  for (std::size_t i = d + 1; i < g.size(); ++i) inner *= static_cast<std::size_t>(g[i]);
-  const std::size_t G = static_cast<std::size_t>(g[d]);
+  const TpGeometry geo = split.geometry(tp);
+  const std::size_t inner = geo.inner, G = geo.global, block = geo.block, piece = geo.piece;
   const std::size_t parts = static_cast<std::size_t>(split.parts);
-  const std::size_t block = G / parts;
-  const std::size_t piece = (block + static_cast<std::size_t>(tp) - 1) / static_cast<std::size_t>(tp);
   const std::size_t first = static_cast<std::size_t>(rank) * piece;  // this rank's first index in each block
   std::vector<SliceChunk> by_part(parts);
   for_each_global_run(split, rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {

@@ -21,6 +21,16 @@ std::vector<std::int64_t> TpSplit::local_shape(int tp) const {
   return s;
 }
 
+TpGeometry TpSplit::geometry(int tp) const {
+  TpGeometry g;
+  const std::size_t d = static_cast<std::size_t>(dim);
+  for (std::size_t i = d + 1; i < global_shape.size(); ++i) g.inner *= static_cast<std::size_t>(global_shape[i]);
+  g.global = static_cast<std::size_t>(global_shape[d]);
+  g.block = g.global / static_cast<std::size_t>(parts);
+  g.piece = (g.block + static_cast<std::size_t>(tp) - 1) / static_cast<std::size_t>(tp);
+  return g;
+}
+
 void TpSplit::validate(const std::string& what, int tp) const {
   if (replicated()) return;
   STRATA_CHECK(tp >= 1, "{}: tensor-parallel degree {} must be at least 1", what, tp);
@@ -42,14 +52,9 @@ void for_each_global_run(const TpSplit& split, int rank, int tp, std::size_t beg
     return;
   }
   // Row-major: an element is (outer, j, inner) with j its index along `dim` (local size L, global size G).
-  const std::vector<std::int64_t>& g = split.global_shape;
-  const std::size_t d = static_cast<std::size_t>(split.dim);
-  std::size_t inner = 1;
-  for (std::size_t i = d + 1; i < g.size(); ++i) inner *= static_cast<std::size_t>(g[i]);
-  const std::size_t G = static_cast<std::size_t>(g[d]);
+  const TpGeometry geo = split.geometry(tp);
+  const std::size_t inner = geo.inner, G = geo.global, block = geo.block, piece = geo.piece;
   const std::size_t parts = static_cast<std::size_t>(split.parts);
-  const std::size_t block = G / parts;                              // global elements of one part along dim
-  const std::size_t piece = (block + static_cast<std::size_t>(tp) - 1) / static_cast<std::size_t>(tp);  // per rank
   const std::size_t L = piece * parts;
   const std::size_t end = begin + count;
   std::size_t run_local = 0, run_global = 0, run_len = 0;

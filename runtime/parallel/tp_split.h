@@ -12,6 +12,15 @@
 
 namespace strata {
 
+// A split tensor seen row-major as (outer, j, inner), j its index along the split dimension: the sizes that place a
+// rank's elements (for_each_global_run, checkpoint boxes).
+struct TpGeometry {
+  std::size_t inner = 1;  // elements after the split dimension
+  std::size_t global = 0;  // the split dimension's global size
+  std::size_t block = 0;  // global size of one part along it
+  std::size_t piece = 0;  // one rank's share of a part: ceil(block / tp)
+};
+
 struct TpSplit {
   // The dimension of the global shape cut into tp pieces; -1: replicated (every tp rank holds all of it).
   int dim = -1;
@@ -27,6 +36,8 @@ struct TpSplit {
   std::string describe() const;
   // The local shape at tp degree `tp` (global along `dim` / (parts * tp), rounded up, times parts).
   std::vector<std::int64_t> local_shape(int tp) const;
+  // The sizes of a split tensor at degree `tp` (not for a replicated one).
+  TpGeometry geometry(int tp) const;
   // kInvalidArgument naming `what` when the split cannot be taken at degree `tp` (dim out of range, a block size not
   // divisible, parts > 1 with padding).
   void validate(const std::string& what, int tp) const;
