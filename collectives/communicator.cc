@@ -31,6 +31,13 @@ OpDesc Communicator::next_op(OpKind kind, std::size_t count, DType dtype, Reduce
   } else {
     d.seq = seq_++;
   }
+  // The ledger's counters are named from this rank's side (progress_ledger.h).
+  if (kind == OpKind::kSend)
+    ProgressLedger::global().issued(fmt::format("{} send>{}", name_, peer), d.seq + 1);
+  else if (kind == OpKind::kRecv)
+    ProgressLedger::global().issued(fmt::format("{} recv<{}", name_, peer), d.seq + 1);
+  else
+    ProgressLedger::global().issued(name_, d.seq + 1);
   d.kind = kind;
   d.op = op;
   d.count = count;
@@ -42,6 +49,26 @@ OpDesc Communicator::next_op(OpKind kind, std::size_t count, DType dtype, Reduce
 
 std::string Communicator::child_name(int color, const std::string& label) const {
   return label.empty() ? fmt::format("{}/c{}", name_, color) : fmt::format("{}/{}", name_, label);
+}
+
+PeerWait Communicator::peer_wait(const OpDesc& desc, const std::string& what) const {
+  PeerWait w;
+  w.what = what;
+  const bool p2p = desc.kind == OpKind::kSend || desc.kind == OpKind::kRecv;
+  w.label = p2p ? fmt::format("{} seq={} peer={} group={}({})", op_kind_name(desc.kind), desc.seq, desc.peer, name_,
+                              size_)
+                : fmt::format("{} seq={} group={}({})", op_kind_name(desc.kind), desc.seq, name_, size_);
+  if (world_ranks_.size() != static_cast<std::size_t>(size_)) return w;
+  if (p2p) {
+    if (desc.peer == rank_) return w;
+    // Our k-th send to the peer needs its k-th receive from us, and the other way round.
+    std::string counter = fmt::format("{} {}{}", name_, desc.kind == OpKind::kSend ? "recv<" : "send>", rank_);
+    w.needs.push_back({world_ranks_[static_cast<std::size_t>(desc.peer)], counter, desc.seq});
+    return w;
+  }
+  for (int g = 0; g < size_; ++g)
+    if (g != rank_) w.needs.push_back({world_ranks_[static_cast<std::size_t>(g)], name_, desc.seq});
+  return w;
 }
 
 std::vector<OpDesc> Communicator::next_p2p_batch(const std::vector<P2POp>& ops) {

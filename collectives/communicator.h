@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "collectives/op_desc.h"
+#include "collectives/progress_ledger.h"
 #include "core/device.h"
 #include "core/dtype.h"
 
@@ -84,10 +85,13 @@ class Communicator {
   // the pair do not take part.
   std::uint64_t sequence() const { return seq_; }
 
+  // Each group rank's rank in MPI_COMM_WORLD (empty when the backend does not know them).
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
+
  protected:
   Communicator(Device& device, int rank, int size, std::string name, CommOptions options)
       : device_(device), rank_(rank), size_(size), name_(std::move(name)), options_(options) {}
-  // The descriptor of the next collective; bumps the sequence number.
+  // The descriptor of the next collective; bumps the sequence number and counts it in the ProgressLedger.
   OpDesc next_op(OpKind kind, std::size_t count, DType dtype, ReduceOp op = ReduceOp::kSum, int root = -1,
                  int peer = -1);
   // Checks a batch's arguments as batch_send_recv promises (kInvalidArgument, before any numbering), then returns
@@ -95,6 +99,10 @@ class Communicator {
   std::vector<OpDesc> next_p2p_batch(const std::vector<P2POp>& ops);
   // The name of a split's child (see split).
   std::string child_name(int color, const std::string& label) const;
+  // What waiting in `desc` needs from the other ranks, for a PeerWaitScope (collectives/progress_ledger.h); no
+  // needs without world_ranks().
+  PeerWait peer_wait(const OpDesc& desc, const std::string& what) const;
+  void set_world_ranks(std::vector<int> ranks) { world_ranks_ = std::move(ranks); }
 
  private:
   Device& device_;
@@ -105,6 +113,7 @@ class Communicator {
   std::uint64_t seq_ = 0;
   std::vector<std::uint64_t> sent_;      // per peer
   std::vector<std::uint64_t> received_;  // per peer
+  std::vector<int> world_ranks_;
 };
 
 }  // namespace strata

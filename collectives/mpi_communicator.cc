@@ -55,6 +55,7 @@ MpiCommunicator::MpiCommunicator(Device& device, MPI_Comm parent, std::string na
                    std::move(name), options) {
   STRATA_CHECK(device.kind() == DeviceKind::kCpu, "the MPI communicator works on host memory, not on {}",
                device.name());
+  set_world_ranks(world_ranks_of(parent));
   control_ = dup_bounded(parent, options.timeout_s, fmt::format("creating communicator '{}'", this->name()));
   p2p_.comm = dup_bounded(parent, options.timeout_s, fmt::format("creating communicator '{}'", this->name()));
   logger("comm").debug("communicator '{}' (mpi): rank {} of {}", this->name(), rank(), size());
@@ -103,6 +104,7 @@ void MpiCommunicator::launch(Stream& stream, const OpDesc& desc,
                        dtype_name(desc.dtype), name());
   stream.enqueue_host([this, &lane, desc, what, args, track = stream.name(), body = std::move(body)] {
     InFlightScope scope(what);
+    PeerWaitScope peers(peer_wait(desc, what));
     TraceSpan span(op_kind_name(desc.kind), "comm", track, args);
     if (options().validate) validate(lane, desc, what);
     body(lane, what);
@@ -302,7 +304,11 @@ void MpiCommunicator::batch_send_recv(const std::vector<P2POp>& ops, Stream& str
   if (Tracer::global().enabled()) args = fmt::format(R"("ops":{},"group":"{}")", ops.size(), name());
   stream.enqueue_host([this, ops, descs, whats, what, args, track = stream.name()] {
     std::vector<std::unique_ptr<InFlightScope>> scopes;
-    for (const std::string& w : whats) scopes.push_back(std::make_unique<InFlightScope>(w));
+    std::vector<std::unique_ptr<PeerWaitScope>> peers;
+    for (std::size_t i = 0; i < whats.size(); ++i) {
+      scopes.push_back(std::make_unique<InFlightScope>(whats[i]));
+      peers.push_back(std::make_unique<PeerWaitScope>(peer_wait(descs[i], whats[i])));
+    }
     TraceSpan span("batch_send_recv", "comm", track, args);
     std::vector<MPI_Request> reqs;
     reqs.reserve(ops.size());

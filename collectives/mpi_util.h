@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <vector>
 
 #include "core/dtype.h"
 
@@ -13,6 +14,9 @@ namespace strata {
 // table. Yields the core between polls so a computing thread on the same rank keeps running.
 void mpi_wait(MPI_Request& request, double timeout_s, const std::string& what);
 void mpi_wait_all(int n, MPI_Request* requests, double timeout_s, const std::string& what);
+
+// Each rank of `comm` as a rank of MPI_COMM_WORLD.
+std::vector<int> world_ranks_of(MPI_Comm comm);
 
 // The element type MPI moves for a DType (bf16 and f16 travel as 16-bit words).
 MPI_Datatype mpi_datatype(DType dtype);

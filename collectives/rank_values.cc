@@ -48,4 +48,19 @@ void all_agree(Communicator& comm, bool ok, const std::string& error, const std:
                fmt::join(ranks, ","), comm.name(), context.empty() ? std::string() : ", " + context);
 }
 
+std::string describe_ranks(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i) out += ',';
+    // A run of three or more is a range; a pair is two ranks.
+    if (j >= i + 2) out += fmt::format("{}-{}", ranks[i], ranks[j]);
+    else if (j == i + 1) out += fmt::format("{},{}", ranks[i], ranks[j]);
+    else out += fmt::format("{}", ranks[i]);
+    i = j + 1;
+  }
+  return out;
+}
+
 }  // namespace strata

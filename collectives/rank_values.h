@@ -25,4 +25,7 @@ double pairwise_sum(const double* values, int n);
 void all_agree(Communicator& comm, bool ok, const std::string& error, const std::string& what,
                const std::string& context = {});
 
+// "rank 1", "ranks 0,2", "ranks 0-3,5" for ranks in increasing order.
+std::string describe_ranks(const std::vector<int>& ranks);
+
 }  // namespace strata

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/in_flight.h"
 #include "core/tracer.h"
+#include "core/wait_hooks.h"
 
 namespace strata {
 namespace {
@@ -51,9 +52,15 @@ void CpuEventState::wait_for(std::uint64_t generation, const char* waiter) {
   std::unique_lock<std::mutex> lock(mutex_);
   if (completed_ < generation) {
     InFlightScope scope(fmt::format("{} waiting on an event (generation {})", waiter, generation));
-    if (!cv_.wait_for(lock, to_duration(timeout_s_), [&] { return completed_ >= generation; })) {
+    // Wakes every 5 ms to run the WaitHooks pollers (the side channel: a peer that left, a peer asking what this
+    // rank waits in), with the lock released since a poller may throw.
+    const auto deadline = std::chrono::steady_clock::now() + to_duration(timeout_s_);
+    while (!cv_.wait_for(lock, std::chrono::milliseconds(5), [&] { return completed_ >= generation; })) {
       lock.unlock();
-      throw_timeout(__FILE__, __LINE__, fmt::format("{}: wait on an event", waiter), timeout_s_);
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw_timeout(__FILE__, __LINE__, fmt::format("{}: wait on an event", waiter), timeout_s_);
+      WaitHooks::poll();
+      lock.lock();
     }
   }
   STRATA_CHECK_CODE(failure_code_, failure_.empty(), "{} waited on an event whose stream failed: {}", waiter,

@@ -2,10 +2,12 @@
 #include "core/env.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <mutex>
 
 #include "core/error.h"
+#include "core/logging.h"
 
 namespace strata {
 namespace {
@@ -30,16 +32,20 @@ bool parse_bool(const char* text, const char* what) {
 
 double parse_seconds(const std::string& text, const char* what) {
   char* end = nullptr;
-  double v = std::strtod(text.c_str(), &end);
-  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, end != text.c_str() && *end == '\0' && v > 0,
-                    "{}='{}' is not a positive number of seconds", what, text);
+  const double v = std::strtod(text.c_str(), &end);
+  // Finite and at most kMaxSeconds: "inf", "nan" or 1e300 would make every deadline overflow into "already past".
+  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument,
+                    !text.empty() && end != text.c_str() && *end == '\0' && std::isfinite(v) && v > 0 &&
+                        v <= kMaxSeconds,
+                    "{}='{}' must be a number of seconds > 0 and <= {:g} (about 115 days)", what, text, kMaxSeconds);
   return v;
 }
 
 std::size_t parse_bytes(const std::string& text, const char* what) {
   char* end = nullptr;
-  double v = std::strtod(text.c_str(), &end);
-  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, end != text.c_str() && v >= 0, "{}='{}' is not a size in bytes",
+  const double v = std::strtod(text.c_str(), &end);
+  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, !text.empty() && end != text.c_str() && std::isfinite(v) && v >= 0,
+                    "{}='{}' must be a finite size in bytes >= 0 with an optional unit K, M, G or T (e.g. 80GB)",
                     what, text);
   std::string unit(end);
   for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -50,7 +56,11 @@ std::size_t parse_bytes(const std::string& text, const char* what) {
   else if (unit == "G" || unit == "GB" || unit == "GIB") mult = 1024.0 * 1024 * 1024;
   else if (unit == "T" || unit == "TB" || unit == "TIB") mult = 1024.0 * 1024 * 1024 * 1024;
   else STRATA_THROW(ErrorCode::kInvalidArgument, "{}='{}': unknown unit '{}' (use K, M, G or T)", what, text, end);
-  return static_cast<std::size_t>(v * mult);
+  // 2^64 is exactly representable: a product at or above it does not fit std::size_t (the cast would be undefined).
+  const double bytes = v * mult;
+  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, bytes < 18446744073709551616.0,
+                    "{}='{}' is {:g} bytes, more than a 64-bit size can hold", what, text, bytes);
+  return static_cast<std::size_t>(bytes);
 }
 
 Env Env::from_environment() {
@@ -62,16 +72,35 @@ Env Env::from_environment() {
   }
   if (const char* v = get("STRATA_TIMEOUT_S")) e.timeout_s = parse_seconds(v, "STRATA_TIMEOUT_S");
   if (const char* v = get("STRATA_VALIDATE")) e.validate = parse_bool(v, "STRATA_VALIDATE");
-  if (const char* v = get("STRATA_LOG_LEVEL")) e.log_level = v;
-  if (const char* v = get("STRATA_LOG_RANKS")) e.log_ranks = v;
+  if (const char* v = get("STRATA_LOG_LEVEL")) {
+    e.log_level = v;
+    check_log_levels(e.log_level, "STRATA_LOG_LEVEL");
+  }
+  if (const char* v = get("STRATA_LOG_RANKS")) {
+    e.log_ranks = v;
+    check_log_ranks(e.log_ranks, "STRATA_LOG_RANKS");
+  }
   if (const char* v = get("STRATA_TRACE")) e.trace_file = v;
   if (const char* v = get("STRATA_DEVICE_MEMORY")) e.device_memory = parse_bytes(v, "STRATA_DEVICE_MEMORY");
   if (const char* v = get("STRATA_FAULT")) {
     e.fault = v;
-    const std::string kind = e.fault.substr(0, e.fault.find(':'));
+    const std::size_t colon = e.fault.find(':');
+    const std::string kind = e.fault.substr(0, colon);
+    // RANK and NTH are plain numbers (NTH >= 1): "checkpoint-kill:x" would otherwise inject nothing, silently.
+    const std::string args = colon == std::string::npos ? std::string() : e.fault.substr(colon + 1);
+    const std::size_t second = args.find(':');
+    auto number = [](const std::string& t) {
+      return !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
+    };
+    const bool args_ok = second == std::string::npos
+                             ? number(args)
+                             : number(args.substr(0, second)) && number(args.substr(second + 1)) &&
+                                   std::stoi(args.substr(second + 1)) >= 1;
     STRATA_CHECK_CODE(ErrorCode::kInvalidArgument,
-                      (kind == "checkpoint-kill" || kind == "checkpoint-enospc") && e.fault.find(':') != std::string::npos,
-                      "STRATA_FAULT='{}' must be checkpoint-kill:RANK[:NTH] or checkpoint-enospc:RANK[:NTH]", v);
+                      (kind == "checkpoint-kill" || kind == "checkpoint-enospc") && args_ok,
+                      "STRATA_FAULT='{}' must be checkpoint-kill:RANK[:NTH] or checkpoint-enospc:RANK[:NTH] (RANK a "
+                      "rank number, NTH >= 1)",
+                      v);
   }
   return e;
 }

@@ -30,7 +30,11 @@ const Env& env();
 // Tests and embedders may replace it (before strata::Runtime starts).
 void set_env(const Env& e);
 
-// Parses "600", "2.5"; "80GB", "512MiB", "1K" (binary multiples). Throws kInvalidArgument naming `what`.
+// The longest timeout parse_seconds accepts: 1e7 s (about 115 days). Larger values (and inf, nan) are refused.
+inline constexpr double kMaxSeconds = 1e7;
+
+// Parses "600", "2.5" (a finite number in (0, kMaxSeconds]); "80GB", "512MiB", "1K" (binary multiples; a finite
+// number >= 0 whose product with the unit fits std::size_t). Throws kInvalidArgument naming `what`.
 double parse_seconds(const std::string& text, const char* what);
 std::size_t parse_bytes(const std::string& text, const char* what);
 

@@ -22,6 +22,7 @@ const char* error_code_name(ErrorCode code) {
     case ErrorCode::kUnsupported: return "unsupported";
     case ErrorCode::kOutOfMemory: return "out_of_memory";
     case ErrorCode::kRemote: return "remote";
+    case ErrorCode::kNonFinite: return "non_finite";
   }
   return "unknown";
 }

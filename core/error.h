@@ -20,6 +20,7 @@ enum class ErrorCode {
   kUnsupported,  // the feature does not exist on this backend
   kOutOfMemory,
   kRemote,  // another rank failed first
+  kNonFinite,  // a NaN or an infinity where values must be finite (weights, gradients)
 };
 
 const char* error_code_name(ErrorCode code);

@@ -46,6 +46,7 @@ std::string InFlightTable::describe() const {
 void throw_timeout(const char* file, int line, const std::string& what, double timeout_s) {
   std::string msg = fmt::format("{} timed out after {} s (STRATA_TIMEOUT_S); in flight on this rank:\n{}", what,
                                 timeout_s, InFlightTable::global().describe());
+  msg += WaitHooks::report_timeout(what, timeout_s);  // e.g. which ranks never arrived, from the side channel
   logger("comm").error("{}", msg);
   WaitHooks::on_timeout();
   throw_error(ErrorCode::kTimeout, file, line, msg);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "models/common/flag_checks.h"
 #include "runtime/optim/adamw.h"
 
 namespace {
@@ -36,12 +37,13 @@ int main(int argc, char** argv) {
   int reps = 20;
   bool json = false;
   app.add_option("--sizes", sizes, "parameters per update")->delimiter(',');
-  app.add_option("--reps", reps, "timed repetitions (median reported)")->check(CLI::PositiveNumber);
+  app.add_option("--reps", reps, "timed repetitions (median reported)")->check(strata::flags::positive_integer());
   app.add_flag("--json", json, "one JSON line per size");
   CLI11_PARSE(app, argc, argv);
 
   strata::AdamWConfig cfg;
-  const int max_threads = omp_get_max_threads();
+  // omp_get_max_threads() ignores OMP_THREAD_LIMIT (libgomp): report and use what a parallel region can get.
+  const int max_threads = std::min(omp_get_max_threads(), omp_get_thread_limit());
   if (!json)
     std::printf(
         "| parameters | scalar loop (ns/param) | Strata, 1 thread | Strata, %d threads | speed-up 1 thread | "

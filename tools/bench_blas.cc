@@ -10,6 +10,7 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -79,11 +80,24 @@ int main(int argc, char** argv) {
   std::string path = argv[1];
   Lib lib;
   lib.api = argv[2];
-  int threads = std::atoi(argv[3]);
-  int n = argc > 4 ? std::atoi(argv[4]) : 512;
-  int c = argc > 5 ? std::atoi(argv[5]) : 384;
-  int v = argc > 6 ? std::atoi(argv[6]) : 8192;
-  int reps = argc > 7 ? std::atoi(argv[7]) : 15;
+  // Each number is a whole positive int (atoi would take "abc" as 0 and "1e9" as 1); sizes are at most 65536 (the
+  // GPT's vocabulary bound), so 4 x C and every leading dimension fit the ints the sgemm calls take.
+  auto arg = [&](int i, const char* name, int fallback, long max) {
+    if (argc <= i) return fallback;
+    char* end = nullptr;
+    errno = 0;
+    const long value = std::strtol(argv[i], &end, 10);
+    if (end == argv[i] || *end != '\0' || errno == ERANGE || value < 1 || value > max) {
+      std::fprintf(stderr, "bench_blas: %s must be an integer from 1 to %ld, got %s\n", name, max, argv[i]);
+      std::exit(2);
+    }
+    return static_cast<int>(value);
+  };
+  int threads = arg(3, "THREADS", 1, 4096);
+  int n = arg(4, "N", 512, 1 << 16);
+  int c = arg(5, "C", 384, 1 << 16);
+  int v = arg(6, "V", 8192, 1 << 16);
+  int reps = arg(7, "REPS", 15, 1 << 20);
   const int layers = 6;
 
   std::string core = "-";

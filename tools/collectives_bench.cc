@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -18,10 +17,15 @@
 
 #include "collectives/communicator.h"
 #include "collectives/mpi_util.h"
+#include "collectives/rank_values.h"
+#include "runtime/bootstrap/config_agreement.h"
 #include "runtime/bootstrap/runtime.h"
 #include "core/dtype.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/file_checks.h"
+#include "core/output_file.h"
+#include "models/common/flag_checks.h"
 
 namespace strata {
 namespace {
@@ -89,6 +93,20 @@ CLI::Validator size_validator() {
       "SIZE");
 }
 
+// The options every rank must share (strata::check_config_agreement): differing sizes or ops would pair different
+// collectives.
+std::vector<ConfigField> effective_configuration(const BenchOptions& o) {
+  std::string ops, dtypes;
+  for (BenchOp op : o.ops) ops += std::string(ops.empty() ? "" : ",") + bench_op_name(op);
+  for (DType t : o.dtypes) dtypes += std::string(dtypes.empty() ? "" : ",") + dtype_name(t);
+  auto v = [](auto x) { return fmt::format("{}", x); };
+  return {{"program", "collectives_bench"}, {"--minbytes", v(o.min_bytes)}, {"--maxbytes", v(o.max_bytes)},
+          {"--stepfactor", v(o.step_factor)}, {"--op", ops}, {"--dtype", dtypes},
+          {"--reduce", reduce_op_name(o.reduce)}, {"--iters", v(o.iters)}, {"--warmup", v(o.warmup)},
+          {"--backend", o.backend}, {"--json", o.json_file}, {"--no-baseline", v(!o.baseline)},
+          {"--check", v(o.check)}};
+}
+
 // Parses the command line. Returns the exit code when the program should stop (--help, bad flags).
 std::optional<int> parse_options(int argc, char** argv, BenchOptions& o) {
   CLI::App app("nccl-tests-style benchmark of the Strata Communicator (run under mpirun)", "collectives_bench");
@@ -99,7 +117,7 @@ std::optional<int> parse_options(int argc, char** argv, BenchOptions& o) {
   app.add_option("-b,--minbytes", min_text, "smallest size in bytes")->check(size_validator())->capture_default_str();
   app.add_option("-e,--maxbytes", max_text, "largest size in bytes")->check(size_validator())->capture_default_str();
   app.add_option("-f,--stepfactor", o.step_factor, "size multiplier between rows")
-      ->check(CLI::Range(std::size_t{2}, std::size_t{1} << 20))
+      ->check(flags::integer(2, 1 << 20))
       ->capture_default_str();
   app.add_option("--op", ops, "operations, comma list")
       ->delimiter(',')
@@ -112,16 +130,16 @@ std::optional<int> parse_options(int argc, char** argv, BenchOptions& o) {
   app.add_option("--reduce", reduce, "reduction of reduce_scatter and all_reduce")
       ->check(CLI::IsMember({"sum", "avg", "max"}))
       ->capture_default_str();
-  app.add_option("-n,--iters", o.iters, "timed iterations")->check(CLI::Range(1, 1 << 24))->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "timed iterations")->check(flags::integer(1, 1 << 24))->capture_default_str();
   app.add_option("-w,--warmup", o.warmup, "untimed iterations first")
-      ->check(CLI::Range(0, 1 << 24))
+      ->check(flags::integer(0, 1 << 24))
       ->capture_default_str();
   app.add_option("--backend", o.backend, "Strata backend")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
   app.add_option("--json", o.json_file, "rank 0 writes the rows as JSON to FILE");
   app.add_flag("--no-baseline", no_baseline, "skip the plain MPI comparison (CPU backend)");
-  app.add_option("-c,--check", check, "verify results (0 or 1)")->check(CLI::Range(0, 1))->capture_default_str();
+  app.add_option("-c,--check", check, "verify results (0 or 1)")->check(flags::integer(0, 1))->capture_default_str();
 
   std::ostream quiet(nullptr);
   bool speaker = launcher_rank() == 0;
@@ -454,11 +472,17 @@ Json row_json(const Row& r, const Runtime& rt, ReduceOp rop) {
 
 int run_bench(Runtime& rt, const BenchOptions& o) {
   bool speaker = rt.rank() == 0;
-  std::ofstream json_out;
-  if (speaker && !o.json_file.empty()) {  // open first: a bad path fails before the run, not after it
-    json_out.open(o.json_file);
-    STRATA_CHECK_CODE(ErrorCode::kIo, json_out.good(), "cannot open --json file '{}' for writing", o.json_file);
+  OutputFile json_out;
+  std::string problem;
+  if (speaker && !o.json_file.empty()) {  // checked and opened first: a bad path fails before the run, on every rank
+    try {
+      check_output_file(o.json_file, "--json", OutputKind::kDirect);
+      json_out = OutputFile(o.json_file, "--json");
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
   }
+  all_agree(rt.world(), problem.empty(), problem, "opening --json " + o.json_file);
   Bench bench(rt, o);
   bool baseline = bench.has_baseline();
   if (speaker) {
@@ -507,8 +531,8 @@ int run_bench(Runtime& rt, const BenchOptions& o) {
     if (json_out.is_open()) {
       Json all = Json::array();
       for (const Row& r : rows) all.push_back(row_json(r, rt, o.reduce));
-      json_out << all.dump(2) << "\n";
-      STRATA_CHECK_CODE(ErrorCode::kIo, json_out.good(), "writing --json file '{}' failed", o.json_file);
+      json_out.write(all.dump(2) + "\n");  // kIo naming the file and the system error
+      json_out.close();
     }
   }
   return wrong == 0 ? 0 : 1;
@@ -522,6 +546,9 @@ int main(int argc, char** argv) {
     strata::BenchOptions options;
     if (std::optional<int> rc = strata::parse_options(argc, argv, options)) return *rc;
     strata::Runtime runtime(&argc, &argv, strata::RuntimeOptions{options.backend});
-    return strata::run_bench(runtime, options);
+    strata::check_config_agreement(strata::effective_configuration(options));
+    const int rc = strata::run_bench(runtime, options);
+    runtime.finish();  // the trace, if on: a failed write is an error
+    return rc;
   });
 }

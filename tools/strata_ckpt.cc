@@ -16,9 +16,12 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/file_checks.h"
+#include "models/common/flag_checks.h"
 #include "models/gpt/atomic_file.h"
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/safetensors.h"
+#include "models/gpt/weight_names.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/checkpoint_index.h"
 #include "runtime/checkpoint/checkpoint_reader.h"
@@ -280,6 +283,7 @@ int run_verify(const std::string& path, std::int64_t step_flag, bool json) {
 // ---- export -------------------------------------------------------------------------------------------------------
 
 int run_export(const std::string& path, const std::string& out, std::int64_t step_flag, const std::string& dtype_flag) {
+  check_output_file(out, "OUT", OutputKind::kReplaced);  // before any checkpoint is read
   const CheckpointDir dir(path);
   const std::int64_t step = chosen_step(dir, step_flag);
   const CheckpointIndex index = dir.read_index(step);
@@ -394,13 +398,14 @@ gpt::GptConfig infer_gpt(const gpt::SafetensorsReader& in, std::vector<std::stri
   cfg.vocab = static_cast<int>(wte[0]);
   cfg.ctx = static_cast<int>(wpe[0]);
   cfg.validate();
+  // Strict, as train_gpt --init: every parameter present, nothing else but the buffers above; all listed at once.
   std::set<std::string> declared;
+  std::vector<std::string> missing, unknown;
   for (const UnitSpec& u : gpt::gpt_units(cfg))
     for (const SlotSpec& s : u.slots) {
-      STRATA_CHECK_CODE(ErrorCode::kIo, bare.count(s.name), "{} does not hold the whole {}: it has no '{}'", file,
-                        dims(cfg), s.name);
-      in.check_shape(s.name, s.shape);
       declared.insert(s.name);
+      if (bare.count(s.name)) in.check_shape(s.name, s.shape);
+      else missing.push_back(s.name);
     }
   for (const auto& [b, stored] : bare) {
     if (declared.count(b)) continue;
@@ -428,17 +433,24 @@ gpt::GptConfig infer_gpt(const gpt::SafetensorsReader& in, std::vector<std::stri
       ignored.push_back(stored);
       continue;
     }
-    STRATA_THROW(ErrorCode::kIo, "{}: '{}' is not a parameter of {} (docs/gpt-model.md)", file, stored, dims(cfg));
+    unknown.push_back(stored);
   }
+  STRATA_CHECK_CODE(ErrorCode::kIo, missing.empty() && unknown.empty(),
+                    "{} does not hold exactly the parameters of {} (docs/gpt-model.md): {}{}{}", file, dims(cfg),
+                    unknown.empty() ? "" : fmt::format("{} tensor(s) that are not: {}", unknown.size(),
+                                                       gpt::name_list(unknown)),
+                    unknown.empty() || missing.empty() ? "" : "; ",
+                    missing.empty() ? "" : fmt::format("{} missing: {}", missing.size(), gpt::name_list(missing)));
   return cfg;
 }
 
 int run_import(const std::string& in_path, const std::string& path, std::int64_t step) {
+  check_input_file(in_path, "IN");  // a FIFO or device is refused before it can block
   const gpt::SafetensorsReader in(in_path);
   std::vector<std::string> ignored;
   const gpt::GptConfig cfg = infer_gpt(in, ignored);
   const CheckpointDir dir(path);
-  dir.create();
+  prepare_output_dir(path, "DIR");
   std::error_code ec;
   STRATA_CHECK_CODE(ErrorCode::kIo, !fs::exists(dir.step_path(step), ec),
                     "{} exists: import into another directory, or choose another --step", dir.step_path(step));
@@ -539,20 +551,21 @@ int main(int argc, char** argv) {
   CLI::App* verify = app.add_subcommand("verify", "check the index, every block checksum, coverage and file sizes");
   verify->add_option("DIR", dir, "checkpoint directory")->required();
   verify->add_option("--step", step, "the checkpoint of this step (default: the latest)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(strata::flags::non_negative_int64());
   verify->add_flag("--json", json, "print JSON");
 
   CLI::App* exp = app.add_subcommand("export", "the weights as one safetensors file (train_gpt --init, PyTorch)");
   exp->add_option("DIR", dir, "checkpoint directory")->required();
   exp->add_option("OUT", file, "output .safetensors")->required();
-  exp->add_option("--step", step, "the checkpoint of this step (default: the latest)")->check(CLI::NonNegativeNumber);
+  exp->add_option("--step", step, "the checkpoint of this step (default: the latest)")
+      ->check(strata::flags::non_negative_int64());
   exp->add_option("--dtype", dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
 
   CLI::App* imp = app.add_subcommand("import", "a checkpoint (weights, zero moments) from a GPT-2 safetensors file");
   imp->add_option("IN", file, "input .safetensors (docs/gpt-model.md's names)")->required()->check(CLI::ExistingFile);
   imp->add_option("DIR", dir, "checkpoint directory to create it in")->required();
   imp->add_option("--step", import_step, "the step it is saved as (the optimizer still starts at step 0)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(strata::flags::non_negative_int64());
   CLI11_PARSE(app, argc, argv);
 
   try {

@@ -2,11 +2,16 @@
 // runtime/memory/memory_planner.h (the arithmetic is in docs/memory-model.md). No MPI, no device: a calculator.
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 #include "core/env.h"
 #include "core/error.h"
+#include "models/common/flag_checks.h"
 #include "runtime/memory/memory_planner.h"
+
+namespace flags = strata::flags;
 
 int main(int argc, char** argv) {
   CLI::App app{"strata-plan: per-device memory of a sharded training run, whether it fits, and what would"};
@@ -15,36 +20,47 @@ int main(int argc, char** argv) {
   int stage = 3;
   std::string param_dtype = "bf16", reduce_dtype = "f32", offload = "none", device_memory = "80GB";
   bool no_tiled = false, json = false;
-  app.add_option("--params", in.model.params, "total parameters (default: from layers/hidden/vocab/seq)");
-  app.add_option("--layers", in.model.layers, "transformer layers")->required()->check(CLI::PositiveNumber);
-  app.add_option("--hidden", in.model.hidden, "hidden size")->required()->check(CLI::PositiveNumber);
-  app.add_option("--heads", in.model.heads, "attention heads")->required()->check(CLI::PositiveNumber);
-  app.add_option("--vocab", in.model.vocab, "vocabulary")->check(CLI::NonNegativeNumber);
-  app.add_option("--seq", in.model.seq, "sequence length")->required()->check(CLI::PositiveNumber);
-  app.add_option("--micro-batch", in.micro_batch, "sequences per device per micro-batch")->check(CLI::PositiveNumber);
-  app.add_option("--zero-stage", stage, "0..3")->check(CLI::Range(0, 3));
-  app.add_option("--dp", in.layout.dp, "data-parallel degree")->check(CLI::PositiveNumber);
-  app.add_option("--tp", in.layout.tp, "tensor-parallel degree")->check(CLI::PositiveNumber);
-  app.add_option("--pp", in.layout.pp, "pipeline stages")->check(CLI::PositiveNumber);
+  app.add_option("--params", in.model.params, "total parameters (default: from layers/hidden/vocab/seq)")
+      ->check(flags::non_negative_real());
+  app.add_option("--layers", in.model.layers, "transformer layers")->required()->check(flags::positive_integer());
+  app.add_option("--hidden", in.model.hidden, "hidden size")->required()->check(flags::positive_integer());
+  app.add_option("--heads", in.model.heads, "attention heads")->required()->check(flags::positive_integer());
+  app.add_option("--vocab", in.model.vocab, "vocabulary")->check(flags::non_negative_integer());
+  app.add_option("--seq", in.model.seq, "sequence length")->required()->check(flags::positive_integer());
+  app.add_option("--micro-batch", in.micro_batch, "sequences per device per micro-batch")
+      ->check(flags::positive_integer());
+  app.add_option("--zero-stage", stage, "0..3")->check(flags::integer(0, 3));
+  app.add_option("--dp", in.layout.dp, "data-parallel degree")->check(flags::positive_integer());
+  app.add_option("--tp", in.layout.tp, "tensor-parallel degree")->check(flags::positive_integer());
+  app.add_option("--pp", in.layout.pp, "pipeline stages")->check(flags::positive_integer());
   app.add_flag("--sequence-parallel", in.layout.sequence_parallel,
                "sequence parallelism over the tp group (activations / tp; the sequence must divide by --tp)");
   app.add_option("--dp-replicate", in.layout.dp_replicate,
                  "hybrid sharding: replicate across this many groups, each sharding over dp / dp-replicate ranks")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::positive_integer());
   app.add_option("--param-dtype", param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_flag("--recompute", in.recompute, "full activation recomputation");
   app.add_flag("--no-tiled-attention", no_tiled, "attention that holds the s x s scores");
-  app.add_option("--prefetch", in.prefetch_depth, "units gathered ahead")->check(CLI::Range(0, 8));
+  app.add_option("--prefetch", in.prefetch_depth, "units gathered ahead")->check(flags::integer(0, 8));
   app.add_option("--offload", offload, "none, optimizer or optimizer+params")
       ->check(CLI::IsMember({"none", "optimizer", "optimizer+params"}));
   app.add_option("--device-memory", device_memory, "memory per device, e.g. 80GB");
-  app.add_option("--devices-per-node", in.hardware.devices_per_node, "devices per node")->check(CLI::PositiveNumber);
-  app.add_option("--nodes", in.hardware.nodes, "nodes")->check(CLI::PositiveNumber);
-  app.add_option("--link-gbs", in.hardware.link_gbs, "per-device collective bandwidth, GB/s (step-time estimate)");
-  app.add_option("--tflops", in.hardware.peak_tflops, "per-device peak 16-bit TFLOP/s (step-time estimate)");
+  app.add_option("--devices-per-node", in.hardware.devices_per_node, "devices per node")
+      ->check(flags::positive_integer());
+  app.add_option("--nodes", in.hardware.nodes, "nodes")->check(flags::positive_integer());
+  app.add_option("--link-gbs", in.hardware.link_gbs, "per-device collective bandwidth, GB/s (step-time estimate)")
+      ->check(flags::positive_real());
+  app.add_option("--tflops", in.hardware.peak_tflops, "per-device peak 16-bit TFLOP/s (step-time estimate)")
+      ->check(flags::positive_real());
   app.add_flag("--json", json, "print the plan as JSON");
   CLI11_PARSE(app, argc, argv);
+  // The plan is the output: one that did not reach standard output (a full disk, a closed pipe) is a failure.
+  auto written = [](int rc) {
+    if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return rc;
+    std::fprintf(stderr, "strata-plan: cannot write the plan to standard output: %s\n", std::strerror(errno));
+    return 1;
+  };
   try {
     in.layout.stage = strata::zero_stage_from_int(stage);
     in.precision = {strata::parse_dtype(param_dtype), strata::parse_dtype(reduce_dtype)};
@@ -53,14 +69,11 @@ int main(int argc, char** argv) {
     // "80GB" here means 80e9 bytes, as GPU data sheets count.
     in.hardware.device_memory = static_cast<double>(strata::parse_bytes(device_memory, "--device-memory")) /
                                 (device_memory.find("iB") != std::string::npos ? 1.0 : 1.073741824);
-    const int devices = in.layout.dp * in.layout.tp * in.layout.pp;
-    STRATA_CHECK(devices <= in.hardware.devices_per_node * in.hardware.nodes,
-                 "dp x tp x pp = {} devices, but {} nodes x {} devices per node = {}", devices, in.hardware.nodes,
-                 in.hardware.devices_per_node, in.hardware.nodes * in.hardware.devices_per_node);
+    in.validate();  // every cross-field check, naming the flags, before any arithmetic
     strata::MemoryPlan p = strata::plan_memory(in);
     if (json) {
       std::printf("%s\n", p.json().c_str());
-      return p.fits ? 0 : 2;
+      return written(p.fits ? 0 : 2);
     }
     std::printf("model: %.2fB parameters, %d layers, hidden %d, %d heads, seq %d, micro-batch %d\n",
                 in.model.count() / 1e9, in.model.layers, in.model.hidden, in.model.heads, in.model.seq,
@@ -76,7 +89,7 @@ int main(int argc, char** argv) {
     if (p.step_compute_s > 0 || p.step_comm_s > 0)
       std::printf("step estimate: compute %.3f s, data-parallel communication %.3f s (%s)\n", p.step_compute_s,
                   p.step_comm_s, p.step_comm_s <= p.step_compute_s ? "hides under compute" : "exposed");
-    return p.fits ? 0 : 2;
+    return written(p.fits ? 0 : 2);
   } catch (const strata::Error& e) {
     std::fprintf(stderr, "strata-plan: %s\n", e.what());
     return 1;

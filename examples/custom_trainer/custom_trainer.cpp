@@ -10,7 +10,11 @@
 
 #include <strata/strata.h>  // the public API, as an embedder outside this tree includes it
 
+#include "core/checked_math.h"
+#include "models/common/flag_checks.h"
 #include "models/mlp/mlp.h"
+
+namespace flags = strata::flags;
 
 namespace {
 
@@ -84,35 +88,54 @@ int main(int argc, char** argv) {
   double lr = 1e-2, weight_decay = 0.01, grad_clip = 1.0, momentum = 0.9;
   std::uint64_t seed = 1;
   bool keep_params = false;
-  app.add_option("--zero-stage", zero_stage, "0 (DDP), 1, 2 or 3 (full shard)")->check(CLI::Range(0, 3));
-  app.add_option("--steps", steps, "optimizer steps")->check(CLI::PositiveNumber);
+  app.add_option("--zero-stage", zero_stage, "0 (DDP), 1, 2 or 3 (full shard)")->check(flags::integer(0, 3));
+  app.add_option("--steps", steps, "optimizer steps")->check(flags::positive_integer());
   app.add_option("--param-dtype", param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--batch", batch, "rows per micro-batch over all ranks (each rank takes batch / ranks)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--grad-accum", micro_batches, "micro-batches per step")->check(CLI::PositiveNumber);
+      ->check(flags::positive_integer());
+  app.add_option("--grad-accum", micro_batches, "micro-batches per step")->check(flags::positive_integer());
   app.add_option("--accumulation", accumulation, "reduce (every micro-batch) or no-sync (only the last)")
       ->check(CLI::IsMember({"reduce", "no-sync"}));
   app.add_option("--dp-replicate", dp_replicate,
                  "hybrid sharding: replicate the state across this many groups, each sharding it over ranks / "
                  "dp-replicate ranks")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::positive_integer());
   app.add_option("--optimizer", optimizer, "adamw (Strata's ShardedAdamW) or sgd (momentum SGD written here)")
       ->check(CLI::IsMember({"adamw", "sgd"}));
-  app.add_option("--momentum", momentum, "SGD momentum")->check(CLI::Range(0.0, 1.0));
-  app.add_option("--hidden", hidden, "hidden width")->check(CLI::PositiveNumber);
-  app.add_option("--layers", hidden_layers, "hidden layers")->check(CLI::PositiveNumber);
-  app.add_option("--lr", lr, "learning rate");
-  app.add_option("--weight-decay", weight_decay, "weight decay (decoupled for AdamW, added to the gradient for SGD)");
-  app.add_option("--grad-clip", grad_clip, "global gradient-norm clip (0: off)");
-  app.add_option("--seed", seed, "init and data seed");
+  app.add_option("--momentum", momentum, "SGD momentum")->check(flags::real(0.0, false, 1.0, false));
+  app.add_option("--hidden", hidden, "hidden width")->check(flags::positive_integer());
+  app.add_option("--layers", hidden_layers, "hidden layers")->check(flags::positive_integer());
+  app.add_option("--lr", lr, "learning rate")->check(flags::non_negative_real());
+  app.add_option("--weight-decay", weight_decay, "weight decay (decoupled for AdamW, added to the gradient for SGD)")
+      ->check(flags::non_negative_real());
+  app.add_option("--grad-clip", grad_clip, "global gradient-norm clip (0: off)")->check(flags::non_negative_real());
+  app.add_option("--seed", seed, "init and data seed")->check(flags::unsigned_integer());
   app.add_flag("--no-reshard-after-forward", keep_params, "ZeRO-3: keep gathered parameters for backward");
   app.add_option("--ledger-json", ledger_json, "write the memory ledger of every rank as JSON");
   CLI11_PARSE(app, argc, argv);
 
   return strata::run_main([&] {
     strata::Runtime rt(&argc, &argv);
+    auto v = [](auto x) { return fmt::format("{}", x); };  // every rank must run this configuration
+    strata::check_config_agreement(
+        {{"program", "custom_trainer"}, {"--zero-stage", v(zero_stage)}, {"--steps", v(steps)},
+         {"--param-dtype", param_dtype}, {"--reduce-dtype", reduce_dtype}, {"--batch", v(batch)},
+         {"--grad-accum", v(micro_batches)}, {"--accumulation", accumulation}, {"--dp-replicate", v(dp_replicate)},
+         {"--optimizer", optimizer}, {"--momentum", v(momentum)}, {"--hidden", v(hidden)},
+         {"--layers", v(hidden_layers)}, {"--lr", v(lr)}, {"--weight-decay", v(weight_decay)},
+         {"--grad-clip", v(grad_clip)}, {"--seed", v(seed)}, {"--no-reshard-after-forward", v(keep_params)},
+         {"--ledger-json", ledger_json}});
     const int world = rt.world_size();
+    std::string problem;  // the output path, checked before the first step on the rank that writes it
+    if (rt.rank() == 0 && !ledger_json.empty()) {
+      try {
+        strata::check_output_file(ledger_json, "--ledger-json", strata::OutputKind::kDirect);
+      } catch (const std::exception& e) {
+        problem = e.what();
+      }
+    }
+    strata::all_agree(rt.world(), problem.empty(), problem, "checking --ledger-json " + ledger_json);
     STRATA_CHECK(batch % world == 0, "--batch {} rows must divide among the {} ranks", batch, world);
     const int rows = batch / world;
     strata::mlp::MlpConfig cfg;
@@ -120,6 +143,9 @@ int main(int argc, char** argv) {
     cfg.hidden = hidden;
     cfg.out = 4;
     cfg.hidden_layers = hidden_layers;
+    cfg.validate_sizes(rows);  // before any allocation: --hidden and --layers multiply
+    // The data rows a run draws: the row index of the last one must not wrap around.
+    strata::checked_product("rows drawn (--steps x --grad-accum x --batch)", steps, micro_batches, batch);
 
     strata::ShardingOptions opts;
     opts.stage = strata::zero_stage_from_int(zero_stage);
@@ -164,7 +190,7 @@ int main(int argc, char** argv) {
         model.set_is_last_backward(last);
         // The same global rows at every rank count: micro-batch a of this step, this rank's share of it.
         const std::uint64_t first =
-            static_cast<std::uint64_t>(step * micro_batches + a) * static_cast<std::uint64_t>(batch) +
+            (static_cast<std::uint64_t>(step) * micro_batches + a) * static_cast<std::uint64_t>(batch) +
             static_cast<std::uint64_t>(rt.rank() * rows);
         auto data = strata::mlp::make_batch(cfg, first, rows, seed);
         loss += strata::mlp::forward_backward(model, cfg, data, scale / static_cast<float>(micro_batches)) /
@@ -173,7 +199,7 @@ int main(int argc, char** argv) {
       double norm = 0;
       bool skipped = false;
       if (adamw) {
-        const strata::StepResult r = adamw->step(lr);
+        const strata::StepResult r = adamw->step(lr, step);
         norm = r.grad_norm;
         skipped = r.skipped;
       } else {
@@ -189,13 +215,10 @@ int main(int argc, char** argv) {
     auto ledger = strata::MemoryLedger::gather(rt.device(), rt.world());
     if (rt.rank() == 0) {
       std::printf("memory ledger (%s):\n%s", opts.describe().c_str(), strata::MemoryLedger::table(ledger).c_str());
-      if (!ledger_json.empty()) {
-        FILE* f = std::fopen(ledger_json.c_str(), "w");
-        STRATA_CHECK_CODE(strata::ErrorCode::kIo, f != nullptr, "cannot write {}", ledger_json);
-        std::fputs(strata::MemoryLedger::json(ledger).c_str(), f);
-        std::fclose(f);
-      }
+      if (!ledger_json.empty())  // every write checked: kIo naming the file and the system error
+        strata::write_output_file(ledger_json, "--ledger-json", strata::MemoryLedger::json(ledger));
     }
+    rt.finish();  // the trace, if on: a failed write is an error
     return 0;
   });
 }

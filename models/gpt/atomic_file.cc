@@ -1,4 +1,4 @@
-// AtomicFile: the .tmp file, POSIX writes with errno in every error, fsync and rename.
+// AtomicFile: the writer's own temporary file, POSIX writes with errno in every error, fsync and rename.
 #include "models/gpt/atomic_file.h"
 
 #include <fcntl.h>
@@ -9,12 +9,13 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/file_checks.h"
 
 namespace strata::gpt {
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_path_(path_ + ".tmp") {
+AtomicFile::AtomicFile(std::string path) : path_(std::move(path)), tmp_path_(unique_tmp_path(path_)) {
   STRATA_CHECK(!path_.empty(), "empty output path");
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   STRATA_CHECK_CODE(ErrorCode::kIo, fd_ >= 0, "cannot create '{}': {}", tmp_path_, std::strerror(errno));
 }
 

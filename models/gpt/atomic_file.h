@@ -1,4 +1,4 @@
-// AtomicFile: writes a file through `path + ".tmp"` and a rename, so a failed write never leaves a partial file.
+// AtomicFile: writes a file through a temporary beside it and a rename, so a failed write never leaves a partial file.
 #pragma once
 
 #include <cstddef>
@@ -6,9 +6,10 @@
 
 namespace strata::gpt {
 
-// Creates (truncating) `path + ".tmp"`; write() appends to it; commit() flushes it to disk and renames it over
-// `path`. Destroyed without commit() (an exception on the way), it removes the .tmp and `path` is untouched.
-// Two writers of the same path at once would share the .tmp: let one rank write.
+// Creates a temporary beside `path` that is this writer's alone (unique_tmp_path: `path.tmp.host.pid.n`); write()
+// appends to it; commit() flushes it to disk and renames it over `path`, the only step that makes it visible.
+// Destroyed without commit() (an exception on the way), it removes the temporary and `path` is untouched. Two writers
+// of one path at once each write their own temporary, and `path` ends as one of their files, whole.
 class AtomicFile {
  public:
   explicit AtomicFile(std::string path);  // throws kIo naming the file and the system error

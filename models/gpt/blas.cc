@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/gpt/thread_limit.h"
 
 namespace strata::gpt::detail {
 namespace {
@@ -38,6 +39,8 @@ void sgemm(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int 
             beta == 0.0f ? 0.0f : beta * C[static_cast<std::size_t>(i) * ldc + j];
     return;
   }
+  // dnnl_sgemm plans for omp_get_max_threads() threads: keep that within OMP_THREAD_LIMIT (thread_limit.h).
+  clamp_to_thread_limit();
   // dnnl_sgemm is row-major (unlike Fortran BLAS) and picks its JIT kernels for the CPU at run time.
   const dnnl_status_t status =
       dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);

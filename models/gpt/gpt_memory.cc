@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/checked_math.h"
 #include "runtime/memory/memory_planner.h"
 #include "runtime/sharding/shard_layout.h"
 #include "runtime/sharding/sharded_unit.h"
@@ -27,6 +28,8 @@ std::uint64_t all_reduce_staging(std::uint64_t n, std::uint64_t g, std::uint64_t
 }  // namespace
 
 CategoryBytes predict_step_memory(const TrainConfig& cfg, int world) {
+  // Bounds every product below (each term is at most a few times a size it checked) so none of them wraps around.
+  cfg.model.validate_sizes(cfg.batch, cfg.seq, cfg.tp);
   const ShardingOptions& o = cfg.sharding;
   const StagePlan plan = StagePlan::from(o);
   const auto units = gpt_units(cfg.model, cfg.tp);  // this tp rank's slices
@@ -148,6 +151,7 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) 
 TpTraffic predict_tp_traffic(const TrainConfig& cfg) {
   TpTraffic t;
   if (cfg.tp == 1) return t;
+  cfg.model.validate_sizes(cfg.batch, cfg.seq, cfg.tp);  // bounds N x C x L; --grad-accum multiplies, checked below
   const std::uint64_t N = static_cast<std::uint64_t>(cfg.batch) * cfg.seq, C = static_cast<std::uint64_t>(cfg.model.embd);
   const std::uint64_t L = static_cast<std::uint64_t>(cfg.model.layers), A = static_cast<std::uint64_t>(cfg.grad_accum);
   // Per micro-batch: the embedding (1), two row-parallel outputs per block in the forward (again under
@@ -155,7 +159,8 @@ TpTraffic predict_tp_traffic(const TrainConfig& cfg) {
   // row maxima, sums and target logits (3N floats).
   const std::uint64_t reductions = 1 + 2 * L + (cfg.recompute ? 2 * L : 0) + 1 + 2 * L;
   if (!cfg.sequence_parallel) {
-    t.all_reduce_bytes = A * 4 * (reductions * N * C + 3 * N);
+    t.all_reduce_bytes = checked_product("tp all-reduce bytes (--grad-accum x 4 x per micro-batch floats)", A, 4,
+                                         reductions * N * C + 3 * N);
     t.calls = A * (reductions + 2);
     return t;
   }
@@ -165,8 +170,9 @@ TpTraffic predict_tp_traffic(const TrainConfig& cfg) {
   // LayerNorm outputs again, which are kept on this rank's rows, for the column-parallel matmuls and the LM head
   // (2L + 1). The replicated parameters' gradients (LayerNorms, wpe) are summed over tp.
   const std::uint64_t gathers = 2 * L + (cfg.recompute ? 2 * L : 0) + 1 + 2 * L + 1 + 2 * L + 1;
-  t.reduce_scatter_bytes = A * 4 * reductions * N * C;
-  t.all_gather_bytes = A * 4 * gathers * N * C;
+  t.reduce_scatter_bytes = checked_product("tp reduce-scatter bytes (--grad-accum x 4 x floats)", A, 4,
+                                           reductions * N * C);
+  t.all_gather_bytes = checked_product("tp all-gather bytes (--grad-accum x 4 x floats)", A, 4, gathers * N * C);
   t.all_reduce_bytes = A * 4 * (3 * N + L * 4 * C + 2 * C + static_cast<std::uint64_t>(cfg.model.ctx) * C);
   t.calls = A * (reductions + gathers + 2 + 4 * L + 2 + 1);
   return t;

@@ -8,6 +8,7 @@
 
 #include "models/common/hash.h"
 #include "models/gpt/gpt_kernels.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace strata::gpt {
@@ -30,6 +31,35 @@ void GptConfig::validate_tp(int tp, bool sequence_parallel, int seq) const {
   STRATA_CHECK(!sequence_parallel || seq % tp == 0,
                "--seq {} must divide by --tp {} under --sequence-parallel (each rank holds seq / tp positions)", seq,
                tp);
+}
+
+void GptConfig::validate_sizes(int batch, int seq, int tp) const {
+  STRATA_CHECK(batch >= 1 && seq >= 1 && tp >= 1, "--batch {}, --seq {} and --tp {} must be at least 1", batch, seq,
+               tp);
+  // The kernels index rows with int: batch x seq must fit one.
+  const int rows = checked_mul<int>(batch, seq, "tokens per micro-batch (--batch x --seq)");
+  const std::uint64_t C = static_cast<std::uint64_t>(embd), Cl = C / static_cast<std::uint64_t>(tp);
+  const std::uint64_t Vl = static_cast<std::uint64_t>(vocab_per_rank(*this, tp));
+  // Parameters on one rank: per block 12 C^2 / tp + 13 C (at least the split's share), wte's rows and wpe (ln_f's
+  // 2 C is within the bound's slack). Every later size is a small multiple of one of these.
+  const std::uint64_t block =
+      checked_add<std::uint64_t>(checked_product("a block's parameters (12 x --embd x --embd / --tp)", 12, C, Cl),
+                                 checked_product("a block's vectors (13 x --embd)", 13, C), "a block's parameters");
+  std::uint64_t params = checked_product("the blocks' parameters (--layers x a block)", layers, block);
+  params = checked_add<std::uint64_t>(params, checked_product("wte (--vocab / --tp x --embd)", Vl, C), "parameters");
+  params = checked_add<std::uint64_t>(params, checked_product("wpe (--ctx x --embd)", ctx, C), "parameters");
+  // f32 parameters, their gradients and AdamW's two moments: 16 bytes each when nothing is sharded.
+  check_addressable(checked_product("the parameters' f32 state (16 bytes x parameters)", 16, params),
+                    fmt::format("{} parameters per rank (f32 weights, gradients and AdamW moments)", params).c_str());
+  // Activations kept for the backward: about 16 [rows, C] arrays per block, plus the logits [rows, vocab / tp].
+  const std::uint64_t acts = checked_product("the activations (4 bytes x (--layers + 1) x --batch x --seq x 16 x "
+                                             "--embd)",
+                                             4, static_cast<std::uint64_t>(layers) + 1, rows, 16, C);
+  const std::uint64_t logits = checked_product("the logits (4 bytes x --batch x --seq x --vocab / --tp)", 4, rows, Vl);
+  check_addressable(checked_add<std::uint64_t>(acts, logits, "activations and logits"),
+                    fmt::format("the activations of {} rows x {} tokens (--batch x --seq) at --embd {}, --vocab {}",
+                                batch, seq, embd, vocab)
+                        .c_str());
 }
 
 std::string GptConfig::describe() const {
@@ -185,9 +215,10 @@ struct BlockActs {
 };
 
 // cfg, after the checks a model of B x T tokens needs before anything is allocated.
-const GptConfig& checked(const GptConfig& cfg, int B, int T) {
+const GptConfig& checked(const GptConfig& cfg, int B, int T, const GptParallel& parallel) {
   cfg.validate();
   STRATA_CHECK(B >= 1 && T >= 1 && T <= cfg.ctx, "batch {} x sequence {} (context {})", B, T, cfg.ctx);
+  cfg.validate_sizes(B, T, parallel.tp ? parallel.tp->size() : 1);
   return cfg;
 }
 
@@ -240,13 +271,15 @@ struct GptModel::Impl {
     }
     const std::size_t C = static_cast<std::size_t>(cfg.embd), n = static_cast<std::size_t>(N);
     const std::size_t nl = static_cast<std::size_t>(Nl), cl = static_cast<std::size_t>(Cl);
-    auto act = [&](std::size_t floats) { return dev.allocate(floats * 4, MemCategory::kActivations); };
-    auto work = [&](std::size_t floats) { return dev.allocate(floats * 4, MemCategory::kWorkspace); };
+    // validate_sizes bounded every product below; the byte counts are checked once more where they are formed.
+    auto bytes = [](std::size_t floats) { return checked_mul<std::size_t>(floats, 4, "buffer bytes (4 x floats)"); };
+    auto act = [&](std::size_t floats) { return dev.allocate(bytes(floats), MemCategory::kActivations); };
+    auto work = [&](std::size_t floats) { return dev.allocate(bytes(floats), MemCategory::kWorkspace); };
     for (int l = 0; l <= cfg.layers; ++l) x_in.push_back(act(nl * C));
     int sets = recompute ? 1 : cfg.layers;
     for (int l = 0; l < sets; ++l) {
       auto kind = recompute ? MemCategory::kWorkspace : MemCategory::kActivations;
-      auto a = [&](std::size_t floats) { return dev.allocate(floats * 4, kind); };
+      auto a = [&](std::size_t floats) { return dev.allocate(bytes(floats), kind); };
       acts.push_back(BlockActs{a(nl * C), a(nl), a(nl), a(n * 3 * cl), a(n * cl),
                                a(static_cast<std::size_t>(B) * NHl * T), a(nl * C), a(nl * C), a(nl), a(nl),
                                a(n * 4 * cl), a(n * 4 * cl)});
@@ -461,7 +494,7 @@ struct GptModel::Impl {
 
 GptModel::GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, bool recompute,
                    const GptParallel& parallel)
-    : impl_(std::make_unique<Impl>(checked(cfg, B, T), model, device, B, T, recompute, parallel)) {}
+    : impl_(std::make_unique<Impl>(checked(cfg, B, T, parallel), model, device, B, T, recompute, parallel)) {}
 
 GptModel::~GptModel() = default;
 

@@ -25,6 +25,10 @@ struct GptConfig {
   // kInvalidArgument naming the values when the model cannot be split over `tp` ranks (heads, embd; seq under
   // sequence parallelism). The vocabulary need not divide: it is padded.
   void validate_tp(int tp, bool sequence_parallel, int seq) const;
+  // kInvalidArgument naming the quantity and its factors when a size this model needs on one rank (parameters,
+  // activations, logits, for `batch` rows of `seq` tokens split over `tp`) overflows its integer type or could never
+  // be allocated (above kMaxAddressableBytes of core/checked_math.h). Run before anything is allocated.
+  void validate_sizes(int batch, int seq, int tp) const;
 };
 
 // Tensor parallelism (docs/tensor-parallel.md): Megatron-LM's split of each block over the `tp` group, the

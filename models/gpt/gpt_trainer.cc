@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
+#include <map>
 #include <cstring>
 #include <chrono>
 #include <thread>
@@ -13,8 +15,11 @@
 #include "models/gpt/gpt_memory.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/safetensors.h"
+#include "models/gpt/weight_names.h"
+#include "runtime/optim/nonfinite.h"
 #include "collectives/rank_values.h"
 #include "core/error.h"
+#include "core/file_checks.h"
 
 namespace strata::gpt {
 
@@ -72,6 +77,7 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
   set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
   cfg_.model.validate_tp(cfg_.tp, cfg_.sequence_parallel, cfg_.seq);
+  cfg_.model.validate_sizes(cfg_.batch, cfg_.seq, cfg_.tp);
   mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{1, cfg_.dp_replicate, -1, cfg_.tp});
   const int tp = cfg_.tp, tp_rank = mesh_->tp().rank();
   if (tp > 1) {
@@ -98,14 +104,35 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   };
   if (!cfg_.init.empty()) {
     SafetensorsReader reader(cfg_.init);
+    std::vector<std::string> names;
+    std::map<std::string, std::pair<int, int>> place;  // parameter -> (unit, slot)
+    for (int u = 0; u < model_->num_units(); ++u) {
+      const std::vector<ParamSlot>& slots = model_->layout(u).slots();
+      for (std::size_t i = 0; i < slots.size(); ++i) {
+        place[slots[i].name] = {u, static_cast<int>(i)};
+        names.push_back(slots[i].name);
+      }
+    }
+    check_weight_names(reader, names, "--init");
     for (int u = 0; u < model_->num_units(); ++u)
       for (const ParamSlot& s : model_->layout(u).slots())
         reader.check_shape(s.name, s.tp.replicated() ? s.shape : s.tp.global_shape);
+    // The first non-finite value this rank reads (pieces come in unit, slot order), by its place in the file.
+    NonFiniteAt bad;
     model_->init([&](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
       fill_global(s, begin, count, out, [&](std::size_t g, std::size_t n, float* o) {
         reader.read_f32(s.name, g, n, o);  // each rank reads only its shard
+        for (std::size_t i = 0; i < n && !bad.found(); ++i)
+          if (!std::isfinite(o[i])) bad = NonFiniteAt{place.at(s.name).first, place.at(s.name).second, g + i, o[i]};
       });
     });
+    bad = lowest_over_ranks(rt_.world(), bad);
+    if (bad.found()) {
+      const std::string name = model_->layout(bad.unit).slots()[static_cast<std::size_t>(bad.slot)].name;
+      STRATA_THROW(ErrorCode::kNonFinite, "--init {}: tensor '{}' holds {} at element {} (the first non-finite "
+                   "value of the file's parameters); initial weights must be finite", cfg_.init, name,
+                   std::isnan(bad.value) ? "NaN" : bad.value > 0 ? "inf" : "-inf", bad.element);
+    }
   } else {
     const GptConfig m = cfg_.model;
     const std::uint64_t seed = cfg_.seed;
@@ -157,7 +184,7 @@ StepRecord GptTrainer::step(int step) {
           gpt_->forward_backward(inputs_.data(), targets_.data(), optimizer_->loss_scale() / static_cast<float>(A)) / A;
     });
   }
-  StepResult r = optimizer_->step(cfg_.lr_at(step));
+  StepResult r = optimizer_->step(cfg_.lr_at(step), step);
   rows_done_ += static_cast<std::uint64_t>(A) * rows_per_micro_batch;
   next_step_ = step + 1;
   StepRecord rec;
@@ -211,8 +238,10 @@ void pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t offse
 }  // namespace
 
 void GptTrainer::save(const std::string& path) {
-  // Every rank computes the same header; rank 0 writes it into path.tmp at its full size, then each rank writes the
-  // values it owns at their places, and rank 0 renames the file once every rank has flushed its part.
+  // Every rank computes the same header; rank 0 writes it into this job's temporary (path.tmp.<job id>: never one
+  // another job saving to `path` uses) at its full size, then each rank writes the values it owns at their places, and
+  // rank 0 renames the file once every rank has flushed its part. The rename is the only commit: a save that fails
+  // anywhere removes the temporary.
   SafetensorsWriter writer;
   for (int u = 0; u < model_->num_units(); ++u)
     for (const ParamSlot& s : model_->layout(u).slots())
@@ -220,10 +249,25 @@ void GptTrainer::save(const std::string& path) {
   std::vector<std::uint64_t> offsets;  // per slot, in declaration order
   const std::string head =
       writer.header(nlohmann::json{{"format", "pt"}, {"written_by", "strata train_gpt"}}, &offsets);
-  const std::string tmp = path + ".tmp";
+  const std::string tmp = tmp_path_for(path, rt_.job_id());
   Communicator& world = rt_.world();
+  // Never a file of non-finite weights: checked before anything is written, so `path` stays as it was.
+  ShardedParameters& checked = model_->parameters();
+  checked.stream().synchronize();
+  const NonFiniteAt bad = lowest_over_ranks(world, find_nonfinite(checked, ShardValues::kMaster, true));
+  STRATA_CHECK_CODE(ErrorCode::kNonFinite, !bad.found(),
+                    "not saving {}: the weights are not finite: {} (the first such place on any rank); the file is "
+                    "left as it was", path, describe_nonfinite(checked, bad));
   std::string error;
+  struct RemoveUnlessCommitted {
+    const std::string& tmp;
+    bool armed = false;
+    ~RemoveUnlessCommitted() {
+      if (armed) ::unlink(tmp.c_str());
+    }
+  } cleanup{tmp};
   if (rt_.rank() == 0) {
+    cleanup.armed = true;  // the rank that creates it removes it
     try {
       const std::uint64_t end = head.size() + parameters_ * 4;
       const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -280,6 +324,7 @@ void GptTrainer::save(const std::string& path) {
     try {
       STRATA_CHECK_CODE(ErrorCode::kIo, ::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}", tmp,
                         path, std::strerror(errno));
+      cleanup.armed = false;
     } catch (const std::exception& e) {
       error = e.what();
     }

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "models/gpt/blas.h"
+#include "models/gpt/thread_limit.h"
 #include "models/gpt/vec_math.h"
 #include "core/error.h"
 
@@ -38,6 +39,7 @@ constexpr std::size_t kMinParallelElements = 1 << 14;
 
 void set_num_threads(int n) {
   STRATA_CHECK(n >= 1, "thread count {} must be >= 1", n);
+  n = allowed_threads(n);  // within OMP_THREAD_LIMIT, or dnnl_sgemm leaves blocks unwritten (thread_limit.h)
   omp_set_num_threads(n);
   detail::blas_set_num_threads(n);
 }

@@ -18,6 +18,7 @@
 
 #include "models/gpt/atomic_file.h"
 #include "core/error.h"
+#include "core/file_checks.h"
 
 namespace strata::gpt {
 
@@ -189,8 +190,7 @@ void SafetensorsReader::close() {
 
 void SafetensorsReader::open(const std::string& path) {
   close();
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot open safetensors file '{}': {}", path, std::strerror(errno));
+  const int fd = open_input_file(path, "safetensors file");  // a FIFO or device is refused before it can block
   // Owned by *this from here, so every throw below closes it (the next open() or the destructor does).
   fd_ = fd;
   path_ = path;

@@ -1,47 +1,19 @@
 // TokenFile loading and checks, the batch window rule, and the splitmix64 synthetic token generator.
 #include "models/gpt/token_data.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <cstring>
 
 #include "models/gpt/atomic_file.h"
 #include "core/error.h"
+#include "core/file_checks.h"
 
 namespace strata::gpt {
 
 static_assert(std::endian::native == std::endian::little, "token files are read as host-order uint16");
 
 namespace {
-
-// The whole file's bytes; `what` ("token file", "text file") names it in errors.
-std::vector<char> read_file(const std::string& path, const char* what) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot open {} '{}': {}", what, path, std::strerror(errno));
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st;
-  STRATA_CHECK_CODE(ErrorCode::kIo, ::fstat(fd, &st) == 0, "cannot stat {} '{}': {}", what, path, std::strerror(errno));
-  STRATA_CHECK_CODE(ErrorCode::kIo, S_ISREG(st.st_mode), "{} '{}' is not a regular file", what, path);
-  std::vector<char> bytes(static_cast<std::size_t>(st.st_size));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    STRATA_CHECK_CODE(ErrorCode::kIo, n >= 0, "cannot read {} '{}': {}", what, path, std::strerror(errno));
-    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "{} '{}' ended at byte {} of {} while reading", what, path, done,
-                      bytes.size());
-    done += static_cast<std::size_t>(n);
-  }
-  return bytes;
-}
 
 // splitmix64 and the spec's token rule, resumable so a file can be generated in chunks.
 class SyntheticTokens {
@@ -90,7 +62,7 @@ TokenFile::TokenFile(std::string path, std::vector<std::uint16_t> tokens, int se
 }
 
 TokenFile TokenFile::open(const std::string& path, int seq_len, int vocab) {
-  std::vector<char> bytes = read_file(path, "token file");
+  const std::string bytes = read_input_file(path, "token file");
   STRATA_CHECK_CODE(ErrorCode::kIo, bytes.size() % 2 == 0,
                     "token file '{}' is {} bytes, an odd size: expected little-endian uint16 tokens", path,
                     bytes.size());
@@ -100,7 +72,7 @@ TokenFile TokenFile::open(const std::string& path, int seq_len, int vocab) {
 }
 
 TokenFile TokenFile::from_text(const std::string& path, int seq_len) {
-  std::vector<char> bytes = read_file(path, "text file");
+  const std::string bytes = read_input_file(path, "text file");
   std::vector<std::uint16_t> tokens(bytes.size());
   for (std::size_t i = 0; i < bytes.size(); ++i) tokens[i] = static_cast<unsigned char>(bytes[i]);
   return TokenFile(path, std::move(tokens), seq_len, 256);

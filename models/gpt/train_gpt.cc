@@ -5,20 +5,29 @@
 #include <chrono>
 #include <thread>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "models/common/flag_checks.h"
 #include "models/gpt/gpt_memory.h"
 #include "models/gpt/gpt_trainer.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/safetensors.h"
 #include "models/gpt/token_data.h"
+#include "runtime/bootstrap/config_agreement.h"
 #include "runtime/bootstrap/runtime.h"
+#include "collectives/rank_values.h"
+#include "core/checked_math.h"
 #include "core/error.h"
+#include "core/file_checks.h"
 #include "core/logging.h"
+#include "core/output_file.h"
 #include "runtime/memory/memory_ledger.h"
 
 namespace {
+
+namespace flags = strata::flags;
 
 struct Flags {
   strata::gpt::GptConfig model;
@@ -33,26 +42,35 @@ struct Flags {
   std::string checkpoint_dir;
   int checkpoint_every = 0, keep_checkpoints = 2, stop_at = -1;
   bool checkpoint_async = false, resume = false;
+  int max_skipped_steps = 10;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
-  app.add_option("--layers", f.model.layers, "transformer blocks")->check(CLI::PositiveNumber);
-  app.add_option("--heads", f.model.heads, "attention heads")->check(CLI::PositiveNumber);
-  app.add_option("--embd", f.model.embd, "embedding width C (a multiple of --heads)")->check(CLI::PositiveNumber);
-  app.add_option("--vocab", f.model.vocab, "vocabulary size (256 with --text)")->check(CLI::Range(2, 65536));
-  app.add_option("--ctx", f.model.ctx, "positions in wpe")->check(CLI::PositiveNumber);
-  app.add_option("--seq", f.seq, "sequence length T (<= --ctx)")->check(CLI::PositiveNumber);
-  app.add_option("--batch", f.batch, "rows per rank per micro-batch")->check(CLI::PositiveNumber);
-  app.add_option("--steps", f.steps, "optimizer steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", f.lr, "learning rate (constant unless --warmup / --cosine)")->check(CLI::NonNegativeNumber);
-  app.add_option("--warmup", f.warmup, "linear learning-rate warmup over this many steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--layers", f.model.layers, "transformer blocks")->check(flags::positive_integer());
+  app.add_option("--heads", f.model.heads, "attention heads")->check(flags::positive_integer());
+  app.add_option("--embd", f.model.embd, "embedding width C (a multiple of --heads)")->check(flags::positive_integer());
+  app.add_option("--vocab", f.model.vocab, "vocabulary size (256 with --text)")->check(flags::integer(2, 65536));
+  app.add_option("--ctx", f.model.ctx, "positions in wpe")->check(flags::positive_integer());
+  app.add_option("--seq", f.seq, "sequence length T (<= --ctx)")->check(flags::positive_integer());
+  app.add_option("--batch", f.batch, "rows per rank per micro-batch")->check(flags::positive_integer());
+  app.add_option("--steps", f.steps, "optimizer steps")->check(flags::non_negative_integer());
+  app.add_option("--lr", f.lr, "learning rate (constant unless --warmup / --cosine)")
+      ->check(flags::non_negative_real());
+  app.add_option("--warmup", f.warmup, "linear learning-rate warmup over this many steps")
+      ->check(flags::non_negative_integer());
   app.add_flag("--cosine", f.cosine, "cosine decay of the learning rate to lr/10 at the last step");
-  app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (2-D parameters)")->check(CLI::NonNegativeNumber);
-  app.add_option("--beta1", f.beta1, "AdamW beta1")->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--beta2", f.beta2, "AdamW beta2")->check(CLI::Range(0.0, 0.999999));
-  app.add_option("--eps", f.eps, "AdamW eps")->check(CLI::PositiveNumber);
-  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm clip (0: off)")->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", f.seed, "seed of the init (without --init) and of --make-data");
+  app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (2-D parameters)")
+      ->check(flags::non_negative_real());
+  app.add_option("--beta1", f.beta1, "AdamW beta1")->check(flags::real(0.0, false, 1.0, true));
+  app.add_option("--beta2", f.beta2, "AdamW beta2")->check(flags::real(0.0, false, 1.0, true));
+  app.add_option("--eps", f.eps, "AdamW eps")->check(flags::positive_real());
+  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm clip (0: off)")->check(flags::non_negative_real());
+  app.add_option("--max-skipped-steps", f.max_skipped_steps,
+                 "stop with an error after this many steps in a row skipped for non-finite gradients (with f16, those "
+                 "at loss scale 1; 0: never stop)")
+      ->check(flags::non_negative_integer());
+  app.add_option("--seed", f.seed, "seed of the init (without --init) and of --make-data")
+      ->check(flags::unsigned_integer());
   app.add_option("--init", f.init, "initial weights (safetensors, the spec's names)")->check(CLI::ExistingFile);
   app.add_option("--save", f.save, "write the final weights here (safetensors, F32)");
   auto* data = app.add_option("--data", f.data, "training tokens (flat uint16)")->check(CLI::ExistingFile);
@@ -60,28 +78,29 @@ void add_flags(CLI::App& app, Flags& f) {
                    ->check(CLI::ExistingFile);
   data->excludes(text);
   app.add_option("--make-data", f.make_data, "write the spec's synthetic tokens to this file and exit");
-  app.add_option("--tokens", f.tokens, "number of synthetic tokens (with --make-data, or without --data)");
-  app.add_option("--zero-stage", f.zero_stage, "0 (DDP), 1, 2 or 3")->check(CLI::Range(0, 3));
+  app.add_option("--tokens", f.tokens, "number of synthetic tokens (with --make-data, or without --data)")
+      ->check(flags::unsigned_integer(1));
+  app.add_option("--zero-stage", f.zero_stage, "0 (DDP), 1, 2 or 3")->check(flags::integer(0, 3));
   app.add_option("--dp-replicate", f.dp_replicate,
                  "hybrid sharding: replicate the state across this many groups, each sharding it over the ranks / "
                  "dp-replicate ranks of its group (1: shard over every rank)")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::positive_integer());
   app.add_option("--tp", f.tp,
                  "tensor-parallel degree: each block's matmuls, the embedding and the loss split over this many "
                  "consecutive ranks (data parallelism is the rest of the world)")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::positive_integer());
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "with --tp: LayerNorm and residual regions hold seq / tp positions per rank");
   app.add_option("--param-dtype", f.param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(CLI::PositiveNumber);
+  app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(flags::positive_integer());
   app.add_flag("--recompute", f.recompute, "keep only each block's input; recompute it in backward");
   app.add_option("--backend", f.backend,
                  "auto (the default, from STRATA_BACKEND): CUDA when every rank on a node has its own GPU, else cpu; "
                  "or cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--metrics", f.metrics, "write one JSON record per step to this file");
-  app.add_option("--prefetch", f.prefetch, "units gathered ahead (0: no prefetch)")->check(CLI::Range(0, 8));
+  app.add_option("--prefetch", f.prefetch, "units gathered ahead (0: no prefetch)")->check(flags::integer(0, 8));
   app.add_option("--trace", f.trace, "write a Chrome trace / Perfetto JSON of all ranks here (as STRATA_TRACE)");
   app.add_flag("--no-progress", f.no_progress, "no progress bar on a terminal");
   app.add_option("--offload", f.offload, "optimizer state (and parameter shards) in host memory: none, optimizer or "
@@ -90,19 +109,56 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--checkpoint-dir", f.checkpoint_dir,
                  "sharded checkpoints here (docs/checkpoint.md); one after the last step, and with --checkpoint-every");
   app.add_option("--checkpoint-every", f.checkpoint_every, "also checkpoint every N steps")
-      ->check(CLI::NonNegativeNumber);
+      ->check(flags::non_negative_integer());
   app.add_flag("--checkpoint-async", f.checkpoint_async, "write checkpoints in the background while training goes on");
   app.add_option("--keep-checkpoints", f.keep_checkpoints, "committed checkpoints to keep (older ones go)")
-      ->check(CLI::PositiveNumber);
+      ->check(flags::positive_integer());
   app.add_option("--stop-at", f.stop_at,
                  "stop after this many steps of the --steps schedule, as a job whose time runs out (a checkpoint is "
                  "written there); --resume continues")
-      ->check(CLI::NonNegativeNumber);
+      ->check(flags::non_negative_integer());
   app.add_flag("--resume", f.resume, "continue from the latest committed checkpoint in --checkpoint-dir (without one, "
                                      "start fresh)");
   app.add_option("--device-memory", f.device_memory,
                  "device memory budget per rank, e.g. 200MiB (as STRATA_DEVICE_MEMORY): going over it is an error "
                  "with the ledger and the planner's advice");
+}
+
+// The size in bytes of a file, as text ("missing" when it cannot be read), so ranks compare their data, not only its
+// path.
+std::string file_size_text(const std::string& path) {
+  std::error_code ec;
+  auto bytes = std::filesystem::file_size(path, ec);
+  return ec ? std::string("missing") : std::to_string(bytes);
+}
+
+// The whole effective configuration, which every rank must share (strata::check_config_agreement). Display-only
+// flags (--no-progress) are left out; no flag of train_gpt may legitimately differ per rank.
+std::vector<strata::ConfigField> effective_configuration(const Flags& f) {
+  auto num = [](auto v) { return fmt::format("{}", v); };
+  auto on = [](bool b) { return std::string(b ? "on" : "off"); };
+  std::vector<strata::ConfigField> c = {
+      {"program", "train_gpt"},
+      {"--layers", num(f.model.layers)}, {"--heads", num(f.model.heads)}, {"--embd", num(f.model.embd)},
+      {"--vocab", num(f.model.vocab)}, {"--ctx", num(f.model.ctx)}, {"--seq", num(f.seq)},
+      {"--batch", num(f.batch)}, {"--grad-accum", num(f.grad_accum)}, {"--steps", num(f.steps)},
+      {"--stop-at", num(f.stop_at)}, {"--lr", num(f.lr)}, {"--warmup", num(f.warmup)}, {"--cosine", on(f.cosine)},
+      {"--weight-decay", num(f.weight_decay)}, {"--beta1", num(f.beta1)}, {"--beta2", num(f.beta2)},
+      {"--eps", num(f.eps)}, {"--grad-clip", num(f.grad_clip)}, {"--seed", num(f.seed)},
+      {"--max-skipped-steps", num(f.max_skipped_steps)},
+      {"--param-dtype", f.param_dtype}, {"--reduce-dtype", f.reduce_dtype}, {"--zero-stage", num(f.zero_stage)},
+      {"--tp", num(f.tp)}, {"--sequence-parallel", on(f.sequence_parallel)},
+      {"--dp-replicate", num(f.dp_replicate)}, {"--prefetch", num(f.prefetch)}, {"--offload", f.offload},
+      {"--recompute", on(f.recompute)}, {"--init", f.init},
+      {"--init size", f.init.empty() ? "" : file_size_text(f.init)}, {"--data", f.data},
+      {"--data size", f.data.empty() ? "" : file_size_text(f.data)}, {"--text", f.text},
+      {"--text size", f.text.empty() ? "" : file_size_text(f.text)},
+      {"--tokens", f.data.empty() && f.text.empty() ? num(f.tokens) : ""},
+      {"--checkpoint-dir", f.checkpoint_dir}, {"--checkpoint-every", num(f.checkpoint_every)},
+      {"--keep-checkpoints", num(f.keep_checkpoints)}, {"--checkpoint-async", on(f.checkpoint_async)},
+      {"--resume", on(f.resume)}, {"--save", f.save}, {"--metrics", f.metrics}, {"--trace", f.trace},
+      {"--backend", f.backend}, {"--device-memory", f.device_memory}};
+  return c;
 }
 
 // A one-line progress bar with an ETA, redrawn on stderr when it is a terminal.
@@ -126,15 +182,19 @@ int main(int argc, char** argv) {
 
   return strata::run_main([&] {
     using namespace strata;
+    // Synthetic tokens are held in memory (uint16) before they are written or used.
+    check_addressable(checked_product("the synthetic tokens (2 bytes x --tokens)", 2, f.tokens), "--tokens");
     if (!f.make_data.empty()) {
       // A tool mode: only the launcher's first process writes (the file is rank-independent).
       Runtime rt(&argc, &argv, RuntimeOptions{"cpu"});
       if (rt.rank() == 0) {
+        check_output_file(f.make_data, "--make-data", OutputKind::kReplaced);
         gpt::make_synthetic_tokens(f.make_data, f.tokens, f.model.vocab, f.seed);
         std::printf("wrote %llu synthetic tokens (vocab %d, seed %llu) to %s\n",
                     static_cast<unsigned long long>(f.tokens), f.model.vocab, static_cast<unsigned long long>(f.seed),
                     f.make_data.c_str());
       }
+      rt.finish();
       return 0;
     }
     if (!f.trace.empty()) {
@@ -143,10 +203,28 @@ int main(int argc, char** argv) {
       set_env(e);
     }
     Runtime rt(&argc, &argv, RuntimeOptions{f.backend});
+    check_config_agreement(effective_configuration(f));  // before any rank acts on a setting the others lack
     const int world = rt.world_size(), rank = rt.rank();
     if (!f.text.empty()) f.model.vocab = 256;
     f.model.validate();
     STRATA_CHECK(f.seq <= f.model.ctx, "--seq {} exceeds --ctx {}", f.seq, f.model.ctx);
+    {
+      // Every file the run reads or writes, checked before the first step on each rank that uses it, and agreed: a
+      // bad path stops every rank now, not after the steps (the trace is checked in the Runtime).
+      std::string problem;
+      try {
+        if (!f.init.empty()) check_input_file(f.init, "--init");
+        if (!f.data.empty()) check_input_file(f.data, "--data");
+        if (!f.text.empty()) check_input_file(f.text, "--text");
+        // The checkpoint directory first: it is created now, as the run would, which may make --save's directory.
+        if (!f.checkpoint_dir.empty()) prepare_output_dir(f.checkpoint_dir, "--checkpoint-dir");
+        if (!f.save.empty()) check_output_file(f.save, "--save", OutputKind::kReplaced);  // every rank writes its part
+        if (rank == 0 && !f.metrics.empty()) check_output_file(f.metrics, "--metrics", OutputKind::kDirect);
+      } catch (const Error& e) {
+        problem = e.what();
+      }
+      all_agree(rt.world(), problem.empty(), problem, "checking the files of the run");
+    }
 
     gpt::TokenFile data = !f.text.empty()   ? gpt::TokenFile::from_text(f.text, f.seq)
                           : !f.data.empty() ? gpt::TokenFile::open(f.data, f.seq, f.model.vocab)
@@ -162,12 +240,14 @@ int main(int argc, char** argv) {
     cfg.sharding.stage = zero_stage_from_int(f.zero_stage);
     cfg.sharding.mixed_precision = {parse_dtype(f.param_dtype), parse_dtype(f.reduce_dtype)};
     cfg.optimizer.grad_clip = f.grad_clip;
+    cfg.optimizer.max_skipped_steps = f.max_skipped_steps;
     cfg.optimizer.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
     cfg.dp_replicate = f.dp_replicate;
     // Layout errors before any allocation, on every rank, naming the values.
     STRATA_CHECK(world % f.tp == 0, "--tp {} does not divide the world size {}", f.tp, world);
     STRATA_CHECK(!f.sequence_parallel || f.tp > 1, "--sequence-parallel needs --tp 2 or more");
     f.model.validate_tp(f.tp, f.sequence_parallel, f.seq);
+    f.model.validate_sizes(f.batch, f.seq, f.tp);
     cfg.tp = f.tp;
     cfg.sequence_parallel = f.sequence_parallel;
     cfg.sharding.prefetch_depth = f.prefetch;
@@ -213,11 +293,8 @@ int main(int argc, char** argv) {
         std::printf("train_gpt: no committed checkpoint in %s: starting fresh\n", f.checkpoint_dir.c_str());
       std::fflush(stdout);
     }
-    std::ofstream metrics;
-    if (rank == 0 && !f.metrics.empty()) {
-      metrics.open(f.metrics);
-      STRATA_CHECK_CODE(ErrorCode::kIo, metrics.good(), "cannot write --metrics {}", f.metrics);
-    }
+    OutputFile metrics;  // every record written through at once: a full disk is an error at that step
+    if (rank == 0 && !f.metrics.empty()) metrics = OutputFile(f.metrics, "--metrics");
     const bool bar = rank == 0 && !f.no_progress && isatty(STDERR_FILENO);
     const double tokens_per_step = static_cast<double>(world / f.tp) * f.batch * f.seq * f.grad_accum;
     const gpt::TpTraffic tp_predicted = gpt::predict_tp_traffic(cfg);
@@ -244,7 +321,7 @@ int main(int argc, char** argv) {
                     r.checkpoint_ms > 0 ? fmt::format(" checkpoint_ms {:.1f}", r.checkpoint_ms).c_str() : "");
         std::fflush(stdout);
         if (metrics.is_open())
-          metrics << nlohmann::json{{"step", step},
+          metrics.write(nlohmann::json{{"step", step},
                                     {"loss", r.loss},
                                     {"time_ms", r.time_ms},
                                     {"tokens_per_s", tok_s},
@@ -266,8 +343,8 @@ int main(int argc, char** argv) {
                                     {"tp_all_gather_bytes", r.tp_traffic.all_gather_bytes},
                                     {"tp_reduce_scatter_bytes", r.tp_traffic.reduce_scatter_bytes},
                                     {"predicted_tp_bytes", tp_predicted.total()}}
-                         .dump()
-                  << "\n";
+                            .dump() +
+                        "\n");
         if (bar) progress(step + 1, last_step, timed ? time_sum_ms / timed : r.time_ms);
       }
       if (step == 0 && rank == 0 && rt.backend() == DeviceKind::kCpu) {
@@ -287,6 +364,7 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+    metrics.close();
     trainer.finish();
     if (rank == 0 && trainer.checkpointer()) {
       const SaveStats& last = trainer.checkpointer()->last_save();
@@ -337,6 +415,7 @@ int main(int argc, char** argv) {
                              {"host_peak_memory", peaks_of(host_ledger)}};
       std::printf("%s\n", summary.dump().c_str());
     }
+    rt.finish();  // the trace, if on: a failed write is an error here, not a log line at exit
     return 0;
   });
 }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "models/common/hash.h"
+#include "core/checked_math.h"
 #include "core/error.h"
 #include "runtime/sharding/flat_ops.h"
 
@@ -48,6 +49,23 @@ void mlp_init(const ParamSlot& slot, std::size_t begin, std::size_t count, float
     else if (is_scale) out[k] = 1.0f + 0.25f * u;
     else out[k] = 0.05f * u;
   }
+}
+
+void MlpConfig::validate_sizes(int rows) const {
+  STRATA_CHECK(in >= 1 && hidden >= 1 && out >= 1 && hidden_layers >= 1 && rows >= 0,
+               "MLP in {}, hidden {}, out {}, hidden layers {} must be at least 1 (rows {} at least 0)", in, hidden,
+               out, hidden_layers, rows);
+  const std::uint64_t h = static_cast<std::uint64_t>(hidden);
+  const std::uint64_t weights = checked_add<std::uint64_t>(
+      checked_product("the hidden weights (--layers x --hidden x --hidden)", hidden_layers, h, h),
+      checked_product("the outer weights ((in + out) x --hidden)", in + out, h), "the MLP's parameters");
+  // f32 weights, gradients and two AdamW moments, plus the f32 copies the layers work on.
+  check_addressable(checked_product("the MLP's f32 state (24 bytes x parameters)", 24, weights),
+                    fmt::format("{} MLP parameters (--hidden {}, --layers {})", weights, hidden, hidden_layers).c_str());
+  // Per layer: its input, output and their gradients, [rows, hidden] f32 each.
+  check_addressable(checked_product("the activations (4 bytes x 4 x (--layers + 1) x rows x --hidden)", 16,
+                                    hidden_layers + 1, rows, h),
+                    fmt::format("the MLP's activations of {} rows at --hidden {}", rows, hidden).c_str());
 }
 
 Batch make_batch(const MlpConfig& cfg, std::uint64_t first_row, int rows, std::uint64_t seed) {

@@ -19,6 +19,9 @@ struct MlpConfig {
   int num_layers() const { return hidden_layers + 1; }
   int layer_in(int i) const { return i == 0 ? in : hidden; }
   int layer_out(int i) const { return i == num_layers() - 1 ? out : hidden; }
+  // kInvalidArgument naming the quantity and its factors (--hidden, --layers, the rows) when the parameters or the
+  // activations of `rows` rows overflow their integer types or could never be allocated (core/checked_math.h).
+  void validate_sizes(int rows) const;
 };
 
 // One unit per layer: "layer{i}" with "layer{i}.weight" [in, out] (Conv1D layout, decayed) and "layer{i}.bias"

@@ -1,6 +1,7 @@
 // Runtime: MPI start-up, rank identity, backend and device choice, the world communicator; run_main.
 #include "runtime/bootstrap/runtime.h"
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -9,13 +10,19 @@
 
 #include "collectives/communicator_registry.h"
 #include "collectives/mpi_util.h"
+#include "collectives/progress_ledger.h"
+#include "collectives/rank_values.h"
 #include "core/device_registry.h"
 #include "core/error.h"
+#include "core/file_checks.h"
 #include "core/logging.h"
+#include "core/output_file.h"
 #include "core/tracer.h"
 
 namespace strata {
 namespace {
+
+std::atomic<bool> g_shutdown_failed{false};  // a Runtime's destructor met an error it could only log
 
 const char* thread_level_name(int level) {
   switch (level) {
@@ -71,6 +78,15 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
     if (node < 0) node = node_count_++;
     node_of_rank_.push_back(node);
   }
+  std::string tag = rank_ == 0 ? process_tag() : std::string();
+  int tag_len = static_cast<int>(tag.size());
+  STRATA_CHECK_MPI(MPI_Bcast(&tag_len, 1, MPI_INT, 0, MPI_COMM_WORLD));
+  tag.resize(static_cast<std::size_t>(tag_len));
+  STRATA_CHECK_MPI(MPI_Bcast(tag.data(), tag_len, MPI_CHAR, 0, MPI_COMM_WORLD));
+  job_id_ = tag;
+
+  ProgressLedger::global().reset();  // this Runtime's operations count from zero on every rank
+  side_ = std::make_unique<SideChannel>(e.timeout_s);
 
   std::string backend = options.backend.empty() ? e.backend : options.backend;
   STRATA_CHECK(backend == "auto" || backend == "cpu" || backend == "cuda", "backend '{}' must be auto, cpu or cuda",
@@ -93,7 +109,18 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
   if (e.device_memory) device_->set_memory_budget(e.device_memory);
   world_ = create_communicator(*device_, MPI_COMM_WORLD, "world", CommOptions::from_env());
 
-  if (!e.trace_file.empty()) Tracer::global().enable();  // just after the barrier: the ranks' clocks start together
+  if (!e.trace_file.empty()) {
+    try {
+      check_trace_file();  // before any work: a trace that cannot be written fails the run now, not at its end
+    } catch (...) {
+      // Every rank throws here together, towards run_main's abort: leave the streams as ~Runtime does then.
+      (void)world_.release();
+      (void)device_.release();
+      (void)side_.release();
+      throw;
+    }
+    Tracer::global().enable();  // just after that agreement: the ranks' clocks start together
+  }
   if (rank_ == 0) logger("core").info("environment: {}", e.describe());
   logger("core").info("{}", describe());
 }
@@ -104,22 +131,55 @@ Runtime::~Runtime() {
     // waiting, and joining stream threads could wait on a collective that will never finish. Leave both.
     (void)world_.release();
     (void)device_.release();
+    (void)side_.release();
     return;
   }
   try {
     device_->compute_stream().synchronize();
-    if (Tracer::global().enabled()) write_trace(strata::env().trace_file);
+    if (!finished_ && Tracer::global().enabled()) write_trace(strata::env().trace_file);
   } catch (const std::exception& ex) {
+    // A destructor cannot throw: the error is logged and run_main turns it into exit status 1.
     logger("core").error("at shutdown: {}", ex.what());
+    g_shutdown_failed = true;
   }
   world_.reset();
   device_.reset();
+  // A bounded final barrier on the side channel: the other ranks learn that this one left (a rank still waiting in
+  // a collective this one never issued fails at once), and MPI_Finalize is not entered while a rank is still busy.
+  bool all_left = side_->leave();
+  side_.reset();
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (owns_mpi_ && !finalized) MPI_Finalize();
+  if (owns_mpi_ && !finalized && all_left) MPI_Finalize();
 }
 
 const Env& Runtime::env() const { return strata::env(); }
+
+void Runtime::check_trace_file() {
+  std::string error;
+  if (rank_ == 0) {  // the rank that writes it
+    try {
+      check_output_file(strata::env().trace_file, "the trace file (STRATA_TRACE, --trace)", OutputKind::kDirect);
+    } catch (const std::exception& ex) {
+      error = ex.what();
+    }
+  }
+  all_agree(*world_, error.empty(), error, "checking the trace file " + strata::env().trace_file);
+}
+
+void Runtime::finish() {
+  if (finished_) return;
+  finished_ = true;
+  device_->compute_stream().synchronize();
+  if (!Tracer::global().enabled()) return;
+  std::string error;
+  try {
+    write_trace(strata::env().trace_file);
+  } catch (const std::exception& ex) {
+    error = ex.what();
+  }
+  all_agree(*world_, error.empty(), error, "writing the trace " + strata::env().trace_file);
+}
 
 void Runtime::write_trace(const std::string& path) {
   // Every rank's events to rank 0, which writes one Chrome trace (pid = rank). Bounded waits throughout.
@@ -149,10 +209,7 @@ void Runtime::write_trace(const std::string& path) {
                static_cast<std::size_t>(lens[static_cast<std::size_t>(r)]));
   }
   doc += "]}\n";
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  STRATA_CHECK_CODE(ErrorCode::kIo, f != nullptr, "cannot write the trace to {} (STRATA_TRACE)", path);
-  std::fwrite(doc.data(), 1, doc.size(), f);
-  std::fclose(f);
+  write_output_file(path, "the trace file (STRATA_TRACE, --trace)", doc);  // every write checked: kIo with errno's text
   logger("core").info("trace of {} ranks written to {} (open in ui.perfetto.dev or chrome://tracing)", world_size_,
                       path);
 }
@@ -169,7 +226,8 @@ std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& opt
 
 int run_main(const std::function<int()>& body) {
   try {
-    return body();
+    const int rc = body();
+    return rc == 0 && g_shutdown_failed ? 1 : rc;
   } catch (const std::exception& ex) {
     // Error::what() already carries "[rank r/w] file:line:"; other exceptions get the rank here.
     const bool is_strata = dynamic_cast<const Error*>(&ex) != nullptr;
@@ -184,10 +242,13 @@ int run_main(const std::function<int()>& body) {
     if (initialized && !finalized) {
       MPI_Comm_size(MPI_COMM_WORLD, &size);
       if (size > 1) {
-        // A rank that only learned that another failed (kRemote) gives that rank a moment to print its cause and
-        // abort the job itself: whichever MPI_Abort comes first ends every process, output unflushed included.
+        // Whichever MPI_Abort comes first ends every process, output unflushed included. A rank that only learned
+        // that another failed (kRemote) gives that rank two seconds to print its cause and abort the job itself; the
+        // rank with the cause waits a little too, so that the ranks that failed with it (through all_agree, in the
+        // same moment) have printed their side before the abort cuts them off.
         const auto* error = dynamic_cast<const Error*>(&ex);
-        if (error && error->code() == ErrorCode::kRemote) std::this_thread::sleep_for(std::chrono::seconds(2));
+        const bool remote = error && error->code() == ErrorCode::kRemote;
+        std::this_thread::sleep_for(remote ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(300));
         logger("core").error("aborting all {} ranks", size);
         MPI_Abort(MPI_COMM_WORLD, 1);
       }

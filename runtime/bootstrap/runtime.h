@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/side_channel.h"
 #include "core/device.h"
 #include "core/env.h"
 
@@ -45,9 +46,18 @@ class Runtime {
   const Env& env() const;
   // "rank 0/2 (local 0/2, 1 node), backend cpu, device cpu"
   std::string describe() const;
+  // This job's name for a file all its ranks write together: rank 0's "host.pid", the same on every rank (a
+  // temporary named with it is never shared with another job: core/file_checks.h tmp_path_for).
+  const std::string& job_id() const { return job_id_; }
+  // Collective, the end of a run: writes the trace (STRATA_TRACE, checked at start-up) on rank 0, agreed over the
+  // ranks, so a failed write throws on every rank: kIo naming the file and the system error on rank 0, kRemote on the
+  // others. Call it before main returns; the destructor writes the trace otherwise, and a failure there is logged and
+  // makes run_main return 1.
+  void finish();
 
  private:
   void write_trace(const std::string& path);
+  void check_trace_file();  // collective, at start-up
 
   bool owns_mpi_ = false;
   int rank_ = 0;
@@ -56,6 +66,9 @@ class Runtime {
   int local_size_ = 1;
   int node_count_ = 1;
   std::vector<int> node_of_rank_;
+  std::string job_id_;
+  bool finished_ = false;
+  std::unique_ptr<SideChannel> side_;  // made before world_: a rank leaving or stalling is named (side_channel.h)
   std::unique_ptr<Device> device_;
   std::unique_ptr<Communicator> world_;
 };
@@ -64,7 +77,8 @@ class Runtime {
 std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options = {});
 
 // Runs `body`; on any exception logs it (with the rank) and, when more than one rank runs, calls MPI_Abort so no
-// rank is left waiting. Returns body's exit code, or 1 on failure. Use as `return strata::run_main(...)`.
+// rank is left waiting. Returns body's exit code, or 1 on failure (a Runtime whose destructor could not write the
+// trace included). Use as `return strata::run_main(...)`.
 int run_main(const std::function<int()>& body);
 
 }  // namespace strata

@@ -14,6 +14,7 @@
 #include "runtime/checkpoint/checkpoint_reader.h"
 #include "runtime/checkpoint/chunk_file.h"
 #include "runtime/checkpoint/slice_chunk.h"
+#include "runtime/optim/nonfinite.h"
 
 namespace strata {
 namespace fs = std::filesystem;
@@ -215,6 +216,19 @@ void Checkpointer::agree(bool ok, const std::string& error, const std::string& w
 void Checkpointer::save(std::int64_t step, const nlohmann::json& trainer_state) {
   const auto t0 = std::chrono::steady_clock::now();
   wait();  // the previous save in flight, if any
+  {
+    // Never a checkpoint of non-finite weights: checked before anything is written.
+    ShardedParameters& params = model_.parameters();
+    params.stream().synchronize();
+    const NonFiniteAt bad = lowest_over_ranks(world_, find_nonfinite(params, ShardValues::kMaster, true));
+    if (bad.found()) {
+      const std::int64_t previous = dir_.latest_step();
+      STRATA_THROW(ErrorCode::kNonFinite, "not saving checkpoint {}: the weights are not finite: {} (the first such "
+                   "place on any rank); {}", dir_.step_path(step), describe_nonfinite(params, bad),
+                   previous >= 0 ? fmt::format("the last committed checkpoint, {}, is intact", dir_.step_path(previous))
+                                 : std::string("there is no committed checkpoint"));
+    }
+  }
   // Rank 0 makes an empty step-N.tmp (a crash may have left one); the others write into it once it exists.
   std::string error;
   if (world_.rank() == 0) {
@@ -408,6 +422,10 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
     error = e.what();
   }
   agree(error.empty(), error, fmt::format("loading {}", where), false);
+  // Weights that are not finite would train to nothing: refused, as train_gpt --init refuses them.
+  const NonFiniteAt bad = lowest_over_ranks(world_, find_nonfinite(params, ShardValues::kMaster, false));
+  STRATA_CHECK_CODE(ErrorCode::kNonFinite, !bad.found(), "loading {}: its weights are not finite: {} (the first such "
+                    "place on any rank)", where, describe_nonfinite(params, bad));
   for (int u = 0; u < params.num_units(); ++u) params.end_update(u);
   const nlohmann::json& opt = index.state.value("optimizer", nlohmann::json::object());
   if (optimizer_step > 0 || opt.contains("name")) optimizer_.restore(opt);

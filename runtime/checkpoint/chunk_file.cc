@@ -11,11 +11,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/file_checks.h"
 
 namespace strata {
 namespace {
@@ -123,8 +122,9 @@ void ChunkWriter::finish() {
 
 ChunkReader::ChunkReader(std::string path, std::uint64_t expected_bytes, std::size_t block_bytes)
     : path_(std::move(path)), block_bytes_(block_bytes) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
-  STRATA_CHECK_CODE(ErrorCode::kIo, fd_ >= 0, "cannot open checkpoint file {}: {}", path_, system_error(errno));
+  std::string problem;  // a FIFO or device is refused before it can block
+  fd_ = try_open_input_file(path_, "checkpoint file", problem);
+  STRATA_CHECK_CODE(ErrorCode::kIo, fd_ >= 0, "{}", problem);
   struct stat st {};
   if (::fstat(fd_, &st) != 0 || static_cast<std::uint64_t>(st.st_size) < expected_bytes) {
     const std::uint64_t size = static_cast<std::uint64_t>(st.st_size);
@@ -189,26 +189,22 @@ void fsync_directory(const std::string& dir) {
 }
 
 void write_file_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
+  const std::string tmp = unique_tmp_path(path);  // never shared with another writer of `path`
+  try {
     ChunkWriter w(tmp, std::size_t{1} << 20);
     std::vector<std::uint32_t> unused;
     if (!text.empty()) w.append(text.data(), text.size(), unused);
     w.finish();
+    STRATA_CHECK_CODE(ErrorCode::kIo, ::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}", tmp,
+                      path, system_error(errno));
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
   }
-  STRATA_CHECK_CODE(ErrorCode::kIo, ::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}", tmp, path,
-                    system_error(errno));
   const std::size_t slash = path.find_last_of('/');
   fsync_directory(slash == std::string::npos ? "." : path.substr(0, slash));
 }
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  STRATA_CHECK_CODE(ErrorCode::kIo, in.good(), "cannot open {}: {}", path, system_error(errno));
-  std::ostringstream s;
-  s << in.rdbuf();
-  STRATA_CHECK_CODE(ErrorCode::kIo, !in.bad(), "cannot read {}", path);
-  return s.str();
-}
+std::string read_text_file(const std::string& path) { return read_input_file(path, ""); }
 
 }  // namespace strata

@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
+
+#include "core/checked_math.h"
 #include "core/error.h"
 
 namespace strata {
@@ -23,8 +26,63 @@ double ModelShape::layer_per_rank(int tp) const {
 double ModelShape::count_per_rank(int tp) const {
   if (params > 0) return params / tp;
   const double h = hidden;
-  const double vocab_rows = static_cast<double>((vocab + tp - 1) / tp);
+  const double vocab_rows = static_cast<double>((static_cast<std::int64_t>(vocab) + tp - 1) / tp);
   return layers * layer_per_rank(tp) + (vocab_rows + seq) * h + 2 * h;
+}
+
+void PlanInput::validate() const {
+  const ModelShape& m = model;
+  const ParallelLayout& L = layout;
+  const Hardware& hw = hardware;
+  STRATA_CHECK(m.layers >= 1 && m.hidden >= 1 && m.heads >= 1 && m.seq >= 1,
+               "--layers {}, --hidden {}, --heads {} and --seq {} must each be at least 1", m.layers, m.hidden, m.heads,
+               m.seq);
+  STRATA_CHECK(m.vocab >= 0, "--vocab {} must be >= 0", m.vocab);
+  STRATA_CHECK(std::isfinite(m.params) && m.params >= 0, "--params {} must be a finite number >= 0 (0: from the "
+               "dimensions)", m.params);
+  STRATA_CHECK(m.hidden % m.heads == 0, "--heads {} must divide --hidden {} (each head has hidden / heads channels)",
+               m.heads, m.hidden);
+  STRATA_CHECK(micro_batch >= 1, "--micro-batch {} must be at least 1", micro_batch);
+  STRATA_CHECK(L.dp >= 1 && L.tp >= 1 && L.pp >= 1, "--dp {}, --tp {} and --pp {} must each be at least 1", L.dp, L.tp,
+               L.pp);
+  STRATA_CHECK(hw.nodes >= 1 && hw.devices_per_node >= 1, "--nodes {} and --devices-per-node {} must be at least 1",
+               hw.nodes, hw.devices_per_node);
+  const std::uint64_t available =
+      checked_product("the devices (--nodes x --devices-per-node)", hw.nodes, hw.devices_per_node);
+  const std::uint64_t devices = checked_product("the devices (--dp x --tp x --pp)", L.dp, L.tp, L.pp);
+  STRATA_CHECK(devices <= static_cast<std::uint64_t>(kMaxPlanDevices),
+               "--dp {} x --tp {} x --pp {} = {} devices: at most {} are supported", L.dp, L.tp, L.pp, devices,
+               kMaxPlanDevices);
+  STRATA_CHECK(devices <= available, "--dp {} x --tp {} x --pp {} = {} devices, but --nodes {} x --devices-per-node {} "
+               "= {}", L.dp, L.tp, L.pp, devices, hw.nodes, hw.devices_per_node, available);
+  STRATA_CHECK(m.heads % L.tp == 0 && m.hidden % L.tp == 0,
+               "--tp {} must divide --heads {} and --hidden {} (each tensor-parallel rank holds whole heads)", L.tp,
+               m.heads, m.hidden);
+  STRATA_CHECK(!L.sequence_parallel || L.tp > 1, "--sequence-parallel needs --tp 2 or more (it splits over the tp "
+               "group)");
+  STRATA_CHECK(!L.sequence_parallel || m.seq % L.tp == 0,
+               "--seq {} must divide by --tp {} under --sequence-parallel (each rank holds seq / tp positions)", m.seq,
+               L.tp);
+  STRATA_CHECK(L.pp <= m.layers, "--pp {} pipeline stages for --layers {}: each stage needs at least one layer", L.pp,
+               m.layers);
+  STRATA_CHECK(L.dp_replicate >= 1 && L.dp % L.dp_replicate == 0,
+               "--dp-replicate {} must divide --dp {} (each replica group shards over dp / dp-replicate ranks)",
+               L.dp_replicate, L.dp);
+  STRATA_CHECK(offload != OffloadPolicy::kOptimizerAndParams || L.stage == ZeroStage::kParameters,
+               "--offload optimizer+params needs --zero-stage 3 (stage {} keeps the full parameters on every "
+               "device); use --offload optimizer instead",
+               static_cast<int>(L.stage));
+  STRATA_CHECK(prefetch_depth >= 0 && prefetch_depth <= 8, "--prefetch {} must be in [0, 8]", prefetch_depth);
+  STRATA_CHECK(std::isfinite(hw.device_memory) && hw.device_memory > 0, "--device-memory must be more than 0 bytes, "
+               "got {}", hw.device_memory);
+  STRATA_CHECK(std::isfinite(hw.link_gbs) && hw.link_gbs >= 0, "--link-gbs {} must be a finite number > 0 (or 0: no "
+               "estimate)", hw.link_gbs);
+  STRATA_CHECK(std::isfinite(hw.peak_tflops) && hw.peak_tflops >= 0, "--tflops {} must be a finite number > 0 (or 0: "
+               "no estimate)", hw.peak_tflops);
+  STRATA_CHECK(std::isfinite(hw.efficiency) && hw.efficiency > 0 && hw.efficiency <= 1,
+               "efficiency {} must be in (0, 1]", hw.efficiency);
+  STRATA_CHECK(std::isfinite(hw.pcie_gbs) && hw.pcie_gbs > 0, "host link {} GB/s must be a finite number > 0",
+               hw.pcie_gbs);
 }
 
 int ParallelLayout::shard_size() const {
@@ -175,6 +233,7 @@ std::vector<PlanChange> fit_changes(const PlanInput& in) {
 }
 
 MemoryPlan plan_memory(const PlanInput& in) {
+  in.validate();
   MemoryPlan p = compute(in);
   if (p.fits) return p;
   for (const PlanChange& c : fit_changes(in)) {

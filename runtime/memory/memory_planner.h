@@ -63,7 +63,16 @@ struct PlanInput {
   int prefetch_depth = 1;
   OffloadPolicy offload = OffloadPolicy::kNone;
   Hardware hardware;
+  // kInvalidArgument naming strata-plan's flags and the values, for anything the planner cannot compute or a run
+  // would refuse: sizes < 1 (vocab and params < 0) or not finite, heads not dividing hidden, tp not dividing heads or
+  // hidden, sequence parallelism without tp > 1 or with seq not divisible by tp, more pipeline stages than layers,
+  // dp_replicate not dividing dp, parameter offload below ZeRO-3, a prefetch depth outside [0, 8], more devices than
+  // nodes x devices per node (at most kMaxPlanDevices), a non-positive memory, rate or efficiency. plan_memory calls it.
+  void validate() const;
 };
+
+// The most devices a plan may span (dp x tp x pp): keeps every degree and product an int.
+inline constexpr int kMaxPlanDevices = 1 << 24;
 
 // Bytes per rank by category, as Strata's ledger names them.
 struct MemoryPlan {

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 
 #include "core/error.h"
@@ -23,19 +24,24 @@ namespace {
 // One chunk, written for the vectorizer: no aliasing between the four arrays, no branches. Compiled for AVX-512,
 // AVX2 and the baseline, picked at load time (target_clones). Every operation (multiply, add, divide, sqrt) rounds
 // exactly as IEEE says at any vector width, and this file is built with -ffp-contract=off, so each lane computes
-// bit for bit what the plain scalar loop computes: thread count and vector width never change a result.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_chunk(
+// bit for bit what the plain scalar loop computes: thread count and vector width never change a result. Returns the
+// number of non-finite results: |x| <= FLT_MAX is false for NaN and both infinities, and vectorises as a compare.
+__attribute__((target_clones("avx512f", "avx2", "default"))) std::size_t adamw_chunk(
     float* __restrict p, const float* __restrict g, float* __restrict m, float* __restrict v, std::size_t n,
     const AdamWScalars k) {
-#pragma omp simd
+  std::size_t bad = 0;
+#pragma omp simd reduction(+ : bad)
   for (std::size_t i = 0; i < n; ++i) {
     const float gi = g[i];
     const float mi = k.b1 * m[i] + k.one_minus_b1 * gi;
     const float vi = k.b2 * v[i] + k.one_minus_b2 * gi * gi;
     m[i] = mi;
     v[i] = vi;
-    p[i] = p[i] * k.shrink - k.step_size * (mi / (std::sqrt(vi) / k.bc2_sqrt + k.eps));
+    const float pi = p[i] * k.shrink - k.step_size * (mi / (std::sqrt(vi) / k.bc2_sqrt + k.eps));
+    p[i] = pi;
+    bad += std::fabs(pi) <= FLT_MAX ? 0 : 1;
   }
+  return bad;
 }
 
 // Below this many elements a call stays on the calling thread (a parallel region costs a few microseconds).
@@ -58,21 +64,21 @@ AdamWScalars adamw_scalars(const AdamWConfig& cfg, double lr, std::int64_t t, bo
                       static_cast<float>(cfg.eps)};
 }
 
-void adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
-                  std::int64_t t, bool decay) {
+std::size_t adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg,
+                         double lr, std::int64_t t, bool decay) {
   const AdamWScalars k = adamw_scalars(cfg, lr, t, decay);
-  const int threads = n < kParallelMin ? 1 : omp_get_max_threads();
-  if (threads <= 1) {
-    adamw_chunk(p, g, m, v, n, k);
-    return;
-  }
+  // omp_get_max_threads() ignores OMP_THREAD_LIMIT (libgomp): ask for no more threads than the region can get.
+  const int threads = n < kParallelMin ? 1 : std::min(omp_get_max_threads(), omp_get_thread_limit());
+  if (threads <= 1) return adamw_chunk(p, g, m, v, n, k);
   const std::size_t per = (n / static_cast<std::size_t>(threads) + kChunkAlign - 1) / kChunkAlign * kChunkAlign;
-#pragma omp parallel for num_threads(threads) schedule(static)
+  std::size_t bad = 0;
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : bad)
   for (int c = 0; c < threads; ++c) {
     const std::size_t begin = std::min(n, static_cast<std::size_t>(c) * per);
     const std::size_t end = std::min(n, begin + per);
-    adamw_chunk(p + begin, g + begin, m + begin, v + begin, end - begin, k);
+    bad += adamw_chunk(p + begin, g + begin, m + begin, v + begin, end - begin, k);
   }
+  return bad;
 }
 
 double LrSchedule::at(std::int64_t step) const {

@@ -21,9 +21,10 @@ struct AdamWConfig {
 //   p = p - (lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps),  bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (in double)
 // The scalars are computed once in double and applied in f32, as torch does. Vectorised (AVX-512 / AVX2 chosen at
 // load time) and, from 32K elements, split over the OpenMP threads; results are bitwise those of the plain scalar
-// loop at any thread count (docs/benchmarks.md has its speed).
-void adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
-                  std::int64_t t, bool decay);
+// loop at any thread count (docs/benchmarks.md has its speed). Returns how many updated elements of p are not finite
+// (NaN or inf), counted as they are written: the optimizer's check of the weights costs no extra pass.
+std::size_t adamw_update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg,
+                         double lr, std::int64_t t, bool decay);
 
 // The update's scalars for step t, computed once in double and applied in f32 (as torch does); CUDA kernels take
 // them as they are so that both backends apply the same f32 constants.

@@ -14,9 +14,11 @@ namespace strata {
 class AdamWKernel {
  public:
   virtual ~AdamWKernel() = default;
-  // adamw_update on n elements at step t (t >= 1), in `stream` order. Pointers are the device's memory.
+  // adamw_update on n elements at step t (t >= 1), in `stream` order. Pointers are the device's memory. When
+  // `nonfinite` is not null (one float of the device's memory), it is set to 1 if any updated element of p is not
+  // finite, and left as it is otherwise.
   virtual void update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
-                      std::int64_t t, bool decay, Stream& stream) = 0;
+                      std::int64_t t, bool decay, float* nonfinite, Stream& stream) = 0;
 };
 
 // The kernel for `device`'s memory: host loops for a CPU device (host memory), CUDA kernels for a CUDA device.

@@ -20,10 +20,10 @@ CudaDevice& as_cuda(Device& device) {
 CudaAdamWKernel::CudaAdamWKernel(Device& device) : device_(as_cuda(device)) {}
 
 void CudaAdamWKernel::update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg,
-                             double lr, std::int64_t t, bool decay, Stream& stream) {
+                             double lr, std::int64_t t, bool decay, float* nonfinite, Stream& stream) {
   const AdamWScalars a = adamw_scalars(cfg, lr, t, decay);
   const cuda_adamw::Scalars k{a.shrink, a.b1, a.one_minus_b1, a.b2, a.one_minus_b2, a.step_size, a.bc2_sqrt, a.eps};
-  STRATA_CHECK_CUDA(cuda_adamw::update(p, g, m, v, n, k, device_.cuda_stream(stream, "adamw")));
+  STRATA_CHECK_CUDA(cuda_adamw::update(p, g, m, v, n, k, nonfinite, device_.cuda_stream(stream, "adamw")));
 }
 
 }  // namespace strata

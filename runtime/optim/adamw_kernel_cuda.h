@@ -11,7 +11,7 @@ class CudaAdamWKernel : public AdamWKernel {
  public:
   explicit CudaAdamWKernel(Device& device);  // a CUDA device, else kInvalidArgument
   void update(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg, double lr,
-              std::int64_t t, bool decay, Stream& stream) override;
+              std::int64_t t, bool decay, float* nonfinite, Stream& stream) override;
 
  private:
   CudaDevice& device_;

@@ -13,6 +13,8 @@ struct Scalars {
   float shrink, b1, one_minus_b1, b2, one_minus_b2, step_size, bc2_sqrt, eps;
 };
 
-cudaError_t update(float* p, const float* g, float* m, float* v, std::size_t n, Scalars k, cudaStream_t s);
+// `nonfinite` (device memory, may be null) is set to 1 when an updated element of p is not finite.
+cudaError_t update(float* p, const float* g, float* m, float* v, std::size_t n, Scalars k, float* nonfinite,
+                   cudaStream_t s);
 
 }  // namespace strata::cuda_adamw

@@ -1,6 +1,7 @@
 // GradNorm: per-rank sums of squares on the memory that holds the gradient shards, all-reduced over the groups.
 #include "runtime/optim/grad_norm.h"
 
+#include <climits>
 #include <cmath>
 
 #include "core/error.h"
@@ -60,6 +61,25 @@ NormResult GradNorm::compute() {
   double total[2] = {0, 0};
   dev.copy_to_host(total, sums, 16);
   return NormResult{total[0], std::isfinite(total[0]) && std::isfinite(total[1])};
+}
+
+NonFiniteAt GradNorm::agree(const NonFiniteAt& local) {
+  // The lowest key is the largest negated key; INT64_MIN stands for "none here".
+  std::int64_t value = local.found() ? -local.key() : INT64_MIN;
+  if (groups_.empty()) return local;
+  Device& dev = params_.comm_stream().device();
+  Stream& s = params_.comm_stream();
+  std::int64_t* scratch = sums_.as<std::int64_t>();
+  dev.copy_from_host(scratch, &value, 8);
+  for (Communicator* g : groups_) g->all_reduce(scratch, scratch, 1, DType::kI64, ReduceOp::kMax, s);
+  params_.wait(s);
+  dev.copy_to_host(&value, scratch, 8);
+  return value == INT64_MIN ? NonFiniteAt{} : NonFiniteAt::from_key(-value);
+}
+
+NonFiniteAt GradNorm::first_nonfinite() {
+  params_.stream().synchronize();
+  return agree(find_nonfinite(params_, ShardValues::kGrad, false));
 }
 
 }  // namespace strata

@@ -11,6 +11,7 @@
 
 #include "collectives/communicator.h"
 #include "core/device.h"
+#include "runtime/optim/nonfinite.h"
 #include "runtime/sharding/sharded_parameters.h"
 
 namespace strata {
@@ -30,12 +31,18 @@ class GradNorm {
   // Collective over the groups, after ShardedParameters::wait_for_grads(); the host waits for the result (exposed
   // communication).
   NormResult compute();
+  // Collective over the groups: the lowest of every rank's `local` place (none found anywhere: not found()). Every
+  // rank returns the same. One 8-byte all-reduce per group, on the same stream as the norm's.
+  NonFiniteAt agree(const NonFiniteAt& local);
+  // Collective, after compute() found a non-finite gradient and before the gradients are zeroed: the lowest place of
+  // one over every rank's trainable gradient shards (a scan of this rank's shards, then agree()).
+  NonFiniteAt first_nonfinite();
 
  private:
   ShardedParameters& params_;
   std::vector<Communicator*> groups_;
   std::vector<std::vector<bool>> counted_;  // per unit, per slot
-  Buffer sums_;                             // two doubles on the model's device: counted, and the rest
+  Buffer sums_;  // two doubles on the model's device: counted, and the rest (agree() borrows the first as an int64)
   std::unique_ptr<Event> ready_;
 };
 

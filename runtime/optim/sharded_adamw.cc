@@ -16,6 +16,7 @@ void OptimizerOptions::validate() const {
                initial_loss_scale);
   STRATA_CHECK(!dynamic_loss_scale || loss_scale_window > 0, "loss_scale_window {} must be positive",
                loss_scale_window);
+  STRATA_CHECK(max_skipped_steps >= 0, "max_skipped_steps {} is negative (0: never stop)", max_skipped_steps);
 }
 
 namespace {
@@ -38,6 +39,12 @@ ShardedAdamW::ShardedAdamW(ShardedModel& model, const AdamWConfig& config, const
   Device& dev = params_.device();
   try {
     norm_ = std::make_unique<GradNorm>(params_, norm_groups(params_, options_), options_.counted);
+    std::size_t slots = 0;
+    for (int u = 0; u < params_.num_units(); ++u) {
+      slot_base_.push_back(slots);
+      slots += params_.unit(u).layout->slots().size();
+    }
+    if (options_.check_updated_weights && slots > 0) flags_ = dev.allocate(slots * 4, MemCategory::kWorkspace);
     for (int u = 0; u < params_.num_units(); ++u) {
       const std::size_t bytes = params_.unit(u).numel() * 4;
       for (std::vector<Buffer>* state : {&exp_avg_, &exp_avg_sq_}) {
@@ -54,7 +61,9 @@ ShardedAdamW::ShardedAdamW(ShardedModel& model, const AdamWConfig& config, const
   params_.stream().synchronize();
 }
 
-StepResult ShardedAdamW::step(double lr) {
+StepResult ShardedAdamW::step(double lr, std::int64_t step_label) {
+  const std::int64_t label = step_label >= 0 ? step_label : calls_;
+  ++calls_;
   params_.wait_for_grads();
   TraceSpan span("optimizer step", "optim", "compute");
   const NormResult norm = norm_->compute();
@@ -62,16 +71,36 @@ StepResult ShardedAdamW::step(double lr) {
   StepResult r;
   r.grad_norm = std::sqrt(norm.sum_squares) * inv_scale;
   if (!norm.finite) {
+    // Where, before the gradients go: the same place on every rank.
+    const NonFiniteAt at = norm_->first_nonfinite();
+    const bool backs_off = scaler_.enabled() && scaler_.scale() > 1.0f;
     params_.zero_grads();
     scaler_.update(true);
+    if (skipped_run_++ == 0) {
+      run_first_step_ = label;
+      run_first_at_ = at;
+    }
+    if (!backs_off) ++skipped_at_floor_;
     r.skipped = true;
     r.step = step_;
     r.loss_scale = scaler_.scale();
-    logger("optim").warn("step {} skipped on every rank: non-finite gradients (norm {}); loss scale now {}", step_ + 1,
-                         r.grad_norm, r.loss_scale);
+    logger("optim").warn("step {} skipped on every rank: non-finite gradients (norm {}; the first: {}); loss scale "
+                         "now {}",
+                         label, r.grad_norm, describe_nonfinite(params_, at), r.loss_scale);
     params_.finish_step(step_, false);
+    const int limit = options_.max_skipped_steps;
+    const std::string floor =
+        scaler_.enabled() ? fmt::format(", {} of them with the loss scale at its minimum 1", skipped_at_floor_) : "";
+    STRATA_CHECK_CODE(ErrorCode::kNonFinite, limit == 0 || skipped_at_floor_ < limit,
+                      "training stops at step {}: {} steps in a row skipped for non-finite gradients{} "
+                      "(max_skipped_steps {}, 0: never stop). The first skipped step, {}, had its first non-finite "
+                      "gradient in {} (the lowest place on any rank). Lower the learning rate, check the data and "
+                      "the initial weights, or resume from an earlier checkpoint",
+                      label, skipped_run_, floor, limit, run_first_step_, describe_nonfinite(params_, run_first_at_));
     return r;
   }
+  skipped_run_ = 0;
+  skipped_at_floor_ = 0;
   double coef = inv_scale;
   if (options_.grad_clip > 0) coef *= std::min(1.0, options_.grad_clip / (r.grad_norm + 1e-6));
   if (coef != 1.0)
@@ -80,6 +109,8 @@ StepResult ShardedAdamW::step(double lr) {
       params_.ops().scale_f32(shard.grad, shard.numel(), static_cast<float>(coef), params_.stream());
     }
   ++step_;
+  float* flags = flags_ ? flags_.as<float>() : nullptr;
+  if (flags) params_.device().fill_zero(flags, flags_.bytes(), params_.stream());
   for (int u = 0; u < params_.num_units(); ++u) {
     params_.begin_update(u);
     const UnitShard shard = params_.unit(u);
@@ -90,15 +121,43 @@ StepResult ShardedAdamW::step(double lr) {
       if (!slot.trainable) continue;
       const std::size_t o = seg.shard_begin;
       kernel_->update(shard.master + o, shard.grad + o, m + o, v + o, seg.length, config_, lr, step_,
-                      slot.weight_decay, params_.stream());
+                      slot.weight_decay, flags ? flags + slot_base_[static_cast<std::size_t>(u)] + seg.slot : nullptr,
+                      params_.stream());
     }
     params_.end_update(u);
   }
+  if (flags) check_updated(label, lr);
   scaler_.update(false);
   params_.finish_step(step_, true);
   r.step = step_;
   r.loss_scale = scaler_.scale();
   return r;
+}
+
+void ShardedAdamW::check_updated(std::int64_t label, double lr) {
+  TraceSpan span("non-finite weight check", "optim", "compute");
+  params_.stream().synchronize();
+  std::vector<float> flags(flags_.bytes() / 4);
+  params_.device().copy_to_host(flags.data(), flags_.data(), flags_.bytes());
+  // The flags say which slots; a scan of the first flagged segment says which element.
+  NonFiniteAt local;
+  for (int u = 0; u < params_.num_units() && !local.found(); ++u) {
+    const UnitShard shard = params_.unit(u);
+    for (const ShardSegment& seg : shard.segments) {
+      if (flags[slot_base_[static_cast<std::size_t>(u)] + seg.slot] == 0) continue;
+      float value = 0;
+      const std::size_t i = first_nonfinite(params_.device(), shard.master + seg.shard_begin, seg.length, &value);
+      if (i == seg.length) continue;
+      local = NonFiniteAt{u, static_cast<int>(seg.slot), seg.slot_begin + i, value};
+      break;
+    }
+  }
+  const NonFiniteAt at = norm_->agree(local);
+  STRATA_CHECK_CODE(ErrorCode::kNonFinite, !at.found(),
+                    "training stops at step {}: its AdamW update (lr {}) made a weight non-finite: {} (the lowest "
+                    "place on any rank). Lower the learning rate or clip the gradients (grad_clip {}), or resume "
+                    "from an earlier checkpoint",
+                    label, lr, describe_nonfinite(params_, at), options_.grad_clip);
 }
 
 float* ShardedAdamW::exp_avg(int unit) { return exp_avg_.at(static_cast<std::size_t>(unit)).as<float>(); }

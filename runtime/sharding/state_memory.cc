@@ -24,8 +24,9 @@ StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const Shard
     return (where == Memory::kHost ? m.host : m.device)[static_cast<std::size_t>(c)];
   };
   std::vector<UnitPlacement> placements;
-  std::uint64_t sum_s = 0, max_s = 0, max_p = 0;
+  std::uint64_t sum_s = 0, max_s = 0, max_p = 0, slots = 0;
   for (const UnitSpec& u : units) {
+    slots += u.slots.size();
     ShardLayout layout(u.slots, shard, o.align_elements);
     placements.emplace_back(layout, o);
     sum_s += layout.shard_numel();
@@ -40,6 +41,8 @@ StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const Shard
   at(plan.offload_optimizer ? Memory::kHost : Memory::kDevice, MemCategory::kOptimState) +=
       static_cast<std::uint64_t>(optimizer_floats) * sum_s * 4;
   at(Memory::kDevice, MemCategory::kWorkspace) += 16;
+  // ShardedAdamW's non-finite flags, one float per slot, beside the master.
+  at(plan.offload_optimizer ? Memory::kHost : Memory::kDevice, MemCategory::kWorkspace) += 4 * slots;
   // The MPI backend's staging, one grow-only buffer per (group, stream) lane, sized by its largest reduction: stage 0
   // all-reduces a padded unit over dp; stages 1-3 reduce-scatter into shards over dp_shard (and all-reduce the norm
   // over it), then all-reduce each shard across dp_replicate. An all-reduce of n elements over g ranks stages

@@ -17,25 +17,9 @@ file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 
 # run_gpt(<name> <np> <expect: ok|fail> args...): runs train_gpt; sets <name>_out (stdout and stderr) in the caller.
-function(run_gpt name np expect)
-  set(argv ${launcher} -n ${np} ${TRAIN_GPT} ${common} ${ARGN})
-  string(TIMESTAMP t0 "%s")
-  execute_process(COMMAND ${argv} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 120)
-  string(TIMESTAMP t1 "%s")
-  math(EXPR seconds "${t1} - ${t0}")
-  set(text "${out}\n${err}")
-  file(WRITE "${WORK}/${name}.log" "${argv}\nrc ${rc}\n${text}")
-  if(NOT rc MATCHES "^[0-9]+$")
-    message(FATAL_ERROR "${name}: did not end within 120 s (${rc}): ${argv}\n${text}")
-  endif()
-  if(expect STREQUAL "ok" AND NOT rc EQUAL 0)
-    message(FATAL_ERROR "${name}: failed (${rc}): ${argv}\n${text}")
-  elseif(expect STREQUAL "fail" AND rc EQUAL 0)
-    message(FATAL_ERROR "${name}: succeeded, a failure was expected: ${argv}\n${text}")
-  endif()
-  message(STATUS "${name}: np ${np}, exit ${rc} after ${seconds} s")
-  set(${name}_out "${text}" PARENT_SCOPE)
-endfunction()
+macro(run_gpt name np expect)
+  run_checked(${name} ${expect} 120 ${launcher} -n ${np} ${TRAIN_GPT} ${common} ${ARGN})
+endmacro()
 
 # run_gpt_saying(<name> <np> <name of a list of texts> <directory to empty first, or ""> args...): a run that must
 # fail and print every text of the list. When ranks fail together through all_agree, the rank with the cause (kIo: the
@@ -59,6 +43,7 @@ function(run_gpt_saying name np texts_var reset)
 endfunction()
 
 include(${CMAKE_CURRENT_LIST_DIR}/gpt_run_checks.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/../../support/run_checks.cmake)
 
 macro(expect_no_steps name)
   if("${${name}_out}" MATCHES "(^|\n)(step [0-9]+ loss|train_gpt: GPT)")

@@ -96,7 +96,8 @@ TEST(CudaFlatOps, KernelsEqualTheHostLoops) {
            dv = upload(dev, v.data(), n * 4);
     for (int t = 1; t <= 3; ++t) {
       adamw_update(p.data(), g.data(), m.data(), v.data(), n, cfg, 1e-3, t, true);
-      adamw->update(dp.as<float>(), dg.as<float>(), dm.as<float>(), dv.as<float>(), n, cfg, 1e-3, t, true, s);
+      adamw->update(dp.as<float>(), dg.as<float>(), dm.as<float>(), dv.as<float>(), n, cfg, 1e-3, t, true, nullptr,
+                    s);
     }
     auto gp = download<float>(dev, dp, n);
     double worst = 0;

@@ -1,0 +1,42 @@
+# Shared by the script tests (cmake -P) that launch Strata's tools and check how they end.
+
+# run_checked(<name> <expect: ok|fail> <timeout_s> argv...): runs argv (in WORK when it is set), writes its command,
+# exit and output to WORK/<name>.log, and fails the script when it does not end within timeout_s (a hang fails here,
+# before ctest's TIMEOUT) or its exit disagrees with `expect`. Sets <name>_out (stdout, then stderr) and
+# <name>_seconds in the caller.
+function(run_checked name expect timeout)
+  set(dir_args)
+  if(WORK)
+    set(dir_args WORKING_DIRECTORY "${WORK}")
+  endif()
+  string(TIMESTAMP t0 "%s")
+  execute_process(COMMAND ${ARGN} ${dir_args} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc
+                  TIMEOUT ${timeout})
+  string(TIMESTAMP t1 "%s")
+  math(EXPR seconds "${t1} - ${t0}")
+  set(text "${out}\n${err}")
+  if(WORK)
+    file(WRITE "${WORK}/${name}.log" "${ARGN}\nrc ${rc}\n${text}")
+  endif()
+  if(NOT rc MATCHES "^[0-9]+$")
+    message(FATAL_ERROR "${name}: did not end within ${timeout} s (${rc}): ${ARGN}\n${text}")
+  endif()
+  if(expect STREQUAL "ok" AND NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name}: failed (${rc}): ${ARGN}\n${text}")
+  elseif(expect STREQUAL "fail" AND rc EQUAL 0)
+    message(FATAL_ERROR "${name}: exited 0, a failure was expected: ${ARGN}\n${text}")
+  endif()
+  message(STATUS "${name}: exit ${rc} after ${seconds} s")
+  set(${name}_out "${text}" PARENT_SCOPE)
+  set(${name}_seconds ${seconds} PARENT_SCOPE)
+endfunction()
+
+# expect_text(<name> texts...): each text is in <name>_out.
+function(expect_text name)
+  foreach(t IN LISTS ARGN)
+    string(FIND "${${name}_out}" "${t}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "${name}: the output does not say '${t}':\n${${name}_out}")
+    endif()
+  endforeach()
+endfunction()
