@@ -40,3 +40,15 @@ function(expect_text name)
     endif()
   endforeach()
 endfunction()
+
+# expect_no_steps_after(<name> <last>): no train_gpt step after <last> was printed in <name>_out (the failure
+# stopped the run there).
+macro(expect_no_steps_after name last)
+  string(REGEX MATCHALL "(^|\n)step [0-9]+ loss" printed "${${name}_out}")
+  foreach(line IN LISTS printed)
+    string(REGEX MATCH "[0-9]+" n "${line}")
+    if(n GREATER ${last})
+      message(FATAL_ERROR "${name}: step ${n} ran after the failure:\n${${name}_out}")
+    endif()
+  endforeach()
+endmacro()

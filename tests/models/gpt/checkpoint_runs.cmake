@@ -51,17 +51,6 @@ macro(expect_no_steps name)
   endif()
 endmacro()
 
-# No step after <last> was printed (the failure stopped the run there).
-macro(expect_no_steps_after name last)
-  string(REGEX MATCHALL "(^|\n)step [0-9]+ loss" printed "${${name}_out}")
-  foreach(line IN LISTS printed)
-    string(REGEX MATCH "[0-9]+" n "${line}")
-    if(n GREATER ${last})
-      message(FATAL_ERROR "${name}: step ${n} ran after the failure:\n${${name}_out}")
-    endif()
-  endforeach()
-endmacro()
-
 macro(expect_latest dir step_name)
   file(READ "${dir}/latest" latest)
   string(STRIP "${latest}" latest)
