@@ -6,18 +6,15 @@
 #include "collectives/communicator.h"
 #include "runtime/bootstrap/runtime.h"
 #include "core/logging.h"
+#include "tests/support/all_gather_probe.h"
 
 int main(int argc, char** argv) {
   return strata::run_main([&] {
     strata::Runtime rt(&argc, &argv);
-    auto stream = rt.device().create_stream("comm");
-    strata::Buffer send = rt.device().allocate(1024 * 4, strata::MemCategory::kCommBuffer);
-    strata::Buffer recv = rt.device().allocate(rt.world_size() * 1024 * 4, strata::MemCategory::kCommBuffer);
-    rt.world().barrier(*stream);  // every rank opens the stream and meets once
-    stream->synchronize();
+    strata::test::AllGatherProbe probe(rt);  // every rank opens the stream and meets once
     if (rt.rank() != rt.world_size() - 1) {
-      rt.world().all_gather(send.data(), recv.data(), 1024, strata::DType::kF32, *stream);
-      stream->synchronize();
+      probe.all_gather();
+      probe.synchronize();
     } else {
       // The stuck rank: busy elsewhere for far longer than the timeout (ctest's own TIMEOUT is shorter).
       std::this_thread::sleep_for(std::chrono::seconds(300));

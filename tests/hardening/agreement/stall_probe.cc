@@ -11,23 +11,19 @@
 #include "collectives/communicator.h"
 #include "core/logging.h"
 #include "runtime/bootstrap/runtime.h"
+#include "tests/support/all_gather_probe.h"
 
 int main(int argc, char** argv) {
   return strata::run_main([&] {
     strata::Runtime rt(&argc, &argv);
-    auto stream = rt.device().create_stream("comm");
-    strata::Buffer send = rt.device().allocate(1024 * 4, strata::MemCategory::kCommBuffer);
-    strata::Buffer recv = rt.device().allocate(rt.world_size() * 1024 * 4, strata::MemCategory::kCommBuffer);
-    rt.world().barrier(*stream);  // every rank opens the stream and meets once
-    stream->synchronize();
+    strata::test::AllGatherProbe probe(rt);  // every rank opens the stream and meets once
     const bool lagging = argc > 1 && std::string(argv[1]) == "recv";
     if (rt.rank() == rt.world_size() - 1) {
       if (!lagging) kill(getpid(), SIGSTOP);
-      if (lagging) rt.world().recv(recv.data(), 1024, strata::DType::kF32, 0, *stream);
+      if (lagging) probe.recv_from(0);
     }
-    if (rt.rank() != rt.world_size() - 1 || !lagging)
-      rt.world().all_gather(send.data(), recv.data(), 1024, strata::DType::kF32, *stream);
-    stream->synchronize();
+    if (rt.rank() != rt.world_size() - 1 || !lagging) probe.all_gather();
+    probe.synchronize();
     strata::logger("core").error("stall_probe: not expected to get here");
     return 0;
   });
