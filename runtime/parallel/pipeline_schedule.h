@@ -37,6 +37,14 @@ struct PipelineAction {
   }
 };
 
+// What the runtime issues at once: one forward or backward (a compute step), or a maximal run of consecutive transfers
+// (a transfer step), issued as one Communicator::batch_send_recv and waited for together.
+struct PipelineStep {
+  bool transfer = false;
+  int first = 0;                        // the index of actions[0] in the rank's list
+  std::vector<PipelineAction> actions;  // in list order; exactly one forward or backward when !transfer
+};
+
 // Layers [first, last) of one stage.
 struct LayerRange {
   int first = 0;
@@ -65,10 +73,14 @@ struct PipelineTimeline {
 
 // A schedule: P pp ranks, M micro-batches, V virtual stages (model chunks) per rank, and each rank's ordered actions.
 //
-// Execution model (what validate() simulates and the runtime must honour): each rank runs its list in order. A send
-// is buffered: it posts the tensor and the rank moves on (the runtime posts it in a batch_send_recv and waits for it
-// no later than the end of the step). A receive blocks until the matching send has been posted. Transfers are matched
-// per (source, destination, activation | gradient) in FIFO order, as MPI and NCCL match point-to-point messages.
+// Execution model (what validate() simulates and the runtime must honour): each rank runs its list in order, as steps
+// (see steps()). A compute step runs when its input is there. A transfer step posts all its sends and receives at once
+// and completes when the counterpart of every one of them has been posted, i.e. when each peer has reached the step
+// holding it (rendezvous: MPI Isend/Irecv then one wait, or one NCCL group; nothing is buffered); only then does the
+// rank go on. Transfers are matched per (source, destination, activation | gradient) in FIFO order, as MPI and NCCL
+// match point-to-point messages. Unlike buffered sends, a step that only sends still waits: two neighbours deadlock
+// when each waits in a step for a counterpart the other posts only after the step it is waiting in. Posting a send and
+// the next receive in one step (Megatron-LM's send_forward_recv_backward) is what keeps 1F1B's steady state free of it.
 // Consecutive stages on the same rank (P = 1 with V > 1) hand the tensor over locally, with no transfer actions.
 class PipelineSchedule {
  public:
@@ -85,7 +97,12 @@ class PipelineSchedule {
   //               warm-up forwards (all of them when M == P), then 1F1B, then the remaining backwards.
   // Every forward not on stage 0 is preceded by its activation's receive, every forward not on the last stage followed
   // by its send; every backward not on the last stage preceded by its gradient's receive, every backward not on stage
-  // 0 followed by its send.
+  // 0 followed by its send. The sends after one compute and the receives before the next are adjacent, so they form one
+  // step (1F1B's steady state: send_forward_recv_backward, send_backward_recv_forward). In the interleaved steady state
+  // the forward and backward of a pair run back to back, as Megatron-LM runs them: both receives before the forward,
+  // both sends after the backward, so one step sends the pair's outputs and receives the next pair's inputs
+  // (send_forward_backward_recv_forward_backward); with a step between them instead, two neighbours can each wait in
+  // a send-only step for a receive the other posts only later, and the schedule deadlocks.
   static PipelineSchedule build(PipelineScheduleKind kind, int pp, int micro_batches, int virtual_stages = 1);
 
   // A schedule from explicit lists (one per rank), e.g. a hand-edited one; not validated.
@@ -111,8 +128,16 @@ class PipelineSchedule {
   // find_problem(), thrown as kInvalidArgument when there is one.
   void validate() const;
   // Runs a sound schedule on a timeline where a forward of one stage takes `forward_cost`, a backward `backward_cost`
-  // and transfers are free; each rank starts an action as soon as its list and its receives allow.
+  // and transfers are free; a compute step starts as soon as the step before it has ended and its input is there, a
+  // transfer step ends when the last of its counterparts is posted (or when it is posted, if that is later).
   PipelineTimeline simulate(long forward_cost = 1, long backward_cost = 2) const;
+
+  // The rank's list cut into steps (see PipelineStep and the class comment), in order; concatenated, their actions are
+  // actions(rank).
+  std::vector<PipelineStep> steps(int rank) const;
+  // The most (micro-batch, stage) pairs forwarded and not yet backwarded at once on `rank`, counted along its list (no
+  // simulation): how many stashed activations the runtime must hold. Equals simulate().max_in_flight[rank].
+  int max_in_flight(int rank) const;
 
   // For --verbose: a header, a legend, then one line per rank: "pp 0: F0@s0 sa0@s0>1 F1@s0 ...".
   std::string to_string() const;

@@ -1,6 +1,7 @@
 // Pipeline schedules as data: every kind over P in 1..4 and 8 builds, validates, runs each (micro-batch, stage) once,
-// holds the expected micro-batches in flight and has the expected bubble; bad options and hand-broken schedules are
-// refused with messages naming the values; the layer split. Single-process checks (cheap at every np).
+// holds the expected micro-batches in flight and has the expected bubble; every built schedule over P in 1..8 completes
+// with rendezvous steps; bad options and hand-broken schedules (one sound only with buffered sends) are refused with
+// messages naming the values; the layer split. Single-process checks (cheap at every np).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -298,6 +299,145 @@ TEST(PipelineSchedule, BrokenSchedulesAreRejected) {
     const std::string p = PipelineSchedule(Kind::kInterleaved, 2, 4, 2, lists).find_problem();
     EXPECT_HAS(p, "deadlock: pp rank 0, action 0 (recv act 0@s1 <- pp 1)");
   }
+}
+
+// The documented order of rank r's forwards and backwards, as (kind, micro-batch, stage), computed apart from build().
+std::vector<std::tuple<Act, int, int>> documented_computes(const Config& c, int r) {
+  std::vector<std::tuple<Act, int, int>> out;
+  auto f = [&](int mb, int s) { out.push_back({Act::kForward, mb, s}); };
+  auto b = [&](int mb, int s) { out.push_back({Act::kBackward, mb, s}); };
+  if (c.kind == Kind::kGPipe) {
+    for (int mb = 0; mb < c.M; ++mb) f(mb, r);
+    for (int mb = 0; mb < c.M; ++mb) b(mb, r);
+  } else if (c.kind == Kind::kOneFOneB) {
+    const int w = std::min(c.P - r - 1, c.M);
+    for (int mb = 0; mb < w; ++mb) f(mb, r);
+    for (int i = 0; i < c.M - w; ++i) f(w + i, r), b(i, r);
+    for (int mb = c.M - w; mb < c.M; ++mb) b(mb, r);
+  } else {
+    // Megatron-LM: the k-th forward of a rank is micro-batch (k / PV) P + k % P on chunk (k % PV) / P; backwards run
+    // the chunks in reverse.
+    const int PV = c.P * c.V, total = c.M * c.V, w = interleaved_warmup(c.P, c.M, c.V, r);
+    auto mb = [&](int k) { return (k / PV) * c.P + k % c.P; };
+    auto fs = [&](int k) { return (k % PV) / c.P * c.P + r; };
+    auto bs = [&](int k) { return (c.V - 1 - (k % PV) / c.P) * c.P + r; };
+    for (int k = 0; k < w; ++k) f(mb(k), fs(k));
+    for (int k = 0; k < total - w; ++k) f(mb(w + k), fs(w + k)), b(mb(k), bs(k));
+    for (int k = total - w; k < total; ++k) b(mb(k), bs(k));
+  }
+  return out;
+}
+
+// Every schedule build() makes over the issue's range completes under rendezvous steps, keeps the documented order of
+// forwards and backwards and the closed-form bubble, and steps() / max_in_flight() agree with the list and simulate().
+TEST(PipelineSchedule, EveryBuiltScheduleIsSoundWithRendezvousSteps) {
+  std::vector<Config> all;
+  for (int P = 1; P <= 8; ++P) {
+    for (int M = 1; M <= 16; ++M) {
+      all.push_back({Kind::kGPipe, P, M, 1});
+      if (M >= P) all.push_back({Kind::kOneFOneB, P, M, 1});
+    }
+    for (int V = 2; V <= 4; ++V)
+      for (int M = P; M <= 16; M += P) all.push_back({Kind::kInterleaved, P, M, V});
+  }
+  int checked = 0;
+  for (const Config& c : all) {
+    SCOPED_TRACE(name(c));
+    const PipelineSchedule sched = PipelineSchedule::build(c.kind, c.P, c.M, c.V);
+    const std::string problem = sched.find_problem();
+    EXPECT_EQ(problem, "");
+    if (!problem.empty()) continue;
+    const PipelineTimeline tl = sched.simulate(1, 2);
+    const int units = c.kind == Kind::kInterleaved ? c.V * c.M : c.M;  // chunk forwards per rank
+    EXPECT_EQ(tl.makespan, 3L * (units + c.P - 1));
+    EXPECT_DOUBLE_EQ(tl.bubble_fraction(), double(c.P - 1) / double(units + c.P - 1));
+    for (int r = 0; r < c.P; ++r) {
+      EXPECT_EQ(sched.max_in_flight(r), tl.max_in_flight[static_cast<std::size_t>(r)]) << "rank " << r;
+      std::vector<std::tuple<Act, int, int>> computes;
+      for (const PipelineAction& a : sched.actions(r))
+        if (a.kind == Act::kForward || a.kind == Act::kBackward)
+          computes.push_back({a.kind, a.micro_batch, a.virtual_stage});
+      EXPECT_TRUE(computes == documented_computes(c, r)) << "rank " << r << ": forwards and backwards out of order";
+      // The steps partition the list: compute steps hold one forward or backward, transfer steps maximal runs.
+      std::vector<PipelineAction> joined;
+      bool last_transfer = false;
+      for (const PipelineStep& st : sched.steps(r)) {
+        EXPECT_EQ(st.first, static_cast<int>(joined.size()));
+        ASSERT_FALSE(st.actions.empty());
+        if (st.transfer) {
+          EXPECT_FALSE(last_transfer) << "two transfer steps in a row at action " << st.first;
+          for (const PipelineAction& a : st.actions)
+            EXPECT_TRUE(a.kind != Act::kForward && a.kind != Act::kBackward) << a.describe();
+        } else {
+          EXPECT_EQ(st.actions.size(), 1u);
+          EXPECT_TRUE(st.actions[0].kind == Act::kForward || st.actions[0].kind == Act::kBackward);
+        }
+        last_transfer = st.transfer;
+        joined.insert(joined.end(), st.actions.begin(), st.actions.end());
+      }
+      EXPECT_EQ(joined, sched.actions(r));
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 354);  // 128 gpipe, 100 1f1b, 126 interleaved
+}
+
+// Sound with buffered sends, a deadlock with rendezvous steps: rank 0 runs GPipe, rank 1 starts its backwards after two
+// forwards. Each rank has a send step, a compute, then a step with the receive the other one waits on: rank 0 posts
+// [send act 2] before F3 and [send act 3, recv grad 0]; rank 1 posts [send grad 0] before B1 and [send grad 1, recv
+// act 2]. With buffered sends both move past their send and all goes through; with rendezvous each send waits for a
+// receive the other rank posts only after its own send has completed.
+TEST(PipelineSchedule, SendAndReceiveInSeparateStepsDeadlock) {
+  auto F = [](int mb, int s) { return PipelineAction{Act::kForward, mb, s, -1}; };
+  auto B = [](int mb, int s) { return PipelineAction{Act::kBackward, mb, s, -1}; };
+  auto sa = [](int mb) { return PipelineAction{Act::kSendActivation, mb, 0, 1}; };
+  auto ra = [](int mb) { return PipelineAction{Act::kRecvActivation, mb, 0, 0}; };
+  auto sg = [](int mb) { return PipelineAction{Act::kSendGrad, mb, 1, 0}; };
+  auto rg = [](int mb) { return PipelineAction{Act::kRecvGrad, mb, 1, 1}; };
+  std::vector<std::vector<PipelineAction>> lists = {{F(0, 0), sa(0), F(1, 0), sa(1), F(2, 0), sa(2), F(3, 0), sa(3),
+                                                     rg(0), B(0, 0), rg(1), B(1, 0), rg(2), B(2, 0), rg(3), B(3, 0)},
+                                                    {ra(0), F(0, 1), ra(1), F(1, 1), B(0, 1), sg(0), B(1, 1), sg(1),
+                                                     ra(2), F(2, 1), B(2, 1), sg(2), ra(3), F(3, 1), B(3, 1), sg(3)}};
+  const PipelineSchedule bad(Kind::kGPipe, 2, 4, 1, lists);
+  const std::string p = bad.find_problem();
+  EXPECT_HAS(p,
+             "deadlock: pp rank 0, action 5 (send act 2@s0 -> pp 1) waits for a receive on pp rank 1 that never "
+             "comes (pp rank 1 posts it at its action 8, but its step at action 5 never completes)");
+  EXPECT_HAS(p,
+             "; pp rank 1, action 5 (send grad 0@s1 -> pp 0) waits for a receive on pp rank 0 that never comes (pp "
+             "rank 0 posts it at its action 8, but its step at action 5 never completes)");
+  EXPECT_HAS(message_of([&] { bad.validate(); }), "gpipe schedule (2 pp ranks, 4 micro-batches, 1 virtual) is unsound");
+  // The steps the runtime would issue on rank 1: the send of gradient 0 alone, then gradient 1's send with the next
+  // activation's receive.
+  const std::vector<PipelineStep> steps = bad.steps(1);
+  ASSERT_EQ(steps.size(), 14u);
+  EXPECT_TRUE(steps[5].transfer);
+  EXPECT_EQ(steps[5].first, 5);
+  EXPECT_EQ(steps[5].actions, (std::vector<PipelineAction>{sg(0)}));
+  EXPECT_EQ(steps[7].first, 7);
+  EXPECT_EQ(steps[7].actions, (std::vector<PipelineAction>{sg(1), ra(2)}));
+  // Rank 1 running GPipe too (all forwards first) is sound: its receives of activations come before any send.
+  lists[1] = PipelineSchedule::build(Kind::kGPipe, 2, 4).actions(1);
+  EXPECT_EQ(PipelineSchedule(Kind::kGPipe, 2, 4, 1, lists).find_problem(), "");
+  // A send whose receive is missing altogether.
+  lists[1].erase(std::find(lists[1].begin(), lists[1].end(), ra(3)));
+  lists[1].erase(std::find(lists[1].begin(), lists[1].end(), F(3, 1)));
+  lists[1].erase(std::find(lists[1].begin(), lists[1].end(), B(3, 1)));
+  lists[1].erase(std::find(lists[1].begin(), lists[1].end(), sg(3)));
+  EXPECT_HAS(PipelineSchedule(Kind::kGPipe, 2, 4, 1, lists).find_problem(),
+             "deadlock: pp rank 0, action 7 (send act 3@s0 -> pp 1) waits for a receive on pp rank 1 that never comes "
+             "(pp rank 1 receives only 3 activations from pp rank 0)");
+}
+
+// max_in_flight() counts along the list: GPipe holds all M, 1F1B rank r min(P - r, M).
+TEST(PipelineSchedule, MaxInFlightCountsAlongTheList) {
+  const PipelineSchedule g = PipelineSchedule::build(Kind::kGPipe, 4, 6);
+  const PipelineSchedule f = PipelineSchedule::build(Kind::kOneFOneB, 4, 6);
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(g.max_in_flight(r), 6);
+    EXPECT_EQ(f.max_in_flight(r), 4 - r);
+  }
+  EXPECT_EQ(PipelineSchedule::build(Kind::kInterleaved, 2, 4, 2).max_in_flight(0), interleaved_warmup(2, 4, 2, 0) + 1);
 }
 
 TEST(PipelineSchedule, ToStringListsEachRankOnOneLine) {
