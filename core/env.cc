@@ -97,10 +97,12 @@ Env Env::from_environment() {
                              : number(args.substr(0, second)) && number(args.substr(second + 1)) &&
                                    std::stoi(args.substr(second + 1)) >= 1;
     STRATA_CHECK_CODE(ErrorCode::kInvalidArgument,
-                      (kind == "checkpoint-kill" || kind == "checkpoint-enospc") && args_ok,
-                      "STRATA_FAULT='{}' must be checkpoint-kill:RANK[:NTH] or checkpoint-enospc:RANK[:NTH] (RANK a "
-                      "rank number, NTH >= 1)",
+                      ((kind == "checkpoint-kill" || kind == "checkpoint-enospc") && args_ok) ||
+                          (kind == "pp-no-send" && second == std::string::npos && number(args)),
+                      "STRATA_FAULT='{}' must be checkpoint-kill:RANK[:NTH], checkpoint-enospc:RANK[:NTH] or "
+                      "pp-no-send:PP_RANK (RANK a rank number, NTH >= 1)",
                       v);
+    if (kind == "pp-no-send") e.fault_pp_no_send = std::stoi(args);
   }
   return e;
 }

@@ -16,8 +16,10 @@ struct Env {
   std::size_t device_memory = 0;   // STRATA_DEVICE_MEMORY: allocator budget in bytes (0: unlimited)
   // STRATA_FAULT: a fault to inject, for the fault tests: "checkpoint-kill:R[:K]" (rank R kills itself with SIGKILL
   // half-way through writing its K-th checkpoint data file, default the first) or "checkpoint-enospc:R[:K]" (that
-  // write fails as on a full disk). Empty: none.
+  // write fails as on a full disk), or "pp-no-send:R" (pp rank R of every pipeline drops its point-to-point sends).
+  // Empty: none.
   std::string fault;
+  int fault_pp_no_send = -1;  // pp-no-send's R
 
   // Reads the process environment. Bad values throw strata::Error naming the variable.
   static Env from_environment();

@@ -20,9 +20,10 @@ using strata::total;
 // of `world` ranks on the CPU backend: under cfg.tp, its tp slice of the model, data-parallel groups of world / tp
 // ranks, the activations and workspace of its channels, heads and vocabulary rows (and under sequence parallelism its
 // positions), and the tp group's staging (docs/memory-model.md).
-CategoryBytes predict_step_memory(const TrainConfig& cfg, int world);
+// Under a pipeline (cfg.pipelined()), the ranks of pp rank `pp_rank`: its stage's units, its schedule's activation slots.
+CategoryBytes predict_step_memory(const TrainConfig& cfg, int world, int pp_rank = 0);
 // The same for the host memory offload uses (all zero without offload).
-CategoryBytes predict_host_memory(const TrainConfig& cfg, int world);
+CategoryBytes predict_host_memory(const TrainConfig& cfg, int world, int pp_rank = 0);
 
 // When `budget` device bytes per rank (what the device budget leaves to training) are too few: the first of the
 // planner's changes (fit_changes, cheapest first) that this trainer supports and whose exact prediction fits, as

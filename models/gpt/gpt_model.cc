@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "models/common/hash.h"
 #include "models/gpt/gpt_kernels.h"
@@ -114,6 +115,47 @@ std::vector<UnitSpec> gpt_units(const GptConfig& c, int tp) {
   return units;
 }
 
+GptStagePart GptStagePart::of_rank(const GptConfig& cfg, int pp, int virtual_stages, int rank, int slots) {
+  GptStagePart part;
+  const std::vector<LayerRange> ranges = split_layers(cfg.layers, pp, virtual_stages);
+  for (int v = 0; v < virtual_stages; ++v) part.chunks.push_back(ranges[static_cast<std::size_t>(v * pp + rank)]);
+  part.first = rank == 0;
+  part.last = rank == pp - 1;
+  part.slots = slots;
+  return part;
+}
+
+GptStageUnits stage_units(const GptConfig& cfg, const GptStagePart& part) {
+  const std::vector<LayerRange> chunks = part.chunks.empty() ? std::vector<LayerRange>{{0, cfg.layers}} : part.chunks;
+  GptStageUnits u;
+  int next = 0;
+  if (part.first) u.emb = 0;
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    u.first.push_back(next);
+    next += chunks[c].count() + (c == 0 && part.first ? 1 : 0);
+    if (c + 1 == chunks.size() && part.last) {
+      u.lnf = next++;
+      u.head = part.first ? u.emb : next++;
+    }
+  }
+  u.first.push_back(next);
+  return u;
+}
+
+std::vector<UnitSpec> gpt_units(const GptConfig& cfg, int tp, const GptStagePart& part) {
+  std::vector<UnitSpec> all = gpt_units(cfg, tp), units;
+  if (part.chunks.empty()) return all;
+  if (part.first) units.push_back(all[static_cast<std::size_t>(embeddings_unit())]);
+  for (const LayerRange& r : part.chunks)
+    for (int l = r.first; l < r.last; ++l) units.push_back(all[static_cast<std::size_t>(block_unit(l))]);
+  if (part.last) units.push_back(all[static_cast<std::size_t>(final_norm_unit(cfg))]);
+  if (part.holds_tied_copy()) {
+    units.push_back(all[static_cast<std::size_t>(embeddings_unit())]);
+    units.back().name = kTiedHeadUnit;
+  }
+  return units;
+}
+
 int embeddings_unit() { return 0; }
 int block_unit(int layer) { return 1 + layer; }
 int final_norm_unit(const GptConfig& cfg) { return 1 + cfg.layers; }
@@ -214,6 +256,14 @@ struct BlockActs {
   Buffer ln1, ln1_mean, ln1_rstd, qkv, atty, lse, x_mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
 };
 
+// One micro-batch in flight through one chunk: what its backward needs from its forward.
+struct MicroActs {
+  std::vector<Buffer> x_in;     // per layer of the chunk: the block input [Nl, C]; the last is the chunk's output
+  std::vector<BlockActs> acts;  // per layer (none under recompute: one shared set is rebuilt)
+  Buffer lnf, lnf_mean, lnf_rstd, logits, losses;  // the last stage
+  Buffer tokens_in, tokens_tgt;                    // the micro-batch's tokens [N] in the device's memory
+};
+
 // cfg, after the checks a model of B x T tokens needs before anything is allocated.
 const GptConfig& checked(const GptConfig& cfg, int B, int T, const GptParallel& parallel) {
   cfg.validate();
@@ -239,21 +289,24 @@ struct GptModel::Impl {
   int Cl, NHl;         // this rank's channels and heads of attention (C / tp, NH / tp)
   int Vl, v_begin, v_valid;  // this rank's vocabulary rows, the first, and how many are real (not padding)
   std::vector<int> block_tp_summed, emb_tp_summed, lnf_tp_summed;  // replicated slots summed over tp (SP)
-  std::vector<Buffer> x_in;       // per layer: the block input [Nl, C]; x_in[L] is the final residual stream
-  std::vector<BlockActs> acts;    // per layer (one shared set under recompute)
+  GptStagePart part;
+  std::vector<int> unit_of_layer;       // the ShardedModel unit of each layer this rank holds (-1: elsewhere)
+  int u_emb = -1, u_lnf = -1, u_head = -1;  // the embeddings, ln_f and the unit whose wte is the LM head
+  std::vector<MicroActs> micro;   // per slot
+  std::vector<BlockActs> shared;  // recompute: the one set every block rebuilds
   Buffer attproj, fcproj;         // forward scratch [N, C]: a row-parallel product (partial under tp)
   Buffer reduced;                 // SP: a row-parallel product reduced into this rank's rows [Nl, C]
   Buffer ln_full;                 // SP: a LayerNorm's output gathered whole [N, C], for a column-parallel matmul
-  Buffer lnf, lnf_mean, lnf_rstd, logits, losses;
   Buffer vocab_max, vocab_stats;  // tp: row maxima [N], sum-exp and target logit [2N]
   Buffer dres, dln, datty, dqkv, dfch, dfch_gelu;  // backward scratch
   Buffer dfull, dln_local;        // SP: a gradient gathered whole [N, C]; a reduced one on this rank's rows [Nl, C]
-  Buffer tokens_in, tokens_tgt;  // the micro-batch's tokens [N] in the device's memory
+  Buffer dnext;                   // pipeline: the gradient of a chunk's output, received from the next stage
   std::unique_ptr<UnitF32> emb, unit;
 
-  Impl(const GptConfig& c, ShardedModel& m, Device& d, int b, int t, bool rc, const GptParallel& par)
+  Impl(const GptConfig& c, ShardedModel& m, Device& d, int b, int t, bool rc, const GptParallel& par,
+       const GptStagePart& stage_part)
       : cfg(c), model(m), dev(d), k(make_gpt_kernels(d)), B(b), T(t), N(b * t), recompute(rc),
-        tp(d, par.tp, par.sequence_parallel, b, t, c.embd) {
+        tp(d, par.tp, par.sequence_parallel, b, t, c.embd), part(stage_part) {
     const int P = tp.size();
     cfg.validate_tp(P, par.sequence_parallel, T);
     tpk = P > 1 || par.tp_kernels || par.sequence_parallel;
@@ -269,20 +322,43 @@ struct GptModel::Impl {
       emb_tp_summed = {kWpe};
       lnf_tp_summed = {kLnfW, kLnfB};
     }
+    const bool pipelined = !part.chunks.empty();
+    if (!pipelined) part.chunks.push_back(LayerRange{0, cfg.layers});
+    STRATA_CHECK(part.slots >= 1, "{} activation slots: a stage needs at least one", part.slots);
+    // The units, in gpt_units(cfg, tp, part)'s order: a chunk's blocks follow the embeddings in the first chunk.
+    const GptStageUnits places = stage_units(cfg, part);
+    u_emb = places.emb;
+    u_lnf = places.lnf;
+    u_head = places.head;
+    unit_of_layer.assign(static_cast<std::size_t>(cfg.layers), -1);
+    int widest = 0;
+    for (std::size_t c = 0; c < part.chunks.size(); ++c) {
+      const LayerRange& r = part.chunks[c];
+      widest = std::max(widest, r.count());
+      const int block0 = places.first[c] + (c == 0 && part.first ? 1 : 0);
+      for (int l = r.first; l < r.last; ++l) unit_of_layer[static_cast<std::size_t>(l)] = block0 + (l - r.first);
+    }
+    STRATA_CHECK(places.first.back() == model.num_units(), "the model holds {} units; this pipeline part needs {}",
+                 model.num_units(), places.first.back());
     const std::size_t C = static_cast<std::size_t>(cfg.embd), n = static_cast<std::size_t>(N);
     const std::size_t nl = static_cast<std::size_t>(Nl), cl = static_cast<std::size_t>(Cl);
     // validate_sizes bounded every product below; the byte counts are checked once more where they are formed.
     auto bytes = [](std::size_t floats) { return checked_mul<std::size_t>(floats, 4, "buffer bytes (4 x floats)"); };
     auto act = [&](std::size_t floats) { return dev.allocate(bytes(floats), MemCategory::kActivations); };
     auto work = [&](std::size_t floats) { return dev.allocate(bytes(floats), MemCategory::kWorkspace); };
-    for (int l = 0; l <= cfg.layers; ++l) x_in.push_back(act(nl * C));
-    int sets = recompute ? 1 : cfg.layers;
-    for (int l = 0; l < sets; ++l) {
-      auto kind = recompute ? MemCategory::kWorkspace : MemCategory::kActivations;
+    auto block_acts = [&](MemCategory kind) {
       auto a = [&](std::size_t floats) { return dev.allocate(bytes(floats), kind); };
-      acts.push_back(BlockActs{a(nl * C), a(nl), a(nl), a(n * 3 * cl), a(n * cl),
-                               a(static_cast<std::size_t>(B) * NHl * T), a(nl * C), a(nl * C), a(nl), a(nl),
-                               a(n * 4 * cl), a(n * 4 * cl)});
+      return BlockActs{a(nl * C), a(nl), a(nl), a(n * 3 * cl), a(n * cl), a(static_cast<std::size_t>(B) * NHl * T),
+                       a(nl * C), a(nl * C), a(nl), a(nl), a(n * 4 * cl), a(n * 4 * cl)};
+    };
+    micro.resize(static_cast<std::size_t>(part.slots));
+    for (MicroActs& mb : micro)
+      for (int l = 0; l <= widest; ++l) mb.x_in.push_back(act(nl * C));
+    if (recompute) {
+      shared.push_back(block_acts(MemCategory::kWorkspace));
+    } else {
+      for (MicroActs& mb : micro)
+        for (int l = 0; l < widest; ++l) mb.acts.push_back(block_acts(MemCategory::kActivations));
     }
     attproj = work(n * C);
     fcproj = work(n * C);
@@ -292,14 +368,18 @@ struct GptModel::Impl {
       dfull = work(n * C);
       dln_local = work(nl * C);
     }
-    lnf = act(nl * C);
-    lnf_mean = act(nl);
-    lnf_rstd = act(nl);
-    logits = act(n * static_cast<std::size_t>(Vl));
-    losses = act(n);
-    if (tpk) {
-      vocab_max = work(n);
-      vocab_stats = work(2 * n);
+    if (part.last) {
+      for (MicroActs& mb : micro) {
+        mb.lnf = act(nl * C);
+        mb.lnf_mean = act(nl);
+        mb.lnf_rstd = act(nl);
+        mb.logits = act(n * static_cast<std::size_t>(Vl));
+        mb.losses = act(n);
+      }
+      if (tpk) {
+        vocab_max = work(n);
+        vocab_stats = work(2 * n);
+      }
     }
     dres = work(nl * C);
     dln = work(n * C);
@@ -307,17 +387,34 @@ struct GptModel::Impl {
     dqkv = work(n * 3 * cl);
     dfch = work(n * 4 * cl);
     dfch_gelu = work(n * 4 * cl);
-    tokens_in = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
-    tokens_tgt = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
-    std::size_t emb_numel = model.layout(embeddings_unit()).padded_numel();
-    std::size_t max_numel = 0;
-    for (int u = 1; u < model.num_units(); ++u)
-      max_numel = std::max(max_numel, model.layout(u).padded_numel());
-    emb = std::make_unique<UnitF32>(dev, *k, emb_numel);
-    unit = std::make_unique<UnitF32>(dev, *k, max_numel);
+    if (pipelined && !(part.last && part.chunks.size() == 1)) dnext = work(nl * C);
+    for (MicroActs& mb : micro) {
+      if (part.first) mb.tokens_in = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
+      if (part.last) mb.tokens_tgt = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
+    }
+    std::size_t emb_numel = 0, max_numel = 0;
+    for (int u = 0; u < model.num_units(); ++u) {
+      if (u == u_emb || u == u_head) emb_numel = std::max(emb_numel, model.layout(u).padded_numel());
+      else max_numel = std::max(max_numel, model.layout(u).padded_numel());
+    }
+    if (emb_numel > 0) emb = std::make_unique<UnitF32>(dev, *k, emb_numel);
+    if (max_numel > 0) unit = std::make_unique<UnitF32>(dev, *k, max_numel);
   }
 
-  BlockActs& acts_for(int layer) { return acts[recompute ? 0 : static_cast<std::size_t>(layer)]; }
+  MicroActs& slot_of(int slot) {
+    STRATA_CHECK(slot >= 0 && slot < part.slots, "activation slot {} is outside [0, {})", slot, part.slots);
+    return micro[static_cast<std::size_t>(slot)];
+  }
+  const LayerRange& chunk_of(int chunk) const {
+    STRATA_CHECK(chunk >= 0 && chunk < static_cast<int>(part.chunks.size()), "chunk {} is outside [0, {})", chunk,
+                 part.chunks.size());
+    return part.chunks[static_cast<std::size_t>(chunk)];
+  }
+  bool has_embeddings(int chunk) const { return part.first && chunk == 0; }
+  bool has_head(int chunk) const { return part.last && chunk == static_cast<int>(part.chunks.size()) - 1; }
+  BlockActs& acts_for(MicroActs& mb, int local) {
+    return recompute ? shared[0] : mb.acts[static_cast<std::size_t>(local)];
+  }
 
   // LayerNorm of this rank's rows of x into `out` ([Nl, C]); returns it whole ([N, C]: gathered along the sequence
   // into ln_full under SP).
@@ -343,12 +440,13 @@ struct GptModel::Impl {
     return out;
   }
 
-  void block_forward(int layer, const UnitF32& p) {
+  // Block `local` of a chunk: x_in[local] to x_in[local + 1].
+  void block_forward(MicroActs& mb, int local, const UnitF32& p) {
     const int C = cfg.embd;
     const std::size_t nlC = static_cast<std::size_t>(Nl) * C;
-    BlockActs& a = acts_for(layer);
-    const float* x = x_in[static_cast<std::size_t>(layer)].as<float>();
-    float* out = x_in[static_cast<std::size_t>(layer) + 1].as<float>();
+    BlockActs& a = acts_for(mb, local);
+    const float* x = mb.x_in[static_cast<std::size_t>(local)].as<float>();
+    float* out = mb.x_in[static_cast<std::size_t>(local) + 1].as<float>();
     const float* ln1 = layernorm_whole(a.ln1.as<float>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x,
                                        p.p(kLn1W), p.p(kLn1B));
     k->matmul_forward(a.qkv.as<float>(), ln1, p.p(kAttnW), p.p(kAttnB), N, C, 3 * Cl);
@@ -371,11 +469,11 @@ struct GptModel::Impl {
   }
 
   // dres holds d(block output) on entry and d(block input) on exit (this rank's rows).
-  void block_backward(int layer, const UnitF32& p) {
+  void block_backward(MicroActs& mb, int local, const UnitF32& p) {
     const int C = cfg.embd;
     const std::size_t N4 = static_cast<std::size_t>(N) * 4 * Cl;
-    BlockActs& a = acts_for(layer);
-    const float* x = x_in[static_cast<std::size_t>(layer)].as<float>();
+    BlockActs& a = acts_for(mb, local);
+    const float* x = mb.x_in[static_cast<std::size_t>(local)].as<float>();
     float* d = dres.as<float>();
     // The row-parallel c_proj: its output gradient is whole on every tp rank (gathered under SP), so the bias's
     // gradient is the whole one and equal across the tp ranks.
@@ -403,122 +501,185 @@ struct GptModel::Impl {
                           a.ln1_rstd.as<float>(), Nl, C);
   }
 
-  // Forward through every unit; leaves the embeddings unit open (it is the tied LM head). in and tgt are N host
-  // tokens, uploaded to tokens_in / tokens_tgt (the backward reads tokens_in). Returns the mean loss and leaves
-  // dlogits (scaled by dscale) in `logits`.
-  double forward(const std::int32_t* in, const std::int32_t* tgt, float dscale) {
-    const int C = cfg.embd, V = cfg.vocab, L = cfg.layers;
+  // Forward of one chunk for the micro-batch in `slot`. The first stage embeds `in` (N host tokens, uploaded to
+  // tokens_in: the backward reads them); the last stage computes the loss against `tgt` and returns its mean, leaving
+  // dlogits (scaled by dscale) in `logits`. The embeddings unit stays open through a first stage's chunk (on one rank
+  // it is also the LM head).
+  double forward_chunk(int chunk, int slot, const std::int32_t* in, const std::int32_t* tgt, float dscale) {
+    const int C = cfg.embd, V = cfg.vocab;
     STRATA_CHECK(T <= cfg.ctx, "sequence length {} exceeds the context {}", T, cfg.ctx);
-    k->upload_tokens(tokens_in.as<std::int32_t>(), in, static_cast<std::size_t>(N));
-    k->upload_tokens(tokens_tgt.as<std::int32_t>(), tgt, static_cast<std::size_t>(N));
-    emb->load(model.begin_forward(embeddings_unit()));
-    float* x0 = x_in[0].as<float>();
-    if (!tpk) {
-      k->encoder_forward(x0, tokens_in.as<std::int32_t>(), emb->p(kWte), emb->p(kWpe), B, T, C);
-    } else {
-      // Each rank looks up the tokens of its vocabulary rows (0 for the others); the sum over tp is the embedding.
-      float* whole = sp ? attproj.as<float>() : x0;
-      k->embedding_forward(whole, tokens_in.as<std::int32_t>(), emb->p(kWte), v_begin, v_valid, N, C);
-      tp.reduce_partial(whole, x0, C);
-      k->position_forward(x0, emb->p(kWpe), B, tp.local_positions(), tp.first_position(), C);
+    const LayerRange& r = chunk_of(chunk);
+    MicroActs& mb = slot_of(slot);
+    const bool first = has_embeddings(chunk), last = has_head(chunk);
+    if (first) k->upload_tokens(mb.tokens_in.as<std::int32_t>(), in, static_cast<std::size_t>(N));
+    if (last) k->upload_tokens(mb.tokens_tgt.as<std::int32_t>(), tgt, static_cast<std::size_t>(N));
+    if (first) {
+      emb->load(model.begin_forward(u_emb));
+      float* x0 = mb.x_in[0].as<float>();
+      if (!tpk) {
+        k->encoder_forward(x0, mb.tokens_in.as<std::int32_t>(), emb->p(kWte), emb->p(kWpe), B, T, C);
+      } else {
+        // Each rank looks up the tokens of its vocabulary rows (0 for the others); the sum over tp is the embedding.
+        float* whole = sp ? attproj.as<float>() : x0;
+        k->embedding_forward(whole, mb.tokens_in.as<std::int32_t>(), emb->p(kWte), v_begin, v_valid, N, C);
+        tp.reduce_partial(whole, x0, C);
+        k->position_forward(x0, emb->p(kWpe), B, tp.local_positions(), tp.first_position(), C);
+      }
     }
-    for (int l = 0; l < L; ++l) {
-      unit->load(model.begin_forward(block_unit(l)));
-      block_forward(l, *unit);
-      model.end_forward(block_unit(l));
+    for (int l = r.first; l < r.last; ++l) {
+      const int u = unit_of_layer[static_cast<std::size_t>(l)];
+      unit->load(model.begin_forward(u));
+      block_forward(mb, l - r.first, *unit);
+      model.end_forward(u);
     }
-    int f = final_norm_unit(cfg);
-    unit->load(model.begin_forward(f));
-    const float* lnf_whole = layernorm_whole(lnf.as<float>(), lnf_mean.as<float>(), lnf_rstd.as<float>(),
-                                             x_in[static_cast<std::size_t>(L)].as<float>(), unit->p(kLnfW),
-                                             unit->p(kLnfB));
-    model.end_forward(f);
-    k->lm_head_forward(logits.as<float>(), lnf_whole, emb->p(kWte), N, C, Vl);
-    if (!tpk) {
-      k->crossentropy_softmax(losses.as<float>(), logits.as<float>(), logits.as<float>(),
-                              tokens_tgt.as<std::int32_t>(), N, V, dscale);
-    } else {
-      // Vocabulary-parallel: the row maxima and the sums of exponentials are reduced over tp, never the logits.
-      float* mx = vocab_max.as<float>();
-      float* stats = vocab_stats.as<float>();
-      k->vocab_max(mx, logits.as<float>(), N, Vl, v_valid);
-      tp.max(mx, static_cast<std::size_t>(N));
-      k->vocab_sumexp(stats, logits.as<float>(), mx, tokens_tgt.as<std::int32_t>(), v_begin, N, Vl, v_valid);
-      tp.sum(stats, 2 * static_cast<std::size_t>(N));
-      k->vocab_crossentropy(losses.as<float>(), logits.as<float>(), logits.as<float>(), mx, stats,
-                            tokens_tgt.as<std::int32_t>(), v_begin, N, Vl, v_valid, dscale);
+    double loss = 0;
+    if (last) {
+      unit->load(model.begin_forward(u_lnf));
+      const float* lnf_whole = layernorm_whole(mb.lnf.as<float>(), mb.lnf_mean.as<float>(), mb.lnf_rstd.as<float>(),
+                                               mb.x_in[static_cast<std::size_t>(r.count())].as<float>(),
+                                               unit->p(kLnfW), unit->p(kLnfB));
+      model.end_forward(u_lnf);
+      if (!first) emb->load(model.begin_forward(u_head));
+      float* logits = mb.logits.as<float>();
+      const std::int32_t* targets = mb.tokens_tgt.as<std::int32_t>();
+      k->lm_head_forward(logits, lnf_whole, emb->p(kWte), N, C, Vl);
+      if (!tpk) {
+        k->crossentropy_softmax(mb.losses.as<float>(), logits, logits, targets, N, V, dscale);
+      } else {
+        // Vocabulary-parallel: the row maxima and the sums of exponentials are reduced over tp, never the logits.
+        float* mx = vocab_max.as<float>();
+        float* stats = vocab_stats.as<float>();
+        k->vocab_max(mx, logits, N, Vl, v_valid);
+        tp.max(mx, static_cast<std::size_t>(N));
+        k->vocab_sumexp(stats, logits, mx, targets, v_begin, N, Vl, v_valid);
+        tp.sum(stats, 2 * static_cast<std::size_t>(N));
+        k->vocab_crossentropy(mb.losses.as<float>(), logits, logits, mx, stats, targets, v_begin, N, Vl, v_valid,
+                              dscale);
+      }
+      if (!first) model.end_forward(u_head);
     }
-    model.end_forward(embeddings_unit());
-    return k->sum(losses.as<float>(), static_cast<std::size_t>(N)) / N;
+    if (first) model.end_forward(u_emb);
+    if (last) loss = k->sum(mb.losses.as<float>(), static_cast<std::size_t>(N)) / N;
+    return loss;
   }
 
-  void backward() {
-    const int C = cfg.embd, L = cfg.layers;
-    BackwardViews ev = model.begin_backward(embeddings_unit());
-    emb->load(ev.params);
-    emb->open_grads(ev.grads, emb_tp_summed);
-    k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
-    k->lm_head_backward(dln.as<float>(), emb->g(kWte), logits.as<float>(), whole(lnf.as<float>()), emb->p(kWte), N, C,
-                        Vl);
-    const float* dlnf = reduce_input_grad();
-    int f = final_norm_unit(cfg);
-    BackwardViews fv = model.begin_backward(f);
-    unit->load(fv.params);
-    unit->open_grads(fv.grads, lnf_tp_summed);
-    k->zero(dres.data(), static_cast<std::size_t>(Nl) * C * 4);
-    k->layernorm_backward(dres.as<float>(), unit->g(kLnfW), unit->g(kLnfB), dlnf,
-                          x_in[static_cast<std::size_t>(L)].as<float>(), unit->p(kLnfW), lnf_mean.as<float>(),
-                          lnf_rstd.as<float>(), Nl, C);
-    unit->close_grads(fv.grads, tp, lnf_tp_summed);
-    model.end_backward(f);
-    for (int l = L - 1; l >= 0; --l) {
-      BackwardViews bv = model.begin_backward(block_unit(l));
-      unit->load(bv.params);
-      if (recompute) block_forward(l, *unit);  // only x_in[l] was kept; rebuild the block's activations
-      unit->open_grads(bv.grads, block_tp_summed);
-      block_backward(l, *unit);
-      unit->close_grads(bv.grads, tp, block_tp_summed);
-      model.end_backward(block_unit(l));
+  // Backward of one chunk for the micro-batch in `slot`: from the loss (last stage) or from dnext, the gradient the
+  // next stage sent; leaves d(chunk input) in dres unless the chunk is the first stage.
+  void backward_chunk(int chunk, int slot) {
+    const int C = cfg.embd;
+    const LayerRange& r = chunk_of(chunk);
+    MicroActs& mb = slot_of(slot);
+    const bool first = has_embeddings(chunk), last = has_head(chunk);
+    std::optional<BackwardViews> ev;  // the embeddings (first stage) or the LM head's unit (last stage)
+    if (first || last) {
+      ev.emplace(model.begin_backward(first ? u_emb : u_head));
+      emb->load(ev->params);
+      emb->open_grads(ev->grads, emb_tp_summed);
     }
-    if (!tpk) {
-      k->encoder_backward(emb->g(kWte), emb->g(kWpe), dres.as<float>(), tokens_in.as<std::int32_t>(), B, T, C);
+    if (last) {
+      k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
+      k->lm_head_backward(dln.as<float>(), emb->g(kWte), mb.logits.as<float>(), whole(mb.lnf.as<float>()),
+                          emb->p(kWte), N, C, Vl);
+      const float* dlnf = reduce_input_grad();
+      BackwardViews fv = model.begin_backward(u_lnf);
+      unit->load(fv.params);
+      unit->open_grads(fv.grads, lnf_tp_summed);
+      k->zero(dres.data(), static_cast<std::size_t>(Nl) * C * 4);
+      k->layernorm_backward(dres.as<float>(), unit->g(kLnfW), unit->g(kLnfB), dlnf,
+                            mb.x_in[static_cast<std::size_t>(r.count())].as<float>(), unit->p(kLnfW),
+                            mb.lnf_mean.as<float>(), mb.lnf_rstd.as<float>(), Nl, C);
+      unit->close_grads(fv.grads, tp, lnf_tp_summed);
+      model.end_backward(u_lnf);
+      if (!first) {  // the copy's gradient is complete: hand the unit back before the blocks
+        emb->close_grads(ev->grads, tp, emb_tp_summed);
+        model.end_backward(u_head);
+        ev.reset();
+      }
     } else {
-      k->position_backward(emb->g(kWpe), dres.as<float>(), B, tp.local_positions(), tp.first_position(), C);
-      const float* dx0 = tp.to_full(dres.as<float>(), dfull.data() ? dfull.as<float>() : nullptr, C);
-      k->embedding_backward(emb->g(kWte), dx0, tokens_in.as<std::int32_t>(), v_begin, v_valid, N, C);
+      dev.copy(dres.data(), dnext.data(), static_cast<std::size_t>(Nl) * C * 4, dev.compute_stream());
     }
-    emb->close_grads(ev.grads, tp, emb_tp_summed);
-    model.end_backward(embeddings_unit());
+    for (int l = r.last - 1; l >= r.first; --l) {
+      const int u = unit_of_layer[static_cast<std::size_t>(l)];
+      BackwardViews bv = model.begin_backward(u);
+      unit->load(bv.params);
+      if (recompute) block_forward(mb, l - r.first, *unit);  // only x_in was kept; rebuild the block's activations
+      unit->open_grads(bv.grads, block_tp_summed);
+      block_backward(mb, l - r.first, *unit);
+      unit->close_grads(bv.grads, tp, block_tp_summed);
+      model.end_backward(u);
+    }
+    if (first) {
+      if (!tpk) {
+        k->encoder_backward(emb->g(kWte), emb->g(kWpe), dres.as<float>(), mb.tokens_in.as<std::int32_t>(), B, T, C);
+      } else {
+        k->position_backward(emb->g(kWpe), dres.as<float>(), B, tp.local_positions(), tp.first_position(), C);
+        const float* dx0 = tp.to_full(dres.as<float>(), dfull.data() ? dfull.as<float>() : nullptr, C);
+        k->embedding_backward(emb->g(kWte), dx0, mb.tokens_in.as<std::int32_t>(), v_begin, v_valid, N, C);
+      }
+      emb->close_grads(ev->grads, tp, emb_tp_summed);
+      model.end_backward(u_emb);
+    }
   }
 };
 
 GptModel::GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, bool recompute,
-                   const GptParallel& parallel)
-    : impl_(std::make_unique<Impl>(checked(cfg, B, T, parallel), model, device, B, T, recompute, parallel)) {}
+                   const GptParallel& parallel, const GptStagePart& part)
+    : impl_(std::make_unique<Impl>(checked(cfg, B, T, parallel), model, device, B, T, recompute, parallel, part)) {}
 
 GptModel::~GptModel() = default;
 
+namespace {
+void check_whole(const GptStagePart& part, const char* call) {
+  STRATA_CHECK(part.first && part.last && part.chunks.size() == 1, "GptModel::{} runs the whole model; this rank "
+               "holds one part of a pipeline (use forward_chunk / backward_chunk)", call);
+}
+}  // namespace
+
 double GptModel::forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float grad_scale) {
-  double loss = impl_->forward(inputs, targets, grad_scale / static_cast<float>(impl_->N));
-  impl_->backward();
+  check_whole(impl_->part, "forward_backward");
+  double loss = impl_->forward_chunk(0, 0, inputs, targets, grad_scale / static_cast<float>(impl_->N));
+  impl_->backward_chunk(0, 0);
   return loss;
 }
 
 double GptModel::forward_loss(const std::int32_t* inputs, const std::int32_t* targets) {
+  check_whole(impl_->part, "forward_loss");
   // A forward with no backward still goes through the protocol: forward marks units done, so nothing to undo.
-  return impl_->forward(inputs, targets, 0.0f);
+  return impl_->forward_chunk(0, 0, inputs, targets, 0.0f);
 }
+
+double GptModel::forward_chunk(int chunk, int slot, const std::int32_t* inputs, const std::int32_t* targets,
+                               float grad_scale) {
+  return impl_->forward_chunk(chunk, slot, inputs, targets, grad_scale / static_cast<float>(impl_->N));
+}
+
+void GptModel::backward_chunk(int chunk, int slot) { impl_->backward_chunk(chunk, slot); }
+
+float* GptModel::chunk_input(int slot) { return impl_->slot_of(slot).x_in[0].as<float>(); }
+
+const float* GptModel::chunk_output(int chunk, int slot) {
+  return impl_->slot_of(slot).x_in[static_cast<std::size_t>(impl_->chunk_of(chunk).count())].as<float>();
+}
+
+float* GptModel::grad_output() {
+  STRATA_CHECK(impl_->dnext.data(), "grad_output(): this rank's stages all end in the loss");
+  return impl_->dnext.as<float>();
+}
+
+const float* GptModel::grad_input() { return impl_->dres.as<float>(); }
+
+std::size_t GptModel::boundary_floats() const { return static_cast<std::size_t>(impl_->Nl) * impl_->cfg.embd; }
 
 std::size_t GptModel::activation_bytes_kept() const {
   std::size_t total = 0;
-  for (const Buffer& b : impl_->x_in) total += b.bytes();
-  if (!impl_->recompute)
-    for (const BlockActs& a : impl_->acts)
+  for (const MicroActs& mb : impl_->micro) {
+    for (const Buffer& b : mb.x_in) total += b.bytes();
+    for (const BlockActs& a : mb.acts)
       for (const Buffer* b : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.atty, &a.lse, &a.x_mid, &a.ln2, &a.ln2_mean,
                               &a.ln2_rstd, &a.fch, &a.fch_gelu})
         total += b->bytes();
-  for (const Buffer* b : {&impl_->lnf, &impl_->lnf_mean, &impl_->lnf_rstd, &impl_->logits, &impl_->losses})
-    total += b->bytes();
+    for (const Buffer* b : {&mb.lnf, &mb.lnf_mean, &mb.lnf_rstd, &mb.logits, &mb.losses}) total += b->bytes();
+  }
   return total;
 }
 

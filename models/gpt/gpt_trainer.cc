@@ -19,6 +19,7 @@
 #include "runtime/optim/nonfinite.h"
 #include "collectives/rank_values.h"
 #include "core/error.h"
+#include "core/env.h"
 #include "core/file_checks.h"
 
 namespace strata::gpt {
@@ -40,6 +41,11 @@ nlohmann::json TrainConfig::to_json() const {
           {"dp_replicate", dp_replicate},
           {"tp", tp},
           {"sequence_parallel", sequence_parallel},
+          {"pp", pp},
+          {"pp_schedule", pipeline_schedule_name(pp_schedule)},
+          {"pp_virtual", pp_virtual},
+          {"microbatches", micro_batches()},
+          {"pp_keep_gathered", pp_keep_gathered},
           {"grad_clip", optimizer.grad_clip},
           {"recompute", recompute},
           {"init", init},
@@ -50,6 +56,19 @@ double TrainConfig::lr_at(int step) const {
   if (warmup_steps == 0 && cosine_steps == 0) return adamw.lr;
   LrSchedule schedule{adamw.lr, cosine_steps > 0 ? adamw.lr / 10 : adamw.lr, warmup_steps, cosine_steps};
   return schedule.at(step);
+}
+
+void TrainConfig::validate_pipeline() const {
+  STRATA_CHECK(pp >= 1, "--pp {} must be at least 1", pp);
+  STRATA_CHECK(microbatches >= 0, "--microbatches {} must be at least 1", microbatches);
+  STRATA_CHECK(!pipelined() || grad_accum == 1,
+               "--grad-accum {} with --microbatches {} (or --pp {}): use one of them (under a pipeline --batch is the "
+               "step's rows per data-parallel rank, split into --microbatches)", grad_accum, micro_batches(), pp);
+  STRATA_CHECK(pp_schedule != PipelineScheduleKind::kInterleaved || pp >= 2,
+               "--pp-schedule interleaved needs --pp 2 or more (got --pp {})", pp);
+  PipelineSchedule::check(pp_schedule, pp, micro_batches(), pp_virtual);
+  check_layers(model.layers, pp, pp_virtual);
+  micro_batch_size(batch, micro_batches());
 }
 
 template <typename Fn>
@@ -77,22 +96,67 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
   set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
   cfg_.model.validate_tp(cfg_.tp, cfg_.sequence_parallel, cfg_.seq);
-  cfg_.model.validate_sizes(cfg_.batch, cfg_.seq, cfg_.tp);
-  mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{1, cfg_.dp_replicate, -1, cfg_.tp});
-  const int tp = cfg_.tp, tp_rank = mesh_->tp().rank();
-  if (tp > 1) {
-    // The norm counts every element of the whole model once: a replicated slot on tp rank 0 only, then the sum
-    // over the tp group joins the data-parallel one. The non-finite check travels with it, so all ranks agree.
-    cfg_.optimizer.norm_groups.push_back(&mesh_->tp());
-    cfg_.optimizer.counted = [tp_rank](int, const ParamSlot& s) { return !s.tp.replicated() || tp_rank == 0; };
+  cfg_.validate_pipeline();
+  const int M = cfg_.micro_batches(), P = cfg_.pp;
+  const int rows = cfg_.pipelined() ? micro_batch_size(cfg_.batch, M) : cfg_.batch;  // per micro-batch
+  cfg_.model.validate_sizes(rows, cfg_.seq, cfg_.tp);
+  mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{P, cfg_.dp_replicate, -1, cfg_.tp});
+  const int tp = cfg_.tp, tp_rank = mesh_->tp().rank(), pp_rank = mesh_->pp().rank();
+  if (cfg_.pipelined()) {
+    STRATA_CHECK_CODE(ErrorCode::kUnsupported, P == 1 || cfg_.sharding.offload == OffloadPolicy::kNone ||
+                                                   rt_.device().kind() == DeviceKind::kCpu,
+                      "--offload {} with --pp {} on {}: the tied embeddings' gradients live in host memory, which "
+                      "NCCL cannot reduce; pipelines offload on the CPU backend only", offload_name(cfg_.sharding.offload),
+                      P, rt_.device().name());
+    schedule_ = std::make_unique<PipelineSchedule>(PipelineSchedule::build(cfg_.pp_schedule, P, M, cfg_.pp_virtual));
+    schedule_->validate();
+    executor_ = std::make_unique<PipelineExecutor>(*schedule_, mesh_->pp(), PipelineFaults{env().fault_pp_no_send});
+    part_ = GptStagePart::of_rank(cfg_.model, P, cfg_.pp_virtual, pp_rank, executor_->slots());
+    if (cfg_.pp_keep_gathered) cfg_.sharding.reshard_after_forward = false;
+  }
+  const bool tied_copy = part_.holds_tied_copy();
+  std::vector<UnitSpec> units = gpt_units(cfg_.model, tp, part_);
+  tied_unit_ = P == 1 ? -1 : part_.first ? stage_units(cfg_.model, part_).emb : stage_units(cfg_.model, part_).head;
+  // The norm counts every element of the whole model once: a replicated slot on tp rank 0 only, the tied copy of
+  // the embeddings never; the sums over the tp and pp groups join the data-parallel one. The non-finite check travels
+  // with it, so all ranks agree.
+  if (tp > 1) cfg_.optimizer.norm_groups.push_back(&mesh_->tp());
+  if (P > 1) cfg_.optimizer.norm_groups.push_back(&mesh_->pp());
+  if (tp > 1 || tied_copy) {
+    const int copy = tied_copy ? tied_unit_ : -1;
+    cfg_.optimizer.counted = [tp_rank, copy](int u, const ParamSlot& s) {
+      return u != copy && (!s.tp.replicated() || tp_rank == 0);
+    };
+  }
+  if (P > 1) {
+    // The first and last stage of each pipeline (same dp and tp coordinates) pair up to sum the tied gradients.
+    const MeshCoord c = mesh_->coord();
+    const bool ends = c.pp == 0 || c.pp == P - 1;
+    const int color = ends ? rt_.rank() % (rt_.world_size() / P) : -1;
+    tied_ = rt_.world().split(color, c.pp, "tied_wte");
   }
   with_fit_advice([&] {
-    model_ = std::make_unique<ShardedModel>(*mesh_, gpt_units(cfg_.model, tp), cfg_.sharding);
+    model_ = std::make_unique<ShardedModel>(*mesh_, units, cfg_.sharding);
     optimizer_ = std::make_unique<ShardedAdamW>(*model_, cfg_.adamw, cfg_.optimizer);
   });
-  for (int u = 0; u < model_->num_units(); ++u)
-    for (const ParamSlot& s : model_->layout(u).slots())
-      parameters_ += s.tp.replicated() ? s.numel : shape_numel(s.tp.global_shape);
+  if (part_.chunks.size() > 1) {
+    // Prefetch within a chunk only: the next chunk's units are needed only after other stages have run.
+    const GptStageUnits places = stage_units(cfg_.model, part_);
+    for (int c = 0; c < places.chunks(); ++c) {
+      const int first = places.first[static_cast<std::size_t>(c)], end = places.first[static_cast<std::size_t>(c) + 1];
+      for (int i = first; i < end; ++i) {
+        std::vector<int> ahead, behind;
+        for (int k = 1; k <= cfg_.sharding.prefetch_depth; ++k) {
+          if (i + k < end) ahead.push_back(i + k);
+          if (i - k >= first) behind.push_back(i - k);
+        }
+        model_->set_forward_prefetch(i, ahead);
+        model_->set_backward_prefetch(i, behind);
+      }
+    }
+  }
+  for (const UnitSpec& u : gpt_units(cfg_.model, tp))
+    for (const SlotSpec& s : u.slots) parameters_ += s.tp.replicated() ? shape_numel(s.shape) : shape_numel(s.tp.global_shape);
   // Each local element takes the value of its place in the global tensor, so the init does not depend on tp;
   // padded vocabulary rows are 0.
   auto fill_global = [tp, tp_rank](const ParamSlot& s, std::size_t begin, std::size_t count, float* out,
@@ -105,14 +169,13 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   if (!cfg_.init.empty()) {
     SafetensorsReader reader(cfg_.init);
     std::vector<std::string> names;
-    std::map<std::string, std::pair<int, int>> place;  // parameter -> (unit, slot)
+    std::map<std::string, std::pair<int, int>> place;  // parameter -> (unit, slot) on this rank
     for (int u = 0; u < model_->num_units(); ++u) {
       const std::vector<ParamSlot>& slots = model_->layout(u).slots();
-      for (std::size_t i = 0; i < slots.size(); ++i) {
-        place[slots[i].name] = {u, static_cast<int>(i)};
-        names.push_back(slots[i].name);
-      }
+      for (std::size_t i = 0; i < slots.size(); ++i) place[slots[i].name] = {u, static_cast<int>(i)};
     }
+    for (const UnitSpec& u : gpt_units(cfg_.model, tp))  // the whole model's, whatever part this rank holds
+      for (const SlotSpec& s : u.slots) names.push_back(s.name);
     check_weight_names(reader, names, "--init");
     for (int u = 0; u < model_->num_units(); ++u)
       for (const ParamSlot& s : model_->layout(u).slots())
@@ -142,7 +205,10 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     });
   }
   if (!cfg_.checkpoint.dir.empty()) {
-    checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, *mesh_, cfg_.checkpoint);
+    // A pipeline's checkpoint holds the whole model (it resumes at any pp); the tied copy is the first stage's.
+    CheckpointPart whole{gpt_units(cfg_.model, tp), {}, P};
+    if (tied_copy) whole.copies.push_back(tied_unit_);
+    checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, *mesh_, cfg_.checkpoint, std::move(whole));
     if (cfg_.resume && checkpointer_->latest_step() >= 0) {
       // The weights, the moments and the optimizer's scalars, then where the data and the schedule stood.
       const nlohmann::json state = checkpointer_->load();
@@ -158,8 +224,11 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     par.tp = &mesh_->tp();
     par.sequence_parallel = cfg_.sequence_parallel;
     par.tp_kernels = cfg_.tp_kernels;
-    gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), cfg_.batch, cfg_.seq, cfg_.recompute, par);
+    gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), rows, cfg_.seq, cfg_.recompute, par, part_);
   });
+  if (executor_)
+    stage_ = std::make_unique<GptPipelineStage>(*gpt_, *model_, data_, rows, cfg_.seq, mesh_->dp().size(),
+                                                mesh_->dp().rank(), cfg_.pp_keep_gathered);
   inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.seq);
   targets_.resize(inputs_.size());
 }
@@ -168,12 +237,22 @@ GptTrainer::~GptTrainer() = default;
 
 StepRecord GptTrainer::step(int step) {
   auto t0 = std::chrono::steady_clock::now();
-  const int world = rt_.world_size(), A = cfg_.grad_accum;
+  const int world = rt_.world_size();
+  int A = cfg_.grad_accum;
   const int dp = mesh_->dp().size(), dp_rank = mesh_->dp().rank();
   double loss = 0;
   gpt_->reset_tp_traffic();
   const std::uint64_t rows_per_micro_batch = static_cast<std::uint64_t>(dp) * static_cast<std::uint64_t>(cfg_.batch);
-  for (int a = 0; a < A; ++a) {
+  if (executor_) {
+    // The step's rows (dp x batch, in micro-batches) through the schedule; the loss lives on the last stage.
+    const int M = cfg_.micro_batches();
+    stage_->begin_step(rows_done_, optimizer_->loss_scale() / static_cast<float>(M));
+    with_fit_advice([&] { executor_->run_step(*stage_); });
+    loss = part_.last ? stage_->loss_sum() / M : 0.0;
+    sum_tied_grads();
+    A = 1;  // rows_done_ advances by one step's rows below
+  }
+  for (int a = 0; a < (executor_ ? 0 : A); ++a) {
     model_->set_is_last_backward(a == A - 1);  // finish the reductions after the last micro-batch's backward
     // The global rows of this micro-batch, this rank's share (the window rule of fill_batch, from the data position).
     const std::uint64_t first = rows_done_ + static_cast<std::uint64_t>(a) * rows_per_micro_batch +
@@ -189,7 +268,8 @@ StepRecord GptTrainer::step(int step) {
   next_step_ = step + 1;
   StepRecord rec;
   rec.step = step;
-  rec.loss = sum_over_ranks(rt_.world(), loss) / world;  // the tp ranks of a group hold the same loss
+  // The tp ranks of a group hold the same loss; only the last stage of a pipeline holds one.
+  rec.loss = sum_over_ranks(rt_.world(), loss) / (world / cfg_.pp);
   if (checkpointer_) {
     checkpointer_->poll();
     if (cfg_.checkpoint_every > 0 && (step + 1) % cfg_.checkpoint_every == 0) {
@@ -204,6 +284,20 @@ StepRecord GptTrainer::step(int step) {
   rec.skipped = r.skipped;
   rec.loss_scale = r.loss_scale;
   return rec;
+}
+
+void GptTrainer::sum_tied_grads() {
+  if (!tied_) return;
+  ShardedParameters& params = model_->parameters();
+  params.wait_for_grads();
+  if (tied_unit_ < 0) return;
+  // Each end of the pair holds the same unit layout (the embeddings unit and its copy), so shard i of one is shard i
+  // of the other: the sum is the whole model's gradient of wte (and of wpe, which only the first stage uses).
+  const UnitShard shard = params.unit(tied_unit_);
+  Stream& stream = params.comm_stream();
+  params.stream().synchronize();
+  tied_->all_reduce(shard.grad, shard.grad, shard.numel(), DType::kF32, ReduceOp::kSum, stream);
+  params.wait(stream);
 }
 
 void GptTrainer::finish() {
@@ -242,10 +336,15 @@ void GptTrainer::save(const std::string& path) {
   // another job saving to `path` uses) at its full size, then each rank writes the values it owns at their places, and
   // rank 0 renames the file once every rank has flushed its part. The rename is the only commit: a save that fails
   // anywhere removes the temporary.
+  // The whole model's parameters, whatever part of a pipeline this rank holds.
   SafetensorsWriter writer;
-  for (int u = 0; u < model_->num_units(); ++u)
-    for (const ParamSlot& s : model_->layout(u).slots())
+  std::map<std::string, std::size_t> declared;  // name -> index in declaration order
+  for (const UnitSpec& u : gpt_units(cfg_.model, cfg_.tp))
+    for (const SlotSpec& s : u.slots) {
+      const std::size_t index = declared.size();
+      declared[s.name] = index;
       writer.declare(s.name, DType::kF32, s.tp.replicated() ? s.shape : s.tp.global_shape);
+    }
   std::vector<std::uint64_t> offsets;  // per slot, in declaration order
   const std::string head =
       writer.header(nlohmann::json{{"format", "pt"}, {"written_by", "strata train_gpt"}}, &offsets);
@@ -288,9 +387,9 @@ void GptTrainer::save(const std::string& path) {
     const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
     STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot open {}: {}", tmp, std::strerror(errno));
     std::vector<float> host;
-    std::size_t slot_index = 0;
     try {
       for (int u = 0; u < model_->num_units(); ++u) {
+        if (part_.holds_tied_copy() && u == tied_unit_) continue;  // the first stage writes the tied weights
         const UnitShard shard = params.unit(u);
         for (const ShardSegment& seg : params.owned_segments(u)) {
           const ParamSlot& slot = shard.layout->slots()[seg.slot];
@@ -305,10 +404,9 @@ void GptTrainer::save(const std::string& path) {
           for_each_global_run(slot.tp, tp_rank, cfg_.tp, seg.slot_begin, seg.length,
                               [&](std::size_t local, std::size_t global, std::size_t n) {
                                 pwrite_all(fd, src + (local - seg.slot_begin), n * 4,
-                                           offsets[slot_index + seg.slot] + global * 4, tmp);
+                                           offsets[declared.at(slot.name)] + global * 4, tmp);
                               });
         }
-        slot_index += shard.layout->slots().size();
       }
       STRATA_CHECK_CODE(ErrorCode::kIo, ::fsync(fd) == 0, "cannot flush {} to disk: {}", tmp, std::strerror(errno));
     } catch (...) {

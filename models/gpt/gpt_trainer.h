@@ -6,12 +6,15 @@
 #include <string>
 
 #include "models/gpt/gpt_model.h"
+#include "models/gpt/gpt_pipeline_stage.h"
 #include "models/gpt/token_data.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/checkpoint/checkpointer.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/sharded_adamw.h"
 #include "runtime/parallel/device_mesh.h"
+#include "runtime/parallel/pipeline_executor.h"
+#include "runtime/parallel/pipeline_schedule.h"
 #include "runtime/sharding/sharded_model.h"
 
 namespace strata::gpt {
@@ -31,6 +34,21 @@ struct TrainConfig {
   int dp_replicate = 1;        // hybrid sharding: the state is sharded over world / (tp * dp_replicate) ranks
   int tp = 1;                  // tensor-parallel degree (consecutive ranks); data parallelism is what is left
   bool sequence_parallel = false;
+  // Pipeline parallelism (docs/pipeline-parallel.md): pp stages (the outermost mesh dimension), run by a schedule of
+  // `microbatches` micro-batches. With microbatches > 1, `batch` is the step's rows per data-parallel rank and each
+  // micro-batch takes batch / microbatches of them (also at pp 1: gradient accumulation through the schedule).
+  int pp = 1;
+  PipelineScheduleKind pp_schedule = PipelineScheduleKind::kOneFOneB;
+  int pp_virtual = 1;
+  int microbatches = 0;         // 0: pp (one per stage)
+  bool pp_keep_gathered = true;  // reduce once per step and keep ZeRO-3 units gathered between micro-batches
+  int micro_batches() const { return microbatches > 0 ? microbatches : pp; }
+  bool pipelined() const { return pp > 1 || micro_batches() > 1; }
+  // Rows of one micro-batch on a data-parallel rank, and micro-batches per step (a pipeline's or --grad-accum's).
+  int micro_batch_rows() const { return pipelined() ? batch / micro_batches() : batch; }
+  int micro_batches_per_step() const { return pipelined() ? micro_batches() : grad_accum; }
+  // kInvalidArgument naming the flags when the pipeline settings do not fit the model and the batch.
+  void validate_pipeline() const;
   bool tp_kernels = false;     // the tensor-parallel data flow even at tp 1 (tests; GptParallel::tp_kernels)
   bool recompute = false;
   std::string init;  // safetensors file; empty: the spec's distributions from `seed`
@@ -73,6 +91,9 @@ class GptTrainer {
   Checkpointer* checkpointer() { return checkpointer_.get(); }
   std::size_t parameters() const { return parameters_; }
   DeviceMesh& mesh() { return *mesh_; }
+  // The pipeline schedule (pipelined() runs only), and this rank's part of the model.
+  const PipelineSchedule* schedule() const { return schedule_.get(); }
+  const GptStagePart& stage_part() const { return part_; }
   GptModel& gpt() { return *gpt_; }
   // Collective: writes the weights under the spec's names as one F32 safetensors file. Each value is written once,
   // by the rank that owns it, at its place in the file (a shared file system): no rank gathers the model.
@@ -94,6 +115,14 @@ class GptTrainer {
   std::unique_ptr<ShardedAdamW> optimizer_;
   std::unique_ptr<GptModel> gpt_;
   std::unique_ptr<Checkpointer> checkpointer_;
+  GptStagePart part_;
+  std::unique_ptr<PipelineSchedule> schedule_;
+  std::unique_ptr<PipelineExecutor> executor_;
+  std::unique_ptr<GptPipelineStage> stage_;
+  std::unique_ptr<Communicator> tied_;  // first and last stage of one pipeline (pp > 1): sums the tied wte's gradients
+  int tied_unit_ = -1;                  // this rank's unit in that pair
+  // Sums the embeddings' gradient shards over the first and last stage (the tie of wte and the LM head).
+  void sum_tied_grads();
   std::vector<std::int32_t> inputs_, targets_;
   std::size_t parameters_ = 0;
   std::uint64_t rows_done_ = 0;  // global rows consumed (the data position a checkpoint keeps)

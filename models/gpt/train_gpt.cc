@@ -43,6 +43,9 @@ struct Flags {
   int checkpoint_every = 0, keep_checkpoints = 2, stop_at = -1;
   bool checkpoint_async = false, resume = false;
   int max_skipped_steps = 10;
+  int pp = 1, pp_virtual = 1, microbatches = 0;
+  std::string pp_schedule = "1f1b";
+  bool pp_reshard = false, verbose = false;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -52,7 +55,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--vocab", f.model.vocab, "vocabulary size (256 with --text)")->check(flags::integer(2, 65536));
   app.add_option("--ctx", f.model.ctx, "positions in wpe")->check(flags::positive_integer());
   app.add_option("--seq", f.seq, "sequence length T (<= --ctx)")->check(flags::positive_integer());
-  app.add_option("--batch", f.batch, "rows per rank per micro-batch")->check(flags::positive_integer());
+  app.add_option("--batch", f.batch,
+                 "rows per data-parallel rank per micro-batch (with --microbatches or --pp: per step, split into the "
+                 "micro-batches)")
+      ->check(flags::positive_integer());
   app.add_option("--steps", f.steps, "optimizer steps")->check(flags::non_negative_integer());
   app.add_option("--lr", f.lr, "learning rate (constant unless --warmup / --cosine)")
       ->check(flags::non_negative_real());
@@ -91,6 +97,18 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(flags::positive_integer());
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "with --tp: LayerNorm and residual regions hold seq / tp positions per rank");
+  app.add_option("--pp", f.pp,
+                 "pipeline stages: contiguous blocks per stage, the outermost mesh dimension (docs/pipeline-parallel.md)")
+      ->check(flags::positive_integer());
+  app.add_option("--pp-schedule", f.pp_schedule, "gpipe, 1f1b or interleaved");
+  app.add_option("--pp-virtual", f.pp_virtual, "model chunks per pipeline rank (interleaved schedule)")
+      ->check(flags::positive_integer());
+  app.add_option("--microbatches", f.microbatches,
+                 "split each step's --batch rows into this many micro-batches (default: --pp); a pipeline streams them")
+      ->check(flags::positive_integer());
+  app.add_flag("--pp-reshard", f.pp_reshard,
+               "under a pipeline, reduce and free each unit after every micro-batch instead of once per step");
+  app.add_flag("--verbose", f.verbose, "print the pipeline schedule of every rank");
   app.add_option("--param-dtype", f.param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(flags::positive_integer());
@@ -147,7 +165,9 @@ std::vector<strata::ConfigField> effective_configuration(const Flags& f) {
       {"--eps", num(f.eps)}, {"--grad-clip", num(f.grad_clip)}, {"--seed", num(f.seed)},
       {"--max-skipped-steps", num(f.max_skipped_steps)},
       {"--param-dtype", f.param_dtype}, {"--reduce-dtype", f.reduce_dtype}, {"--zero-stage", num(f.zero_stage)},
-      {"--tp", num(f.tp)}, {"--sequence-parallel", on(f.sequence_parallel)},
+      {"--tp", num(f.tp)}, {"--sequence-parallel", on(f.sequence_parallel)}, {"--pp", num(f.pp)},
+      {"--pp-schedule", f.pp_schedule}, {"--pp-virtual", num(f.pp_virtual)}, {"--microbatches", num(f.microbatches)},
+      {"--pp-reshard", on(f.pp_reshard)},
       {"--dp-replicate", num(f.dp_replicate)}, {"--prefetch", num(f.prefetch)}, {"--offload", f.offload},
       {"--recompute", on(f.recompute)}, {"--init", f.init},
       {"--init size", f.init.empty() ? "" : file_size_text(f.init)}, {"--data", f.data},
@@ -245,11 +265,18 @@ int main(int argc, char** argv) {
     cfg.dp_replicate = f.dp_replicate;
     // Layout errors before any allocation, on every rank, naming the values.
     STRATA_CHECK(world % f.tp == 0, "--tp {} does not divide the world size {}", f.tp, world);
+    STRATA_CHECK(world % (f.tp * f.pp) == 0, "--pp {} x --tp {} does not divide the world size {}", f.pp, f.tp, world);
     STRATA_CHECK(!f.sequence_parallel || f.tp > 1, "--sequence-parallel needs --tp 2 or more");
     f.model.validate_tp(f.tp, f.sequence_parallel, f.seq);
     f.model.validate_sizes(f.batch, f.seq, f.tp);
     cfg.tp = f.tp;
     cfg.sequence_parallel = f.sequence_parallel;
+    cfg.pp = f.pp;
+    cfg.pp_schedule = parse_pipeline_schedule(f.pp_schedule);
+    cfg.pp_virtual = f.pp_virtual;
+    cfg.microbatches = f.microbatches;
+    cfg.pp_keep_gathered = !f.pp_reshard;
+    cfg.validate_pipeline();  // on every rank, before anything is allocated
     cfg.sharding.prefetch_depth = f.prefetch;
     cfg.sharding.offload = offload_from_name(f.offload);
     if (!f.device_memory.empty()) rt.device().set_memory_budget(parse_bytes(f.device_memory, "--device-memory"));
@@ -274,11 +301,28 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       std::printf("train_gpt: %s, %zu parameters; %d data-parallel ranks x %d rows x %d tokens x %d micro-batches; "
                   "%s%s\n",
-                  f.model.describe().c_str(), trainer.parameters(), world / f.tp, f.batch, f.seq, f.grad_accum,
-                  cfg.sharding.describe().c_str(), f.recompute ? ", recompute" : "");
+                  f.model.describe().c_str(), trainer.parameters(), world / (f.tp * f.pp),
+                  cfg.pipelined() ? f.batch / cfg.micro_batches() : f.batch, f.seq,
+                  cfg.pipelined() ? cfg.micro_batches() : f.grad_accum,
+                  trainer.model().options().describe().c_str(), f.recompute ? ", recompute" : "");
       if (f.tp > 1)
         std::printf("train_gpt: tensor parallel %d%s; %s\n", f.tp, f.sequence_parallel ? " with sequence parallelism" : "",
                     trainer.mesh().describe().c_str());
+      if (const PipelineSchedule* sched = trainer.schedule()) {
+        std::string stages;
+        const auto ranges = split_layers(f.model.layers, f.pp, f.pp_virtual);
+        for (std::size_t s = 0; s < ranges.size(); ++s)
+          stages += fmt::format("{}stage {}: layers [{}, {})", s ? ", " : "", s, ranges[s].first, ranges[s].last);
+        const bool uneven = f.model.layers % (f.pp * f.pp_virtual) != 0;
+        std::printf("train_gpt: pipeline %s, %d stages x %d micro-batches of %d rows (%s%s); %s; %s\n",
+                    pipeline_schedule_name(sched->kind()), sched->num_stages(), sched->micro_batches(),
+                    f.batch / sched->micro_batches(), stages.c_str(),
+                    uneven ? "; uneven: the earlier stages take the extra layers" : "",
+                    f.pp_reshard ? "units reduced and freed after every micro-batch"
+                                 : "units reduced once per step, kept gathered between micro-batches",
+                    trainer.mesh().describe().c_str());
+        if (f.verbose) std::printf("%s\n", sched->to_string().c_str());
+      }
       std::printf("train_gpt: data %s (%llu tokens), init %s, backend %s\n", data.path().c_str(),
                   static_cast<unsigned long long>(data.size()), f.init.empty() ? "spec distributions" : f.init.c_str(),
                   device_kind_name(rt.backend()));
@@ -296,7 +340,7 @@ int main(int argc, char** argv) {
     OutputFile metrics;  // every record written through at once: a full disk is an error at that step
     if (rank == 0 && !f.metrics.empty()) metrics = OutputFile(f.metrics, "--metrics");
     const bool bar = rank == 0 && !f.no_progress && isatty(STDERR_FILENO);
-    const double tokens_per_step = static_cast<double>(world / f.tp) * f.batch * f.seq * f.grad_accum;
+    const double tokens_per_step = static_cast<double>(world / (f.tp * f.pp)) * f.batch * f.seq * f.grad_accum;
     const gpt::TpTraffic tp_predicted = gpt::predict_tp_traffic(cfg);
     double final_loss = 0, time_sum_ms = 0, exposed_sum_ms = 0, comm_sum_ms = 0;
     int timed = 0;

@@ -69,6 +69,16 @@ Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communi
 Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceMesh& mesh, CheckpointOptions options)
     : Checkpointer(model, optimizer, mesh.world(), mesh.tp().rank(), mesh.tp().size(), std::move(options)) {}
 
+Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceMesh& mesh, CheckpointOptions options,
+                           CheckpointPart part)
+    : Checkpointer(model, optimizer, mesh.world(), mesh.tp().rank(), mesh.tp().size(), std::move(options)) {
+  for (int u : part.copies)
+    STRATA_CHECK(u >= 0 && u < model_.num_units(), "checkpoint part: copied unit {} of {}", u, model_.num_units());
+  part.pp = mesh.pp().size();
+  if (part.whole.empty()) part.whole = model_.declaration();
+  part_ = std::move(part);
+}
+
 Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, int tp_rank, int tp_size,
                            CheckpointOptions options)
     : model_(model),
@@ -79,6 +89,7 @@ Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communi
       options_(std::move(options)),
       dir_(options_.dir) {
   options_.validate();
+  part_.whole = model_.declaration();
   // A slice saved at the wrong degree would land at wrong global places: the slot shapes must be this degree's.
   for (const UnitSpec& u : model_.declaration())
     for (const SlotSpec& s : u.slots)
@@ -103,6 +114,7 @@ std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(std::int64_t step) {
   s->step = step;
   s->tmp_dir = dir_.tmp_path(step);
   for (int u = 0; u < params.num_units(); ++u) {
+    if (std::find(part_.copies.begin(), part_.copies.end(), u) != part_.copies.end()) continue;  // another stage's
     const UnitShard shard = params.unit(u);
     const float* sources[3] = {shard.master, optimizer_.exp_avg(u), optimizer_.exp_avg_sq(u)};
     for (const ShardSegment& seg : params.owned_segments(u)) {
@@ -292,12 +304,13 @@ void Checkpointer::commit(Staged& s) {
       CheckpointIndex index;
       index.step = s.step;
       index.world_size = world_.size();
-      index.units = global_declaration(model_.declaration());
+      index.units = global_declaration(part_.whole);
       index.block_bytes = options_.block_bytes;
       const DataParallelGroups& g = model_.groups();
       const ShardingOptions& o = model_.options();
       index.layout = {
-          {"mesh", {{"dp_replicate", g.replicate->size()}, {"dp_shard", g.shard->size()}, {"tp", tp_size_}}},
+          {"mesh", {{"pp", part_.pp}, {"dp_replicate", g.replicate->size()}, {"dp_shard", g.shard->size()},
+                    {"tp", tp_size_}}},
           {"zero_stage", static_cast<int>(o.stage)},
           {"param_dtype", dtype_name(o.mixed_precision.param_dtype)},
           {"reduce_dtype", dtype_name(o.mixed_precision.reduce_dtype)},
@@ -347,7 +360,7 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   // Every rank reads the same index and makes the same checks: a bad one is the same error on every rank.
   const CheckpointIndex index = dir_.read_index(step);
   const std::string where = dir_.step_path(step);
-  index.check_model(global_declaration(model_.declaration()), where);
+  index.check_model(global_declaration(part_.whole), where);
   const std::int64_t optimizer_step = index.state.value("optimizer", nlohmann::json::object()).value("step", -1);
 
   ShardedParameters& params = model_.parameters();

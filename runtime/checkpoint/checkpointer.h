@@ -47,6 +47,15 @@ struct LoadStats {
   std::uint64_t bytes = 0;   // bytes this rank read from the checkpoint's files (whole checksummed blocks)
 };
 
+// Pipeline parallelism: a rank's model is one part of a whole. A checkpoint always holds the whole model (so it loads at
+// any pp degree): the index declares `whole` (units as declared, tp slices and all), and this rank saves its units
+// except `copies` (a copy of units another stage saves: the LM head tied to the embeddings), which it loads by name.
+struct CheckpointPart {
+  std::vector<UnitSpec> whole;
+  std::vector<int> copies;
+  int pp = 1;  // pipeline stages, for the record
+};
+
 class Checkpointer {
  public:
   // `world` is the communicator every rank of the job is in (the commit is agreed over it). A model without
@@ -55,6 +64,9 @@ class Checkpointer {
   // Over a mesh: its world, and its tp group, whose rank says which slice of each split slot this rank holds.
   // kInvalidArgument when a split slot's shape is not its slice at the mesh's tp degree.
   Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceMesh& mesh, CheckpointOptions options);
+  // Over a mesh, for one part of a pipeline (CheckpointPart).
+  Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceMesh& mesh, CheckpointOptions options,
+               CheckpointPart part);
   // Joins the background writer of a save in flight (it is not committed: call wait() before); never throws.
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
@@ -95,6 +107,7 @@ class Checkpointer {
   int tp_rank_ = 0;  // this rank's place in its tensor-parallel group, and the group's size
   int tp_size_ = 1;
   CheckpointOptions options_;
+  CheckpointPart part_;  // whole: the model's own declaration unless a pipeline part says otherwise
   CheckpointDir dir_;
   std::unique_ptr<Device> staging_device_;  // host memory for staging, with its own ledger
   std::unique_ptr<Staged> in_flight_;

@@ -232,6 +232,8 @@ const std::vector<TensorView>& ShardedModel::begin_forward(int i) {
   prefetch(p.forward_prefetch);  // the next units' all-gathers run while this one computes
   monitor_->exposed([&] { u.wait_for_unshard(); });
   monitor_->count_forward(i);
+  if (p.resharded) monitor_->count_gather(i);
+  p.resharded = false;
   p.span_start_us = Tracer::global().enabled() ? Tracer::global().now_us() : 0;
   if (Tracer::global().has_range_hooks()) Tracer::global().push_range(("forward " + u.name()).c_str());
   return u.params();
@@ -248,6 +250,7 @@ void ShardedModel::end_forward(int i) {
   if (Tracer::global().enabled())
     Tracer::global().complete("forward " + u.name(), "compute", "compute", p.span_start_us, Tracer::global().now_us());
   if (options_.reshard_after_forward) u.reshard();
+  p.resharded = options_.reshard_after_forward;
   p.state = TrainingState::kIdle;
 }
 
@@ -262,6 +265,8 @@ BackwardViews ShardedModel::begin_backward(int i) {
   STRATA_CHECK(p.state == TrainingState::kIdle, "begin_backward({}): unit '{}' is still in {}", i, u.name(),
                state_name(p.state));
   monitor_->mark_start();
+  if (p.resharded) monitor_->count_gather(i);
+  p.resharded = false;
   p.state = TrainingState::kBackward;
   u.unshard();
   prefetch(p.backward_prefetch);  // backward runs in reverse unit order by default
@@ -289,7 +294,8 @@ void ShardedModel::end_backward(int i) {
   if (last_reduced_ >= 0 && last_reduced_ != i)
     monitor_->exposed([&] { units_[static_cast<std::size_t>(last_reduced_)]->finish_reduce(); });
   last_reduced_ = sync_grads_ ? i : -1;
-  u.reshard();
+  if (reshard_after_backward_) u.reshard();
+  p.resharded = reshard_after_backward_;
   --p.forwards;
   p.state = TrainingState::kIdle;
   if (last_backward_) {

@@ -66,6 +66,9 @@ class ShardedModel {
   // the model finishes every reduction when the last unit's backward ends (else the optimizer waits for them).
   void set_requires_gradient_sync(bool sync) { sync_grads_ = sync; }
   void set_is_last_backward(bool last) { last_backward_ = last; }
+  // ZeRO-3: whether a unit's backward frees its gathered parameters (FSDP2's reshard_after_backward). A pipeline
+  // keeps them gathered between the micro-batches of a step and frees them after each unit's last backward.
+  void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
   // The units gathered ahead when unit i's forward (backward) begins. Default: the next prefetch_depth units in
   // forward order (in reverse for backward). A pipeline schedule sets its own.
   void set_forward_prefetch(int i, std::vector<int> units);
@@ -93,6 +96,7 @@ class ShardedModel {
   struct UnitProtocol {
     TrainingState state = TrainingState::kIdle;
     int forwards = 0;  // forwards whose backward has not ended yet (1F1B keeps several)
+    bool resharded = true;  // the trainer let it reshard since its last use (the step starts so)
     std::vector<int> forward_prefetch, backward_prefetch;
     std::int64_t span_start_us = 0;
   };
@@ -122,6 +126,7 @@ class ShardedModel {
   std::unique_ptr<ShardedParameters> parameters_;
   bool sync_grads_ = true;
   bool last_backward_ = true;
+  bool reshard_after_backward_ = true;
   int last_reduced_ = -1;  // the unit whose reduction may still be in flight (at most two are)
 };
 

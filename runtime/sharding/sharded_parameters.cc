@@ -60,7 +60,11 @@ void ShardedParameters::zero_grads() {
 void ShardedParameters::finish_step(std::int64_t steps_taken, bool updated) {
   if (updated) model_.monitor_->exposed([&] { model_.units_.back()->finish_upload(); });
   // Forwards that had no backward (an evaluation pass) do not carry into the next step.
-  for (auto& p : model_.protocol_) p.forwards = 0;
+  // The update resharded every unit (prepare_update).
+  for (auto& p : model_.protocol_) {
+    p.forwards = 0;
+    p.resharded = true;
+  }
   model_.monitor_->finish(steps_taken, updated);
 }
 

@@ -31,6 +31,7 @@ StepMonitor::StepMonitor(Device& device, const ShardingOptions& options, std::ve
       padded_(std::move(padded)),
       shard_size_(shard_size),
       forwards_(padded_.size(), 0),
+      gathers_(padded_.size(), 0),
       reductions_(padded_.size(), 0) {}
 
 void StepMonitor::mark_start() {
@@ -55,16 +56,15 @@ void StepMonitor::finish(std::int64_t step, bool updated) {
   s.all_reduce_bytes = stats_.all_reduce_bytes;
   s.to_device_bytes = stats_.to_device_bytes;
   s.to_host_bytes = stats_.to_host_bytes;
-  // The layout's prediction from what the trainer did: ZeRO-3 gathers a unit for each forward and again for its
-  // backward (once when parameters stay gathered after forward); stages 1-2 gather once per step after an update;
-  // each synchronised backward reduces the unit once.
+  // The layout's prediction from what the trainer did: ZeRO-3 gathers a unit each time a forward or backward begins
+  // after the unit was resharded (after each forward and backward by default; once per step when a pipeline keeps it
+  // gathered); stages 1-2 gather once per step after an update; each synchronised backward reduces the unit once.
   const StagePlan plan = StagePlan::from(options_);
   const std::uint64_t psz = dtype_size(options_.mixed_precision.param_dtype);
   const std::uint64_t rsz = dtype_size(options_.mixed_precision.reduce_dtype);
-  const std::uint64_t gathers_per_forward = options_.reshard_after_forward ? 2 : 1;
   std::uint64_t gathered = 0, reduced = 0;
   for (std::size_t u = 0; u < padded_.size(); ++u) {
-    if (plan.params_sharded) gathered += gathers_per_forward * forwards_[u] * padded_[u];
+    if (plan.params_sharded) gathered += gathers_[u] * padded_[u];
     else if (shard_size_ > 1 && updated) gathered += padded_[u];
     reduced += reductions_[u] * padded_[u];
   }
@@ -75,6 +75,7 @@ void StepMonitor::finish(std::int64_t step, bool updated) {
   exposed_ms_ = 0;
   started_ = false;
   std::fill(forwards_.begin(), forwards_.end(), 0);
+  std::fill(gathers_.begin(), gathers_.end(), 0);
   std::fill(reductions_.begin(), reductions_.end(), 0);
 }
 

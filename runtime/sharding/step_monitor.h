@@ -42,6 +42,8 @@ class StepMonitor {
   void exposed(Fn&& fn);
   // What the trainer did, for the prediction: a forward of unit i, a reduction of its gradients.
   void count_forward(int unit) { ++forwards_[static_cast<std::size_t>(unit)]; }
+  // ZeRO-3: the trainer begins a forward or backward of a unit it let reshard (or has not used yet this step).
+  void count_gather(int unit) { ++gathers_[static_cast<std::size_t>(unit)]; }
   void count_reduction(int unit) { ++reductions_[static_cast<std::size_t>(unit)]; }
   // Closes the step: `step` optimizer steps taken so far; `updated` false when this one was skipped.
   void finish(std::int64_t step, bool updated);
@@ -57,7 +59,7 @@ class StepMonitor {
   bool started_ = false;
   std::chrono::steady_clock::time_point start_;
   double exposed_ms_ = 0;
-  std::vector<std::uint64_t> forwards_, reductions_;  // per unit, this step
+  std::vector<std::uint64_t> forwards_, gathers_, reductions_;  // per unit, this step
 };
 
 template <typename Fn>

@@ -54,6 +54,56 @@ TEST(GptTraining, GradientAccumulationEqualsTheReference) {
   EXPECT_LE(max_rel(run(cfg, static_cast<int>(want.size())), want), 1e-5);
 }
 
+// Pipeline schedules against PyTorch: the step's 4 rows in 2 micro-batches, through every schedule the 2-layer model
+// allows (interleaved needs 4 layers at pp 2), over pp = the world (np 1, 2) or pp 2 x dp 2 (np 4).
+TEST(GptTraining, PipelineEqualsThePyTorchReference) {
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  const int world = runtime().world_size();
+  const int pp = std::min(world, 2);
+  for (PipelineScheduleKind kind : {PipelineScheduleKind::kGPipe, PipelineScheduleKind::kOneFOneB}) {
+    for (int stage : {1, 3}) {
+      TrainConfig cfg = reference_config(ref, world / pp);  // rows per data-parallel rank
+      cfg.pp = pp;
+      cfg.pp_schedule = kind;
+      cfg.microbatches = 2;
+      cfg.sharding.stage = zero_stage_from_int(stage);
+      double err = max_rel(run(cfg, static_cast<int>(want.size())), want);
+      EXPECT_LE(err, 1e-5) << pipeline_schedule_name(kind) << " at pp " << pp << ", ZeRO " << stage << ", "
+                           << world << " ranks";
+    }
+  }
+}
+
+// Under ZeRO-3 a pipeline stage gathers each unit once per step and reduces it once, after its last micro-batch; with
+// --pp-reshard, once per forward and once per backward, and reduces after every micro-batch. Either way the bytes moved
+// are the StepMonitor's prediction from the protocol calls.
+TEST(GptTraining, PipelineMovesWhatItPredicts) {
+  const int world = runtime().world_size();
+  if (world < 2) GTEST_SKIP() << "a pipeline needs 2 ranks";
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  TokenFile data = TokenFile::open(kData + "gpt_tiny_tokens.bin", 8, 64);
+  StepSummary keep, reshard;
+  for (bool keep_gathered : {true, false}) {
+    TrainConfig cfg = reference_config(ref, world / 2);
+    cfg.pp = 2;
+    cfg.microbatches = 4;
+    cfg.batch = 4;
+    cfg.pp_keep_gathered = keep_gathered;
+    GptTrainer trainer(runtime(), cfg, data);
+    for (int step = 0; step < 2; ++step) trainer.step(step);
+    const StepSummary s = trainer.model().last_step_summary();
+    EXPECT_EQ(s.all_gather_bytes, s.predicted_all_gather_bytes) << "keep gathered " << keep_gathered;
+    EXPECT_EQ(s.reduce_scatter_bytes, s.predicted_reduce_scatter_bytes) << "keep gathered " << keep_gathered;
+    (keep_gathered ? keep : reshard) = s;
+  }
+  if (world / 2 > 1) {  // a shard group of one moves nothing
+    EXPECT_GT(keep.all_gather_bytes, 0u);
+    EXPECT_EQ(reshard.all_gather_bytes, 2 * 4 * keep.all_gather_bytes);  // 4 micro-batches, forward and backward
+    EXPECT_EQ(reshard.reduce_scatter_bytes, 4 * keep.reduce_scatter_bytes);
+  }
+}
+
 TEST(GptTraining, RecomputeGivesTheSameLosses) {
   auto ref = load_json(kData + "gpt_tiny_ref.json");
   TrainConfig cfg = reference_config(ref, runtime().world_size());
@@ -150,6 +200,7 @@ void expect_close(const CategoryBytes& predicted, const CategoryBytes& measured,
 void expect_step_as_predicted(const TrainConfig& cfg, const TokenFile& data, std::uint64_t comm_in_place = 0) {
   Device& dev = runtime().device();
   const int world = runtime().world_size();
+  const int pp_rank = runtime().rank() / (world / cfg.pp);
   CategoryBytes before{}, peak{}, host_peak{};
   for (std::size_t i = 0; i < kNumMemCategories; ++i)
     before[i] = dev.memory_stats().current(static_cast<MemCategory>(i));
@@ -164,10 +215,10 @@ void expect_step_as_predicted(const TrainConfig& cfg, const TokenFile& data, std
     }
     EXPECT_EQ(trainer.model().host_device() != nullptr, cfg.sharding.offload != OffloadPolicy::kNone);
   }
-  CategoryBytes predicted = predict_step_memory(cfg, world);
+  CategoryBytes predicted = predict_step_memory(cfg, world, pp_rank);
   predicted[static_cast<std::size_t>(MemCategory::kCommBuffer)] -= comm_in_place;
   expect_close(predicted, peak, "device");
-  expect_close(predict_host_memory(cfg, world), host_peak, "host");
+  expect_close(predict_host_memory(cfg, world, pp_rank), host_peak, "host");
   if (runtime().rank() == 0 && cfg.tp > 1)
     std::printf("tp %d%s x dp %d, ZeRO %d, recompute %d, accum %d, %s, offload %s: predicted%s / measured\n%s",
                 cfg.tp, cfg.sequence_parallel ? " (SP)" : "", world / cfg.tp, static_cast<int>(cfg.sharding.stage),
@@ -204,6 +255,51 @@ TEST(GptMemory, PredictedEqualsMeasuredInEveryCategory) {
       }
     }
   }
+}
+
+// The same under pipeline parallelism, on every pp rank: its stage's units (the first with the embeddings, the last with
+// ln_f and the tied head's copy), the activations of as many micro-batches as its schedule keeps in flight (1F1B: P - r
+// on pp rank r; GPipe: M), and by default every unit of the stage gathered, with its unsharded gradients, through the
+// step (--pp-reshard: one at a time, as without a pipeline). The step's 4 rows per data-parallel rank in micro-batches.
+TEST(GptMemory, PredictedEqualsMeasuredUnderPipelineParallelism) {
+  const int world = runtime().world_size();
+  struct Case {
+    int pp, tp, micro_batches, stage, virtual_stages;
+    PipelineScheduleKind kind;
+    bool keep, recompute;
+  };
+  using K = PipelineScheduleKind;
+  const Case cases[] = {
+      {1, 1, 2, 3, 1, K::kOneFOneB, true, false},   {1, 1, 4, 2, 1, K::kGPipe, false, false},
+      {2, 1, 4, 3, 1, K::kOneFOneB, true, false},   {2, 1, 4, 3, 1, K::kGPipe, true, false},
+      {2, 1, 2, 1, 1, K::kOneFOneB, true, true},    {2, 1, 4, 0, 1, K::kOneFOneB, false, false},
+      {2, 1, 4, 2, 1, K::kOneFOneB, false, false},  {2, 1, 2, 3, 2, K::kInterleaved, true, false},
+      {4, 1, 4, 3, 1, K::kOneFOneB, true, false},   {2, 2, 2, 3, 1, K::kOneFOneB, true, false},
+      {2, 1, 4, 3, 1, K::kOneFOneB, false, false},  {2, 1, 4, 3, 2, K::kInterleaved, false, true},
+  };
+  TokenFile data = TokenFile::from_tokens(synthetic_tokens(4096, 64, 3), 16, 64);
+  int ran = 0;
+  for (const Case& c : cases) {
+    if (world % (c.pp * c.tp) != 0) continue;
+    TrainConfig cfg;
+    cfg.model = GptConfig{4, 2, 32, 64, 16};
+    cfg.seq = 16;
+    cfg.batch = 4;
+    cfg.pp = c.pp;
+    cfg.tp = c.tp;
+    cfg.microbatches = c.micro_batches;
+    cfg.pp_schedule = c.kind;
+    cfg.pp_virtual = c.virtual_stages;
+    cfg.pp_keep_gathered = c.keep;
+    cfg.recompute = c.recompute;
+    cfg.sharding.stage = zero_stage_from_int(c.stage);
+    SCOPED_TRACE(fmt::format("pp {} ({} x {}, {} micro-batches{}) x tp {} x dp {}, ZeRO {}, recompute {}", c.pp,
+                             pipeline_schedule_name(c.kind), c.virtual_stages, c.micro_batches,
+                             c.keep ? "" : ", --pp-reshard", c.tp, world / (c.pp * c.tp), c.stage, c.recompute));
+    expect_step_as_predicted(cfg, data);
+    ++ran;
+  }
+  EXPECT_GE(ran, 2);
 }
 
 // The same under tensor parallelism: a rank holds its tp slice of each matrix (a vocabulary that does not divide is

@@ -76,6 +76,36 @@ TEST(GptCudaTraining, TensorParallelPathOnOneGpuEqualsThePyTorchReference) {
   }
 }
 
+// The pipeline executor on one GPU (pp 1, the step's rows in 2 micro-batches through 1F1B) against PyTorch.
+TEST(GptCudaTraining, PipelineScheduleOnOneGpuEqualsThePyTorchReference) {
+  if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
+  if (runtime().world_size() != 1) GTEST_SKIP() << "the one-GPU case; GptCudaPipeline covers np >= 2";
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  TrainConfig cfg = reference_config(ref, 1);
+  cfg.microbatches = 2;
+  double err = max_rel(run(cfg, static_cast<int>(want.size())), want);
+  EXPECT_LE(err, 1e-4);
+  std::printf("cuda, pipeline schedule at pp 1 (2 micro-batches): max relative loss error vs PyTorch %.3g\n", err);
+}
+
+// pp over two ranks, one GPU each: registered at np 2, skipped with the reason where the ranks do not each have a GPU.
+TEST(GptCudaPipeline, PpOverGpusEqualsThePyTorchReference) {
+  const int world = runtime().world_size();
+  if (world != 2) GTEST_SKIP() << "the 2-layer reference splits over 2 pipeline stages; this is np " << world;
+  if (!on_cuda())
+    GTEST_SKIP() << world << " ranks and " << cuda_device_count()
+                 << " GPU(s) visible: NCCL needs one GPU per rank, so this runs on the CPU backend and skips";
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  TrainConfig cfg = reference_config(ref, 1);
+  cfg.pp = 2;
+  cfg.microbatches = 2;
+  double err = max_rel(run(cfg, static_cast<int>(want.size())), want);
+  EXPECT_LE(err, 1e-4);
+  if (runtime().rank() == 0) std::printf("cuda, pp 2 (1f1b, 2 micro-batches): max relative loss error %.3g\n", err);
+}
+
 // tp over every rank, one GPU each (NCCL refuses two ranks on one GPU): registered at np 2, skipped with the reason
 // where the ranks do not each have a GPU.
 TEST(GptCudaTensorParallel, TpOverGpusEqualsThePyTorchReference) {
