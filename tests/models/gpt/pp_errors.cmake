@@ -19,12 +19,7 @@ set(bad
   "virtual_without_interleaved|2|--pp-virtual 2 needs --pp-schedule interleaved|--pp,2,--pp-virtual,2"
   "schedule|2|--pp-schedule 'zigzag' is not a schedule|--pp,2,--pp-schedule,zigzag")
 foreach(case IN LISTS bad)
-  string(REPLACE "|" ";" fields "${case}")
-  list(GET fields 0 name)
-  list(GET fields 1 np)
-  list(GET fields 2 text)
-  list(GET fields 3 flags)
-  string(REPLACE "," ";" flags "${flags}")
+  unpack_row("${case}" name np text flags)
   run_checked(${name} fail 60 ${launcher} -n ${np} ${TRAIN_GPT} ${common} ${flags})
   expect_text(${name} "${text}")
   expect_no_steps_after(${name} -1)

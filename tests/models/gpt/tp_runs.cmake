@@ -8,6 +8,8 @@
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DCOMPARE=<compare_runs>
 # -DWORK=<scratch directory, emptied>.
 
+include(${CMAKE_CURRENT_LIST_DIR}/../../support/run_checks.cmake)
+
 # heads 4 so that tp 4 holds a whole head per rank; 12 rows of 8 tokens a step.
 set(common --steps 20 --no-progress --heads 4 --embd 32 --seq 8)
 string(REPLACE "|" ";" launcher "${MPIEXEC}")
@@ -45,12 +47,7 @@ set(layouts
   "tp2_dp2_vocab65_recompute_accum|4|65|--tp,2,--batch,3,--grad-accum,2,--recompute,--sequence-parallel")
 set(failed)
 foreach(layout IN LISTS layouts)
-  string(REPLACE "|" ";" fields "${layout}")
-  list(GET fields 0 name)
-  list(GET fields 1 np)
-  list(GET fields 2 vocab)
-  list(GET fields 3 flags)
-  string(REPLACE "," ";" flags "${flags}")
+  unpack_row("${layout}" name np vocab flags)
   run_gpt(${name} ${np} --vocab ${vocab} ${flags})
   execute_process(COMMAND ${COMPARE} 1e-5 1e-6 1e-5 ${WORK}/ref_v${vocab}.jsonl ${WORK}/${name}.jsonl
                           ${WORK}/ref_v${vocab}.safetensors ${WORK}/${name}.safetensors
@@ -74,12 +71,7 @@ set(bad
   "seq|2|--seq 7 must divide by --tp 2 under --sequence-parallel|--seq,7,--tp,2,--sequence-parallel"
   "world|4|--tp 3 does not divide the world size 4|--heads,3,--embd,33,--tp,3")
 foreach(case IN LISTS bad)
-  string(REPLACE "|" ";" fields "${case}")
-  list(GET fields 0 name)
-  list(GET fields 1 np)
-  list(GET fields 2 text)
-  list(GET fields 3 flags)
-  string(REPLACE "," ";" flags "${flags}")
+  unpack_row("${case}" name np text flags)
   set(argv ${launcher} -n ${np} ${TRAIN_GPT} --steps 2 --no-progress ${flags})
   string(TIMESTAMP t0 "%s")
   execute_process(COMMAND ${argv} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
