@@ -82,6 +82,14 @@ Env Env::from_environment() {
   }
   if (const char* v = get("STRATA_TRACE")) e.trace_file = v;
   if (const char* v = get("STRATA_DEVICE_MEMORY")) e.device_memory = parse_bytes(v, "STRATA_DEVICE_MEMORY");
+  if (const char* v = get("STRATA_RANKS_PER_NODE")) {
+    const std::string t = v;
+    STRATA_CHECK_CODE(ErrorCode::kInvalidArgument,
+                      !t.empty() && t.size() <= 6 && t.find_first_not_of("0123456789") == std::string::npos &&
+                          std::stoi(t) >= 1,
+                      "STRATA_RANKS_PER_NODE='{}' must be a whole number of ranks, at least 1", v);
+    e.ranks_per_node = std::stoi(t);
+  }
   if (const char* v = get("STRATA_FAULT")) {
     e.fault = v;
     const std::size_t colon = e.fault.find(':');
@@ -110,9 +118,10 @@ Env Env::from_environment() {
 std::string Env::describe() const {
   return fmt::format(
       "STRATA_BACKEND={} STRATA_TIMEOUT_S={} STRATA_VALIDATE={} STRATA_LOG_LEVEL={} STRATA_LOG_RANKS={} "
-      "STRATA_TRACE={} STRATA_DEVICE_MEMORY={}{}",
+      "STRATA_TRACE={} STRATA_DEVICE_MEMORY={}{}{}",
       backend, timeout_s, validate ? 1 : 0, log_level, log_ranks, trace_file.empty() ? "(off)" : trace_file,
       device_memory == 0 ? std::string("(unlimited)") : std::to_string(device_memory),
+      ranks_per_node == 0 ? std::string() : fmt::format(" STRATA_RANKS_PER_NODE={}", ranks_per_node),
       fault.empty() ? std::string() : " STRATA_FAULT=" + fault);
 }
 

@@ -14,6 +14,9 @@ struct Env {
   std::string log_ranks = "0";     // STRATA_LOG_RANKS: "all" or a comma list of ranks that print info
   std::string trace_file;          // STRATA_TRACE: Chrome-trace output file (empty: off)
   std::size_t device_memory = 0;   // STRATA_DEVICE_MEMORY: allocator budget in bytes (0: unlimited)
+  // STRATA_RANKS_PER_NODE: treat world ranks [k K, (k + 1) K) as node k, whatever machines they run on (rehearsing a
+  // multi-node layout on one machine; the last node holds the rest). 0: the nodes MPI reports.
+  int ranks_per_node = 0;
   // STRATA_FAULT: a fault to inject, for the fault tests: "checkpoint-kill:R[:K]" (rank R kills itself with SIGKILL
   // half-way through writing its K-th checkpoint data file, default the first) or "checkpoint-enospc:R[:K]" (that
   // write fails as on a full disk), or "pp-no-send:R" (pp rank R of every pipeline drops its point-to-point sends).

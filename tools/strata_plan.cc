@@ -30,7 +30,10 @@ int main(int argc, char** argv) {
   app.add_option("--micro-batch", in.micro_batch, "sequences per device per micro-batch")
       ->check(flags::positive_integer());
   app.add_option("--zero-stage", stage, "0..3")->check(flags::integer(0, 3));
-  app.add_option("--dp", in.layout.dp, "data-parallel degree")->check(flags::positive_integer());
+  auto* dp_flag = app.add_option("--dp", in.layout.dp,
+                                 "data-parallel degree (default: --devices-per-node x --nodes / (tp x pp) when either "
+                                 "is given, else 1)")
+                      ->check(flags::positive_integer());
   app.add_option("--tp", in.layout.tp, "tensor-parallel degree")->check(flags::positive_integer());
   app.add_option("--pp", in.layout.pp, "pipeline stages")->check(flags::positive_integer());
   app.add_flag("--sequence-parallel", in.layout.sequence_parallel,
@@ -46,9 +49,9 @@ int main(int argc, char** argv) {
   app.add_option("--offload", offload, "none, optimizer or optimizer+params")
       ->check(CLI::IsMember({"none", "optimizer", "optimizer+params"}));
   app.add_option("--device-memory", device_memory, "memory per device, e.g. 80GB");
-  app.add_option("--devices-per-node", in.hardware.devices_per_node, "devices per node")
+  auto* per_node_flag = app.add_option("--devices-per-node", in.hardware.devices_per_node, "devices per node")
       ->check(flags::positive_integer());
-  app.add_option("--nodes", in.hardware.nodes, "nodes")->check(flags::positive_integer());
+  auto* nodes_flag = app.add_option("--nodes", in.hardware.nodes, "nodes")->check(flags::positive_integer());
   app.add_option("--link-gbs", in.hardware.link_gbs, "per-device collective bandwidth, GB/s (step-time estimate)")
       ->check(flags::positive_real());
   app.add_option("--tflops", in.hardware.peak_tflops, "per-device peak 16-bit TFLOP/s (step-time estimate)")
@@ -69,6 +72,20 @@ int main(int argc, char** argv) {
     // "80GB" here means 80e9 bytes, as GPU data sheets count.
     in.hardware.device_memory = static_cast<double>(strata::parse_bytes(device_memory, "--device-memory")) /
                                 (device_memory.find("iB") != std::string::npos ? 1.0 : 1.073741824);
+    std::string dp_from;  // how the data-parallel degree was found, when it was not given
+    if (dp_flag->count() == 0 && (per_node_flag->count() > 0 || nodes_flag->count() > 0)) {
+      const long devices = static_cast<long>(in.hardware.devices_per_node) * in.hardware.nodes;
+      const long model_parallel = static_cast<long>(in.layout.tp) * in.layout.pp;
+      if (devices % model_parallel != 0) {
+        std::fprintf(stderr, "strata-plan: --devices-per-node %d x --nodes %d = %ld devices do not divide into --tp %d "
+                     "x --pp %d; give --dp\n", in.hardware.devices_per_node, in.hardware.nodes, devices,
+                     in.layout.tp, in.layout.pp);
+        return 1;
+      }
+      in.layout.dp = static_cast<int>(devices / model_parallel);
+      dp_from = fmt::format(" (dp from --devices-per-node {} x --nodes {} / (tp {} x pp {}))",
+                            in.hardware.devices_per_node, in.hardware.nodes, in.layout.tp, in.layout.pp);
+    }
     in.validate();  // every cross-field check, naming the flags, before any arithmetic
     strata::MemoryPlan p = strata::plan_memory(in);
     if (json) {
@@ -79,10 +96,10 @@ int main(int argc, char** argv) {
                 in.model.count() / 1e9, in.model.layers, in.model.hidden, in.model.heads, in.model.seq,
                 in.micro_batch);
     std::printf("layout: dp %d x tp %d%s x pp %d, ZeRO stage %d, %s params, %s reductions, recompute %s, tiled "
-                "attention %s, offload %s\n\n",
+                "attention %s, offload %s%s\n\n",
                 in.layout.dp, in.layout.tp, in.layout.sequence_parallel ? " (sequence parallel)" : "", in.layout.pp,
                 stage, param_dtype.c_str(), reduce_dtype.c_str(),
-                in.recompute ? "on" : "off", in.tiled_attention ? "on" : "off", offload.c_str());
+                in.recompute ? "on" : "off", in.tiled_attention ? "on" : "off", offload.c_str(), dp_from.c_str());
     std::printf("%s\n", p.table().c_str());
     std::printf("device memory %.1f GB: %s\n", in.hardware.device_memory / 1e9, p.fits ? "FITS" : "DOES NOT FIT");
     if (!p.fits) std::printf("cheapest change that fits: %s\n", p.advice.c_str());

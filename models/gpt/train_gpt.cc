@@ -24,6 +24,7 @@
 #include "core/logging.h"
 #include "core/output_file.h"
 #include "runtime/memory/memory_ledger.h"
+#include "runtime/parallel/node_layout.h"
 
 namespace {
 
@@ -44,7 +45,7 @@ struct Flags {
   bool checkpoint_async = false, resume = false;
   int max_skipped_steps = 10;
   int pp = 1, pp_virtual = 1, microbatches = 0;
-  std::string pp_schedule = "1f1b";
+  std::string pp_schedule = "1f1b", dp_shard;
   bool pp_reshard = false, verbose = false;
 };
 
@@ -91,6 +92,10 @@ void add_flags(CLI::App& app, Flags& f) {
                  "hybrid sharding: replicate the state across this many groups, each sharding it over the ranks / "
                  "dp-replicate ranks of its group (1: shard over every rank)")
       ->check(flags::positive_integer());
+  app.add_option("--dp-shard", f.dp_shard,
+                 "node: hybrid sharding by node, each node's ranks shard the state and the nodes replicate it "
+                 "(docs/multi-node.md)")
+      ->check(CLI::IsMember({"node"}));
   app.add_option("--tp", f.tp,
                  "tensor-parallel degree: each block's matmuls, the embedding and the loss split over this many "
                  "consecutive ranks (data parallelism is the rest of the world)")
@@ -168,7 +173,7 @@ std::vector<strata::ConfigField> effective_configuration(const Flags& f) {
       {"--tp", num(f.tp)}, {"--sequence-parallel", on(f.sequence_parallel)}, {"--pp", num(f.pp)},
       {"--pp-schedule", f.pp_schedule}, {"--pp-virtual", num(f.pp_virtual)}, {"--microbatches", num(f.microbatches)},
       {"--pp-reshard", on(f.pp_reshard)},
-      {"--dp-replicate", num(f.dp_replicate)}, {"--prefetch", num(f.prefetch)}, {"--offload", f.offload},
+      {"--dp-replicate", num(f.dp_replicate)}, {"--dp-shard", f.dp_shard}, {"--prefetch", num(f.prefetch)}, {"--offload", f.offload},
       {"--recompute", on(f.recompute)}, {"--init", f.init},
       {"--init size", f.init.empty() ? "" : file_size_text(f.init)}, {"--data", f.data},
       {"--data size", f.data.empty() ? "" : file_size_text(f.data)}, {"--text", f.text},
@@ -263,6 +268,11 @@ int main(int argc, char** argv) {
     cfg.optimizer.max_skipped_steps = f.max_skipped_steps;
     cfg.optimizer.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
     cfg.dp_replicate = f.dp_replicate;
+    if (f.dp_shard == "node") {
+      STRATA_CHECK(f.dp_replicate == 1, "--dp-shard node sets the replicas (one per node); drop --dp-replicate {}",
+                   f.dp_replicate);
+      cfg.dp_replicate = node_aligned_dims(rt.node_of_rank(), f.pp, f.tp).dp_replicate;
+    }
     // Layout errors before any allocation, on every rank, naming the values.
     STRATA_CHECK(world % f.tp == 0, "--tp {} does not divide the world size {}", f.tp, world);
     STRATA_CHECK(world % (f.tp * f.pp) == 0, "--pp {} x --tp {} does not divide the world size {}", f.pp, f.tp, world);
@@ -343,6 +353,7 @@ int main(int argc, char** argv) {
     const double tokens_per_step = static_cast<double>(world / (f.tp * f.pp)) * f.batch * f.seq * f.grad_accum;
     const gpt::TpTraffic tp_predicted = gpt::predict_tp_traffic(cfg);
     double final_loss = 0, time_sum_ms = 0, exposed_sum_ms = 0, comm_sum_ms = 0;
+    gpt::CategoryBytes predicted_step0{}, measured_step0{};  // rank 0, CPU backend: the planner against the ledger
     int timed = 0;
     const int last_step = f.stop_at >= 0 ? std::min(f.stop_at, f.steps) : f.steps;
     for (int step = trainer.start_step(); step < last_step; ++step) {
@@ -396,8 +407,10 @@ int main(int argc, char** argv) {
         gpt::CategoryBytes measured{};
         for (std::size_t i = 0; i < kNumMemCategories; ++i)
           measured[i] = rt.device().memory_stats().peak(static_cast<MemCategory>(i)) - before[i];
+        predicted_step0 = gpt::predict_step_memory(cfg, world);
+        measured_step0 = measured;
         std::printf("memory after step 0, rank 0 (bytes):\n%s",
-                    gpt::prediction_table(gpt::predict_step_memory(cfg, world), measured).c_str());
+                    gpt::prediction_table(predicted_step0, measured).c_str());
         if (const Device* host = trainer.model().host_device()) {
           gpt::CategoryBytes host_measured{};
           for (std::size_t i = 0; i < kNumMemCategories; ++i)
@@ -457,6 +470,18 @@ int main(int argc, char** argv) {
                                   : nlohmann::json()},
                              {"peak_memory", peaks_of(ledger)},
                              {"host_peak_memory", peaks_of(host_ledger)}};
+      if (gpt::total(predicted_step0) > 0) {
+        // What the trainer itself allocated in step 0 on rank 0, predicted and measured, per category.
+        auto categories = [](const gpt::CategoryBytes& b) {
+          nlohmann::json j;
+          for (std::size_t i = 0; i < kNumMemCategories; ++i)
+            if (b[i]) j[mem_category_name(static_cast<MemCategory>(i))] = b[i];
+          j["total"] = gpt::total(b);
+          return j;
+        };
+        summary["step0_memory_rank0"] = {{"predicted", categories(predicted_step0)},
+                                         {"measured", categories(measured_step0)}};
+      }
       std::printf("%s\n", summary.dump().c_str());
     }
     rt.finish();  // the trace, if on: a failed write is an error here, not a log line at exit

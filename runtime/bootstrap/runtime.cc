@@ -78,6 +78,13 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
     if (node < 0) node = node_count_++;
     node_of_rank_.push_back(node);
   }
+  if (e.ranks_per_node > 0) {
+    // Virtual nodes (the layouts' view only): the local rank and size, which pick a GPU and size thread pools, stay
+    // the machine's.
+    const int k = e.ranks_per_node;
+    for (int r = 0; r < world_size_; ++r) node_of_rank_[static_cast<std::size_t>(r)] = r / k;
+    node_count_ = (world_size_ + k - 1) / k;
+  }
   std::string tag = rank_ == 0 ? process_tag() : std::string();
   int tag_len = static_cast<int>(tag.size());
   STRATA_CHECK_MPI(MPI_Bcast(&tag_len, 1, MPI_INT, 0, MPI_COMM_WORLD));
@@ -215,9 +222,11 @@ void Runtime::write_trace(const std::string& path) {
 }
 
 std::string Runtime::describe() const {
-  return fmt::format("rank {}/{} (local {}/{}, {} node{}), backend {}, device {}", rank_, world_size_, local_rank_,
-                     local_size_, node_count_, node_count_ == 1 ? "" : "s", device_kind_name(device_->kind()),
-                     device_->name());
+  const int virtual_k = strata::env().ranks_per_node;
+  return fmt::format("rank {}/{} (local {}/{}, {} node{}{}), backend {}, device {}", rank_, world_size_, local_rank_,
+                     local_size_, node_count_, node_count_ == 1 ? "" : "s",
+                     virtual_k > 0 ? fmt::format(" of {} ranks by STRATA_RANKS_PER_NODE", virtual_k) : std::string(),
+                     device_kind_name(device_->kind()), device_->name());
 }
 
 std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options) {

@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Scaling sweeps of train_gpt (docs/scaling.md): a grid of rank counts, layouts, model sizes and weak or strong
+scaling, one run at a time, into one CSV row per run, then PNG plots (matplotlib, when installed).
+
+  scripts/scale.py --np 1,2,4 --layouts dp,hybrid,tp2,pp2 --models tiny,small --scaling weak,strong --out results/scaling
+
+Weak scaling keeps --rows rows per data-parallel rank; strong scaling keeps --global-rows rows per step over all
+data-parallel ranks. A layout that does not fit a rank count (tp 2 at np 1, hybrid below np 4) is left out, and so is a
+strong-scaling run whose rows do not divide. The CSV is resumable: a rerun skips the rows it already has (same model,
+scaling, layout and np), so an interrupted sweep goes on where it stopped. --plots-only redraws from the CSV.
+
+Per run: tokens/s (whole job and per rank), the mean step time, the communication and exposed communication per step
+(train_gpt's means over the steps after the first two), the ledger's peak per rank, and rank 0's memory after step 0
+per category, measured and as the planner predicts it.
+"""
+import argparse
+import csv
+import json
+import os
+import subprocess
+import sys
+
+MODELS = {
+    # name: train_gpt model flags
+    "tiny": ["--layers", "4", "--embd", "128", "--heads", "4", "--seq", "64", "--ctx", "64", "--vocab", "256"],
+    "small": ["--layers", "8", "--embd", "256", "--heads", "4", "--seq", "64", "--ctx", "64", "--vocab", "512"],
+}
+# name: (tp, pp, extra flags, environment, smallest np)
+LAYOUTS = {
+    "dp": (1, 1, [], {}, 1),
+    "hybrid": (1, 1, ["--dp-replicate", "2"], {}, 4),
+    "hybrid-node": (1, 1, ["--dp-shard", "node"], {"STRATA_RANKS_PER_NODE": "2"}, 4),
+    "tp2": (2, 1, ["--tp", "2"], {}, 2),
+    "pp2": (1, 2, ["--pp", "2", "--microbatches", "4"], {}, 2),
+}
+CATEGORIES = ["param_shard", "grad_shard", "optim_state", "unsharded_params", "unsharded_grads", "comm_buffer",
+              "activations", "workspace"]
+FIELDS = (["model", "scaling", "layout", "np", "dp", "tp", "pp", "rows_per_step", "tokens_per_step", "steps",
+           "tokens_per_s", "tokens_per_s_per_rank", "step_ms", "comm_ms", "exposed_comm_ms", "peak_mib_max_rank",
+           "step0_measured_mib", "step0_predicted_mib"]
+          + [f"measured_{c}" for c in CATEGORIES] + [f"predicted_{c}" for c in CATEGORIES] + ["final_loss"])
+
+
+def mib(b):
+    return round(b / (1024 * 1024), 3)
+
+
+def run_one(args, model, scaling, layout, np_):
+    tp, pp, extra, env_extra, smallest = LAYOUTS[layout]
+    if np_ < smallest or np_ % (tp * pp) != 0:
+        return None
+    dp = np_ // (tp * pp)
+    if layout.startswith("hybrid") and dp % 2:
+        return None
+    if scaling == "weak":
+        rows = args.rows
+    else:
+        if args.global_rows % dp:
+            return None
+        rows = args.global_rows // dp
+    if pp > 1 and rows % 4:
+        return None
+    cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"]
+    if os.geteuid() == 0:
+        cmd.append("--allow-run-as-root")
+    if np_ > os.cpu_count():
+        cmd.append("--oversubscribe")
+    cmd += [os.path.join(args.build, "bin", "train_gpt"), *MODELS[model], "--batch", str(rows), "--steps",
+            str(args.steps), "--no-progress", *extra]
+    env = dict(os.environ, STRATA_BACKEND="cpu", STRATA_LOG_LEVEL="warn", **env_extra)
+    print("scale.py:", " ".join(f"{k}={v}" for k, v in env_extra.items()), " ".join(cmd), flush=True)
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    if out.returncode != 0:
+        sys.exit(f"scale.py: run failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    seq = int(MODELS[model][MODELS[model].index("--seq") + 1])
+    step0 = summary.get("step0_memory_rank0", {"measured": {}, "predicted": {}})
+    row = {
+        "model": model, "scaling": scaling, "layout": layout, "np": np_, "dp": dp, "tp": tp, "pp": pp,
+        "rows_per_step": rows * dp, "tokens_per_step": rows * dp * seq, "steps": args.steps,
+        "tokens_per_s": round(summary["tokens_per_s"], 1),
+        "tokens_per_s_per_rank": round(summary["tokens_per_s"] / np_, 1),
+        "step_ms": round(summary["mean_step_ms"], 2),
+        "comm_ms": round(summary["mean_comm_ms"], 2), "exposed_comm_ms": round(summary["mean_exposed_comm_ms"], 2),
+        "peak_mib_max_rank": mib(max(p["peak_bytes"]["total"] for p in summary["peak_memory"])),
+        "step0_measured_mib": mib(step0["measured"].get("total", 0)),
+        "step0_predicted_mib": mib(step0["predicted"].get("total", 0)),
+        "final_loss": summary["final_loss"],
+    }
+    for c in CATEGORIES:
+        row[f"measured_{c}"] = step0["measured"].get(c, 0)
+        row[f"predicted_{c}"] = step0["predicted"].get(c, 0)
+    return row
+
+
+def read_rows(path):
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def plot(rows, out_dir):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("scale.py: matplotlib is not installed (pip install matplotlib): CSV only, no plots", file=sys.stderr)
+        return []
+    written = []
+    groups = sorted({(r["model"], r["scaling"]) for r in rows})
+    for model, scaling in groups:
+        sub = [r for r in rows if r["model"] == model and r["scaling"] == scaling]
+        layouts = sorted({r["layout"] for r in sub})
+        base = [float(r["tokens_per_s_per_rank"]) for r in sub if r["layout"] == "dp" and int(r["np"]) == 1]
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+        for layout in layouts:
+            pts = sorted((int(r["np"]), r) for r in sub if r["layout"] == layout)
+            nps = [n for n, _ in pts]
+            axes[0].plot(nps, [float(r["tokens_per_s"]) for _, r in pts], marker="o", label=layout)
+            if base:
+                axes[1].plot(nps, [float(r["tokens_per_s_per_rank"]) / base[0] for _, r in pts], marker="o",
+                             label=layout)
+            axes[2].plot(nps, [float(r["peak_mib_max_rank"]) for _, r in pts], marker="o", label=layout)
+        titles = ["tokens/s (job)", "scaling efficiency (tok/s per rank / dp at np 1)", "peak memory per rank (MiB)"]
+        for ax, title in zip(axes, titles):
+            ax.set_title(title)
+            ax.set_xlabel("ranks (np)")
+            ax.set_xticks(sorted({int(r["np"]) for r in sub}))
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.suptitle(f"train_gpt {model}, {scaling} scaling (CPU backend)")
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"scaling_{model}_{scaling}.png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
+    # The planner against the ledger: rank 0's memory after step 0, every run.
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    xs = [float(r["step0_measured_mib"]) for r in rows]
+    ys = [float(r["step0_predicted_mib"]) for r in rows]
+    ax.scatter(xs, ys)
+    hi = max(xs + ys + [1])
+    ax.plot([0, hi], [0, hi], color="grey", lw=0.8)
+    ax.set_xlabel("measured (MiB, ledger)")
+    ax.set_ylabel("predicted (MiB, planner)")
+    ax.set_title("rank 0 memory after step 0, every run")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    path = os.path.join(out_dir, "memory_predicted_vs_measured.png")
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    written.append(path)
+    return written
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--np", default="1,2,4", help="rank counts, comma list")
+    p.add_argument("--layouts", default="dp,hybrid,tp2,pp2", help=f"comma list of {', '.join(LAYOUTS)}")
+    p.add_argument("--models", default="tiny", help=f"comma list of {', '.join(MODELS)}")
+    p.add_argument("--scaling", default="weak,strong", help="weak, strong or both")
+    p.add_argument("--rows", type=int, default=8, help="weak scaling: rows per data-parallel rank per step")
+    p.add_argument("--global-rows", type=int, default=32, help="strong scaling: rows per step over all ranks")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--build", default="build")
+    p.add_argument("--out", default="results/scaling")
+    p.add_argument("--timeout", type=int, default=600, help="seconds per run")
+    p.add_argument("--plots-only", action="store_true")
+    args = p.parse_args()
+    for name, known in (("layouts", LAYOUTS), ("models", MODELS)):
+        bad = [x for x in getattr(args, name).split(",") if x not in known]
+        if bad:
+            p.error(f"--{name}: unknown {', '.join(bad)} (known: {', '.join(known)})")
+    bad = [x for x in args.scaling.split(",") if x not in ("weak", "strong")]
+    if bad:
+        p.error(f"--scaling: unknown {', '.join(bad)} (weak, strong)")
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "scaling.csv")
+    rows = read_rows(path)
+    if not args.plots_only:
+        have = {(r["model"], r["scaling"], r["layout"], int(r["np"])) for r in rows}
+        for model in args.models.split(","):
+            for scaling in args.scaling.split(","):
+                for layout in args.layouts.split(","):
+                    for np_ in (int(x) for x in args.np.split(",")):
+                        if (model, scaling, layout, np_) in have:
+                            print(f"scale.py: have {model} {scaling} {layout} np {np_}", flush=True)
+                            continue
+                        row = run_one(args, model, scaling, layout, np_)
+                        if row is None:
+                            continue
+                        new = not os.path.exists(path)
+                        with open(path, "a", newline="") as f:  # one row at a time: a stopped sweep keeps its rows
+                            w = csv.DictWriter(f, fieldnames=FIELDS)
+                            if new:
+                                w.writeheader()
+                            w.writerow(row)
+                        rows.append({k: str(v) for k, v in row.items()})
+    print(f"scale.py: {len(rows)} rows in {path}")
+    for png in plot(rows, args.out):
+        print(f"scale.py: wrote {png}")
+
+
+if __name__ == "__main__":
+    main()
