@@ -40,7 +40,7 @@ PipelineView pipeline_view(const TrainConfig& cfg, int pp_rank) {
   const PipelineSchedule s = PipelineSchedule::build(cfg.pp_schedule, cfg.pp, cfg.micro_batches(), cfg.pp_virtual);
   v.slots = std::max(1, s.max_in_flight(pp_rank));
   v.part = GptStagePart::of_rank(cfg.model, cfg.pp, cfg.pp_virtual, pp_rank, v.slots);
-  v.rows = micro_batch_size(cfg.batch, cfg.micro_batches());
+  v.rows = cfg.micro_batch_rows();
   if (cfg.pp_keep_gathered) v.sharding.reshard_after_forward = false;
   v.pools = replay_pools(s.actions(pp_rank), cfg.pp, stage_units(cfg.model, v.part), cfg.sharding.prefetch_depth,
                          cfg.pp_keep_gathered);

@@ -668,6 +668,10 @@ float* GptModel::grad_output() {
 
 const float* GptModel::grad_input() { return impl_->dres.as<float>(); }
 
+bool GptModel::chunk_reads_tokens(int chunk) const {
+  return impl_->has_embeddings(chunk) || impl_->has_head(chunk);
+}
+
 std::size_t GptModel::boundary_floats() const { return static_cast<std::size_t>(impl_->Nl) * impl_->cfg.embd; }
 
 std::size_t GptModel::activation_bytes_kept() const {

@@ -115,6 +115,8 @@ class GptModel {
   const float* chunk_output(int chunk, int slot);
   float* grad_output();
   const float* grad_input();
+  // Whether the chunk's forward reads the micro-batch's tokens (it embeds them, or it ends in the loss).
+  bool chunk_reads_tokens(int chunk) const;
   // Floats of one activation or gradient between stages ([rows on this rank, C]).
   std::size_t boundary_floats() const;
 

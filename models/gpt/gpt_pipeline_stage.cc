@@ -22,7 +22,7 @@ void GptPipelineStage::forward(int micro_batch, int chunk, int slot) {
   const std::uint64_t rows = static_cast<std::uint64_t>(B_);
   const std::uint64_t first = step_row_ + static_cast<std::uint64_t>(micro_batch) * static_cast<std::uint64_t>(dp_) *
                                               rows + static_cast<std::uint64_t>(dp_rank_) * rows;
-  fill_rows(data_, first, B_, T_, inputs_.data(), targets_.data());
+  if (gpt_.chunk_reads_tokens(chunk)) fill_rows(data_, first, B_, T_, inputs_.data(), targets_.data());
   loss_sum_ += gpt_.forward_chunk(chunk, slot, inputs_.data(), targets_.data(), grad_scale_);
 }
 

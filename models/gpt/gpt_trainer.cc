@@ -98,7 +98,7 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   cfg_.model.validate_tp(cfg_.tp, cfg_.sequence_parallel, cfg_.seq);
   cfg_.validate_pipeline();
   const int M = cfg_.micro_batches(), P = cfg_.pp;
-  const int rows = cfg_.pipelined() ? micro_batch_size(cfg_.batch, M) : cfg_.batch;  // per micro-batch
+  const int rows = cfg_.micro_batch_rows();
   cfg_.model.validate_sizes(rows, cfg_.seq, cfg_.tp);
   mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{P, cfg_.dp_replicate, -1, cfg_.tp});
   const int tp = cfg_.tp, tp_rank = mesh_->tp().rank(), pp_rank = mesh_->pp().rank();
@@ -116,7 +116,8 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   }
   const bool tied_copy = part_.holds_tied_copy();
   std::vector<UnitSpec> units = gpt_units(cfg_.model, tp, part_);
-  tied_unit_ = P == 1 ? -1 : part_.first ? stage_units(cfg_.model, part_).emb : stage_units(cfg_.model, part_).head;
+  const GptStageUnits places = stage_units(cfg_.model, part_);
+  tied_unit_ = P == 1 ? -1 : part_.first ? places.emb : places.head;
   // The norm counts every element of the whole model once: a replicated slot on tp rank 0 only, the tied copy of
   // the embeddings never; the sums over the tp and pp groups join the data-parallel one. The non-finite check travels
   // with it, so all ranks agree.
@@ -141,7 +142,6 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   });
   if (part_.chunks.size() > 1) {
     // Prefetch within a chunk only: the next chunk's units are needed only after other stages have run.
-    const GptStageUnits places = stage_units(cfg_.model, part_);
     for (int c = 0; c < places.chunks(); ++c) {
       const int first = places.first[static_cast<std::size_t>(c)], end = places.first[static_cast<std::size_t>(c) + 1];
       for (int i = first; i < end; ++i) {
@@ -237,12 +237,12 @@ GptTrainer::~GptTrainer() = default;
 
 StepRecord GptTrainer::step(int step) {
   auto t0 = std::chrono::steady_clock::now();
-  const int world = rt_.world_size();
-  int A = cfg_.grad_accum;
+  const int world = rt_.world_size(), A = cfg_.grad_accum;
   const int dp = mesh_->dp().size(), dp_rank = mesh_->dp().rank();
   double loss = 0;
   gpt_->reset_tp_traffic();
   const std::uint64_t rows_per_micro_batch = static_cast<std::uint64_t>(dp) * static_cast<std::uint64_t>(cfg_.batch);
+  std::uint64_t step_rows = 0;  // global rows this step consumes
   if (executor_) {
     // The step's rows (dp x batch, in micro-batches) through the schedule; the loss lives on the last stage.
     const int M = cfg_.micro_batches();
@@ -250,21 +250,23 @@ StepRecord GptTrainer::step(int step) {
     with_fit_advice([&] { executor_->run_step(*stage_); });
     loss = part_.last ? stage_->loss_sum() / M : 0.0;
     sum_tied_grads();
-    A = 1;  // rows_done_ advances by one step's rows below
-  }
-  for (int a = 0; a < (executor_ ? 0 : A); ++a) {
-    model_->set_is_last_backward(a == A - 1);  // finish the reductions after the last micro-batch's backward
-    // The global rows of this micro-batch, this rank's share (the window rule of fill_batch, from the data position).
-    const std::uint64_t first = rows_done_ + static_cast<std::uint64_t>(a) * rows_per_micro_batch +
-                                static_cast<std::uint64_t>(dp_rank) * static_cast<std::uint64_t>(cfg_.batch);
-    fill_rows(data_, first, cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
-    with_fit_advice([&] {
-      loss +=
-          gpt_->forward_backward(inputs_.data(), targets_.data(), optimizer_->loss_scale() / static_cast<float>(A)) / A;
-    });
+    step_rows = rows_per_micro_batch;
+  } else {
+    for (int a = 0; a < A; ++a) {
+      model_->set_is_last_backward(a == A - 1);  // finish the reductions after the last micro-batch's backward
+      // The global rows of this micro-batch, this rank's share (the window rule of fill_batch, from the data position).
+      const std::uint64_t first = rows_done_ + static_cast<std::uint64_t>(a) * rows_per_micro_batch +
+                                  static_cast<std::uint64_t>(dp_rank) * static_cast<std::uint64_t>(cfg_.batch);
+      fill_rows(data_, first, cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
+      with_fit_advice([&] {
+        loss += gpt_->forward_backward(inputs_.data(), targets_.data(),
+                                       optimizer_->loss_scale() / static_cast<float>(A)) / A;
+      });
+    }
+    step_rows = static_cast<std::uint64_t>(A) * rows_per_micro_batch;
   }
   StepResult r = optimizer_->step(cfg_.lr_at(step), step);
-  rows_done_ += static_cast<std::uint64_t>(A) * rows_per_micro_batch;
+  rows_done_ += step_rows;
   next_step_ = step + 1;
   StepRecord rec;
   rec.step = step;

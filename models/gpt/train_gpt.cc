@@ -312,8 +312,7 @@ int main(int argc, char** argv) {
       std::printf("train_gpt: %s, %zu parameters; %d data-parallel ranks x %d rows x %d tokens x %d micro-batches; "
                   "%s%s\n",
                   f.model.describe().c_str(), trainer.parameters(), world / (f.tp * f.pp),
-                  cfg.pipelined() ? f.batch / cfg.micro_batches() : f.batch, f.seq,
-                  cfg.pipelined() ? cfg.micro_batches() : f.grad_accum,
+                  cfg.micro_batch_rows(), f.seq, cfg.micro_batches_per_step(),
                   trainer.model().options().describe().c_str(), f.recompute ? ", recompute" : "");
       if (f.tp > 1)
         std::printf("train_gpt: tensor parallel %d%s; %s\n", f.tp, f.sequence_parallel ? " with sequence parallelism" : "",
@@ -326,7 +325,7 @@ int main(int argc, char** argv) {
         const bool uneven = f.model.layers % (f.pp * f.pp_virtual) != 0;
         std::printf("train_gpt: pipeline %s, %d stages x %d micro-batches of %d rows (%s%s); %s; %s\n",
                     pipeline_schedule_name(sched->kind()), sched->num_stages(), sched->micro_batches(),
-                    f.batch / sched->micro_batches(), stages.c_str(),
+                    cfg.micro_batch_rows(), stages.c_str(),
                     uneven ? "; uneven: the earlier stages take the extra layers" : "",
                     f.pp_reshard ? "units reduced and freed after every micro-batch"
                                  : "units reduced once per step, kept gathered between micro-batches",
