@@ -32,13 +32,32 @@ std::uint64_t CpuEventState::armed() const {
 void CpuEventState::complete(std::uint64_t generation, const std::string& failure, ErrorCode failure_code) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (generation > completed_) completed_ = generation;
+    if (generation > completed_) {
+      completed_ = generation;
+      completed_at_ = std::chrono::steady_clock::now();
+    }
     if (!failure.empty()) {
       failure_ = failure;
       failure_code_ = failure_code;
     }
   }
   cv_.notify_all();
+}
+
+bool CpuEventState::completed_at(std::chrono::steady_clock::time_point* when) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (armed_ == 0 || completed_ < armed_) return false;
+  *when = completed_at_;
+  return true;
+}
+
+double CpuEvent::elapsed_ms_since(Event& start) {
+  auto* s = dynamic_cast<CpuEvent*>(&start);
+  STRATA_CHECK(s != nullptr, "elapsed_ms_since: the start event is not a CPU event");
+  std::chrono::steady_clock::time_point t0, t1;
+  STRATA_CHECK(s->state_->completed_at(&t0), "elapsed_ms_since: the start event was not recorded or has not completed");
+  STRATA_CHECK(state_->completed_at(&t1), "elapsed_ms_since: the event was not recorded or has not completed");
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
 }
 
 bool CpuEventState::query() {

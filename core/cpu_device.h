@@ -1,6 +1,7 @@
 // CpuDevice: host memory; streams are ordered task queues run by their own thread (the compute stream runs inline).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -30,6 +31,8 @@ class CpuEventState {
   // ErrorCode (an allocation over budget on a communication stream stays kOutOfMemory for the waiter).
   void wait_for(std::uint64_t generation, const char* waiter);
   std::uint64_t armed() const;
+  // When the last armed generation completed; false while it has not.
+  bool completed_at(std::chrono::steady_clock::time_point* when) const;
 
  private:
   double timeout_s_;
@@ -37,6 +40,7 @@ class CpuEventState {
   std::condition_variable cv_;
   std::uint64_t armed_ = 0;
   std::uint64_t completed_ = 0;
+  std::chrono::steady_clock::time_point completed_at_{};
   std::string failure_;
   ErrorCode failure_code_ = ErrorCode::kInternal;
 };
@@ -46,6 +50,7 @@ class CpuEvent : public Event {
   explicit CpuEvent(double timeout_s) : state_(std::make_shared<CpuEventState>(timeout_s)) {}
   bool query() override { return state_->query(); }
   void synchronize() override { state_->wait_for(state_->armed(), "host"); }
+  double elapsed_ms_since(Event& start) override;
   const std::shared_ptr<CpuEventState>& state() const { return state_; }
 
  private:
@@ -91,6 +96,7 @@ class CpuDevice : public Device {
   Stream& compute_stream() override { return *compute_; }
   std::unique_ptr<Stream> create_stream(const std::string& name) override;
   std::unique_ptr<Event> create_event() override;
+  std::unique_ptr<Event> create_timing_event() override { return create_event(); }  // every CpuEvent keeps its time
   void copy(void* dst, const void* src, std::size_t bytes, Stream& stream) override;
   void fill_zero(void* dst, std::size_t bytes, Stream& stream) override;
   void copy_to_host(void* host_dst, const void* dev_src, std::size_t bytes) override;

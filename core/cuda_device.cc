@@ -88,9 +88,19 @@ void CUDART_CB run_host_task(void* arg) noexcept {
 
 // ---- CudaEvent --------------------------------------------------------------------------------------------------
 
-CudaEvent::CudaEvent(int device_index, double timeout_s) : device_index_(device_index), timeout_s_(timeout_s) {
+CudaEvent::CudaEvent(int device_index, double timeout_s, bool timing)
+    : device_index_(device_index), timeout_s_(timeout_s) {
   STRATA_CHECK_CUDA(cudaSetDevice(device_index_));
-  STRATA_CHECK_CUDA(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+  STRATA_CHECK_CUDA(cudaEventCreateWithFlags(&event_, timing ? cudaEventDefault : cudaEventDisableTiming));
+}
+
+double CudaEvent::elapsed_ms_since(Event& start) {
+  auto* s = dynamic_cast<CudaEvent*>(&start);
+  STRATA_CHECK(s != nullptr, "elapsed_ms_since on cuda:{}: the start event is not a CUDA event", device_index_);
+  float ms = 0;
+  // cudaErrorInvalidResourceHandle: an event made without timing; cudaErrorNotReady: not recorded or not complete.
+  STRATA_CHECK_CUDA(cudaEventElapsedTime(&ms, s->event_, event_));
+  return ms;
 }
 
 CudaEvent::~CudaEvent() {
@@ -252,6 +262,16 @@ std::unique_ptr<Stream> CudaDevice::create_stream(const std::string& name) {
 }
 
 std::unique_ptr<Event> CudaDevice::create_event() { return std::make_unique<CudaEvent>(index(), timeout_s()); }
+
+std::unique_ptr<Event> CudaDevice::create_timing_event() {
+  return std::make_unique<CudaEvent>(index(), timeout_s(), /*timing=*/true);
+}
+
+std::string CudaDevice::product_name() const {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, index()) != cudaSuccess) return {};
+  return prop.name;
+}
 
 void CudaDevice::copy(void* dst, const void* src, std::size_t bytes, Stream& stream) {
   if (bytes == 0) return;

@@ -18,17 +18,18 @@ namespace strata {
 // What a stream's failed host task leaves behind for the events recorded after it (see CudaStream::record).
 struct CudaFailureSlot;
 
-// A cudaEvent_t (cudaEventDisableTiming). As with CpuEvent, waiting on an event recorded on a stream whose host task
+// A cudaEvent_t (cudaEventDisableTiming unless made for timing). As with CpuEvent, waiting on an event recorded on a stream whose host task
 // failed reports that failure (with its own ErrorCode). Waits poll and are bounded by the device timeout.
 class CudaEvent : public Event {
  public:
-  CudaEvent(int device_index, double timeout_s);
+  CudaEvent(int device_index, double timeout_s, bool timing = false);
   ~CudaEvent() override;
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
 
   bool query() override;
   void synchronize() override;
+  double elapsed_ms_since(Event& start) override;
   cudaEvent_t handle() const { return event_; }
 
  private:
@@ -84,6 +85,8 @@ class CudaDevice : public Device {
   Stream& compute_stream() override { return *compute_; }
   std::unique_ptr<Stream> create_stream(const std::string& name) override;
   std::unique_ptr<Event> create_event() override;
+  std::unique_ptr<Event> create_timing_event() override;
+  std::string product_name() const override;
   // Stream-ordered cudaMemcpyAsync (cudaMemcpyDefault: device or host pointers) and cudaMemsetAsync on `stream`,
   // which must be a stream of this device.
   void copy(void* dst, const void* src, std::size_t bytes, Stream& stream) override;

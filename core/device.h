@@ -24,6 +24,10 @@ class Event {
   virtual bool query() = 0;
   // The host waits for the captured work; throws on failure or after timeout_s.
   virtual void synchronize() = 0;
+  // Milliseconds from `start`'s completion to this event's, both made by create_timing_event() on the same device,
+  // recorded, and completed (synchronize() first). kInvalidArgument otherwise. On CUDA this is GPU time
+  // (cudaEventElapsedTime), so it measures a stream's work, not the host's waits.
+  virtual double elapsed_ms_since(Event& start) = 0;
 };
 
 // An ordered queue of work. CUDA: a cudaStream_t. CPU: a thread running tasks in order, or (the compute stream)
@@ -111,6 +115,11 @@ class Device {
   virtual Stream& compute_stream() = 0;
   virtual std::unique_ptr<Stream> create_stream(const std::string& name) = 0;
   virtual std::unique_ptr<Event> create_event() = 0;
+  // An event that also records when it completed, for Event::elapsed_ms_since (CUDA: without
+  // cudaEventDisableTiming, so a little dearer to record than create_event's).
+  virtual std::unique_ptr<Event> create_timing_event() = 0;
+  // The hardware's name as its driver reports it ("NVIDIA H200"); empty where there is none to report (the CPU).
+  virtual std::string product_name() const { return {}; }
 
   // Stream-ordered copy and fill of memory of this device (or host memory, for CUDA: cudaMemcpyDefault).
   virtual void copy(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;

@@ -91,18 +91,11 @@ void ShardedUnit::make_views(std::vector<TensorView>& views, void* base, DType d
 }
 
 void ShardedUnit::time_on(Stream& stream, const std::function<void()>& enqueue_collective) {
-  if (stream.device().kind() != DeviceKind::kCpu) {
+  if (stats_.comm_timer == nullptr) {
     enqueue_collective();
     return;
   }
-  auto start = std::make_shared<std::chrono::steady_clock::time_point>();
-  stream.enqueue_host([start] { *start = std::chrono::steady_clock::now(); });
-  enqueue_collective();
-  CommStats* stats = &stats_;
-  stream.enqueue_host([start, stats] {
-    stats->comm_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - *start)
-                          .count();
-  });
+  stats_.comm_timer->span(stream, enqueue_collective);
 }
 
 void ShardedUnit::init(const SlotInit& fill) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/event_timer.h"
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/comm_context.h"
 #include "runtime/sharding/shard_layout.h"
@@ -43,7 +44,8 @@ struct CommStats {
   std::atomic<std::uint64_t> all_gather_bytes{0};      // gathered (output) bytes
   std::atomic<std::uint64_t> reduce_scatter_bytes{0};  // reduced (input) bytes
   std::atomic<std::uint64_t> all_reduce_bytes{0};
-  std::atomic<std::int64_t> comm_ns{0};  // wall time of the collectives on the communication streams
+  // Times the collectives on the communication streams (events around each; null: not timed).
+  EventTimer* comm_timer = nullptr;
   std::atomic<std::uint64_t> to_device_bytes{0};  // offload: host -> device copies
   std::atomic<std::uint64_t> to_host_bytes{0};    // offload: device -> host copies
   void reset() {
@@ -52,7 +54,6 @@ struct CommStats {
     all_gather_bytes = 0;
     reduce_scatter_bytes = 0;
     all_reduce_bytes = 0;
-    comm_ns = 0;
   }
 };
 

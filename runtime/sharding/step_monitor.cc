@@ -30,9 +30,13 @@ StepMonitor::StepMonitor(Device& device, const ShardingOptions& options, std::ve
       options_(options),
       padded_(std::move(padded)),
       shard_size_(shard_size),
+      comm_timer_(device),
+      exposed_timer_(device),
       forwards_(padded_.size(), 0),
       gathers_(padded_.size(), 0),
-      reductions_(padded_.size(), 0) {}
+      reductions_(padded_.size(), 0) {
+  stats_.comm_timer = &comm_timer_;
+}
 
 void StepMonitor::mark_start() {
   if (started_) return;
@@ -44,13 +48,11 @@ void StepMonitor::finish(std::int64_t step, bool updated) {
   StepSummary s;
   s.step = step;
   s.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-  // Collectives are timed by host tasks around them on the CPU's stream threads; CUDA streams are not timed yet.
-  // Nor is exposed time on CUDA: there the host's waits also cover the GPU's compute queued before them (seen on
-  // an H200: "exposed" 57% of a one-rank step that has no communication to wait for).
-  const bool timed = device_.kind() == DeviceKind::kCpu;
-  s.exposed_comm_ms = timed ? exposed_ms_ : std::nan("");
+  // On CUDA the host's own waits would also cover the GPU's compute queued before them (an H200 showed "exposed"
+  // 57% of a one-rank step with no communication), so there the compute stream's events measure them instead.
+  s.exposed_comm_ms = device_.kind() == DeviceKind::kCpu ? exposed_ms_ : exposed_timer_.collect();
   s.compute_ms = s.step_ms - s.exposed_comm_ms;
-  s.comm_ms = timed ? static_cast<double>(stats_.comm_ns.load()) / 1e6 : std::nan("");
+  s.comm_ms = comm_timer_.collect();
   s.all_gather_bytes = stats_.all_gather_bytes;
   s.reduce_scatter_bytes = stats_.reduce_scatter_bytes;
   s.all_reduce_bytes = stats_.all_reduce_bytes;

@@ -21,8 +21,13 @@ struct StepSummary {
   std::int64_t step = 0;
   double step_ms = 0;          // from the first protocol call after the previous step to the end of this one
   double compute_ms = 0;       // step_ms - exposed_comm_ms
-  double comm_ms = 0;          // wall time of the collectives on the communication streams (NaN on CUDA: not timed yet)
-  double exposed_comm_ms = 0;  // time the caller waited on communication (compute could not proceed; NaN on CUDA)
+  // Time of the collectives on the communication streams, from events around each (CUDA: GPU time). A collective
+  // is counted in the step in which it completes.
+  double comm_ms = 0;
+  // Time compute could not proceed for want of communication. CPU: the caller's waits. CUDA: the compute stream's
+  // idle time across each wait (events recorded on it before and after), so GPU work queued before the wait is
+  // not counted.
+  double exposed_comm_ms = 0;
   std::uint64_t all_gather_bytes = 0, reduce_scatter_bytes = 0, all_reduce_bytes = 0;
   std::uint64_t predicted_all_gather_bytes = 0, predicted_reduce_scatter_bytes = 0, predicted_all_reduce_bytes = 0;
   std::uint64_t to_device_bytes = 0, to_host_bytes = 0;  // offload copies
@@ -55,6 +60,8 @@ class StepMonitor {
   std::vector<std::size_t> padded_;
   int shard_size_;
   CommStats stats_;
+  EventTimer comm_timer_;     // the collectives (stats_.comm_timer points here)
+  EventTimer exposed_timer_;  // CUDA: the compute stream across each exposed wait
   StepSummary summary_;
   bool started_ = false;
   std::chrono::steady_clock::time_point start_;
@@ -64,6 +71,12 @@ class StepMonitor {
 
 template <typename Fn>
 void StepMonitor::exposed(Fn&& fn) {
+  if (device_.kind() != DeviceKind::kCpu) {
+    // The host's clock would also count the GPU work queued before the wait; the compute stream's events do not.
+    // No trace span: the host does not know when, on the GPU's timeline, the stream sat idle.
+    exposed_timer_.span(device_.compute_stream(), fn);
+    return;
+  }
   auto t0 = std::chrono::steady_clock::now();
   std::int64_t trace_start = Tracer::global().enabled() ? Tracer::global().now_us() : 0;
   fn();

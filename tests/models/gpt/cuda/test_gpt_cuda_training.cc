@@ -61,6 +61,29 @@ TEST(GptCudaTraining, RecomputeGivesTheSameLosses) {
 
 // The tensor-parallel data flow (vocabulary-parallel loss, bias after the reduction, sequence gather / scatter) at tp
 // 1 on one GPU: the new CUDA kernels inside a training run, against the PyTorch reference at the CUDA bar.
+// Communication is timed on CUDA too: CUDA events around every collective give comm_ms, and events on the compute
+// stream around every wait give exposed_comm_ms; both are numbers (not NaN), and a step's exposed time fits in it.
+TEST(GptCudaTraining, CommunicationIsTimedWithEvents) {
+  if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
+  auto ref = load_json(kData + "gpt_tiny_ref.json");
+  TrainConfig cfg = reference_config(ref, runtime().world_size());
+  cfg.sharding.stage = zero_stage_from_int(3);
+  TokenFile data = TokenFile::open(kData + "gpt_tiny_tokens.bin", cfg.seq, cfg.model.vocab);
+  GptTrainer trainer(runtime(), cfg, data);
+  double comm_total = 0;
+  for (int s = 0; s < 6; ++s) {
+    trainer.step(s);
+    const StepSummary& sum = trainer.model().last_step_summary();
+    ASSERT_TRUE(std::isfinite(sum.comm_ms)) << "step " << s;
+    ASSERT_TRUE(std::isfinite(sum.exposed_comm_ms)) << "step " << s;
+    EXPECT_GE(sum.exposed_comm_ms, 0.0);
+    EXPECT_GE(sum.comm_ms, 0.0);
+    comm_total += sum.comm_ms;
+  }
+  // ZeRO-3 gathers and reduces every unit each step (NCCL runs them even on one rank), so some time was counted.
+  EXPECT_GT(comm_total, 0.0);
+}
+
 TEST(GptCudaTraining, TensorParallelPathOnOneGpuEqualsThePyTorchReference) {
   if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
   if (runtime().world_size() != 1) GTEST_SKIP() << "the one-GPU case; GptCudaTensorParallel covers np >= 2";
