@@ -11,8 +11,10 @@
 
 #include "models/common/flag_checks.h"
 #include "models/gpt/gpt_memory.h"
+#include "models/gpt/gpt_presets.h"
 #include "models/gpt/gpt_trainer.h"
 #include "models/gpt/kernels.h"
+#include "models/gpt/model_flops.h"
 #include "models/gpt/safetensors.h"
 #include "models/gpt/token_data.h"
 #include "runtime/bootstrap/config_agreement.h"
@@ -47,9 +49,39 @@ struct Flags {
   int pp = 1, pp_virtual = 1, microbatches = 0;
   std::string pp_schedule = "1f1b", dp_shard;
   bool pp_reshard = false, verbose = false;
+  std::string model_name;  // --model: a preset's shape; explicit shape flags override it
+  double peak_tflops = 0;  // --peak-tflops: the MFU denominator per device (0: from the device's name)
 };
 
+// The preset's shape for every shape flag not given on the command line (explicit flags win, as later flags do).
+// Returns the vocabulary synthetic tokens are drawn from: the preset's tokenizer's (GPT-2's 50257, not the padded
+// rows) unless --vocab was given.
+int apply_preset(CLI::App& app, Flags& f) {
+  if (f.model_name.empty()) return f.model.vocab;
+  const strata::gpt::GptPreset& p = strata::gpt::find_gpt_preset(f.model_name);
+  auto unset = [&](const char* flag) { return app.get_option(flag)->count() == 0; };
+  if (unset("--layers")) f.model.layers = p.model.layers;
+  if (unset("--heads")) f.model.heads = p.model.heads;
+  if (unset("--embd")) f.model.embd = p.model.embd;
+  if (unset("--vocab")) f.model.vocab = p.model.vocab;
+  if (unset("--ctx")) f.model.ctx = p.model.ctx;
+  if (unset("--seq")) f.seq = p.seq;
+  return unset("--vocab") ? p.vocab_tokens : f.model.vocab;
+}
+
 void add_flags(CLI::App& app, Flags& f) {
+  std::string presets;
+  for (const strata::gpt::GptPreset& p : strata::gpt::gpt_presets())
+    presets += fmt::format("{}{} ({} layers, {} heads, width {}, vocabulary {} padded to {}, sequence {})",
+                           presets.empty() ? "" : "; ", p.name, p.model.layers, p.model.heads, p.model.embd,
+                           p.vocab_tokens, p.model.vocab, p.seq);
+  app.add_option("--model", f.model_name, "a named model shape: " + presets +
+                                              ". --layers, --heads, --embd, --vocab, --ctx and --seq given as well "
+                                              "override it");
+  app.add_option("--peak-tflops", f.peak_tflops,
+                 "peak TFLOP/s of one device for the MFU figure (default: known for H100, H200 and A100 from the "
+                 "device's name; none on the CPU)")
+      ->check(flags::positive_real());
   app.add_option("--layers", f.model.layers, "transformer blocks")->check(flags::positive_integer());
   app.add_option("--heads", f.model.heads, "attention heads")->check(flags::positive_integer());
   app.add_option("--embd", f.model.embd, "embedding width C (a multiple of --heads)")->check(flags::positive_integer());
@@ -161,7 +193,7 @@ std::vector<strata::ConfigField> effective_configuration(const Flags& f) {
   auto num = [](auto v) { return fmt::format("{}", v); };
   auto on = [](bool b) { return std::string(b ? "on" : "off"); };
   std::vector<strata::ConfigField> c = {
-      {"program", "train_gpt"},
+      {"program", "train_gpt"}, {"--model", f.model_name}, {"--peak-tflops", num(f.peak_tflops)},
       {"--layers", num(f.model.layers)}, {"--heads", num(f.model.heads)}, {"--embd", num(f.model.embd)},
       {"--vocab", num(f.model.vocab)}, {"--ctx", num(f.model.ctx)}, {"--seq", num(f.seq)},
       {"--batch", num(f.batch)}, {"--grad-accum", num(f.grad_accum)}, {"--steps", num(f.steps)},
@@ -207,6 +239,7 @@ int main(int argc, char** argv) {
 
   return strata::run_main([&] {
     using namespace strata;
+    const int data_vocab = apply_preset(app, f);
     // Synthetic tokens are held in memory (uint16) before they are written or used.
     check_addressable(checked_product("the synthetic tokens (2 bytes x --tokens)", 2, f.tokens), "--tokens");
     if (!f.make_data.empty()) {
@@ -214,9 +247,9 @@ int main(int argc, char** argv) {
       Runtime rt(&argc, &argv, RuntimeOptions{"cpu"});
       if (rt.rank() == 0) {
         check_output_file(f.make_data, "--make-data", OutputKind::kReplaced);
-        gpt::make_synthetic_tokens(f.make_data, f.tokens, f.model.vocab, f.seed);
+        gpt::make_synthetic_tokens(f.make_data, f.tokens, data_vocab, f.seed);
         std::printf("wrote %llu synthetic tokens (vocab %d, seed %llu) to %s\n",
-                    static_cast<unsigned long long>(f.tokens), f.model.vocab, static_cast<unsigned long long>(f.seed),
+                    static_cast<unsigned long long>(f.tokens), data_vocab, static_cast<unsigned long long>(f.seed),
                     f.make_data.c_str());
       }
       rt.finish();
@@ -253,7 +286,7 @@ int main(int argc, char** argv) {
 
     gpt::TokenFile data = !f.text.empty()   ? gpt::TokenFile::from_text(f.text, f.seq)
                           : !f.data.empty() ? gpt::TokenFile::open(f.data, f.seq, f.model.vocab)
-                                            : gpt::TokenFile::from_tokens(gpt::synthetic_tokens(f.tokens, f.model.vocab, f.seed),
+                                            : gpt::TokenFile::from_tokens(gpt::synthetic_tokens(f.tokens, data_vocab, f.seed),
                                                                           f.seq, f.model.vocab, "<synthetic>");
 
     gpt::TrainConfig cfg;
@@ -346,6 +379,26 @@ int main(int argc, char** argv) {
         std::printf("train_gpt: no committed checkpoint in %s: starting fresh\n", f.checkpoint_dir.c_str());
       std::fflush(stdout);
     }
+    // Model FLOPs utilisation: every rank's share of the job's model FLOPs against one device's peak. The kernels
+    // compute in f32 on both backends (bf16 and f16 are storage and communication dtypes), so the f32 row applies.
+    const gpt::ModelFlops model_flops = gpt::ModelFlops::of(f.model, f.seq);
+    std::string peak_source = f.peak_tflops > 0 ? "--peak-tflops" : "";
+    const double peak_tflops =
+        f.peak_tflops > 0 ? f.peak_tflops : gpt::known_peak_tflops(rt.device().product_name(), DType::kF32, &peak_source);
+    if (rank == 0) {
+      std::printf("train_gpt: %.4g model FLOPs per token (6 x %llu parameters + %.4g attention); %s\n",
+                  static_cast<double>(model_flops.per_token), static_cast<unsigned long long>(model_flops.params),
+                  static_cast<double>(model_flops.attention),
+                  peak_tflops > 0 ? fmt::format("MFU against {:.1f} TFLOP/s per device ({})", peak_tflops, peak_source).c_str()
+                                  : fmt::format("no MFU: the peak of '{}' is not known (give --peak-tflops)",
+                                                rt.device().product_name().empty() ? rt.device().name()
+                                                                                   : rt.device().product_name())
+                                        .c_str());
+      std::fflush(stdout);
+    }
+    // Achieved model TFLOP/s per device and MFU (NaN without a peak) at `tok_s` tokens/s for the job.
+    auto model_tflops = [&](double tok_s) { return tok_s * static_cast<double>(model_flops.per_token) / world / 1e12; };
+    auto mfu = [&](double tok_s) { return peak_tflops > 0 ? model_tflops(tok_s) / peak_tflops : std::nan(""); };
     OutputFile metrics;  // every record written through at once: a full disk is an error at that step
     if (rank == 0 && !f.metrics.empty()) metrics = OutputFile(f.metrics, "--metrics");
     const bool bar = rank == 0 && !f.no_progress && isatty(STDERR_FILENO);
@@ -369,9 +422,11 @@ int main(int argc, char** argv) {
       std::size_t peak = rt.device().memory_stats().peak_total();
       if (rank == 0) {
         std::printf("step %d loss %.6f time_ms %.1f tok/s %.0f peak_mem_MiB %.1f grad_norm %.4f comm_ms %.1f "
-                    "exposed_comm_ms %.1f%s%s\n",
+                    "exposed_comm_ms %.1f tflops %.3g%s%s%s\n",
                     step, r.loss, r.time_ms, tok_s, static_cast<double>(peak) / (1024.0 * 1024.0), r.grad_norm,
-                    comm.comm_ms, comm.exposed_comm_ms, r.skipped ? " skipped" : "",
+                    comm.comm_ms, comm.exposed_comm_ms, model_tflops(tok_s),
+                    peak_tflops > 0 ? fmt::format(" mfu {:.1f}%", 100.0 * mfu(tok_s)).c_str() : "",
+                    r.skipped ? " skipped" : "",
                     r.checkpoint_ms > 0 ? fmt::format(" checkpoint_ms {:.1f}", r.checkpoint_ms).c_str() : "");
         std::fflush(stdout);
         if (metrics.is_open())
@@ -386,6 +441,8 @@ int main(int argc, char** argv) {
                                     {"peak_mem_bytes", peak},
                                     {"comm_ms", comm.comm_ms},
                                     {"exposed_comm_ms", comm.exposed_comm_ms},
+                                    {"model_tflops_per_device", model_tflops(tok_s)},
+                                    {"mfu", peak_tflops > 0 ? nlohmann::json(mfu(tok_s)) : nlohmann::json()},
                                     {"all_gather_bytes", comm.all_gather_bytes},
                                     {"predicted_all_gather_bytes", comm.predicted_all_gather_bytes},
                                     {"reduce_scatter_bytes", comm.reduce_scatter_bytes},
@@ -454,6 +511,12 @@ int main(int argc, char** argv) {
                              {"mean_comm_ms", timed ? comm_sum_ms / timed : 0},
                              {"exposed_comm_fraction", time_sum_ms > 0 ? exposed_sum_ms / time_sum_ms : 0},
                              {"last_step", trainer.model().last_step_summary().describe()},
+                             {"flops_per_token", model_flops.per_token},
+                             {"model_tflops_per_device", mean_ms > 0 ? model_tflops(tokens_per_step / (mean_ms / 1000.0)) : 0},
+                             {"peak_tflops", peak_tflops > 0 ? nlohmann::json(peak_tflops) : nlohmann::json()},
+                             {"peak_source", peak_source},
+                             {"mfu", peak_tflops > 0 && mean_ms > 0 ? nlohmann::json(mfu(tokens_per_step / (mean_ms / 1000.0)))
+                                                                    : nlohmann::json()},
                              {"ranks", world},
                              {"zero_stage", f.zero_stage},
                              {"parameters", trainer.parameters()},

@@ -41,7 +41,8 @@ finish() {
   local verdict=PASS
   [ "$rc" -ne 0 ] && verdict=FAIL
   echo "gpu_check: $verdict (setup $status_setup, build $status_build, gpu tests $status_tests," \
-       "bench $status_bench, train_gpt cuda $status_train; $(($(date +%s) - start)) s; logs in $logs${OUT:+ and \$OUT})"
+       "bench $status_bench, train_gpt cuda $status_train, gpt2-124m / zero 1-2 / offload ${status_more:-skipped};" \
+       "$(($(date +%s) - start)) s; logs in $logs${OUT:+ and \$OUT})"
   exit "$rc"
 }
 trap finish EXIT
@@ -234,6 +235,35 @@ then
 else
   tail -n 20 "$logs/train_cuda.log"
   failed=1
+fi
+
+# ---- GPT-2 124M for 50 steps (MFU in the log), and ZeRO 1, 2 and CPU offload on the GPU once each ------------------
+# Part of the verdict: each must run; the MFU figure is reported, not judged (docs/benchmarks.md).
+status_more=skipped
+if [ "$status_train" = ok ]; then
+  status_more=ok
+  if timeout 120 "${mpirun_[@]}" "$bin/train_gpt" --backend cuda --model gpt2-124m --batch 8 --steps 50 \
+        --zero-stage 3 --no-progress >"$logs/gpt2_124m.log" 2>&1; then
+    grep -E "^train_gpt: .*(parameters|FLOPs)|^step (0|10|20|30|40|49) " "$logs/gpt2_124m.log" | sed 's/^/gpt2-124m: /'
+    python3 - "$logs/gpt2_124m.log" <<'PY' || true
+import json, sys
+j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print(f"gpt2-124m: mean step {j['mean_step_ms']:.1f} ms, {j['tokens_per_s']:.0f} tok/s, "
+      f"{j['model_tflops_per_device']:.2f} TFLOP/s per GPU, MFU {j['mfu']} ({j['peak_source']})")
+PY
+  else
+    tail -n 20 "$logs/gpt2_124m.log"; status_more="failed (gpt2-124m)"; failed=1
+  fi
+  for run in "--zero-stage 1" "--zero-stage 2" "--zero-stage 3 --offload optimizer"; do
+    tag=$(echo "$run" | tr -c 'a-z0-9' '_')
+    # shellcheck disable=SC2086
+    if timeout 60 "${mpirun_[@]}" "$bin/train_gpt" --backend cuda "${args[@]}" --steps 5 $run \
+          >"$logs/more_$tag.log" 2>&1; then
+      grep -E "^step 4 " "$logs/more_$tag.log" | sed "s/^/cuda $run: /"
+    else
+      tail -n 20 "$logs/more_$tag.log"; status_more="failed ($run)"; failed=1
+    fi
+  done
 fi
 
 # ---- the benchmark model (6 layers, 384 wide, vocab 8192, seq 256) on the GPU, ZeRO 0 and 3, beside the CPU ----------

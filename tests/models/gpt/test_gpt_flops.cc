@@ -1,0 +1,57 @@
+// Model FLOPs, the peak-rate table behind MFU, and the named GPT-2 shapes.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "models/gpt/gpt_presets.h"
+#include "models/gpt/model_flops.h"
+
+namespace strata::gpt {
+namespace {
+
+TEST(GptFlops, Gpt2SmallHasItsPublishedParameterCount) {
+  const GptPreset& p = find_gpt_preset("gpt2-124m");
+  ModelFlops f = ModelFlops::of(p.model, p.seq);
+  // llm.c's GPT-2 124M with the vocabulary padded to 50304: 124,475,904 parameters, of which wpe is 1024 x 768.
+  EXPECT_EQ(f.params + 1024u * 768u, 124475904u);
+  EXPECT_EQ(f.attention, 12u * 12u * 768u * 1024u);
+  EXPECT_EQ(f.per_token, 6u * f.params + f.attention);
+  const GptPreset& m = find_gpt_preset("gpt2-350m");
+  EXPECT_EQ(ModelFlops::of(m.model, m.seq).params + 1024u * 1024u, 354871296u);
+  EXPECT_EQ(m.model.vocab % 128, 0);
+  EXPECT_EQ(m.vocab_tokens, 50257);
+}
+
+TEST(GptFlops, CountsEveryWeightOfASmallModel) {
+  GptConfig c;  // L=2, C=32, V=64
+  // Per block 12C^2 + 13C = 12288 + 416; wte 64 x 32; ln_f 64.
+  EXPECT_EQ(ModelFlops::of(c, 8).params, 2u * (12288u + 416u) + 2048u + 64u);
+  EXPECT_EQ(ModelFlops::of(c, 8).attention, 12u * 2u * 32u * 8u);
+}
+
+TEST(GptFlops, KnowsThePeaksOfTheGpusItNames) {
+  std::string what;
+  EXPECT_EQ(known_peak_tflops("NVIDIA H200", DType::kBF16, &what), 989.4);
+  EXPECT_EQ(what, "H200 bf16");
+  EXPECT_EQ(known_peak_tflops("NVIDIA H200", DType::kF32, &what), 66.9);
+  EXPECT_EQ(what, "H200 f32 (no tensor cores)");
+  EXPECT_EQ(known_peak_tflops("NVIDIA H100 80GB HBM3", DType::kBF16, &what), 989.4);
+  EXPECT_EQ(known_peak_tflops("NVIDIA H100 PCIe", DType::kBF16, &what), 756.0);
+  EXPECT_EQ(known_peak_tflops("NVIDIA A100-SXM4-80GB", DType::kF16, &what), 312.0);
+  EXPECT_EQ(known_peak_tflops("", DType::kF32, &what), 0.0);
+  EXPECT_TRUE(what.empty());
+  EXPECT_EQ(known_peak_tflops("NVIDIA GeForce RTX 4090", DType::kBF16, &what), 0.0);
+}
+
+TEST(GptFlops, AnUnknownModelNameListsTheKnownOnes) {
+  try {
+    find_gpt_preset("gpt2-xl");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'gpt2-xl' is not a known model (known: gpt2-124m, gpt2-350m)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace strata::gpt
