@@ -1,15 +1,20 @@
 // strata-plan: will this model fit, and what must I turn on to make it fit? Per-device memory by category, from
-// runtime/memory/memory_planner.h (the arithmetic is in docs/memory-model.md). No MPI, no device: a calculator.
+// runtime/memory/memory_planner.h (the arithmetic is in docs/memory-model.md). With --simulate --cluster FILE, also the
+// step time, its split and tokens/s on that cluster (runtime/memory/step_simulator.h, docs/scaling.md). No MPI, no
+// device: a calculator.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "core/env.h"
 #include "core/error.h"
 #include "models/common/flag_checks.h"
 #include "runtime/memory/memory_planner.h"
+#include "runtime/memory/step_simulator.h"
 
 namespace flags = strata::flags;
 
@@ -57,6 +62,24 @@ int main(int argc, char** argv) {
   app.add_option("--tflops", in.hardware.peak_tflops, "per-device peak 16-bit TFLOP/s (step-time estimate)")
       ->check(flags::positive_real());
   app.add_flag("--json", json, "print the plan as JSON");
+  bool simulate = false;
+  std::string cluster_file, schedule = "1f1b", dp_shard;
+  int microbatches = 0, virtual_stages = 1;
+  long global_batch = 0;
+  app.add_flag("--simulate", simulate, "predict the step time, its split, tokens/s and MFU on --cluster");
+  app.add_option("--cluster", cluster_file, "cluster description for --simulate (tools/clusters/*.json)");
+  app.add_option("--schedule", schedule, "pipeline schedule: gpipe, 1f1b or interleaved")
+      ->check(CLI::IsMember({"gpipe", "1f1b", "interleaved"}));
+  auto* mb_flag = app.add_option("--microbatches", microbatches,
+                                 "micro-batches per step and data-parallel rank (default: --pp)")
+                      ->check(flags::positive_integer());
+  app.add_option("--virtual-stages", virtual_stages, "chunks per pipeline rank (--schedule interleaved)")
+      ->check(flags::positive_integer());
+  app.add_option("--global-batch", global_batch,
+                 "sequences per step: sets --microbatches to global / (dp x --micro-batch)")
+      ->check(flags::positive_integer());
+  app.add_option("--dp-shard", dp_shard, "node: hybrid sharding, the state sharded inside each node and replicated "
+                 "across nodes (needs --cluster or --devices-per-node)")->check(CLI::IsMember({"node"}));
   CLI11_PARSE(app, argc, argv);
   // The plan is the output: one that did not reach standard output (a full disk, a closed pipe) is a failure.
   auto written = [](int rc) {
@@ -72,6 +95,19 @@ int main(int argc, char** argv) {
     // "80GB" here means 80e9 bytes, as GPU data sheets count.
     in.hardware.device_memory = static_cast<double>(strata::parse_bytes(device_memory, "--device-memory")) /
                                 (device_memory.find("iB") != std::string::npos ? 1.0 : 1.073741824);
+    strata::ClusterSpec cluster;
+    if (!cluster_file.empty()) {
+      if (!simulate) {
+        std::fprintf(stderr, "strata-plan: --cluster is read by --simulate; add --simulate\n");
+        return 1;
+      }
+      cluster = strata::load_cluster(cluster_file);
+      if (per_node_flag->count() == 0) in.hardware.devices_per_node = cluster.devices_per_node;
+      in.hardware.device_memory = cluster.hbm_bytes;
+    } else if (simulate) {
+      std::fprintf(stderr, "strata-plan: --simulate needs --cluster FILE (tools/clusters/*.json)\n");
+      return 1;
+    }
     std::string dp_from;  // how the data-parallel degree was found, when it was not given
     if (dp_flag->count() == 0 && (per_node_flag->count() > 0 || nodes_flag->count() > 0)) {
       const long devices = static_cast<long>(in.hardware.devices_per_node) * in.hardware.nodes;
@@ -86,7 +122,55 @@ int main(int argc, char** argv) {
       dp_from = fmt::format(" (dp from --devices-per-node {} x --nodes {} / (tp {} x pp {}))",
                             in.hardware.devices_per_node, in.hardware.nodes, in.layout.tp, in.layout.pp);
     }
+    if (!dp_shard.empty()) {  // --dp-shard node: a shard group is the data-parallel ranks of one node
+      const int per_node = in.hardware.devices_per_node;
+      if (per_node % in.layout.tp != 0 || in.layout.dp % std::min(in.layout.dp, per_node / in.layout.tp) != 0) {
+        std::fprintf(stderr, "strata-plan: --dp-shard node: %d devices per node hold %d / --tp %d data-parallel "
+                     "ranks, which must divide --dp %d\n", per_node, per_node, in.layout.tp, in.layout.dp);
+        return 1;
+      }
+      in.layout.dp_replicate = in.layout.dp / std::min(in.layout.dp, per_node / in.layout.tp);
+    }
+    if (simulate && nodes_flag->count() == 0) {  // as many nodes as the layout's devices fill
+      const long devices = static_cast<long>(in.layout.dp) * in.layout.tp * in.layout.pp;
+      in.hardware.nodes = static_cast<int>(
+          std::min<long>((devices + in.hardware.devices_per_node - 1) / in.hardware.devices_per_node, 1L << 24));
+    }
+    if (global_batch > 0) {
+      const long per_step = static_cast<long>(in.layout.dp) * in.micro_batch;
+      if (mb_flag->count() > 0 || global_batch % per_step != 0) {
+        std::fprintf(stderr, "strata-plan: --global-batch %ld must be a multiple of --dp %d x --micro-batch %d, "
+                     "without --microbatches\n", global_batch, in.layout.dp, in.micro_batch);
+        return 1;
+      }
+      microbatches = static_cast<int>(global_batch / per_step);
+    }
     in.validate();  // every cross-field check, naming the flags, before any arithmetic
+    if (simulate) {
+      strata::SimInput sim;
+      sim.plan = in;
+      sim.cluster = cluster;
+      sim.schedule = strata::pipeline_kind_from_name(schedule);
+      sim.microbatches = microbatches;
+      sim.virtual_stages = virtual_stages;
+      strata::StepPrediction pred = strata::simulate_step(sim);
+      if (json) {
+        std::printf("%s\n", pred.json().c_str());
+        return written(pred.fits ? 0 : 2);
+      }
+      std::printf("model: %.2fB parameters, %d layers, hidden %d, %d heads, seq %d, micro-batch %d\n",
+                  in.model.count() / 1e9, in.model.layers, in.model.hidden, in.model.heads, in.model.seq,
+                  in.micro_batch);
+      std::printf("layout: dp %d (replicas %d) x tp %d%s x pp %d (%s, %d micro-batches%s), ZeRO stage %d%s, "
+                  "recompute %s\n", in.layout.dp, in.layout.dp_replicate, in.layout.tp,
+                  in.layout.sequence_parallel ? " (sequence parallel)" : "", in.layout.pp, schedule.c_str(),
+                  pred.microbatches, virtual_stages > 1 ? fmt::format(", {} virtual", virtual_stages).c_str() : "",
+                  stage, dp_from.c_str(), in.recompute ? "on" : "off");
+      std::printf("cluster: %s (%s)\n\n", cluster.name.c_str(), cluster_file.c_str());
+      std::printf("%s", pred.table().c_str());
+      std::printf("device memory %.1f GB: %s\n", cluster.hbm_bytes / 1e9, pred.fits ? "FITS" : "DOES NOT FIT");
+      return written(pred.fits ? 0 : 2);
+    }
     strata::MemoryPlan p = strata::plan_memory(in);
     if (json) {
       std::printf("%s\n", p.json().c_str());
