@@ -11,7 +11,8 @@ scaling, layout and np), so an interrupted sweep goes on where it stopped. --plo
 
 Per run: tokens/s (whole job and per rank), the mean step time, the communication and exposed communication per step
 (train_gpt's means over the steps after the first two), the ledger's peak per rank, and rank 0's memory after step 0
-per category, measured and as the planner predicts it.
+per category, measured and as the planner predicts it. The plots include the step time strata-plan --simulate predicts
+for every run (--cluster, this machine's file by default) against the measured one.
 """
 import argparse
 import csv
@@ -100,7 +101,21 @@ def read_rows(path):
         return list(csv.DictReader(f))
 
 
-def plot(rows, out_dir):
+def predicted_step_ms(rows, plan, cluster):
+    """strata-plan --simulate's step time for each row (scripts/check_simulator.py maps a row to its flags); None
+    where strata-plan is not built."""
+    if not plan or not os.path.exists(plan):
+        return None
+    import importlib.util
+    here = os.path.dirname(os.path.abspath(__file__))
+    spec = importlib.util.spec_from_file_location("check_simulator", os.path.join(here, "check_simulator.py"))
+    sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sim)
+    models, layouts = sim.scale_models()
+    return [sim.simulate(plan, sim.row_flags(r, models, layouts, cluster))["step_s"] * 1e3 for r in rows]
+
+
+def plot(rows, out_dir, predicted=None):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -152,6 +167,29 @@ def plot(rows, out_dir):
     fig.savefig(path, dpi=90)
     plt.close(fig)
     written.append(path)
+    if predicted:
+        # The simulator against the sweep: each run's mean step time, with the +-15% band of the scaling issue.
+        fig, ax = plt.subplots(figsize=(5.5, 5))
+        for model in sorted({r["model"] for r in rows}):
+            idx = [i for i, r in enumerate(rows) if r["model"] == model]
+            ax.scatter([float(rows[i]["step_ms"]) for i in idx], [predicted[i] for i in idx], label=model)
+        hi = max([float(r["step_ms"]) for r in rows] + predicted + [1]) * 1.1
+        lo = min([float(r["step_ms"]) for r in rows] + predicted) / 1.1
+        ax.plot([lo, hi], [lo, hi], color="grey", lw=0.8)
+        ax.plot([lo, hi], [lo * 1.15, hi * 1.15], color="grey", lw=0.5, ls="--")
+        ax.plot([lo, hi], [lo * 0.85, hi * 0.85], color="grey", lw=0.5, ls="--")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("measured step (ms)")
+        ax.set_ylabel("predicted step (ms, strata-plan --simulate)")
+        ax.set_title("step time, every run (dashed: +-15%)")
+        ax.grid(alpha=0.3, which="both")
+        ax.legend()
+        fig.tight_layout()
+        path = os.path.join(out_dir, "step_time_predicted_vs_measured.png")
+        fig.savefig(path, dpi=90)
+        plt.close(fig)
+        written.append(path)
     return written
 
 
@@ -168,6 +206,9 @@ def main():
     p.add_argument("--out", default="results/scaling")
     p.add_argument("--timeout", type=int, default=600, help="seconds per run")
     p.add_argument("--plots-only", action="store_true")
+    p.add_argument("--cluster", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                     "tools", "clusters", "cpu_vm.json"),
+                   help="cluster file for the predicted step time plot (strata-plan --simulate)")
     args = p.parse_args()
     for name, known in (("layouts", LAYOUTS), ("models", MODELS)):
         bad = [x for x in getattr(args, name).split(",") if x not in known]
@@ -199,7 +240,8 @@ def main():
                             w.writerow(row)
                         rows.append({k: str(v) for k, v in row.items()})
     print(f"scale.py: {len(rows)} rows in {path}")
-    for png in plot(rows, args.out):
+    predicted = predicted_step_ms(rows, os.path.join(args.build, "bin", "strata-plan"), args.cluster)
+    for png in plot(rows, args.out, predicted):
         print(f"scale.py: wrote {png}")
 
 
