@@ -10,6 +10,7 @@ CommOptions CommOptions::from_env() {
   CommOptions o;
   o.timeout_s = env().timeout_s;
   o.validate = env().validate;
+  o.shm = env().shm;
   return o;
 }
 

@@ -18,6 +18,7 @@ namespace strata {
 struct CommOptions {
   double timeout_s = 600.0;  // STRATA_TIMEOUT_S: bound on every wait
   bool validate = false;     // STRATA_VALIDATE: cross-rank check of op, count, dtype before each collective
+  bool shm = true;           // STRATA_SHM: the MPI backend's shared-memory path for groups on one node
   static CommOptions from_env();
 };
 

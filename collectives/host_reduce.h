@@ -14,4 +14,9 @@ namespace strata {
 void reduce_chunks(const void* chunks, std::size_t n, std::size_t chunk_stride, std::size_t count, DType dtype,
                    ReduceOp op, void* out);
 
+// The same reduction (the same operations in the same order, so bitwise the same result) with chunk r at
+// chunks[r], wherever each lies: the shared-memory path reads its peers' slots and its own input in place. `out`
+// may alias any chunk.
+void reduce_pieces(const void* const* chunks, std::size_t n, std::size_t count, DType dtype, ReduceOp op, void* out);
+
 }  // namespace strata

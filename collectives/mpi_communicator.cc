@@ -33,6 +33,18 @@ MPI_Comm dup_bounded(MPI_Comm parent, double timeout_s, const std::string& what)
   return out;
 }
 
+// Whether every rank of `comm` shares this node's memory. Collective; called right after a bounded operation on
+// `comm` that every rank completed, so MPI_Comm_split_type cannot wait without bound.
+bool on_one_node(MPI_Comm comm, int size) {
+  MPI_Comm node = MPI_COMM_NULL;
+  STRATA_CHECK_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int node_size = 0;
+  int rc = MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  STRATA_CHECK_MPI(rc);
+  return node_size == size;
+}
+
 int as_int(std::size_t count, const char* op) {
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, count <= static_cast<std::size_t>(INT_MAX),
                     "{}: {} elements per rank exceed the MPI backend's limit of INT_MAX", op, count);
@@ -58,7 +70,9 @@ MpiCommunicator::MpiCommunicator(Device& device, MPI_Comm parent, std::string na
   set_world_ranks(world_ranks_of(parent));
   control_ = dup_bounded(parent, options.timeout_s, fmt::format("creating communicator '{}'", this->name()));
   p2p_.comm = dup_bounded(parent, options.timeout_s, fmt::format("creating communicator '{}'", this->name()));
-  logger("comm").debug("communicator '{}' (mpi): rank {} of {}", this->name(), rank(), size());
+  node_local_ = options.shm && size() > 1 && on_one_node(control_, size());
+  logger("comm").debug("communicator '{}' (mpi): rank {} of {}{}", this->name(), rank(), size(),
+                       node_local_ ? ", shared memory" : "");
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -80,6 +94,11 @@ MpiCommunicator::Lane& MpiCommunicator::lane_for(Stream& stream) {
   lane->comm = dup_bounded(control_, options().timeout_s,
                            fmt::format("opening stream '{}' (id {}) on communicator '{}'", stream.name(),
                                        stream.id(), name()));
+  // Every rank has completed the duplicate, so all of them are creating this lane: the segment's exchanges pair.
+  if (node_local_)
+    lane->shm = ShmSegment::create(
+        lane->comm, options().timeout_s,
+        fmt::format("mapping the shared-memory segment of stream '{}' on communicator '{}'", stream.name(), name()));
   return *lanes_.emplace(stream.id(), std::move(lane)).first->second;
 }
 
@@ -187,6 +206,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_
   bool in_place = send == static_cast<const char*>(recv) + static_cast<std::size_t>(rank()) * bytes;
   launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
     if (count == 0) return;
+    if (lane.shm) return lane.shm->all_gather(send, recv, bytes, what);
     MPI_Datatype t = mpi_datatype(dtype);
     MPI_Request req;
     STRATA_CHECK_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, t, recv, count, t, lane.comm, &req));
@@ -201,8 +221,11 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
   std::size_t n = static_cast<std::size_t>(size());
   launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
     if (count == 0) return;
-    // Chunk r of every rank lands on rank r; then a rank-ordered local reduction.
+    // Chunk r of every rank lands on rank r; then a rank-ordered local reduction. The shared-memory path does not
+    // use the staging buffer, but reserves it all the same (untouched pages cost no memory): the memory planner
+    // models this backend's comm_buffer by the MPI path, and the ledger stays equal to it whichever path runs.
     void* gathered = staging(lane, n * recv_count * dtype_size(dtype));
+    if (lane.shm) return lane.shm->reduce_scatter(send, recv, recv_count, dtype, op, what);
     MPI_Datatype t = mpi_datatype(dtype);
     MPI_Request req;
     STRATA_CHECK_MPI(MPI_Ialltoall(send, count, t, gathered, count, t, lane.comm, &req));
@@ -222,7 +245,9 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count
   launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
     if (count == 0) return;
     // Reduce-scatter of equal chunks (the input padded to n * chunk), then an all-gather of the reduced chunks.
+    // Reserved on the shared-memory path too, for the ledger (see reduce_scatter).
     char* buf = static_cast<char*>(staging(lane, 2 * n * chunk * esz));
+    if (lane.shm) return lane.shm->all_reduce(send, recv, count, dtype, op, what);
     char* padded = buf;
     char* gathered = buf + n * chunk * esz;
     std::memcpy(padded, send, count * esz);

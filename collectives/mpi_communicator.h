@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/shm_segment.h"
 
 namespace strata {
 
@@ -25,6 +26,9 @@ namespace strata {
 // posts each op as soon as its own exchange is done, so a peer making single calls is never waiting on the batch.
 // Reductions run as an all-to-all of chunks followed by a rank-ordered local sum (bf16 / f16 in f32), which is
 // deterministic and moves the same bytes as a ring; see docs/notes/mpi-reductions.md.
+// When every rank of the group shares this node's memory (MPI_COMM_TYPE_SHARED) and CommOptions::shm is on
+// (STRATA_SHM, default 1), all_gather, reduce_scatter and all_reduce run through a shared-memory segment of each lane
+// instead (collectives/shm_segment.h), with the same rank-ordered reduction, so results are bitwise those of MPI.
 // Streams must be synchronised before the communicator is destroyed.
 class MpiCommunicator : public Communicator {
  public:
@@ -45,10 +49,15 @@ class MpiCommunicator : public Communicator {
   void batch_send_recv(const std::vector<P2POp>& ops, Stream& stream) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& label) override;
 
+  // Whether all_gather, reduce_scatter and all_reduce may take the shared-memory path: the group is on one node and
+  // CommOptions::shm is on (decided at construction; a lane whose segment cannot be mapped stays on MPI).
+  bool uses_shared_memory() const { return node_local_; }
+
  private:
   struct Lane {
     MPI_Comm comm = MPI_COMM_NULL;
-    Buffer staging;  // grow-only scratch for reductions (MemCategory::kCommBuffer)
+    Buffer staging;                   // grow-only scratch for reductions (MemCategory::kCommBuffer)
+    std::unique_ptr<ShmSegment> shm;  // the lane's shared-memory slots, when the group is node-local
   };
   Lane& lane_for(Stream& stream);
   void* staging(Lane& lane, std::size_t bytes);
@@ -62,6 +71,7 @@ class MpiCommunicator : public Communicator {
   void check_stream(const Stream& stream, const char* op) const;
 
   MPI_Comm control_ = MPI_COMM_NULL;  // used only by the calling thread: lane creation and split
+  bool node_local_ = false;           // the shared-memory path is on (see the class comment)
   Lane p2p_;                          // send / recv from any stream thread (no staging)
   std::mutex lanes_mutex_;
   std::map<std::uint64_t, std::unique_ptr<Lane>> lanes_;  // by stream id

@@ -21,9 +21,11 @@ using test::verifiable_int;
 const DType kAllTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64, DType::kF64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
 
-// Sizes every op is checked at: 0, 1, world-1, a prime, and a large one not divisible by world * 64.
+// Sizes every op is checked at: 0, 1, world-1, a prime, a large one not divisible by world * 64, and an odd one
+// of more shared-memory steps than a slot has buffers (ShmSegment: 256 KiB per rank per step, 4 buffers) in every
+// dtype.
 std::vector<std::size_t> test_counts(int world) {
-  std::vector<std::size_t> c = {0, 1, static_cast<std::size_t>(world - 1), 1009, 100003};
+  std::vector<std::size_t> c = {0, 1, static_cast<std::size_t>(world - 1), 1009, 100003, 9 * 65536 + 13};
   std::sort(c.begin(), c.end());
   c.erase(std::unique(c.begin(), c.end()), c.end());
   return c;

@@ -36,14 +36,17 @@ endif()
 read_metrics(by_node ${WORK}/by_node.jsonl)
 expect_steps(by_node replicate 0 9 exact)
 
-# The same over TCP only (ob1 with the tcp and self transports: no shared memory between the ranks).
+# The same over TCP only (ob1 with the tcp and self transports, and STRATA_SHM=0 for Strata's own shared-memory
+# collectives: no shared memory between the ranks).
 set(ENV{OMPI_MCA_pml} ob1)
 set(ENV{OMPI_MCA_btl} tcp,self)
+set(ENV{STRATA_SHM} 0)
 run_gpt(by_node_tcp ok 4 --dp-shard node)
 read_metrics(by_node_tcp ${WORK}/by_node_tcp.jsonl)
 expect_steps(by_node_tcp by_node 0 9 exact)
 unset(ENV{OMPI_MCA_pml})
 unset(ENV{OMPI_MCA_btl})
+unset(ENV{STRATA_SHM})
 
 # Nodes of 3 and 1 ranks cannot each hold one shard group.
 set(ENV{STRATA_RANKS_PER_NODE} 3)

@@ -1,0 +1,274 @@
+// ShmSegment: the shared-memory object of a lane's slots, the step protocol and its bounded waits.
+#include "collectives/shm_segment.h"
+
+#include <fcntl.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "collectives/host_reduce.h"
+#include "collectives/mpi_util.h"
+#include "core/backoff.h"
+#include "core/error.h"
+#include "core/in_flight.h"
+#include "core/logging.h"
+#include "core/wait_hooks.h"
+
+namespace strata {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// A peer usually publishes within microseconds when it runs on its own core: spin that long before yielding.
+constexpr int kSpins = 2000;
+
+// Outputs at least this large are written with non-temporal stores: they will not be read back from cache before
+// they are evicted, and a streaming store skips the read of each destination line that a plain store makes.
+constexpr std::size_t kStreamBytes = 8u << 20;
+
+// memcpy with streaming stores (SSE2, the x86-64 baseline); call stream_fence() before the data is handed over.
+void copy_streaming(char* dst, const char* src, std::size_t len) {
+#if defined(__SSE2__)
+  std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16;
+  if (head > len) head = len;
+  std::memcpy(dst, src, head);
+  dst += head;
+  src += head;
+  len -= head;
+  const std::size_t body = len & ~std::size_t{63};
+  for (std::size_t i = 0; i < body; i += 64) {
+    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
+    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
+    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
+    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
+  }
+  std::memcpy(dst + body, src + body, len - body);
+#else
+  std::memcpy(dst, src, len);
+#endif
+}
+
+void copy_plain(char* dst, const char* src, std::size_t len) { std::memcpy(dst, src, len); }
+
+void stream_fence() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+
+}  // namespace
+
+std::unique_ptr<ShmSegment> ShmSegment::create(MPI_Comm comm, double timeout_s, const std::string& what) {
+  std::unique_ptr<ShmSegment> seg(new ShmSegment());
+  seg->timeout_s_ = timeout_s;
+  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &seg->rank_));
+  STRATA_CHECK_MPI(MPI_Comm_size(comm, &seg->size_));
+  const int me = seg->rank_, n = seg->size_;
+  // reduce_scatter puts one piece per destination rank in each buffer.
+  STRATA_CHECK(static_cast<std::size_t>(n) * 8 <= kPiece, "{}: {} ranks on one node exceed the shared-memory path's {}",
+               what, n, kPiece / 8);
+  const std::size_t total = static_cast<std::size_t>(n) * seg->slot_bytes_;
+  // Group rank 0 creates the object with its space reserved (a full /dev/shm is an error here, not a SIGBUS later)
+  // and sends its name, or "!" and the reason.
+  char name[128] = {};
+  static std::atomic<std::uint64_t> counter{0};
+  if (me == 0) {
+    std::string n0 = fmt::format("/strata-{}-{}", ::getpid(), counter++);
+    std::string problem;
+    int fd = ::shm_open(n0.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+      problem = fmt::format("shm_open({}): {}", n0, std::strerror(errno));
+    } else {
+      int rc = ::ftruncate(fd, static_cast<off_t>(total)) == 0 ? 0 : errno;
+      if (rc == 0) rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
+      if (rc != 0) {
+        problem = fmt::format("reserving {} bytes for {}: {}", total, n0, std::strerror(rc));
+        ::shm_unlink(n0.c_str());
+      }
+      ::close(fd);
+    }
+    std::snprintf(name, sizeof(name), "%s", problem.empty() ? n0.c_str() : ("!" + problem).c_str());
+  }
+  // The name goes as soon as every rank has opened it, or given up, or this rank throws (a timeout below).
+  struct Unlink {
+    const char* name;
+    ~Unlink() {
+      if (name[0] == '/') ::shm_unlink(name);
+    }
+  } unlink_at_exit{me == 0 ? name : ""};
+  MPI_Request req;
+  STRATA_CHECK_MPI(MPI_Ibcast(name, sizeof(name), MPI_CHAR, 0, comm, &req));
+  mpi_wait(req, timeout_s, what);
+  std::string problem = name[0] == '!' ? std::string(name + 1) : std::string();
+  if (problem.empty()) {
+    int fd = ::shm_open(name, O_RDWR, 0600);
+    if (fd < 0) {
+      problem = fmt::format("shm_open({}) on group rank {}: {}", name, me, std::strerror(errno));
+    } else {
+      void* at = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      if (at == MAP_FAILED) {
+        problem = fmt::format("mmap of {} bytes of {} on group rank {}: {}", total, name, me, std::strerror(errno));
+      } else {
+        seg->base_ = static_cast<char*>(at);
+        seg->mapped_ = total;
+      }
+      ::close(fd);
+    }
+  }
+  int ok = problem.empty() ? 1 : 0;
+  if (ok) {
+    for (int r = 0; r < n; ++r) seg->slots_.push_back(seg->base_ + static_cast<std::size_t>(r) * seg->slot_bytes_);
+    // Counters from zero, and this rank's pages faulted in now rather than inside the first operation.
+    std::memset(seg->slots_[static_cast<std::size_t>(me)], 0, seg->slot_bytes_);
+    Header* h = new (seg->slots_[static_cast<std::size_t>(me)]) Header;
+    h->published.value.store(0, std::memory_order_relaxed);
+    h->consumed.value.store(0, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+  }
+  // Whether every rank mapped it; this exchange also keeps every peer from reading a header before its owner set it.
+  int all_ok = 0;
+  STRATA_CHECK_MPI(MPI_Iallreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, comm, &req));
+  mpi_wait(req, timeout_s, what);
+  unlink_at_exit = Unlink{""};
+  if (me == 0 && name[0] == '/') ::shm_unlink(name);  // every rank has opened it or given up
+  if (!all_ok) {
+    if (me == 0 || !problem.empty())
+      logger("comm").warn("{}: no shared-memory segment ({}); this lane stays on MPI", what,
+                          problem.empty() ? "another rank could not map it" : problem);
+    return nullptr;
+  }
+  return seg;
+}
+
+ShmSegment::~ShmSegment() {
+  if (base_) ::munmap(base_, mapped_);
+}
+
+void ShmSegment::wait_peers(Counter Header::*which, std::uint64_t target, const std::string& what) {
+  auto ready = [&] {
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_ && (header(p).*which).value.load(std::memory_order_acquire) < target) return false;
+    return true;
+  };
+  for (int i = 0; i < kSpins; ++i) {
+    if (ready()) return;
+    cpu_relax();
+  }
+  // Then as mpi_wait: the deadline, the WaitHooks pollers every 5 ms (the side channel's departure check), and the
+  // core handed over, since the peer (or this rank's compute thread) may need it.
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + to_duration(timeout_s_);
+  auto next_hooks = start;
+  for (;;) {
+    if (ready()) return;
+    auto now = Clock::now();
+    if (now >= next_hooks) {
+      WaitHooks::poll();
+      next_hooks = now + std::chrono::milliseconds(5);
+    }
+    if (now > deadline) throw_timeout(__FILE__, __LINE__, what, timeout_s_);
+    if (now - start < std::chrono::milliseconds(1)) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  }
+}
+
+char* ShmSegment::begin_write(const std::string& what) {
+  if (step_ >= kDepth) wait_peers(&Header::consumed, step_ + 1 - kDepth, what);
+  return buffer(rank_, step_);
+}
+
+void ShmSegment::publish_and_wait(const std::string& what) {
+  header(rank_).published.value.store(step_ + 1, std::memory_order_release);
+  wait_peers(&Header::published, step_ + 1, what);
+}
+
+void ShmSegment::end_step() {
+  header(rank_).consumed.value.store(step_ + 1, std::memory_order_release);
+  ++step_;
+}
+
+void ShmSegment::all_gather(const void* send, void* recv, std::size_t bytes, const std::string& what) {
+  const char* src = static_cast<const char*>(send);
+  char* dst = static_cast<char*>(recv);
+  const std::size_t me = static_cast<std::size_t>(rank_);
+  const bool in_place = src == dst + me * bytes;
+  auto copy_out = static_cast<std::size_t>(size_) * bytes >= kStreamBytes ? copy_streaming : copy_plain;
+  for (std::size_t off = 0; off < bytes; off += kPiece) {
+    const std::size_t len = std::min(kPiece, bytes - off);
+    std::memcpy(begin_write(what), src + off, len);
+    header(rank_).published.value.store(step_ + 1, std::memory_order_release);
+    // Our own piece while the peers read theirs (from cache: it was just read).
+    if (!in_place) copy_out(dst + me * bytes + off, src + off, len);
+    wait_peers(&Header::published, step_ + 1, what);
+    for (int p = 0; p < size_; ++p)
+      if (p != rank_) copy_out(dst + static_cast<std::size_t>(p) * bytes + off, buffer(p, step_), len);
+    end_step();
+  }
+  stream_fence();
+}
+
+void ShmSegment::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, ReduceOp op,
+                                const std::string& what) {
+  const char* src = static_cast<const char*>(send);
+  char* dst = static_cast<char*>(recv);
+  const std::size_t esz = dtype_size(dtype), n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
+  const std::size_t per = std::max<std::size_t>(1, kPiece / (n * esz));  // elements per destination per step
+  std::vector<const void*> pieces(n);
+  for (std::size_t off = 0; off < recv_count; off += per) {
+    const std::size_t len = std::min(per, recv_count - off);
+    char* mine = begin_write(what);
+    // Piece r of the buffer is for rank r; our own we read from `send` directly.
+    for (std::size_t r = 0; r < n; ++r)
+      if (r != me) std::memcpy(mine + r * per * esz, src + (r * recv_count + off) * esz, len * esz);
+    publish_and_wait(what);
+    for (std::size_t q = 0; q < n; ++q)
+      pieces[q] = q == me ? src + (me * recv_count + off) * esz : buffer(static_cast<int>(q), step_) + me * per * esz;
+    reduce_pieces(pieces.data(), n, len, dtype, op, dst + off * esz);  // in place: dst aliases pieces[me]
+    end_step();
+  }
+}
+
+void ShmSegment::all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
+                            const std::string& what) {
+  // Every rank reduces the whole buffer from the published pieces: one write and one read of each piece per rank, no
+  // second exchange; the pieces are read from cache, so the memory traffic is that of one copy.
+  const char* src = static_cast<const char*>(send);
+  char* dst = static_cast<char*>(recv);
+  const std::size_t esz = dtype_size(dtype), n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
+  const std::size_t per = kPiece / esz;
+  std::vector<const void*> pieces(n);
+  for (std::size_t off = 0; off < count; off += per) {
+    const std::size_t len = std::min(per, count - off);
+    std::memcpy(begin_write(what), src + off * esz, len * esz);
+    publish_and_wait(what);
+    for (std::size_t q = 0; q < n; ++q) pieces[q] = q == me ? src + off * esz : buffer(static_cast<int>(q), step_);
+    reduce_pieces(pieces.data(), n, len, dtype, op, dst + off * esz);  // in place: dst aliases pieces[me]
+    end_step();
+  }
+}
+
+}  // namespace strata

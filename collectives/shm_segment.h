@@ -1,0 +1,96 @@
+// ShmSegment: a shared-memory segment of one communicator lane, and the intra-node all_gather, reduce_scatter and
+// all_reduce that run through it.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/op_desc.h"
+#include "core/dtype.h"
+
+namespace strata {
+
+// Every rank of the lane's communicator owns one slot: a header of two counters and kDepth buffers of kPiece bytes.
+// An operation is cut into steps of at most kPiece bytes per rank; steps are numbered across the lane's operations,
+// which every rank runs in the same order with the same counts, so the numbers agree. In step g a rank waits until
+// every peer has consumed step g - kDepth (the last user of buffer g % kDepth), writes its piece there, publishes
+// g + 1, waits for every peer's g + 1 and reads their pieces, then marks g + 1 consumed. A peer reads a piece while it
+// is still in cache and the writer fills the next buffer. Reductions combine the pieces in rank order 0..n-1 with
+// reduce_pieces, bitwise as the MPI path's reduce_chunks does. all_gather writes outputs of 8 MiB and more with
+// streaming stores (they skip the read-for-ownership of each line). See docs/architecture.md ("Intra-node shared
+// memory") and docs/benchmarks.md (collectives).
+//
+// Waits spin briefly, then yield, then sleep in short steps; each is bounded by the timeout and runs the WaitHooks
+// pollers every 5 ms (a peer that left the job ends the wait with the side channel's error), as mpi_wait does.
+// A segment is used by one thread at a time (its lane's stream thread).
+//
+// The memory is a POSIX shared-memory object that group rank 0 creates and unlinks as soon as every rank has mapped
+// it (so nothing is left to clean, whatever happens later), not an MPI_Win_allocate_shared window: MPI_Win_free is
+// collective and would make a communicator's destructor wait for its peers, and the Runtime destroys its
+// communicators before the side channel sends the notice that this rank has left (runtime/bootstrap/runtime.cc), so
+// a peer waiting for a departed rank would see a timeout instead of the departure. munmap is local.
+class ShmSegment {
+ public:
+  static constexpr std::size_t kPiece = 256 << 10;  // bytes per rank per step
+  static constexpr std::size_t kDepth = 4;          // buffers per slot
+
+  // Collective over `comm`, whose ranks must all share this node's memory (MPI_COMM_TYPE_SHARED); every exchange is
+  // bounded by `timeout_s`. Returns nullptr on every rank, after a warning, when some rank cannot create or map the
+  // segment (e.g. /dev/shm is full or not shared): the lane then stays on MPI.
+  static std::unique_ptr<ShmSegment> create(MPI_Comm comm, double timeout_s, const std::string& what);
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  // Bytes of one rank's slot (the segment holds one per rank).
+  std::size_t slot_bytes() const { return slot_bytes_; }
+
+  // The Communicator's semantics (communicator.h) for a group on one node; `what` names the operation in waits.
+  void all_gather(const void* send, void* recv, std::size_t bytes_per_rank, const std::string& what);
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, ReduceOp op,
+                      const std::string& what);
+  void all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op, const std::string& what);
+
+ private:
+  struct alignas(64) Counter {
+    std::atomic<std::uint64_t> value;
+    char pad[64 - sizeof(std::atomic<std::uint64_t>)];
+  };
+  struct Header {
+    Counter published;  // steps whose piece is in this slot
+    Counter consumed;   // steps this rank has read from every peer
+  };
+  static constexpr std::size_t kHeaderBytes = 4096;  // keeps the buffers page-aligned
+
+  Header& header(int r) const { return *reinterpret_cast<Header*>(slots_[static_cast<std::size_t>(r)]); }
+  char* buffer(int r, std::uint64_t step) const {
+    return slots_[static_cast<std::size_t>(r)] + kHeaderBytes + (step % kDepth) * kPiece;
+  }
+  // Step `step_`: waits until buffer step_ % kDepth of this rank may be written again.
+  char* begin_write(const std::string& what);
+  // Publishes this rank's piece of step_, then waits until every peer has published its piece.
+  void publish_and_wait(const std::string& what);
+  // Marks step_ consumed by this rank and moves to the next step.
+  void end_step();
+  // Waits until counter `which` of every peer reaches `target` (bounded, see the class comment).
+  void wait_peers(Counter Header::*which, std::uint64_t target, const std::string& what);
+
+  ShmSegment() = default;
+
+  char* base_ = nullptr;  // the whole mapping: slot r at base_ + r * slot_bytes_
+  std::size_t mapped_ = 0;
+  int rank_ = 0;
+  int size_ = 1;
+  double timeout_s_ = 600;
+  std::size_t slot_bytes_ = kHeaderBytes + kDepth * kPiece;
+  std::vector<char*> slots_;  // each rank's slot, mapped in this process
+  std::uint64_t step_ = 0;    // the next step on this lane
+};
+
+}  // namespace strata

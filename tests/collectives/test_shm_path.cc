@@ -1,0 +1,177 @@
+// The MPI communicator's intra-node shared-memory path: on for groups on one node, bitwise equal to the MPI path on
+// data whose sums round, and independent across lanes.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "collectives/mpi_communicator.h"
+#include "collectives/shm_segment.h"
+#include "core/env.h"
+#include "tests/support/test_support.h"
+
+namespace strata {
+namespace {
+
+using test::fill_verifiable;
+using test::runtime;
+using test::verifiable_int;
+
+const DType kAllTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64, DType::kF64};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
+
+// Counts around the step size (ShmSegment::kPiece bytes): one element, an odd count, one exactly on a step boundary
+// plus one, and one of more steps than a slot has buffers (so every buffer is reused).
+std::vector<std::size_t> shm_counts(DType t, int world) {
+  std::size_t step = ShmSegment::kPiece / dtype_size(t);
+  return {1, static_cast<std::size_t>(world) + 2, 1009, step + 1, (ShmSegment::kDepth + 1) * step + 13};
+}
+
+// A value that is not an integer, with exponents from 2^-10 to 2^9, so that the order of a float sum shows in its
+// rounding (integers in [-1000, 1000] for the integer types).
+double rough(int rank, std::size_t i) {
+  std::uint64_t h = (static_cast<std::uint64_t>(rank) + 1) * 0x9E3779B97F4A7C15ull ^ (i * 0xBF58476D1CE4E5B9ull);
+  h ^= h >> 31;
+  h *= 0x94D049BB133111EBull;
+  h ^= h >> 29;
+  double mantissa = static_cast<double>(h & 0xFFFFFF) / static_cast<double>(1 << 24) - 0.5;
+  return std::ldexp(mantissa, static_cast<int>((h >> 24) % 20) - 10);
+}
+
+void fill_rough(void* dst, std::size_t count, DType t, int rank) {
+  for (std::size_t i = 0; i < count; ++i) {
+    double v = rough(rank, i);
+    switch (t) {
+      case DType::kF32: static_cast<float*>(dst)[i] = static_cast<float>(v); break;
+      case DType::kBF16: static_cast<std::uint16_t*>(dst)[i] = f32_to_bf16(static_cast<float>(v)); break;
+      case DType::kF16: static_cast<std::uint16_t*>(dst)[i] = f32_to_f16(static_cast<float>(v)); break;
+      case DType::kI32: static_cast<std::int32_t*>(dst)[i] = static_cast<std::int32_t>(std::ldexp(v, 11)); break;
+      case DType::kI64: static_cast<std::int64_t*>(dst)[i] = static_cast<std::int64_t>(std::ldexp(v, 11)); break;
+      case DType::kF64: static_cast<double*>(dst)[i] = v; break;
+    }
+  }
+}
+
+CommOptions with_shm(bool on) {
+  CommOptions o = CommOptions::from_env();
+  o.shm = on;
+  return o;
+}
+
+enum class Op { kAllGather, kReduceScatter, kAllReduce };
+
+// Runs `op` on `comm` from identical rough inputs and returns the output bytes (collective).
+std::vector<char> run(Communicator& comm, Stream& stream, Op op, DType t, ReduceOp rop, std::size_t count,
+                      bool in_place) {
+  Device& dev = comm.device();
+  const std::size_t n = static_cast<std::size_t>(comm.size()), me = static_cast<std::size_t>(comm.rank());
+  const std::size_t esz = dtype_size(t);
+  const std::size_t in_elems = op == Op::kReduceScatter ? n * count : count;
+  const std::size_t out_elems = op == Op::kAllGather ? n * count : count;
+  Buffer in = dev.allocate(std::max<std::size_t>(in_elems, out_elems) * esz, MemCategory::kOther);
+  Buffer out = dev.allocate(out_elems * esz, MemCategory::kOther);
+  std::memset(out.data(), 0xab, out.bytes());
+  char* send = in.as<char>();
+  char* recv = out.as<char>();
+  switch (op) {
+    case Op::kAllGather:
+      if (in_place) {
+        send = recv + me * count * esz;
+      }
+      fill_rough(send, count, t, comm.rank());
+      comm.all_gather(send, recv, count, t, stream);
+      break;
+    case Op::kReduceScatter:
+      fill_rough(send, n * count, t, comm.rank());
+      if (in_place) recv = send + me * count * esz;
+      comm.reduce_scatter(send, recv, count, t, rop, stream);
+      break;
+    case Op::kAllReduce:
+      fill_rough(send, count, t, comm.rank());
+      if (in_place) recv = send;
+      comm.all_reduce(send, recv, count, t, rop, stream);
+      break;
+  }
+  stream.synchronize();
+  return std::vector<char>(recv, recv + out_elems * esz);
+}
+
+const char* op_name(Op op) {
+  return op == Op::kAllGather ? "all_gather" : op == Op::kReduceScatter ? "reduce_scatter" : "all_reduce";
+}
+
+TEST(ShmPath, OnForGroupsOnOneNodeUnlessDisabled) {
+  const int n = runtime().world_size();
+  MpiCommunicator on(runtime().device(), MPI_COMM_WORLD, "shm_on", with_shm(true));
+  MpiCommunicator off(runtime().device(), MPI_COMM_WORLD, "shm_off", with_shm(false));
+  // Tests run on one machine: every group of more than one rank is node-local.
+  EXPECT_EQ(on.uses_shared_memory(), n > 1);
+  EXPECT_FALSE(off.uses_shared_memory());
+  auto* world = dynamic_cast<MpiCommunicator*>(&runtime().world());
+  ASSERT_NE(world, nullptr);
+  EXPECT_EQ(world->uses_shared_memory(), n > 1 && env().shm) << "STRATA_SHM=" << env().shm;
+}
+
+// The shared-memory path against the MPI path on the same inputs: every byte equal, for every op, dtype and
+// reduction, out of place and in place, at counts of one step, several steps and more steps than buffers.
+TEST(ShmPath, BitwiseEqualToMpiPath) {
+  Device& dev = runtime().device();
+  MpiCommunicator on(dev, MPI_COMM_WORLD, "shm_on", with_shm(true));
+  MpiCommunicator off(dev, MPI_COMM_WORLD, "shm_off", with_shm(false));
+  auto stream = dev.create_stream("comm");
+  int differing = 0;
+  for (Op op : {Op::kAllGather, Op::kReduceScatter, Op::kAllReduce}) {
+    for (DType t : kAllTypes) {
+      for (ReduceOp rop : kAllOps) {
+        if (op == Op::kAllGather && rop != ReduceOp::kSum) continue;
+        for (std::size_t count : shm_counts(t, on.size())) {
+          for (bool in_place : {false, true}) {
+            std::vector<char> a = run(on, *stream, op, t, rop, count, in_place);
+            std::vector<char> b = run(off, *stream, op, t, rop, count, in_place);
+            bool same = a == b;
+            if (!same && differing++ < 5)
+              ADD_FAILURE() << op_name(op) << " " << dtype_name(t) << " " << reduce_op_name(rop) << " count " << count
+                            << " in_place " << in_place << ": the shared-memory path differs from the MPI path";
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(differing, 0);
+}
+
+// Two streams on one communicator are two lanes with segments of their own: operations on both at once neither
+// block nor corrupt each other.
+TEST(ShmPath, LanesOnTwoStreamsRunTogether) {
+  Device& dev = runtime().device();
+  Communicator& world = runtime().world();
+  const int n = world.size(), me = world.rank();
+  auto a = dev.create_stream("lane_a");
+  auto b = dev.create_stream("lane_b");
+  const std::size_t count = 3 * ShmSegment::kPiece / 4 + 5;  // f32: several steps
+  Buffer ag_send = dev.allocate(count * 4, MemCategory::kOther);
+  Buffer ag_recv = dev.allocate(n * count * 4, MemCategory::kOther);
+  Buffer ar = dev.allocate(count * 4, MemCategory::kOther);
+  int wrong = 0;
+  for (int round = 0; round < 4; ++round) {
+    fill_verifiable(ag_send.data(), count, DType::kF32, 10 + round, me);
+    fill_verifiable(ar.data(), count, DType::kF32, 20 + round, me);
+    world.all_gather(ag_send.data(), ag_recv.data(), count, DType::kF32, *a);
+    world.all_reduce(ar.data(), ar.data(), count, DType::kF32, ReduceOp::kSum, *b);
+    a->synchronize();
+    b->synchronize();
+    for (std::size_t i = 0; i < n * count; ++i)
+      wrong += ag_recv.as<float>()[i] != static_cast<float>(verifiable_int(10 + round, int(i / count), i % count));
+    for (std::size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int r = 0; r < n; ++r) want += static_cast<float>(verifiable_int(20 + round, r, i));
+      wrong += ar.as<float>()[i] != want;
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+}  // namespace
+}  // namespace strata
