@@ -203,7 +203,7 @@ def answers(plan, cluster):
 
 FITTED = [("gemm_efficiency", None, 0.2, 1.0), ("memory_bandwidth_gbs", None, 0.05, 100.0),
           ("bandwidth_gbs", "intra_node", 0.05, 50.0), ("thread_efficiency", "cpu", 0.3, 1.0),
-          ("oversubscribed_latency_us", "cpu", 1.0, 1e5)]
+          ("oversubscribed_latency_us", "cpu", 1.0, 1e5), ("host_overhead_ms", "cpu", 0.01, 1000.0)]
 
 
 def calibrate(plan, cluster, csv_path):
@@ -211,7 +211,8 @@ def calibrate(plan, cluster, csv_path):
     base = json.load(open(cluster))
 
     def get(c, key, sect):
-        return c[sect][key] if sect else c[key]
+        # An optional field the file leaves out is 0; a trial then starts it from its lower bound.
+        return (c[sect] if sect else c).get(key, 0.0)
 
     def put(c, key, sect, v):
         (c[sect] if sect else c)[key] = v

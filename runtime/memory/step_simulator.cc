@@ -70,6 +70,8 @@ void ClusterSpec::validate() const {
                        "cpu.thread_efficiency must be in (0, 1], got {}", thread_efficiency);
   STRATA_CLUSTER_CHECK(std::isfinite(oversubscribed_latency_us) && oversubscribed_latency_us >= 0, o,
                        "cpu.oversubscribed_latency_us must be a number >= 0, got {}", oversubscribed_latency_us);
+  STRATA_CLUSTER_CHECK(std::isfinite(host_overhead_ms) && host_overhead_ms >= 0, o,
+                       "cpu.host_overhead_ms must be a number >= 0, got {}", host_overhead_ms);
 }
 
 ClusterSpec parse_cluster(const std::string& json_text, const std::string& origin) {
@@ -97,6 +99,7 @@ ClusterSpec parse_cluster(const std::string& json_text, const std::string& origi
     STRATA_CLUSTER_CHECK(c.cores >= 1, origin, "cpu.cores {} must be at least 1", c.cores);
     c.thread_efficiency = number(cpu, "thread_efficiency", "cpu.", origin);
     c.oversubscribed_latency_us = number(cpu, "oversubscribed_latency_us", "cpu.", origin);
+    if (cpu.contains("host_overhead_ms")) c.host_overhead_ms = number(cpu, "host_overhead_ms", "cpu.", origin);
   }
   c.validate();
   return c;
@@ -238,6 +241,8 @@ StepPrediction simulate_step(const SimInput& input) {
     share = std::min(static_cast<double>(threads), static_cast<double>(c.cores) / ranks);
     if (threads > 1) share *= c.thread_efficiency;
     if (ranks > c.cores) c.intra.latency_us += c.oversubscribed_latency_us;
+    // The host's own work is serial: more threads do not speed it up, and a rank with part of a core waits longer.
+    p.host_s = c.host_overhead_ms * 1e-3 * std::max(1.0, static_cast<double>(ranks) / c.cores);
   }
   const double flop_rate = c.peak_tflops * 1e12 * c.gemm_efficiency * share;
   const double mem_rate = c.memory_gbs * 1e9 * share;
@@ -331,7 +336,7 @@ StepPrediction simulate_step(const SimInput& input) {
   p.comm_s = p.dp_comm_s + p.tp_comm_s + p.pp_comm_s;
   const double dp_exposed = fwd_exposed + bwd_exposed + post_gather;
   p.exposed_comm_s = p.tp_comm_s + p.pp_comm_s + dp_exposed;
-  p.step_s = busy + p.bubble_s + dp_exposed + p.optimizer_s;
+  p.step_s = busy + p.bubble_s + dp_exposed + p.optimizer_s + p.host_s;
 
   p.tokens_per_step = tokens_mb * M * L.dp;
   p.tokens_per_s = p.tokens_per_step / p.step_s;
@@ -361,6 +366,7 @@ std::string StepPrediction::table() const {
   ms("  exposed comm (ms)", exposed_comm_s);
   ms("  pipeline bubble (ms)", bubble_s);
   ms("  optimizer (ms)", optimizer_s);
+  if (host_s > 0) ms("  host overhead (ms)", host_s);
   ms("comm, all (ms)", comm_s);
   ms("  data-parallel (ms)", dp_comm_s);
   ms("  tensor-parallel (ms)", tp_comm_s);
@@ -386,6 +392,7 @@ std::string StepPrediction::json() const {
                    {"exposed_comm_s", exposed_comm_s},
                    {"bubble_s", bubble_s},
                    {"optimizer_s", optimizer_s},
+                   {"host_s", host_s},
                    {"dp_comm_s", dp_comm_s},
                    {"tp_comm_s", tp_comm_s},
                    {"pp_comm_s", pp_comm_s},

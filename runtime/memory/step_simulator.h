@@ -33,6 +33,10 @@ struct ClusterSpec {
   double thread_efficiency = 1;  // CPU: speed of one rank on k > 1 threads over k ranks of one thread
   double oversubscribed_latency_us = 0;  // CPU: added to every ring step when ranks outnumber cores (a peer waits
                                          // to be scheduled)
+  // CPU, optional (default 0): a rank's host time per step outside its kernels and collectives (the training loop,
+  // dispatch and bookkeeping), run on one thread, so it takes ranks / cores times as long when ranks outnumber cores.
+  // Fixed per step, it dominates small models, whose kernels are short.
+  double host_overhead_ms = 0;
   // kInvalidArgument naming the field and the file: a count < 1, a rate or size <= 0, an efficiency outside (0, 1].
   void validate() const;
 };
@@ -100,6 +104,7 @@ struct StepPrediction {
   double exposed_comm_s = 0;  // what of comm_s the step waits for
   double bubble_s = 0;        // pipeline idle
   double optimizer_s = 0;     // the optimizer step over the shard
+  double host_s = 0;          // the host's own work per step (CPU machines: cpu.host_overhead_ms)
   double dp_comm_s = 0, tp_comm_s = 0, pp_comm_s = 0;  // comm_s by kind
   double tokens_per_step = 0;                          // the job's
   double tokens_per_s = 0, tokens_per_s_per_device = 0;

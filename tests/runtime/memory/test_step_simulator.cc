@@ -152,6 +152,30 @@ TEST(StepSimulator, PipelineStepIsBusyPlusBubble) {
   EXPECT_DOUBLE_EQ(p.tokens_per_step, 16.0 * 6);
 }
 
+TEST(StepSimulator, HostOverheadIsSerialPerRankAndStep) {
+  SimInput in = small_model();
+  in.cluster.cores = 2;
+  in.cluster.thread_efficiency = 1;
+  in.cluster.host_overhead_ms = 5;
+  // One rank on 2 cores: its 2 threads double the compute rate but not the host's 5 ms.
+  const StepPrediction one = simulate_step(in);
+  EXPECT_DOUBLE_EQ(one.host_s, 0.005);
+  const double layer_s = 4995072.0 / (0.5e12 * 2);  // OneDeviceStepByHand's layer on 2 threads
+  EXPECT_CLOSE(one.step_s, 2 * layer_s + 101120.0 * 32 / 2e9 + 0.005);
+  // 4 ranks on 2 cores: each has half a core, so its 5 ms of host work take 10 ms; the rest is unchanged.
+  in.plan.layout.dp = 4;
+  const StepPrediction four = simulate_step(in);
+  EXPECT_DOUBLE_EQ(four.host_s, 0.010);
+  in.cluster.host_overhead_ms = 0;
+  const StepPrediction none = simulate_step(in);
+  EXPECT_EQ(none.host_s, 0);
+  EXPECT_CLOSE(four.step_s, none.step_s + 0.010);
+  // A GPU cluster (no cpu section) has none.
+  in.cluster.cores = 0;
+  in.cluster.host_overhead_ms = 5;
+  EXPECT_EQ(simulate_step(in).host_s, 0);
+}
+
 // parse_cluster's message for `text`, or "" when it parses.
 std::string cluster_error(const std::string& text) {
   try {
@@ -202,6 +226,17 @@ TEST(StepSimulator, ClusterFileErrorsNameTheFieldAndTheFile) {
 
   e = cluster_error(with(R"("hbm_bytes": 80e9,)", R"("hbm_bytes": 80e9, "cpu": {"cores": 2},)"));
   EXPECT_NE(e.find("missing field \"cpu.thread_efficiency\""), std::string::npos) << e;
+
+  // cpu.host_overhead_ms is optional: 0 when absent.
+  auto with_cpu = [](const std::string& extra) {
+    return with(R"("hbm_bytes": 80e9,)",
+                R"("hbm_bytes": 80e9, "cpu": {"cores": 2, "thread_efficiency": 0.8, "oversubscribed_latency_us": 100)" +
+                    extra + "},");
+  };
+  EXPECT_EQ(parse_cluster(with_cpu(""), "x").host_overhead_ms, 0);
+  EXPECT_EQ(parse_cluster(with_cpu(R"(, "host_overhead_ms": 7)"), "x").host_overhead_ms, 7);
+  e = cluster_error(with_cpu(R"(, "host_overhead_ms": -1)"));
+  EXPECT_NE(e.find("cpu.host_overhead_ms must be a number >= 0, got -1"), std::string::npos) << e;
 
   e = cluster_error("{\"devices_per_node\": 8,");
   EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
