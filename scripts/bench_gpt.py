@@ -4,7 +4,9 @@
 The model of the issue: 6 layers, 384 wide, 6 heads, vocab 8192, sequence 256, on synthetic tokens (the spec's
 generator). Prints a Markdown table of mean step time (steps >= 2), tokens/s and peak memory per rank.
 Usage: scripts/bench_gpt.py [--np 2] [--steps 8] [--batch 2] [--stages 0,1,2,3] [--bin build/bin/train_gpt]
-                            [-- extra train_gpt flags]
+                            [--variants "STRATA_SHM=0;STRATA_SHM=1"] [-- extra train_gpt flags]
+--variants runs every stage once per environment setting (';'-separated, each a ','-separated list of VAR=VALUE
+given to every rank), interleaved, so a before/after comparison comes from one run of the script.
 """
 import argparse
 import json
@@ -20,30 +22,35 @@ def main():
     ap.add_argument("--batch", type=int, default=2)
     ap.add_argument("--stages", default="0,1,2,3")
     ap.add_argument("--bin", default="build/bin/train_gpt", help="the train_gpt to run")
+    ap.add_argument("--variants", default="", help="';'-separated environment settings to compare")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
     mpi = ["mpirun", "--oversubscribe", "-np", str(a.np)] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
     model = ["--layers", "6", "--embd", "384", "--heads", "6", "--vocab", "8192", "--ctx", "256", "--seq", "256",
              "--batch", str(a.batch), "--steps", str(a.steps), "--tokens", "1000000", "--no-progress"]
     rows = []
-    for stage in [int(s) for s in a.stages.split(",")]:
-        cmd = mpi + [a.bin] + model + ["--zero-stage", str(stage)] + a.extra
+    variants = [v for v in a.variants.split(";") if v] or [""]
+    for stage, variant in [(int(s), v) for s in a.stages.split(",") for v in variants]:
+        env = [x for kv in variant.split(",") if kv for x in ("-x", kv)]
+        cmd = mpi + env + [a.bin] + model + ["--zero-stage", str(stage)] + a.extra
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         summary = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
         peak = max(r["peak_bytes"]["total"] for r in summary["peak_memory"])
-        rows.append((stage, summary["mean_step_ms"], summary["tokens_per_s"], peak, summary["final_loss"],
+        rows.append((stage, variant, summary["mean_step_ms"], summary["tokens_per_s"], peak, summary["final_loss"],
                      summary["mean_comm_ms"], summary["exposed_comm_fraction"]))
-        print(f"stage {stage}: {summary['mean_step_ms']:.0f} ms/step, {summary['tokens_per_s']:.0f} tok/s",
-              file=sys.stderr)
-    base = rows[0][1]
-    print(f"| ZeRO | mean step (ms) | tokens/s | step time vs stage {rows[0][0]} | communication (ms) | exposed "
-          f"communication | peak MiB per rank | loss after {a.steps} steps |")
-    print("|---|---|---|---|---|---|---|---|")
-    for stage, ms, tps, peak, loss, comm, exposed in rows:
+        print(f"stage {stage}{' ' + variant if variant else ''}: {summary['mean_step_ms']:.0f} ms/step, "
+              f"{summary['tokens_per_s']:.0f} tok/s", file=sys.stderr)
+    base = rows[0][2]
+    first = f"stage {rows[0][0]}" + (f", {rows[0][1]}" if rows[0][1] else "")
+    print(f"| ZeRO |{' environment |' if a.variants else ''} mean step (ms) | tokens/s | step time vs {first} | "
+          f"communication (ms) | exposed communication | peak MiB per rank | loss after {a.steps} steps |")
+    print("|---|" + ("---|" if a.variants else "") + "---|---|---|---|---|---|---|")
+    for stage, variant, ms, tps, peak, loss, comm, exposed in rows:
         # Communication is not timed on CUDA yet: train_gpt reports it as null there.
         comm_s = "n/a" if comm is None else f"{comm:.0f}"
         exposed_s = "n/a" if exposed is None else f"{100 * exposed:.1f}%"
-        print(f"| {stage} | {ms:.0f} | {tps:.0f} | {ms / base:.2f}x | {comm_s} | {exposed_s} | "
+        print(f"| {stage} |{' ' + variant + ' |' if a.variants else ''} {ms:.0f} | {tps:.0f} | {ms / base:.2f}x | "
+              f"{comm_s} | {exposed_s} | "
               f"{peak / 2**20:.1f} | {loss:.4f} |")
     print(f"\n`{' '.join(mpi + [a.bin] + model + a.extra)} --zero-stage S`, "
           f"{a.np} ranks x {a.batch} rows x 256 tokens per step.")
