@@ -15,6 +15,20 @@ import subprocess
 import sys
 
 
+# The benchmark model: layers, width, heads, vocabulary, sequence (scripts/profile_cpu_step.py uses it too).
+LAYERS, WIDTH, HEADS, VOCAB, SEQ = 6, 384, 6, 8192, 256
+
+
+def mpirun(np_):
+    return ["mpirun", "--oversubscribe", "-np", str(np_)] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+
+
+def model_flags(batch, steps):
+    return ["--layers", str(LAYERS), "--embd", str(WIDTH), "--heads", str(HEADS), "--vocab", str(VOCAB),
+            "--ctx", str(SEQ), "--seq", str(SEQ), "--batch", str(batch), "--steps", str(steps), "--tokens", "1000000",
+            "--no-progress"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--np", type=int, default=2)
@@ -25,9 +39,8 @@ def main():
     ap.add_argument("--variants", default="", help="';'-separated environment settings to compare")
     ap.add_argument("extra", nargs="*")
     a = ap.parse_args()
-    mpi = ["mpirun", "--oversubscribe", "-np", str(a.np)] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    model = ["--layers", "6", "--embd", "384", "--heads", "6", "--vocab", "8192", "--ctx", "256", "--seq", "256",
-             "--batch", str(a.batch), "--steps", str(a.steps), "--tokens", "1000000", "--no-progress"]
+    mpi = mpirun(a.np)
+    model = model_flags(a.batch, a.steps)
     rows = []
     variants = [v for v in a.variants.split(";") if v] or [""]
     for stage, variant in [(int(s), v) for s in a.stages.split(",") for v in variants]:

@@ -18,6 +18,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_gpt  # noqa: E402  the benchmark model and launcher, shared with scripts/bench_gpt.py
+
 # First match wins: (category, regex on "dso symbol").
 CATEGORIES = [
     ("start-up (init, data)", r"spec_init|__cos|__sin|__ieee754_log|__log|synthetic|TokenFile|make_gpt|_dl_|"
@@ -61,13 +64,11 @@ def main():
     a = ap.parse_args()
     work = tempfile.mkdtemp(prefix="strata-profile-")
     data = os.path.join(work, "perf.data")
-    mpi = ["mpirun", "--oversubscribe", "-np", str(a.np)] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    mpi += ["-x", "DNNL_JIT_PROFILE=1"]
+    mpi = bench_gpt.mpirun(a.np) + ["-x", "DNNL_JIT_PROFILE=1"]
     for e in a.env:
         mpi += ["-x", e]
-    L, C, V, T = 6, 384, 8192, 256
-    model = ["--layers", str(L), "--embd", str(C), "--heads", "6", "--vocab", str(V), "--ctx", str(T), "--seq", str(T),
-             "--batch", str(a.batch), "--steps", str(a.steps), "--tokens", "1000000", "--no-progress", "--zero-stage", "3"]
+    L, C, V, T = bench_gpt.LAYERS, bench_gpt.WIDTH, bench_gpt.VOCAB, bench_gpt.SEQ
+    model = bench_gpt.model_flags(a.batch, a.steps) + ["--zero-stage", "3"]
     cmd = ["perf", "record", "-q", "-F", "999", "-o", data, "--"] + mpi + [a.bin] + model + a.extra
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     summary = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])

@@ -146,6 +146,11 @@ int main(int argc, char** argv) {
       microbatches = static_cast<int>(global_batch / per_step);
     }
     in.validate();  // every cross-field check, naming the flags, before any arithmetic
+    auto print_model = [&] {
+      std::printf("model: %.2fB parameters, %d layers, hidden %d, %d heads, seq %d, micro-batch %d\n",
+                  in.model.count() / 1e9, in.model.layers, in.model.hidden, in.model.heads, in.model.seq,
+                  in.micro_batch);
+    };
     if (simulate) {
       strata::SimInput sim;
       sim.plan = in;
@@ -158,9 +163,7 @@ int main(int argc, char** argv) {
         std::printf("%s\n", pred.json().c_str());
         return written(pred.fits ? 0 : 2);
       }
-      std::printf("model: %.2fB parameters, %d layers, hidden %d, %d heads, seq %d, micro-batch %d\n",
-                  in.model.count() / 1e9, in.model.layers, in.model.hidden, in.model.heads, in.model.seq,
-                  in.micro_batch);
+      print_model();
       std::printf("layout: dp %d (replicas %d) x tp %d%s x pp %d (%s, %d micro-batches%s), ZeRO stage %d%s, "
                   "recompute %s\n", in.layout.dp, in.layout.dp_replicate, in.layout.tp,
                   in.layout.sequence_parallel ? " (sequence parallel)" : "", in.layout.pp, schedule.c_str(),
@@ -176,9 +179,7 @@ int main(int argc, char** argv) {
       std::printf("%s\n", p.json().c_str());
       return written(p.fits ? 0 : 2);
     }
-    std::printf("model: %.2fB parameters, %d layers, hidden %d, %d heads, seq %d, micro-batch %d\n",
-                in.model.count() / 1e9, in.model.layers, in.model.hidden, in.model.heads, in.model.seq,
-                in.micro_batch);
+    print_model();
     std::printf("layout: dp %d x tp %d%s x pp %d, ZeRO stage %d, %s params, %s reductions, recompute %s, tiled "
                 "attention %s, offload %s%s\n\n",
                 in.layout.dp, in.layout.tp, in.layout.sequence_parallel ? " (sequence parallel)" : "", in.layout.pp,

@@ -502,20 +502,21 @@ int main(int argc, char** argv) {
         }
         return peaks;
       };
-      double mean_ms = timed ? time_sum_ms / timed : 0;
+      const double mean_ms = timed ? time_sum_ms / timed : 0;
+      const double mean_tok_s = mean_ms > 0 ? tokens_per_step / (mean_ms / 1000.0) : 0;
       nlohmann::json summary{{"final_loss", final_loss},
                              {"mean_step_ms", mean_ms},
-                             {"tokens_per_s", mean_ms > 0 ? tokens_per_step / (mean_ms / 1000.0) : 0},
+                             {"tokens_per_s", mean_tok_s},
                              {"steps", f.steps},
                              {"mean_exposed_comm_ms", timed ? exposed_sum_ms / timed : 0},
                              {"mean_comm_ms", timed ? comm_sum_ms / timed : 0},
                              {"exposed_comm_fraction", time_sum_ms > 0 ? exposed_sum_ms / time_sum_ms : 0},
                              {"last_step", trainer.model().last_step_summary().describe()},
                              {"flops_per_token", model_flops.per_token},
-                             {"model_tflops_per_device", mean_ms > 0 ? model_tflops(tokens_per_step / (mean_ms / 1000.0)) : 0},
+                             {"model_tflops_per_device", model_tflops(mean_tok_s)},
                              {"peak_tflops", peak_tflops > 0 ? nlohmann::json(peak_tflops) : nlohmann::json()},
                              {"peak_source", peak_source},
-                             {"mfu", peak_tflops > 0 && mean_ms > 0 ? nlohmann::json(mfu(tokens_per_step / (mean_ms / 1000.0)))
+                             {"mfu", peak_tflops > 0 && mean_ms > 0 ? nlohmann::json(mfu(mean_tok_s))
                                                                     : nlohmann::json()},
                              {"ranks", world},
                              {"zero_stage", f.zero_stage},
