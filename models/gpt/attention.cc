@@ -128,7 +128,7 @@ std::size_t attention_workspace_bytes(int B, int T, int C, int NH) {
   return per_thread * static_cast<std::size_t>(omp_get_max_threads()) * sizeof(float);
 }
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) {
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, bool bf16_products) {
   const auto [D, row] = dims(C, NH);
   if (B == 0 || T == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -172,6 +172,8 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
               s[j] = detail::exp_f32(s[j] - row_max);
               row_sum += s[j];
             }
+            if (bf16_products)
+              for (int j = 0; j < n; ++j) s[j] = detail::round_bf16(s[j]);  // after the f32 row sum
             std::fill(s + n, s + nk, 0.0f);  // masked keys have probability 0
             l[ii] = l[ii] * correction + row_sum;
             m[ii] = row_max;
@@ -192,7 +194,7 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                        int T, int C, int NH) {
+                        int T, int C, int NH, bool bf16_products) {
   const auto [D, row] = dims(C, NH);
   if (B == 0 || T == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -247,6 +249,11 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
               p[j] = detail::exp_f32(p[j] * scale - l_i);
               ds[j] = p[j] * (ds[j] - d_i) * scale;
             }
+            if (bf16_products)  // dS from the f32 P, then both rounded for their products
+              for (int j = 0; j < n; ++j) {
+                p[j] = detail::round_bf16(p[j]);
+                ds[j] = detail::round_bf16(ds[j]);
+              }
             std::fill(p + n, p + nk, 0.0f);  // masked keys
             std::fill(ds + n, ds + nk, 0.0f);
           }

@@ -2,7 +2,9 @@
 // them before the seam, so that CPU results stay bitwise what they were.
 #include "models/gpt/gpt_kernels.h"
 
+#include <array>
 #include <cstring>
+#include <vector>
 
 #include "models/gpt/kernels.h"
 #include "models/gpt/tp_kernels.h"
@@ -17,9 +19,13 @@
 namespace strata::gpt {
 namespace {
 
-// Host memory, work inline on the calling thread (the CPU compute stream).
+// Host memory, work inline on the calling thread (the CPU compute stream). With bf16 products, the operands are
+// rounded into scratch vectors that grow to the largest operand seen (host memory outside the ledger, like
+// attention's tiles).
 class CpuGptKernels final : public GptKernels {
  public:
+  explicit CpuGptKernels(bool bf16) : bf16_(bf16) {}
+
   void encoder_forward(float* out, const std::int32_t* tokens, const float* wte, const float* wpe, int B, int T,
                        int C) override {
     gpt::encoder_forward(out, tokens, wte, wpe, B, T, C);
@@ -38,25 +44,46 @@ class CpuGptKernels final : public GptKernels {
   }
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
                       int OC) override {
+    if (bf16_) {
+      inp = rounded(0, inp, std::size_t(N) * IC);
+      weight = rounded(1, weight, std::size_t(IC) * OC);
+    }
     gpt::matmul_forward(out, inp, weight, bias, N, IC, OC);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, int N, int IC, int OC) override {
-    gpt::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    if (!bf16_) return gpt::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+    if (dbias != nullptr) gpt::bias_backward(dbias, dout, N, OC);
+    gpt::matmul_backward(dinp, dweight, nullptr, rounded(0, dout, std::size_t(N) * OC),
+                         rounded(1, inp, std::size_t(N) * IC), rounded(2, weight, std::size_t(IC) * OC), N, IC, OC);
   }
   void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) override {
+    if (bf16_) {
+      inp = rounded(0, inp, std::size_t(N) * C);
+      wte = rounded(1, wte, std::size_t(V) * C);
+    }
     gpt::lm_head_forward(logits, inp, wte, N, C, V);
   }
   void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N,
                         int C, int V) override {
+    if (bf16_) {
+      dlogits = rounded(0, dlogits, std::size_t(N) * V);
+      inp = rounded(1, inp, std::size_t(N) * C);
+      wte = rounded(2, wte, std::size_t(V) * C);
+    }
     gpt::lm_head_backward(dinp, dwte, dlogits, inp, wte, N, C, V);
   }
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
-    gpt::attention_forward(out, lse, qkv, B, T, C, NH);
+    if (bf16_) qkv = rounded(0, qkv, std::size_t(B) * T * 3 * C);
+    gpt::attention_forward(out, lse, qkv, B, T, C, NH, bf16_);
   }
   void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
                           int T, int C, int NH) override {
-    gpt::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH);
+    if (bf16_) {
+      qkv = rounded(0, qkv, std::size_t(B) * T * 3 * C);
+      dout = rounded(1, dout, std::size_t(B) * T * C);
+    }
+    gpt::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, bf16_);
   }
   void gelu_forward(float* out, const float* inp, std::size_t n) override { gpt::gelu_forward(out, inp, n); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
@@ -114,14 +141,33 @@ class CpuGptKernels final : public GptKernels {
     for (std::size_t i = 0; i < n; ++i) s += device_values[i];
     return s;
   }
+
+ private:
+  // src rounded to bf16 in scratch slot `slot` (each call of a kernel uses distinct slots).
+  const float* rounded(int slot, const float* src, std::size_t n) {
+    std::vector<float>& dst = scratch_[slot];
+    if (dst.size() < n) dst.resize(n);
+    gpt::round_to_bf16(dst.data(), src, n);
+    return dst.data();
+  }
+
+  bool bf16_;
+  std::array<std::vector<float>, 3> scratch_;
 };
 
 }  // namespace
 
-std::unique_ptr<GptKernels> make_gpt_kernels(Device& device) {
-  if (device.kind() == DeviceKind::kCpu) return std::make_unique<CpuGptKernels>();
+void check_matmul_dtype(DType matmul_dtype) {
+  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, matmul_dtype == DType::kF32 || matmul_dtype == DType::kBF16,
+                    "the GPT kernels compute in f32 or bf16, not {}", dtype_name(matmul_dtype));
+}
+
+std::unique_ptr<GptKernels> make_gpt_kernels(Device& device, DType matmul_dtype) {
+  check_matmul_dtype(matmul_dtype);
+  const bool bf16 = matmul_dtype == DType::kBF16;
+  if (device.kind() == DeviceKind::kCpu) return std::make_unique<CpuGptKernels>(bf16);
 #if STRATA_GPT_WITH_CUDA
-  return cuda::make_cuda_gpt_kernels(device);
+  return cuda::make_cuda_gpt_kernels(device, bf16);
 #else
   STRATA_THROW(ErrorCode::kUnsupported,
                "the GPT example has no kernels for {}: this build has no CUDA (configure with -DSTRATA_CUDA=ON)",

@@ -80,6 +80,15 @@ class GptKernels {
 
 // The kernels for `device`: the CPU ones for a CPU device, the CUDA ones (models/gpt/cuda) for a CUDA device when
 // this build has them; otherwise throws strata::Error kUnsupported.
-std::unique_ptr<GptKernels> make_gpt_kernels(Device& device);
+//
+// `matmul_dtype` kBF16 is bf16 mixed-precision compute: every operand of matmul_*, lm_head_* and attention_* (inp,
+// weight, dout, wte, dlogits, q, k, v, and attention's P and dS) is rounded to the nearest bf16 and the products
+// accumulate in f32 into f32 outputs; bias gradients sum the f32 dout. Everything else stays f32 (LayerNorm, GELU,
+// softmax statistics, the loss). On CUDA the products are bf16 tensor-core GEMMs on bf16 copies of the operands;
+// on the CPU the operands are rounded into f32 scratch and go through the same f32 sgemm (a product of two bf16
+// values is exact in f32, so this is the bf16 GEMM's arithmetic up to summation order). kF32 is exact f32.
+std::unique_ptr<GptKernels> make_gpt_kernels(Device& device, DType matmul_dtype = DType::kF32);
+// kF32 or kBF16; anything else throws kInvalidArgument naming it.
+void check_matmul_dtype(DType matmul_dtype);
 
 }  // namespace strata::gpt

@@ -304,8 +304,8 @@ struct GptModel::Impl {
   std::unique_ptr<UnitF32> emb, unit;
 
   Impl(const GptConfig& c, ShardedModel& m, Device& d, int b, int t, bool rc, const GptParallel& par,
-       const GptStagePart& stage_part)
-      : cfg(c), model(m), dev(d), k(make_gpt_kernels(d)), B(b), T(t), N(b * t), recompute(rc),
+       const GptStagePart& stage_part, const GptPrecision& precision)
+      : cfg(c), model(m), dev(d), k(make_gpt_kernels(d, precision.matmul)), B(b), T(t), N(b * t), recompute(rc),
         tp(d, par.tp, par.sequence_parallel, b, t, c.embd), part(stage_part) {
     const int P = tp.size();
     cfg.validate_tp(P, par.sequence_parallel, T);
@@ -623,8 +623,9 @@ struct GptModel::Impl {
 };
 
 GptModel::GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, bool recompute,
-                   const GptParallel& parallel, const GptStagePart& part)
-    : impl_(std::make_unique<Impl>(checked(cfg, B, T, parallel), model, device, B, T, recompute, parallel, part)) {}
+                   const GptParallel& parallel, const GptStagePart& part, const GptPrecision& precision)
+    : impl_(std::make_unique<Impl>(checked(cfg, B, T, parallel), model, device, B, T, recompute, parallel, part,
+                                   precision)) {}
 
 GptModel::~GptModel() = default;
 

@@ -87,13 +87,19 @@ int final_norm_unit(const GptConfig& cfg);
 void spec_init(const GptConfig& cfg, const ParamSlot& slot, std::size_t begin, std::size_t count, float* out,
                std::uint64_t seed);
 
+// How the model computes: kF32 (exact f32) or kBF16 (bf16 mixed precision: the products of matmuls and attention
+// on bf16-rounded operands with f32 accumulation; make_gpt_kernels in gpt_kernels.h has the rules).
+struct GptPrecision {
+  DType matmul = DType::kF32;
+};
+
 class GptModel {
  public:
   // B rows of T tokens per micro-batch on this rank. recompute: keep only each block's input and recompute its
   // forward during its backward.
   // `part`: the stages this rank runs (pipeline parallelism); `model` holds gpt_units(cfg, tp, part).
   GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, bool recompute,
-           const GptParallel& parallel = {}, const GptStagePart& part = {});
+           const GptParallel& parallel = {}, const GptStagePart& part = {}, const GptPrecision& precision = {});
   ~GptModel();
 
   // Forward and backward of one micro-batch; gradients (scaled by grad_scale / (B*T)) are added into Strata's

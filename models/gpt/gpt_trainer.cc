@@ -36,6 +36,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"cosine_steps", cosine_steps},
           {"zero_stage", static_cast<int>(sharding.stage)},
           {"param_dtype", dtype_name(sharding.mixed_precision.param_dtype)},
+          {"compute_dtype", dtype_name(precision.matmul)},
           {"reduce_dtype", dtype_name(sharding.mixed_precision.reduce_dtype)},
           {"offload", offload_name(sharding.offload)},
           {"dp_replicate", dp_replicate},
@@ -224,7 +225,8 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     par.tp = &mesh_->tp();
     par.sequence_parallel = cfg_.sequence_parallel;
     par.tp_kernels = cfg_.tp_kernels;
-    gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), rows, cfg_.seq, cfg_.recompute, par, part_);
+    gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), rows, cfg_.seq, cfg_.recompute, par, part_,
+                                      cfg_.precision);
   });
   if (executor_)
     stage_ = std::make_unique<GptPipelineStage>(*gpt_, *model_, data_, rows, cfg_.seq, mesh_->dp().size(),

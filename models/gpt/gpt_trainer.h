@@ -51,6 +51,7 @@ struct TrainConfig {
   void validate_pipeline() const;
   bool tp_kernels = false;     // the tensor-parallel data flow even at tp 1 (tests; GptParallel::tp_kernels)
   bool recompute = false;
+  GptPrecision precision;  // f32, or bf16 products (train_gpt --compute-dtype)
   std::string init;  // safetensors file; empty: the spec's distributions from `seed`
   std::uint64_t seed = 1;
   // Checkpoints (docs/checkpoint.md), when checkpoint.dir is set: one every `checkpoint_every` steps (0: none on the

@@ -157,6 +157,16 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                     [&](int n, int c) { return static_cast<double>(dout[static_cast<std::size_t>(n) * OC + c]); });
 }
 
+void bias_backward(float* dbias, const float* dout, int N, int OC) {
+  add_column_sums(dbias, N, OC,
+                  [&](int n, int c) { return static_cast<double>(dout[static_cast<std::size_t>(n) * OC + c]); });
+}
+
+void round_to_bf16(float* out, const float* in, std::size_t n) {
+#pragma omp parallel for schedule(static) if (n >= kMinParallelElements)
+  for (std::size_t i = 0; i < n; ++i) out[i] = detail::round_bf16(in[i]);
+}
+
 void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) {
   detail::sgemm(false, true, N, V, C, inp, C, wte, C, 0.0f, logits, V);
 }

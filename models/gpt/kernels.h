@@ -41,6 +41,11 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int IC, int OC);
 
+// dbias[OC] += column sums of dout[N,OC] (rows in order, in double): matmul_backward's bias term on its own.
+void bias_backward(float* dbias, const float* dout, int N, int OC);
+// out[i] = in[i] rounded to the nearest bf16 (ties to even, NaN stays NaN), kept as a float. out may equal in.
+void round_to_bf16(float* out, const float* in, std::size_t n);
+
 // Tied lm head: logits[N,V] = inp[N,C] @ wte[V,C]^T.
 void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V);
 // dinp += dlogits @ wte, dwte += dlogits^T @ inp.
@@ -50,11 +55,15 @@ void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const floa
 // Causal multi-head self-attention, FlashAttention-style: tiled with an online softmax, never a T x T matrix.
 // qkv[B,T,3C] holds q, k, v in that order along the last dimension; head h uses columns h*D .. h*D+D-1 of each.
 // out[B,T,C] (head h in columns h*D ..); lse[B,NH,T] = log-sum-exp of row t's scaled scores (scale 1/sqrt(D)).
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH);
+// bf16_products: the probabilities (unnormalised, in the forward) are rounded to bf16 before they multiply V, and
+// in the backward P and dS before their products, as FlashAttention's bf16 kernels do (the caller rounds q, k, v
+// and dout); row sums, maxima and lse stay f32.
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
+                       bool bf16_products = false);
 // dqkv[B,T,3C] += the gradient of out with respect to qkv, recomputing the scores tile by tile from q, k and lse
 // (D_i = rowsum(dout_i * out_i), dS = P * (dP - D_i)). out and lse are attention_forward's.
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                        int T, int C, int NH);
+                        int T, int C, int NH, bool bf16_products = false);
 // Bytes attention_forward and attention_backward each allocate at most, per call, with num_threads() threads:
 // O(tile) per thread for the forward, O(tile + T) per thread for the backward; nothing grows as T^2.
 std::size_t attention_workspace_bytes(int B, int T, int C, int NH);

@@ -37,7 +37,8 @@ struct Flags {
   int seq = 8, batch = 4, steps = 20, grad_accum = 1, zero_stage = 3, dp_replicate = 1, tp = 1;
   double lr = 1e-3, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   std::uint64_t seed = 1, tokens = 1 << 16;
-  std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32";
+  std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32",
+              compute_dtype = "auto";
   bool recompute = false, no_progress = false, sequence_parallel = false;
   int prefetch = 1, warmup = 0;
   bool cosine = false;
@@ -147,6 +148,10 @@ void add_flags(CLI::App& app, Flags& f) {
                "under a pipeline, reduce and free each unit after every micro-batch instead of once per step");
   app.add_flag("--verbose", f.verbose, "print the pipeline schedule of every rank");
   app.add_option("--param-dtype", f.param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--compute-dtype", f.compute_dtype,
+                 "f32, bf16 (matmul and attention products on bf16 operands, f32 accumulation), or auto: bf16 with "
+                 "--param-dtype bf16, else f32")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(flags::positive_integer());
   app.add_flag("--recompute", f.recompute, "keep only each block's input; recompute it in backward");
@@ -201,7 +206,8 @@ std::vector<strata::ConfigField> effective_configuration(const Flags& f) {
       {"--weight-decay", num(f.weight_decay)}, {"--beta1", num(f.beta1)}, {"--beta2", num(f.beta2)},
       {"--eps", num(f.eps)}, {"--grad-clip", num(f.grad_clip)}, {"--seed", num(f.seed)},
       {"--max-skipped-steps", num(f.max_skipped_steps)},
-      {"--param-dtype", f.param_dtype}, {"--reduce-dtype", f.reduce_dtype}, {"--zero-stage", num(f.zero_stage)},
+      {"--param-dtype", f.param_dtype}, {"--compute-dtype", f.compute_dtype},
+      {"--reduce-dtype", f.reduce_dtype}, {"--zero-stage", num(f.zero_stage)},
       {"--tp", num(f.tp)}, {"--sequence-parallel", on(f.sequence_parallel)}, {"--pp", num(f.pp)},
       {"--pp-schedule", f.pp_schedule}, {"--pp-virtual", num(f.pp_virtual)}, {"--microbatches", num(f.microbatches)},
       {"--pp-reshard", on(f.pp_reshard)},
@@ -297,6 +303,8 @@ int main(int argc, char** argv) {
     cfg.adamw = AdamWConfig{f.lr, f.beta1, f.beta2, f.eps, f.weight_decay};
     cfg.sharding.stage = zero_stage_from_int(f.zero_stage);
     cfg.sharding.mixed_precision = {parse_dtype(f.param_dtype), parse_dtype(f.reduce_dtype)};
+    cfg.precision.matmul = f.compute_dtype == "auto" ? (f.param_dtype == "bf16" ? DType::kBF16 : DType::kF32)
+                                                     : parse_dtype(f.compute_dtype);
     cfg.optimizer.grad_clip = f.grad_clip;
     cfg.optimizer.max_skipped_steps = f.max_skipped_steps;
     cfg.optimizer.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
@@ -343,10 +351,12 @@ int main(int argc, char** argv) {
 
     if (rank == 0) {
       std::printf("train_gpt: %s, %zu parameters; %d data-parallel ranks x %d rows x %d tokens x %d micro-batches; "
-                  "%s%s\n",
+                  "%s, %s%s\n",
                   f.model.describe().c_str(), trainer.parameters(), world / (f.tp * f.pp),
                   cfg.micro_batch_rows(), f.seq, cfg.micro_batches_per_step(),
-                  trainer.model().options().describe().c_str(), f.recompute ? ", recompute" : "");
+                  trainer.model().options().describe().c_str(),
+                  cfg.precision.matmul == DType::kBF16 ? "compute bf16 (f32 accumulation)" : "compute f32",
+                  f.recompute ? ", recompute" : "");
       if (f.tp > 1)
         std::printf("train_gpt: tensor parallel %d%s; %s\n", f.tp, f.sequence_parallel ? " with sequence parallelism" : "",
                     trainer.mesh().describe().c_str());
@@ -379,12 +389,12 @@ int main(int argc, char** argv) {
         std::printf("train_gpt: no committed checkpoint in %s: starting fresh\n", f.checkpoint_dir.c_str());
       std::fflush(stdout);
     }
-    // Model FLOPs utilisation: every rank's share of the job's model FLOPs against one device's peak. The kernels
-    // compute in f32 on both backends (bf16 and f16 are storage and communication dtypes), so the f32 row applies.
+    // Model FLOPs utilisation: every rank's share of the job's model FLOPs against one device's peak, for the dtype of
+    // the products (--compute-dtype): the bf16 tensor-core rate for bf16, the f32 one otherwise.
     const gpt::ModelFlops model_flops = gpt::ModelFlops::of(f.model, f.seq);
     std::string peak_source = f.peak_tflops > 0 ? "--peak-tflops" : "";
     const double peak_tflops =
-        f.peak_tflops > 0 ? f.peak_tflops : gpt::known_peak_tflops(rt.device().product_name(), DType::kF32, &peak_source);
+        f.peak_tflops > 0 ? f.peak_tflops : gpt::known_peak_tflops(rt.device().product_name(), cfg.precision.matmul, &peak_source);
     if (rank == 0) {
       std::printf("train_gpt: %.4g model FLOPs per token (6 x %llu parameters + %.4g attention); %s\n",
                   static_cast<double>(model_flops.per_token), static_cast<unsigned long long>(model_flops.params),

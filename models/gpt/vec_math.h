@@ -36,4 +36,12 @@ inline float exp_f32(float x) {
   return x < kLo ? 0.0f : (x > kHi ? std::numeric_limits<float>::infinity() : y);
 }
 
+// x rounded to the nearest bf16 (ties to even; NaN stays NaN), as a float: f32_to_bf16 of core/dtype.h, inline.
+inline float round_bf16(float x) {
+  std::uint32_t u = std::bit_cast<std::uint32_t>(x);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return x;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return std::bit_cast<float>(u & 0xffff0000u);
+}
+
 }  // namespace strata::gpt::detail

@@ -237,23 +237,27 @@ else
   failed=1
 fi
 
-# ---- GPT-2 124M for 50 steps (MFU in the log), and ZeRO 1, 2 and CPU offload on the GPU once each ------------------
-# Part of the verdict: each must run; the MFU figure is reported, not judged (docs/benchmarks.md).
+# ---- GPT-2 124M in bf16 for 50 steps (MFU in the log) and in f32 for 20, then ZeRO 1, 2 and CPU offload once each ---
+# Part of the verdict: each must run; the MFU figures are reported, not judged (docs/benchmarks.md).
 status_more=skipped
 if [ "$status_train" = ok ]; then
   status_more=ok
-  if timeout 120 "${mpirun_[@]}" "$bin/train_gpt" --backend cuda --model gpt2-124m --batch 8 --steps 50 \
-        --zero-stage 3 --no-progress >"$logs/gpt2_124m.log" 2>&1; then
-    grep -E "^train_gpt: .*(parameters|FLOPs)|^step (0|10|20|30|40|49) " "$logs/gpt2_124m.log" | sed 's/^/gpt2-124m: /'
-    python3 - "$logs/gpt2_124m.log" <<'PY' || true
+  for prec in "bf16 50" "f32 20"; do
+    set -- $prec
+    log="$logs/gpt2_124m_$1.log"
+    if timeout 150 "${mpirun_[@]}" "$bin/train_gpt" --backend cuda --model gpt2-124m --batch 8 --steps "$2" \
+          --param-dtype "$1" --zero-stage 3 --no-progress >"$log" 2>&1; then
+      grep -E "^train_gpt: .*(parameters|FLOPs)|^step (0|10|19|20|30|40|49) " "$log" | sed "s/^/gpt2-124m $1: /"
+      python3 - "$log" "$1" <<'PY' || true
 import json, sys
 j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
-print(f"gpt2-124m: mean step {j['mean_step_ms']:.1f} ms, {j['tokens_per_s']:.0f} tok/s, "
+print(f"gpt2-124m {sys.argv[2]}: mean step {j['mean_step_ms']:.1f} ms, {j['tokens_per_s']:.0f} tok/s, "
       f"{j['model_tflops_per_device']:.2f} TFLOP/s per GPU, MFU {j['mfu']} ({j['peak_source']})")
 PY
-  else
-    tail -n 20 "$logs/gpt2_124m.log"; status_more="failed (gpt2-124m)"; failed=1
-  fi
+    else
+      tail -n 20 "$log"; status_more="failed (gpt2-124m $1)"; failed=1
+    fi
+  done
   for run in "--zero-stage 1" "--zero-stage 2" "--zero-stage 3 --offload optimizer"; do
     tag=$(echo "$run" | tr -c 'a-z0-9' '_')
     # shellcheck disable=SC2086

@@ -268,7 +268,13 @@ def grads_for_step(P, tokens, s, args):
         acc = None
         for a in range(A):
             idx, tgt, _ = window_rows(tokens, T, rank_rows(s, a, r, A, W, B))
-            loss = loss_fn(P, idx, tgt, L, H)
+            if args.autocast == "bf16":
+                # PyTorch's bf16 mixed precision: matmuls in bf16 with f32 accumulation, f32 parameters.
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    loss = loss_fn(P, idx, tgt, L, H)
+                loss = loss.float()
+            else:
+                loss = loss_fn(P, idx, tgt, L, H)
             local_losses.append(float(loss.item()))
             gs = torch.autograd.grad(loss / A if A > 1 else loss, [P[n] for n in names])
             acc = list(gs) if acc is None else [x + y for x, y in zip(acc, gs)]
@@ -350,6 +356,8 @@ def train(args):
                                              "grad_accum", "steps", "lr", "weight_decay", "beta1", "beta2",
                                              "eps", "grad_clip")}
         cfg["dtype"] = args.dtype
+        if args.autocast != "none":
+            cfg["autocast"] = args.autocast
         cfg["init"] = args.init
         cfg["data"] = args.data
         # "spec" keeps the name the checked-in tests/data files carry; the rules are in docs/gpt-model.md.
@@ -555,6 +563,8 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                     help="float32 is the spec; float64 only to measure float32 round-off drift")
+    ap.add_argument("--autocast", choices=("none", "bf16"), default="none",
+                    help="bf16: the forward under torch.autocast('cpu', bfloat16) (bf16 mixed precision)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)

@@ -55,4 +55,12 @@ double max_rel(const std::vector<double>& got, const std::vector<double>& want) 
   return worst;
 }
 
+double rms_rel(const std::vector<double>& got, const std::vector<double>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  const std::size_t n = std::min(got.size(), want.size());
+  double sum = 0;
+  for (std::size_t i = 0; i < n; ++i) sum += std::pow((got[i] - want[i]) / want[i], 2);
+  return n == 0 ? 0.0 : std::sqrt(sum / static_cast<double>(n));
+}
+
 }  // namespace strata::gpt::test

@@ -19,5 +19,7 @@ TrainConfig reference_config(const nlohmann::json& ref, int world);
 std::vector<double> run(const TrainConfig& cfg, int steps);
 // max_i |got_i - want_i| / |want_i|
 double max_rel(const std::vector<double>& got, const std::vector<double>& want);
+// sqrt(mean_i ((got_i - want_i) / want_i)^2)
+double rms_rel(const std::vector<double>& got, const std::vector<double>& want);
 
 }  // namespace strata::gpt::test

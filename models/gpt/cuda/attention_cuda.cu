@@ -62,8 +62,12 @@ __device__ inline void load_rows_padded(float* dst, const float* src, std::size_
     dst[(e / D) * (D + 1) + e % D] = src[(e / D) * src_stride + e % D];
 }
 
+// x rounded to the nearest bf16 (ties to even) when `on`: bf16 products, the rounding points of kernels.h.
+__device__ inline float maybe_bf16(float x, bool on) { return on ? __bfloat162float(__float2bfloat16_rn(x)) : x; }
+
 __global__ __launch_bounds__(kThreads) void attention_forward_kernel(float* out, float* lse, const float* qkv, int T,
-                                                                     int C, int NH, int D, float scale, int q_tiles) {
+                                                                     int C, int NH, int D, float scale, int q_tiles,
+                                                                     bool bf16) {
   extern __shared__ float smem[];
   const int ldk = D + 1;
   float* Qs = smem;
@@ -108,7 +112,7 @@ __global__ __launch_bounds__(kThreads) void attention_forward_kernel(float* out,
       l[kk] = l[kk] * correction + warp_sum(p);
       m[kk] = m_new;
       float* pw = Ps + warp * kTile;
-      pw[lane] = p;
+      pw[lane] = maybe_bf16(p, bf16);  // after the f32 row sum
       __syncwarp();
       float* o = Os + r * D;
       for (int d = lane; d < D; d += kWarpSize) {
@@ -135,7 +139,7 @@ __global__ __launch_bounds__(kThreads) void attention_forward_kernel(float* out,
 // owned by one thread (the same e -> (j, d) mapping for zeroing, accumulating and the final add).
 __global__ __launch_bounds__(kThreads) void attention_dkdv_kernel(float* dqkv, const float* dout, const float* out,
                                                                   const float* lse, const float* qkv, int T, int C,
-                                                                  int NH, int D, float scale, int k_tiles) {
+                                                                  int NH, int D, float scale, int k_tiles, bool bf16) {
   extern __shared__ float smem[];
   const int ldk = D + 1;
   float* Ks = smem;
@@ -186,8 +190,8 @@ __global__ __launch_bounds__(kThreads) void attention_dkdv_kernel(float* dqkv, c
         p = expf(dot(Qs + r * D, Ks + lane * ldk, D) * scale - lse_h[i]);
         ds = p * (dot(dOs + r * D, Vs + lane * ldk, D) - di) * scale;
       }
-      Ps[r * kTile + lane] = p;
-      dSs[r * kTile + lane] = ds;
+      Ps[r * kTile + lane] = maybe_bf16(p, bf16);  // dS from the f32 P, then both rounded for their products
+      dSs[r * kTile + lane] = maybe_bf16(ds, bf16);
     }
     __syncthreads();
     for (int e = threadIdx.x; e < nk * D; e += kThreads) {  // dV += P^T dO, dK += dS^T Q
@@ -214,7 +218,7 @@ __global__ __launch_bounds__(kThreads) void attention_dkdv_kernel(float* dqkv, c
 // dQ of one query tile: key tiles up to the diagonal; warp w owns its rows of the dQ accumulator.
 __global__ __launch_bounds__(kThreads) void attention_dq_kernel(float* dqkv, const float* dout, const float* out,
                                                                 const float* lse, const float* qkv, int T, int C,
-                                                                int NH, int D, float scale, int q_tiles) {
+                                                                int NH, int D, float scale, int q_tiles, bool bf16) {
   extern __shared__ float smem[];
   const int ldk = D + 1;
   float* Qs = smem;
@@ -271,7 +275,7 @@ __global__ __launch_bounds__(kThreads) void attention_dq_kernel(float* dqkv, con
         ds = p * (dot(dOs + r * D, Vs + lane * ldk, D) - Di[r]) * scale;
       }
       float* dsw = dSw + warp * kTile;
-      dsw[lane] = ds;
+      dsw[lane] = maybe_bf16(ds, bf16);
       __syncwarp();
       for (int d = lane; d < D; d += kWarpSize) {  // dQ += dS K
         float acc = dQs[r * D + d];
@@ -301,19 +305,20 @@ std::size_t attention_shared_bytes(int D) {
 }
 
 cudaError_t launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                                     cudaStream_t stream) {
+                                     bool bf16, cudaStream_t stream) {
   if (B == 0 || T == 0) return cudaSuccess;
   const int D = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int q_tiles = (T + kTile - 1) / kTile;
   const std::size_t bytes = forward_floats(D) * sizeof(float);
   if (cudaError_t rc = allow_shared(attention_forward_kernel, bytes); rc != cudaSuccess) return rc;
-  attention_forward_kernel<<<B * NH * q_tiles, kThreads, bytes, stream>>>(out, lse, qkv, T, C, NH, D, scale, q_tiles);
+  attention_forward_kernel<<<B * NH * q_tiles, kThreads, bytes, stream>>>(out, lse, qkv, T, C, NH, D, scale, q_tiles,
+                                                                                 bf16);
   return cudaGetLastError();
 }
 
 cudaError_t launch_attention_backward(float* dqkv, const float* dout, const float* out, const float* lse,
-                                      const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+                                      const float* qkv, int B, int T, int C, int NH, bool bf16, cudaStream_t stream) {
   if (B == 0 || T == 0) return cudaSuccess;
   const int D = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
@@ -323,10 +328,10 @@ cudaError_t launch_attention_backward(float* dqkv, const float* dout, const floa
   if (cudaError_t rc = allow_shared(attention_dkdv_kernel, dkdv_bytes); rc != cudaSuccess) return rc;
   if (cudaError_t rc = allow_shared(attention_dq_kernel, dq_bytes); rc != cudaSuccess) return rc;
   attention_dkdv_kernel<<<B * NH * tiles, kThreads, dkdv_bytes, stream>>>(dqkv, dout, out, lse, qkv, T, C, NH, D,
-                                                                          scale, tiles);
+                                                                          scale, tiles, bf16);
   if (cudaError_t rc = cudaGetLastError(); rc != cudaSuccess) return rc;
   attention_dq_kernel<<<B * NH * tiles, kThreads, dq_bytes, stream>>>(dqkv, dout, out, lse, qkv, T, C, NH, D, scale,
-                                                                      tiles);
+                                                                      tiles, bf16);
   return cudaGetLastError();
 }
 

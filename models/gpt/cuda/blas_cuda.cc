@@ -106,6 +106,43 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
   if (dbias != nullptr) STRATA_CHECK_CUDA(detail::launch_add_column_sums(dbias, dout, N, OC, blas.stream()));
 }
 
+void matmul_forward_bf16_operands(float* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight, const float* bias,
+                                  int N, int IC, int OC, Blas& blas) {
+  check_sizes(N, IC, OC);
+  float beta = 0.0f;
+  if (bias != nullptr) {  // out starts as the f32 bias rows and the product is accumulated onto them
+    STRATA_CHECK_CUDA(detail::launch_fill_rows(out, bias, N, OC, blas.stream()));
+    beta = 1.0f;
+  }
+  gemm(blas, CUDA_R_16BF, false, false, OC, N, IC, weight, OC, inp, IC, beta, out, OC, CUDA_R_32F);  // inp @ weight
+}
+
+void matmul_backward_bf16_operands(float* dinp, float* dweight, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                                   const __nv_bfloat16* weight, int N, int IC, int OC, Blas& blas) {
+  check_sizes(N, IC, OC);
+  if (dinp != nullptr)  // dinp += dout @ weight^T
+    gemm(blas, CUDA_R_16BF, true, false, IC, N, OC, weight, OC, dout, OC, 1.0f, dinp, IC, CUDA_R_32F);
+  gemm(blas, CUDA_R_16BF, false, true, OC, IC, N, dout, OC, inp, IC, 1.0f, dweight, OC, CUDA_R_32F);  // inp^T @ dout
+}
+
+void lm_head_forward_bf16_operands(float* logits, const __nv_bfloat16* inp, const __nv_bfloat16* wte, int N, int C,
+                                   int V, Blas& blas) {
+  check_sizes(N, C, V);
+  gemm(blas, CUDA_R_16BF, true, false, V, N, C, wte, C, inp, C, 0.0f, logits, V, CUDA_R_32F);  // inp @ wte^T
+}
+
+void lm_head_backward_bf16_operands(float* dinp, float* dwte, const __nv_bfloat16* dlogits, const __nv_bfloat16* inp,
+                                    const __nv_bfloat16* wte, int N, int C, int V, Blas& blas) {
+  check_sizes(N, C, V);
+  gemm(blas, CUDA_R_16BF, false, false, C, N, V, wte, C, dlogits, V, 1.0f, dinp, C, CUDA_R_32F);  // dlogits @ wte
+  gemm(blas, CUDA_R_16BF, false, true, C, V, N, inp, C, dlogits, V, 1.0f, dwte, C, CUDA_R_32F);   // dlogits^T @ inp
+}
+
+void bias_backward(float* dbias, const float* dout, int N, int OC, Blas& blas) {
+  check_sizes(N, 0, OC);
+  STRATA_CHECK_CUDA(detail::launch_add_column_sums(dbias, dout, N, OC, blas.stream()));
+}
+
 void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V, Blas& blas) {
   check_sizes(N, C, V);
   gemm(blas, CUDA_R_32F, true, false, V, N, C, wte, C, inp, C, 0.0f, logits, V);  // logits = inp @ wte^T

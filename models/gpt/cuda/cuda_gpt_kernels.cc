@@ -32,14 +32,16 @@ cudaStream_t activate(Device& device) {
 
 class CudaGptKernels final : public GptKernels {
  public:
-  explicit CudaGptKernels(Device& device)
+  CudaGptKernels(Device& device, bool bf16)
       : device_(device),
+        bf16_(bf16),
         s_(activate(device)),
         stream_(device.compute_stream()),
         blas_(s_),
         ops_(create_flat_ops(device)),
         host_(create_host_device(device)),
-        losses_copied_(device.create_event()) {
+        losses_copied_(device.create_event()),
+        workspace_free_(device.create_event()) {
     for (Staging& slot : tokens_) slot.copied = device.create_event();
   }
 
@@ -75,25 +77,41 @@ class CudaGptKernels final : public GptKernels {
   }
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
                       int OC) override {
-    cuda::matmul_forward(out, inp, weight, bias, N, IC, OC, blas_);
+    if (!bf16_) return cuda::matmul_forward(out, inp, weight, bias, N, IC, OC, blas_);
+    cuda::matmul_forward_bf16_operands(out, as_bf16(0, inp, std::size_t(N) * IC),
+                                       as_bf16(1, weight, std::size_t(IC) * OC), bias, N, IC, OC, blas_);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, int N, int IC, int OC) override {
-    cuda::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, blas_);
+    if (!bf16_) return cuda::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, blas_);
+    if (dbias != nullptr) cuda::bias_backward(dbias, dout, N, OC, blas_);
+    cuda::matmul_backward_bf16_operands(dinp, dweight, as_bf16(0, dout, std::size_t(N) * OC),
+                                        as_bf16(1, inp, std::size_t(N) * IC),
+                                        as_bf16(2, weight, std::size_t(IC) * OC), N, IC, OC, blas_);
   }
   void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) override {
-    cuda::lm_head_forward(logits, inp, wte, N, C, V, blas_);
+    if (!bf16_) return cuda::lm_head_forward(logits, inp, wte, N, C, V, blas_);
+    cuda::lm_head_forward_bf16_operands(logits, as_bf16(0, inp, std::size_t(N) * C),
+                                        as_bf16(1, wte, std::size_t(V) * C), N, C, V, blas_);
   }
   void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N,
                         int C, int V) override {
-    cuda::lm_head_backward(dinp, dwte, dlogits, inp, wte, N, C, V, blas_);
+    if (!bf16_) return cuda::lm_head_backward(dinp, dwte, dlogits, inp, wte, N, C, V, blas_);
+    cuda::lm_head_backward_bf16_operands(dinp, dwte, as_bf16(0, dlogits, std::size_t(N) * V),
+                                         as_bf16(1, inp, std::size_t(N) * C), as_bf16(2, wte, std::size_t(V) * C), N,
+                                         C, V, blas_);
   }
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
-    cuda::attention_forward(out, lse, qkv, B, T, C, NH, s_);
+    if (bf16_) qkv = rounded(0, qkv, std::size_t(B) * T * 3 * C);
+    cuda::attention_forward(out, lse, qkv, B, T, C, NH, s_, bf16_);
   }
   void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
                           int T, int C, int NH) override {
-    cuda::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, s_);
+    if (bf16_) {
+      qkv = rounded(0, qkv, std::size_t(B) * T * 3 * C);
+      dout = rounded(1, dout, std::size_t(B) * T * C);
+    }
+    cuda::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, s_, bf16_);
   }
   void gelu_forward(float* out, const float* inp, std::size_t n) override { cuda::gelu_forward(out, inp, n, s_); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
@@ -175,6 +193,32 @@ class CudaGptKernels final : public GptKernels {
   }
 
  private:
+  // src converted to bf16 (to nearest even) in workspace slot `slot`; a kernel uses distinct slots per operand.
+  const __nv_bfloat16* as_bf16(int slot, const float* src, std::size_t n) {
+    Buffer& dst = workspace(bf16_ws_[slot], n * sizeof(__nv_bfloat16));
+    ops_->convert(src, DType::kF32, dst.data(), DType::kBF16, n, stream_);
+    return dst.as<__nv_bfloat16>();
+  }
+  // src rounded to bf16 and widened back to f32 in f32 workspace slot `slot` (attention's operands).
+  const float* rounded(int slot, const float* src, std::size_t n) {
+    const __nv_bfloat16* half = as_bf16(slot, src, n);
+    Buffer& dst = workspace(f32_ws_[slot], n * sizeof(float));
+    ops_->convert(half, DType::kBF16, dst.data(), DType::kF32, n, stream_);
+    return dst.as<float>();
+  }
+  // `buffer` with room for `bytes`: grown (in the ledger's workspace) after the work queued so far that may still
+  // read the old one has finished. Shapes repeat from step to step, so this happens in the first step only.
+  Buffer& workspace(Buffer& buffer, std::size_t bytes) {
+    if (buffer.bytes() >= bytes) return buffer;
+    if (buffer) {
+      stream_.record(*workspace_free_);
+      workspace_free_->synchronize();  // bounded by the device timeout
+    }
+    buffer = Buffer();
+    buffer = device_.allocate(bytes, MemCategory::kWorkspace);
+    return buffer;
+  }
+
   struct Staging {
     Buffer host;  // page-locked, on host_
     std::unique_ptr<Event> copied;
@@ -182,12 +226,16 @@ class CudaGptKernels final : public GptKernels {
   };
 
   Device& device_;
+  bool bf16_;  // bf16 products (make_gpt_kernels in gpt_kernels.h)
   cudaStream_t s_;
   Stream& stream_;
   Blas blas_;
   std::unique_ptr<FlatOps> ops_;
   std::unique_ptr<Device> host_;  // page-locked host memory beside device_, on its own ledger
   std::unique_ptr<Event> losses_copied_;
+  std::unique_ptr<Event> workspace_free_;
+  std::array<Buffer, 3> bf16_ws_;  // bf16 operands of the products
+  std::array<Buffer, 2> f32_ws_;   // attention's operands, rounded to bf16 and held as f32
   Buffer losses_host_;
   std::array<Staging, 2> tokens_;  // a forward uploads inputs and targets
   std::size_t next_slot_ = 0;
@@ -195,6 +243,8 @@ class CudaGptKernels final : public GptKernels {
 
 }  // namespace
 
-std::unique_ptr<GptKernels> make_cuda_gpt_kernels(Device& device) { return std::make_unique<CudaGptKernels>(device); }
+std::unique_ptr<GptKernels> make_cuda_gpt_kernels(Device& device, bool bf16_products) {
+  return std::make_unique<CudaGptKernels>(device, bf16_products);
+}
 
 }  // namespace strata::gpt::cuda

@@ -10,6 +10,7 @@
 namespace strata::gpt::cuda {
 
 // `device` must be a CUDA device; the kernels enqueue on its compute stream and must not outlive it.
-std::unique_ptr<GptKernels> make_cuda_gpt_kernels(Device& device);
+// bf16_products: make_gpt_kernels' kBF16 (bf16 tensor-core GEMMs on bf16 copies of the operands, in workspace).
+std::unique_ptr<GptKernels> make_cuda_gpt_kernels(Device& device, bool bf16_products);
 
 }  // namespace strata::gpt::cuda

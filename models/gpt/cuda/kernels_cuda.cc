@@ -52,15 +52,16 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       detail::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream));
 }
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream) {
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream,
+                       bool bf16_products) {
   check_attention(B, T, C, NH);
-  STRATA_CHECK_CUDA(detail::launch_attention_forward(out, lse, qkv, B, T, C, NH, stream));
+  STRATA_CHECK_CUDA(detail::launch_attention_forward(out, lse, qkv, B, T, C, NH, bf16_products, stream));
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                        int T, int C, int NH, cudaStream_t stream) {
+                        int T, int C, int NH, cudaStream_t stream, bool bf16_products) {
   check_attention(B, T, C, NH);
-  STRATA_CHECK_CUDA(detail::launch_attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, stream));
+  STRATA_CHECK_CUDA(detail::launch_attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, bf16_products, stream));
 }
 
 void gelu_forward(float* out, const float* inp, std::size_t n, cudaStream_t stream) {

@@ -66,6 +66,20 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // the bias. Without a bias it may be null.
 void matmul_forward_bf16(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight,
                          const __nv_bfloat16* bias, int N, int IC, int OC, Blas& blas, float* f32_workspace);
+// bf16 products with f32 results (GptKernels' bf16 compute): bf16 operands on tensor cores, accumulated in f32
+// (CUBLAS_COMPUTE_32F) into the f32 outputs, which forward kernels overwrite and backward kernels add into, as
+// their f32 twins. The bias stays f32 (out starts as its rows); its gradient comes from the f32 dout (bias_backward).
+void matmul_forward_bf16_operands(float* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight, const float* bias,
+                                  int N, int IC, int OC, Blas& blas);
+void matmul_backward_bf16_operands(float* dinp, float* dweight, const __nv_bfloat16* dout, const __nv_bfloat16* inp,
+                                   const __nv_bfloat16* weight, int N, int IC, int OC, Blas& blas);
+void lm_head_forward_bf16_operands(float* logits, const __nv_bfloat16* inp, const __nv_bfloat16* wte, int N, int C,
+                                   int V, Blas& blas);
+void lm_head_backward_bf16_operands(float* dinp, float* dwte, const __nv_bfloat16* dlogits, const __nv_bfloat16* inp,
+                                    const __nv_bfloat16* wte, int N, int C, int V, Blas& blas);
+// dbias[OC] += column sums of dout[N,OC] (matmul_backward's bias term on its own, the CPU's order).
+void bias_backward(float* dbias, const float* dout, int N, int OC, Blas& blas);
+
 // dinp += dout @ weight^T (skipped when dinp is null), dweight += inp^T @ dout, dbias += column sums of dout
 // (skipped when dbias is null).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
@@ -79,12 +93,14 @@ void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const floa
 
 // Causal multi-head self-attention, FlashAttention-style (tiled, online softmax, never a T x T matrix).
 // qkv[B,T,3C] holds q, k, v along the last dimension, head h in columns h*D .. h*D+D-1 of each (D = C / NH).
-// out[B,T,C]; lse[B,NH,T] = log-sum-exp of row t's scaled scores (scale 1/sqrt(D)).
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream);
+// out[B,T,C]; lse[B,NH,T] = log-sum-exp of row t's scaled scores (scale 1/sqrt(D)). bf16_products: P (and in the
+// backward dS) rounded to bf16 before their products, as kernels.h's attention (the caller rounds q, k, v, dout).
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream,
+                       bool bf16_products = false);
 // dqkv[B,T,3C] += the gradient of out with respect to qkv, recomputing the scores tile by tile from q, k and lse.
 // out and lse are attention_forward's.
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                        int T, int C, int NH, cudaStream_t stream);
+                        int T, int C, int NH, cudaStream_t stream, bool bf16_products = false);
 
 // gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), elementwise. out may equal inp.
 void gelu_forward(float* out, const float* inp, std::size_t n, cudaStream_t stream);

@@ -33,10 +33,11 @@ cudaError_t launch_add_column_sums(float* dst, const float* src, int N, int C, c
 
 // Shared memory the attention kernels need per block for head size D (the largest of the three kernels).
 std::size_t attention_shared_bytes(int D);
+// bf16: P (and dS) rounded to bf16 before their products, as kernels.h's attention with bf16_products.
 cudaError_t launch_attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH,
-                                     cudaStream_t stream);
+                                     bool bf16, cudaStream_t stream);
 cudaError_t launch_attention_backward(float* dqkv, const float* dout, const float* out, const float* lse,
-                                      const float* qkv, int B, int T, int C, int NH, cudaStream_t stream);
+                                      const float* qkv, int B, int T, int C, int NH, bool bf16, cudaStream_t stream);
 
 cudaError_t launch_gelu_forward(float* out, const float* inp, std::size_t n, cudaStream_t stream);
 cudaError_t launch_gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, cudaStream_t stream);

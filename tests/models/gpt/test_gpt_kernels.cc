@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "core/device_registry.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "models/gpt/gpt_kernels.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/vec_math.h"
 
@@ -388,6 +392,175 @@ TEST_P(GptAttention, MatchesNaiveReference) {
   auto dqkv0 = dqkv;
   attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
   EXPECT_LE(rel_err(dqkv.data(), plus(dqkv0, ref_attention_backward(to_d(dout), to_d(qkv), B, T, C, NH))), 1e-5);
+}
+
+// ---- bf16 products ----------------------------------------------------------------------------------------
+
+float to_bf16(double x) { return bf16_to_f32(f32_to_bf16(static_cast<float>(x))); }
+
+// sqrt(sum (got - want)^2 / sum want^2): rare single-element differences (a value next to a bf16 rounding boundary
+// that exp_f32 and std::exp put on different sides) barely move it, a missing or extra rounding everywhere does.
+double rms_err(const std::vector<float>& got, const Vec& want) {
+  double num = 0, den = 1e-300;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(GptBf16, RoundToBf16IsNearestEven) {
+  const float one = 1.0f, ulp = 0x1p-7f;  // bf16 keeps 7 fraction bits
+  const std::vector<float> in = {one, one + ulp / 2, one + 3 * ulp / 2, one + ulp / 2 + 0x1p-20f, -(one + ulp / 2),
+                                 65504.0f, 1e-40f, INFINITY, -INFINITY, 0.0f, -0.0f};
+  const std::vector<float> want = {one, one, one + 2 * ulp, one + ulp, -one, 65536.0f, 1e-40f,
+                                   INFINITY, -INFINITY, 0.0f, -0.0f};
+  std::vector<float> out(in.size());
+  round_to_bf16(out.data(), in.data(), in.size());
+  for (std::size_t i = 0; i < in.size(); ++i)
+    if (i != 6) EXPECT_EQ(std::bit_cast<std::uint32_t>(out[i]), std::bit_cast<std::uint32_t>(want[i])) << in[i];
+  EXPECT_EQ(out[6], bf16_to_f32(f32_to_bf16(1e-40f)));  // a subnormal rounds like any other value
+  const float nan = std::nanf("");
+  round_to_bf16(out.data(), &nan, 1);
+  EXPECT_TRUE(std::isnan(out[0]));
+  // Over many values: the conversion of core/dtype.h (what storage uses), and at most half a bf16 ulp away.
+  const auto x = randn(1 << 16, 90, 3.0f);
+  std::vector<float> r(x.size());
+  round_to_bf16(r.data(), x.data(), x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_EQ(r[i], bf16_to_f32(f32_to_bf16(x[i]))) << x[i];
+    ASSERT_LE(std::fabs(r[i] - x[i]), std::fabs(x[i]) * 0x1p-8f) << x[i];
+  }
+}
+
+// The CPU GptKernels with bf16 products: each matmul equals the f32 kernel on operands rounded beforehand, bitwise
+// (the products of bf16 values are exact in f32), the bias gradient comes from the f32 dout, and the f32 kernels
+// (kF32) are untouched.
+TEST(GptBf16, CpuMatmulsRoundEveryOperand) {
+  auto device = create_device(DeviceKind::kCpu, 0, 60.0);
+  auto bf16 = make_gpt_kernels(*device, DType::kBF16);
+  auto f32 = make_gpt_kernels(*device, DType::kF32);
+  EXPECT_THROW(make_gpt_kernels(*device, DType::kF16), strata::Error);
+  const int N = 37, IC = 24, OC = 40;
+  auto inp = randn(std::size_t(N) * IC, 91), w = randn(std::size_t(IC) * OC, 92), b = randn(OC, 93);
+  auto dout = randn(std::size_t(N) * OC, 94);
+  auto round = [](std::vector<float> v) {
+    round_to_bf16(v.data(), v.data(), v.size());
+    return v;
+  };
+  std::vector<float> out(std::size_t(N) * OC), want(out.size()), plain(out.size());
+  bf16->matmul_forward(out.data(), inp.data(), w.data(), b.data(), N, IC, OC);
+  matmul_forward(want.data(), round(inp).data(), round(w).data(), b.data(), N, IC, OC);
+  f32->matmul_forward(plain.data(), inp.data(), w.data(), b.data(), N, IC, OC);
+  EXPECT_EQ(out, want);
+  EXPECT_NE(out, plain);
+
+  std::vector<float> dinp(inp.size(), 0.5f), dw(w.size(), 0.25f), db(OC, 0.125f);
+  std::vector<float> dinp_w = dinp, dw_w = dw, db_w = db, unused(OC);
+  bf16->matmul_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, IC, OC);
+  matmul_backward(dinp_w.data(), dw_w.data(), nullptr, round(dout).data(), round(inp).data(), round(w).data(), N, IC,
+                  OC);
+  bias_backward(db_w.data(), dout.data(), N, OC);
+  EXPECT_EQ(dinp, dinp_w);
+  EXPECT_EQ(dw, dw_w);
+  EXPECT_EQ(db, db_w);
+
+  const int V = 29;  // the tied head: logits = inp @ wte^T
+  auto wte = randn(std::size_t(V) * IC, 95), dlogits = randn(std::size_t(N) * V, 96);
+  std::vector<float> logits(std::size_t(N) * V), logits_w(logits.size());
+  bf16->lm_head_forward(logits.data(), inp.data(), wte.data(), N, IC, V);
+  lm_head_forward(logits_w.data(), round(inp).data(), round(wte).data(), N, IC, V);
+  EXPECT_EQ(logits, logits_w);
+  std::vector<float> dx(inp.size(), 0.0f), dwte(wte.size(), 0.0f), dx_w = dx, dwte_w = dwte;
+  bf16->lm_head_backward(dx.data(), dwte.data(), dlogits.data(), inp.data(), wte.data(), N, IC, V);
+  lm_head_backward(dx_w.data(), dwte_w.data(), round(dlogits).data(), round(inp).data(), round(wte).data(), N, IC, V);
+  EXPECT_EQ(dx, dx_w);
+  EXPECT_EQ(dwte, dwte_w);
+}
+
+// Attention with bf16 products against a naive reference with the same rounding points: q, k, v and dout rounded;
+// in the forward the unnormalised probabilities exp(s - running max) of each 64-key tile rounded after the f32 row
+// sum (so the reference walks the same tiles); in the backward P = exp(s - lse) and dS = P (dP - D_i) / sqrt(D)
+// from the f32 P, both rounded. The same kernel without rounding is far from that reference.
+TEST(GptBf16, AttentionRoundsWhereFlashAttentionDoes) {
+  constexpr int kTileK = 64;  // attention.cc's key tile
+  for (AttnCase cs : {AttnCase{2, 9, 16, 2}, AttnCase{1, 130, 32, 2}}) {
+    SCOPED_TRACE(testing::Message() << cs);
+    const auto [B, T, C, NH] = cs;
+    const int D = C / NH;
+    const double scale = 1 / std::sqrt(static_cast<double>(D));
+    auto qkv = randn(std::size_t(B) * T * 3 * C, 97, 1.5f);
+    auto dout = randn(std::size_t(B) * T * C, 98);
+    round_to_bf16(qkv.data(), qkv.data(), qkv.size());
+    round_to_bf16(dout.data(), dout.data(), dout.size());
+    auto at = [&](int b, int t, int part, int h, int d) {
+      return static_cast<double>(qkv[(std::size_t(b) * T + t) * 3 * C + part * C + h * D + d]);
+    };
+    Vec want(std::size_t(B) * T * C), want_lse(std::size_t(B) * NH * T), want_d(qkv.size(), 0.0);
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int i = 0; i < T; ++i) {
+          Vec s(i + 1), o(D, 0.0);
+          for (int j = 0; j <= i; ++j) {
+            double acc = 0;
+            for (int d = 0; d < D; ++d) acc += at(b, i, 0, h, d) * at(b, j, 1, h, d);
+            s[j] = acc * scale;
+          }
+          double m = -INFINITY, l = 0;
+          for (int j0 = 0; j0 <= i; j0 += kTileK) {
+            const int j1 = std::min(i + 1, j0 + kTileK);
+            double m_new = m;
+            for (int j = j0; j < j1; ++j) m_new = std::max(m_new, s[j]);
+            const double corr = std::exp(m - m_new);
+            for (double& x : o) x *= corr;
+            l *= corr;
+            for (int j = j0; j < j1; ++j) {
+              const double p = std::exp(s[j] - m_new);
+              l += p;
+              for (int d = 0; d < D; ++d) o[d] += to_bf16(p) * at(b, j, 2, h, d);
+            }
+            m = m_new;
+          }
+          for (int d = 0; d < D; ++d) want[(std::size_t(b) * T + i) * C + h * D + d] = o[d] / l;
+          want_lse[(std::size_t(b) * NH + h) * T + i] = m + std::log(l);
+        }
+    std::vector<float> out(want.size()), lse(want_lse.size()), plain(want.size());
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, true);
+    attention_forward(plain.data(), lse.data(), qkv.data(), B, T, C, NH, false);
+    EXPECT_LE(rms_err(out, want), 2e-6);
+    EXPECT_GE(rms_err(plain, want), 1e-4) << "the rounding of P changes the output";
+    EXPECT_CLOSE(lse, want_lse, 2e-6);
+
+    // Backward, from the kernel's own out and lse (as the model calls it).
+    auto idx = [&](int b, int t, int part, int h, int d) { return (std::size_t(b) * T + t) * 3 * C + part * C + h * D + d; };
+    for (int b = 0; b < B; ++b)
+      for (int h = 0; h < NH; ++h)
+        for (int i = 0; i < T; ++i) {
+          double di = 0;
+          for (int d = 0; d < D; ++d)
+            di += static_cast<double>(dout[(std::size_t(b) * T + i) * C + h * D + d]) *
+                  out[(std::size_t(b) * T + i) * C + h * D + d];
+          for (int j = 0; j <= i; ++j) {
+            double sc = 0, dp = 0;
+            for (int d = 0; d < D; ++d) {
+              sc += at(b, i, 0, h, d) * at(b, j, 1, h, d);
+              dp += static_cast<double>(dout[(std::size_t(b) * T + i) * C + h * D + d]) * at(b, j, 2, h, d);
+            }
+            const double p = std::exp(sc * scale - lse[(std::size_t(b) * NH + h) * T + i]);
+            const double pr = to_bf16(p), ds = to_bf16(p * (dp - di) * scale);
+            for (int d = 0; d < D; ++d) {
+              want_d[idx(b, j, 2, h, d)] += pr * dout[(std::size_t(b) * T + i) * C + h * D + d];
+              want_d[idx(b, i, 0, h, d)] += ds * at(b, j, 1, h, d);
+              want_d[idx(b, j, 1, h, d)] += ds * at(b, i, 0, h, d);
+            }
+          }
+        }
+    std::vector<float> dqkv(qkv.size(), 0.0f), dplain(qkv.size(), 0.0f);
+    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, true);
+    attention_backward(dplain.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, false);
+    EXPECT_LE(rms_err(dqkv, want_d), 2e-5);
+    EXPECT_GE(rms_err(dplain, want_d), 1e-4) << "the rounding of P and dS changes the gradients";
+  }
 }
 
 TEST_F(GptKernels, AttentionBackwardMatchesFiniteDifferences) {

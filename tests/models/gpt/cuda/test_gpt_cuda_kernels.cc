@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "models/gpt/cuda/kernels_cuda.h"
+#include "models/gpt/gpt_kernels.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/tp_kernels.h"
 #include "core/cuda_check.h"
@@ -275,6 +276,66 @@ TEST_F(GptCudaKernels, MatmulForwardBf16) {
             << "a bias without the f32 workspace";
       }
     }
+}
+
+// GptKernels with bf16 products (train_gpt --compute-dtype bf16) on CUDA against the same on the CPU: the operands
+// are rounded to nearest-even on both, and products of bf16 values are exact in f32, so the matmuls differ only in
+// summation order (kTol). Attention at T <= 32 is one key tile on both backends, so P is rounded at the same running
+// maxima; expf and the CPU's exp_f32 may still put a rare P on either side of a bf16 rounding boundary, so attention
+// is judged by the root-mean-square error over the tensor.
+TEST_F(GptCudaKernels, Bf16ProductsMatchTheCpu) {
+  auto cuda_device = create_device(DeviceKind::kCuda, test::runtime().local_rank() % cuda_device_count(), 60.0);
+  auto cpu_device = create_device(DeviceKind::kCpu, 0, 60.0);
+  auto gpu = make_gpt_kernels(*cuda_device, DType::kBF16);
+  auto cpu = make_gpt_kernels(*cpu_device, DType::kBF16);
+  const auto stream = static_cast<cudaStream_t>(cuda_device->compute_stream().native_handle());
+  auto rms = [](const Floats& got, const Floats& want) {
+    double num = 0, den = 1e-300;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      num += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+      den += static_cast<double>(want[i]) * want[i];
+    }
+    return std::sqrt(num / den);
+  };
+
+  const int N = 37, IC = 48, OC = 192, V = 101;
+  const Floats x = randn(std::size_t(N) * IC, 80), w = randn(std::size_t(IC) * OC, 81, 0.2f), b = randn(OC, 82);
+  const Floats dout = randn(std::size_t(N) * OC, 83), wte = randn(std::size_t(V) * IC, 84, 0.2f);
+  const Floats dlogits = randn(std::size_t(N) * V, 85);
+  Floats out(std::size_t(N) * OC), dx(x.size(), 0.5f), dw(w.size(), 0.25f), db(OC, 0.125f);
+  const Floats dx0 = dx, dw0 = dw, db0 = db;
+  cpu->matmul_forward(out.data(), x.data(), w.data(), b.data(), N, IC, OC);
+  cpu->matmul_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), N, IC, OC);
+  Dev d_x(x), d_w(w), d_b(b), d_dout(dout), d_out(out.size()), d_dx(dx0), d_dw(dw0), d_db(db0);
+  gpu->matmul_forward(d_out.get(), d_x.get(), d_w.get(), d_b.get(), N, IC, OC);
+  gpu->matmul_backward(d_dx.get(), d_dw.get(), d_db.get(), d_dout.get(), d_x.get(), d_w.get(), N, IC, OC);
+  EXPECT_CLOSE(d_out.host(stream), out, kTol);
+  EXPECT_GRAD_CLOSE(d_dx.host(stream), dx, dx0, kTol);
+  EXPECT_GRAD_CLOSE(d_dw.host(stream), dw, dw0, kTol);
+  EXPECT_GRAD_CLOSE(d_db.host(stream), db, db0, kTol);
+
+  Floats logits(std::size_t(N) * V), hx(x.size(), 0.0f), dwte(wte.size(), 0.0f);
+  cpu->lm_head_forward(logits.data(), x.data(), wte.data(), N, IC, V);
+  cpu->lm_head_backward(hx.data(), dwte.data(), dlogits.data(), x.data(), wte.data(), N, IC, V);
+  Dev d_wte(wte), d_dlogits(dlogits), d_logits(logits.size()), d_hx(Floats(x.size(), 0.0f)),
+      d_dwte(Floats(wte.size(), 0.0f));
+  gpu->lm_head_forward(d_logits.get(), d_x.get(), d_wte.get(), N, IC, V);
+  gpu->lm_head_backward(d_hx.get(), d_dwte.get(), d_dlogits.get(), d_x.get(), d_wte.get(), N, IC, V);
+  EXPECT_CLOSE(d_logits.host(stream), logits, kTol);
+  EXPECT_CLOSE(d_hx.host(stream), hx, kTol);
+  EXPECT_CLOSE(d_dwte.host(stream), dwte, kTol);
+
+  const int B = 2, T = 29, C = 32, NH = 2;
+  const Floats qkv = randn(std::size_t(B) * T * 3 * C, 86, 1.5f), ady = randn(std::size_t(B) * T * C, 87);
+  Floats y(std::size_t(B) * T * C), lse(std::size_t(B) * NH * T), dqkv(qkv.size(), 0.0f);
+  cpu->attention_forward(y.data(), lse.data(), qkv.data(), B, T, C, NH);
+  cpu->attention_backward(dqkv.data(), ady.data(), y.data(), lse.data(), qkv.data(), B, T, C, NH);
+  Dev d_qkv(qkv), d_ady(ady), d_y(y.size()), d_lse(lse.size()), d_dqkv(Floats(qkv.size(), 0.0f));
+  gpu->attention_forward(d_y.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+  gpu->attention_backward(d_dqkv.get(), d_ady.get(), d_y.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
+  EXPECT_LE(rms(d_y.host(stream), y), 1e-5);
+  EXPECT_CLOSE(d_lse.host(stream), lse, kAttentionTol);
+  EXPECT_LE(rms(d_dqkv.host(stream), dqkv), 1e-4);
 }
 
 TEST_F(GptCudaKernels, LmHead) {

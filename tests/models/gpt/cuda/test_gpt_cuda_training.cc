@@ -25,6 +25,7 @@ const std::string kData = test::data_dir();
 using test::load_json;
 using test::max_rel;
 using test::reference_config;
+using test::rms_rel;
 using test::run;
 
 bool on_cuda() { return cuda_device_count() > 0 && runtime().backend() == DeviceKind::kCuda; }
@@ -44,6 +45,25 @@ TEST(GptCudaTraining, LossesEqualThePyTorchReference) {
     if (runtime().rank() == 0)
       std::printf("cuda, stage %d, %d ranks: max relative loss error vs PyTorch %.3g\n", stage, world, err);
   }
+}
+
+// bf16 compute on the GPU (bf16 tensor-core GEMMs) against PyTorch's bf16 autocast: the CPU test's bars
+// (tests/models/gpt/test_gpt_training.cc, Bf16ComputeAgreesWithPyTorchAutocast, derives them).
+TEST(GptCudaTraining, Bf16ComputeAgreesWithPyTorchAutocast) {
+  if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
+  auto ref = load_json(kData + "gpt_tiny_ref_bf16.json");
+  const std::vector<double> autocast = ref["losses"].get<std::vector<double>>();
+  const int steps = static_cast<int>(autocast.size());
+  TrainConfig cfg = reference_config(ref, runtime().world_size());
+  const std::vector<double> f32 = run(cfg, steps);
+  cfg.precision.matmul = DType::kBF16;
+  const std::vector<double> bf16 = run(cfg, steps);
+  EXPECT_LE(max_rel(bf16, autocast), 2e-4);
+  EXPECT_GT(max_rel(bf16, f32), 1e-5) << "bf16 compute changed nothing beyond f32 round-off";
+  EXPECT_LT(rms_rel(bf16, autocast), rms_rel(f32, autocast));
+  if (runtime().rank() == 0)
+    std::printf("cuda, relative to autocast: bf16 compute max %.3g rms %.3g; f32 compute max %.3g rms %.3g\n",
+                max_rel(bf16, autocast), rms_rel(bf16, autocast), max_rel(f32, autocast), rms_rel(f32, autocast));
 }
 
 // The CUDA kernels are deterministic (no float atomics; cuBLAS is repeatable on one GPU with one stream per
