@@ -9,6 +9,12 @@ data-parallel ranks. A layout that does not fit a rank count (tp 2 at np 1, hybr
 strong-scaling run whose rows do not divide. The CSV is resumable: a rerun skips the rows it already has (same model,
 scaling, layout and np), so an interrupted sweep goes on where it stopped. --plots-only redraws from the CSV.
 
+Every run goes through scripts/launch.sh (docs/multi-node.md), which prints its mpirun command and forwards every
+STRATA_* variable. By default a run's ranks share this machine, unbound. Across nodes, --hostfile FILE and
+--ranks-per-node K run np <= K on the first host and np = n x K on the first n hosts of FILE (other np are left out):
+
+  scripts/scale.py --hostfile hosts --ranks-per-node 8 --np 8,16,32,64 --layouts dp,hybrid-node --models small
+
 Per run: tokens/s (whole job and per rank), the mean step time, the communication and exposed communication per step
 (train_gpt's means over the steps after the first two), the ledger's peak per rank, and rank 0's memory after step 0
 per category, measured and as the planner predicts it. The plots include the step time strata-plan --simulate predicts
@@ -20,6 +26,9 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
+
+LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch.sh")
 
 MODELS = {
     # name: train_gpt model flags
@@ -46,6 +55,28 @@ def mib(b):
     return round(b / (1024 * 1024), 3)
 
 
+def launch_args(args, np_):
+    """scripts/launch.sh's placement flags for np_ ranks: on this machine, unbound (as the calibration runs were), or
+    node by node on the first hosts of --hostfile. None when np_ does not fill whole nodes."""
+    if not args.hostfile:
+        return ["--ranks-per-node", str(np_), "--bind", "none"]
+    k = args.ranks_per_node
+    if np_ <= k:
+        nodes, k = 1, np_
+    elif np_ % k == 0:
+        nodes = np_ // k
+    else:
+        return None
+    if nodes > len(args.hosts):
+        sys.exit(f"scale.py: np {np_} needs {nodes} nodes of {k} ranks; {args.hostfile} lists {len(args.hosts)}")
+    if nodes not in args.host_files:
+        f = tempfile.NamedTemporaryFile("w", prefix=f"scale-hosts-{nodes}-", suffix=".txt", delete=False)
+        f.write("\n".join(args.hosts[:nodes]) + "\n")
+        f.close()
+        args.host_files[nodes] = f.name
+    return ["--hostfile", args.host_files[nodes], "--ranks-per-node", str(k)]
+
+
 def run_one(args, model, scaling, layout, np_):
     tp, pp, extra, env_extra, smallest = LAYOUTS[layout]
     if np_ < smallest or np_ % (tp * pp) != 0:
@@ -61,13 +92,13 @@ def run_one(args, model, scaling, layout, np_):
         rows = args.global_rows // dp
     if pp > 1 and rows % 4:
         return None
-    cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    if np_ > os.cpu_count():
-        cmd.append("--oversubscribe")
-    cmd += [os.path.join(args.build, "bin", "train_gpt"), *MODELS[model], "--batch", str(rows), "--steps",
-            str(args.steps), "--no-progress", *extra]
+    placement = launch_args(args, np_)
+    if placement is None:
+        print(f"scale.py: np {np_} is neither at most --ranks-per-node {args.ranks_per_node} nor a multiple of it: "
+              f"left out", flush=True)
+        return None
+    cmd = [LAUNCH, *placement, "--", os.path.join(args.build, "bin", "train_gpt"), *MODELS[model], "--batch",
+           str(rows), "--steps", str(args.steps), "--no-progress", *extra]
     env = dict(os.environ, STRATA_BACKEND="cpu", STRATA_LOG_LEVEL="warn", **env_extra)
     print("scale.py:", " ".join(f"{k}={v}" for k, v in env_extra.items()), " ".join(cmd), flush=True)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -206,6 +237,8 @@ def main():
     p.add_argument("--out", default="results/scaling")
     p.add_argument("--timeout", type=int, default=600, help="seconds per run")
     p.add_argument("--plots-only", action="store_true")
+    p.add_argument("--hostfile", help="Open MPI hostfile: run across its hosts through scripts/launch.sh")
+    p.add_argument("--ranks-per-node", type=int, help="with --hostfile: ranks on each node (required)")
     p.add_argument("--cluster", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                      "tools", "clusters", "cpu_vm.json"),
                    help="cluster file for the predicted step time plot (strata-plan --simulate)")
@@ -217,9 +250,35 @@ def main():
     bad = [x for x in args.scaling.split(",") if x not in ("weak", "strong")]
     if bad:
         p.error(f"--scaling: unknown {', '.join(bad)} (weak, strong)")
+    args.hosts, args.host_files = [], {}
+    if args.hostfile:
+        if not args.ranks_per_node or args.ranks_per_node < 1:
+            p.error("--hostfile needs --ranks-per-node K (K >= 1)")
+        try:
+            with open(args.hostfile) as f:
+                args.hosts = [ln.strip() for ln in f if ln.strip() and not ln.strip().startswith("#")]
+        except OSError as e:
+            p.error(f"--hostfile: {e}")
+        if not args.hosts:
+            p.error(f"--hostfile: {args.hostfile} lists no host")
+    elif args.ranks_per_node:
+        p.error("--ranks-per-node goes with --hostfile (on this machine a run's ranks are its np)")
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "scaling.csv")
     rows = read_rows(path)
+    try:
+        sweep(args, path, rows)
+    finally:
+        for f in args.host_files.values():
+            os.unlink(f)
+    print(f"scale.py: {len(rows)} rows in {path}")
+    predicted = predicted_step_ms(rows, os.path.join(args.build, "bin", "strata-plan"), args.cluster)
+    for png in plot(rows, args.out, predicted):
+        print(f"scale.py: wrote {png}")
+
+
+def sweep(args, path, rows):
+    """Runs the grid's missing rows, appending each to the CSV at `path` and to `rows` as it finishes."""
     if not args.plots_only:
         have = {(r["model"], r["scaling"], r["layout"], int(r["np"])) for r in rows}
         for model in args.models.split(","):
@@ -239,10 +298,6 @@ def main():
                                 w.writeheader()
                             w.writerow(row)
                         rows.append({k: str(v) for k, v in row.items()})
-    print(f"scale.py: {len(rows)} rows in {path}")
-    predicted = predicted_step_ms(rows, os.path.join(args.build, "bin", "strata-plan"), args.cluster)
-    for png in plot(rows, args.out, predicted):
-        print(f"scale.py: wrote {png}")
 
 
 if __name__ == "__main__":
