@@ -5,8 +5,9 @@ The model of the issue: 6 layers, 384 wide, 6 heads, vocab 8192, sequence 256, o
 generator). Prints a Markdown table of mean step time (steps >= 2), tokens/s and peak memory per rank.
 Usage: scripts/bench_gpt.py [--np 2] [--steps 8] [--batch 2] [--stages 0,1,2,3] [--bin build/bin/train_gpt]
                             [--variants "STRATA_SHM=0;STRATA_SHM=1"] [-- extra train_gpt flags]
---variants runs every stage once per environment setting (';'-separated, each a ','-separated list of VAR=VALUE
-given to every rank), interleaved, so a before/after comparison comes from one run of the script.
+--variants runs every stage once per setting (';'-separated), interleaved, so a before/after comparison comes from one
+run of the script. A setting is a ','-separated list of VAR=VALUE given to every rank, or train_gpt flags when it
+starts with "--" (e.g. --variants "--compute-dtype f32;--compute-dtype bf16").
 """
 import argparse
 import json
@@ -44,8 +45,9 @@ def main():
     rows = []
     variants = [v for v in a.variants.split(";") if v] or [""]
     for stage, variant in [(int(s), v) for s in a.stages.split(",") for v in variants]:
-        env = [x for kv in variant.split(",") if kv for x in ("-x", kv)]
-        cmd = mpi + env + [a.bin] + model + ["--zero-stage", str(stage)] + a.extra
+        flags = variant.split() if variant.startswith("--") else []
+        env = [] if flags else [x for kv in variant.split(",") if kv for x in ("-x", kv)]
+        cmd = mpi + env + [a.bin] + model + ["--zero-stage", str(stage)] + flags + a.extra
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         summary = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
         peak = max(r["peak_bytes"]["total"] for r in summary["peak_memory"])
@@ -55,7 +57,7 @@ def main():
               f"{summary['tokens_per_s']:.0f} tok/s", file=sys.stderr)
     base = rows[0][2]
     first = f"stage {rows[0][0]}" + (f", {rows[0][1]}" if rows[0][1] else "")
-    print(f"| ZeRO |{' environment |' if a.variants else ''} mean step (ms) | tokens/s | step time vs {first} | "
+    print(f"| ZeRO |{' setting |' if a.variants else ''} mean step (ms) | tokens/s | step time vs {first} | "
           f"communication (ms) | exposed communication | peak MiB per rank | loss after {a.steps} steps |")
     print("|---|" + ("---|" if a.variants else "") + "---|---|---|---|---|---|---|")
     for stage, variant, ms, tps, peak, loss, comm, exposed in rows:

@@ -19,9 +19,10 @@
 namespace strata::gpt {
 namespace {
 
-// Host memory, work inline on the calling thread (the CPU compute stream). With bf16 products, the operands are
-// rounded into scratch vectors that grow to the largest operand seen (host memory outside the ledger, like
-// attention's tiles).
+// Host memory, work inline on the calling thread (the CPU compute stream). With bf16 products, the matmuls convert
+// their operands themselves (blas_bf16.cc) and attention's q, k, v and dout are rounded into scratch vectors that
+// grow to the largest operand seen (host memory outside the ledger, like attention's tiles and the matmuls' bf16
+// copies).
 class CpuGptKernels final : public GptKernels {
  public:
   explicit CpuGptKernels(bool bf16) : bf16_(bf16) {}
@@ -44,34 +45,18 @@ class CpuGptKernels final : public GptKernels {
   }
   void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
                       int OC) override {
-    if (bf16_) {
-      inp = rounded(0, inp, std::size_t(N) * IC);
-      weight = rounded(1, weight, std::size_t(IC) * OC);
-    }
-    gpt::matmul_forward(out, inp, weight, bias, N, IC, OC);
+    gpt::matmul_forward(out, inp, weight, bias, N, IC, OC, bf16_);
   }
   void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                        const float* weight, int N, int IC, int OC) override {
-    if (!bf16_) return gpt::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
-    if (dbias != nullptr) gpt::bias_backward(dbias, dout, N, OC);
-    gpt::matmul_backward(dinp, dweight, nullptr, rounded(0, dout, std::size_t(N) * OC),
-                         rounded(1, inp, std::size_t(N) * IC), rounded(2, weight, std::size_t(IC) * OC), N, IC, OC);
+    gpt::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16_);
   }
   void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) override {
-    if (bf16_) {
-      inp = rounded(0, inp, std::size_t(N) * C);
-      wte = rounded(1, wte, std::size_t(V) * C);
-    }
-    gpt::lm_head_forward(logits, inp, wte, N, C, V);
+    gpt::lm_head_forward(logits, inp, wte, N, C, V, bf16_);
   }
   void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N,
                         int C, int V) override {
-    if (bf16_) {
-      dlogits = rounded(0, dlogits, std::size_t(N) * V);
-      inp = rounded(1, inp, std::size_t(N) * C);
-      wte = rounded(2, wte, std::size_t(V) * C);
-    }
-    gpt::lm_head_backward(dinp, dwte, dlogits, inp, wte, N, C, V);
+    gpt::lm_head_backward(dinp, dwte, dlogits, inp, wte, N, C, V, bf16_);
   }
   void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
     if (bf16_) qkv = rounded(0, qkv, std::size_t(B) * T * 3 * C);
@@ -152,7 +137,7 @@ class CpuGptKernels final : public GptKernels {
   }
 
   bool bf16_;
-  std::array<std::vector<float>, 3> scratch_;
+  std::array<std::vector<float>, 2> scratch_;
 };
 
 }  // namespace

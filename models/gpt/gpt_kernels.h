@@ -85,8 +85,8 @@ class GptKernels {
 // weight, dout, wte, dlogits, q, k, v, and attention's P and dS) is rounded to the nearest bf16 and the products
 // accumulate in f32 into f32 outputs; bias gradients sum the f32 dout. Everything else stays f32 (LayerNorm, GELU,
 // softmax statistics, the loss). On CUDA the products are bf16 tensor-core GEMMs on bf16 copies of the operands;
-// on the CPU the operands are rounded into f32 scratch and go through the same f32 sgemm (a product of two bf16
-// values is exact in f32, so this is the bf16 GEMM's arithmetic up to summation order). kF32 is exact f32.
+// on the CPU, oneDNN's bf16 matmul (blas_bf16.cc; rounded operands through the f32 sgemm where it has none: a
+// product of two bf16 values is exact in f32, so the sums are the same up to their order). kF32 is exact f32.
 std::unique_ptr<GptKernels> make_gpt_kernels(Device& device, DType matmul_dtype = DType::kF32);
 // kF32 or kBF16; anything else throws kInvalidArgument naming it.
 void check_matmul_dtype(DType matmul_dtype);

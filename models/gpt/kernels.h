@@ -34,23 +34,28 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C);
 
+// bf16_products (the matmuls and the LM head): every operand of each product rounded to bf16 and the sums in f32
+// (blas.h's gemm_bf16); outputs, gradients and the bias terms stay f32 (dbias sums the f32 dout).
+
 // out[N,OC] = inp[N,IC] @ weight[IC,OC] (+ bias[OC] when bias is non-null). Conv1D layout: weight is [in, out].
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC);
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
+                    bool bf16_products = false);
 // dinp += dout @ weight^T (skipped when dinp is null), dweight += inp^T @ dout, dbias += column sums of dout
 // (skipped when dbias is null).
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int IC, int OC);
+                     const float* weight, int N, int IC, int OC, bool bf16_products = false);
 
-// dbias[OC] += column sums of dout[N,OC] (rows in order, in double): matmul_backward's bias term on its own.
-void bias_backward(float* dbias, const float* dout, int N, int OC);
 // out[i] = in[i] rounded to the nearest bf16 (ties to even, NaN stays NaN), kept as a float. out may equal in.
 void round_to_bf16(float* out, const float* in, std::size_t n);
 
 // Tied lm head: logits[N,V] = inp[N,C] @ wte[V,C]^T.
-void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V);
+void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V,
+                     bool bf16_products = false);
 // dinp += dlogits @ wte, dwte += dlogits^T @ inp.
 void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
-                      int V);
+                      int V, bool bf16_products = false);
+// What the bf16 products run on here, e.g. "oneDNN bf16 matmul (brg:avx512_core_amx_bf16)".
+const char* bf16_gemm_name();
 
 // Causal multi-head self-attention, FlashAttention-style: tiled with an online softmax, never a T x T matrix.
 // qkv[B,T,3C] holds q, k, v in that order along the last dimension; head h uses columns h*D .. h*D+D-1 of each.
