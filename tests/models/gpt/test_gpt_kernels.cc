@@ -418,7 +418,9 @@ TEST(GptBf16, RoundToBf16IsNearestEven) {
   std::vector<float> out(in.size());
   round_to_bf16(out.data(), in.data(), in.size());
   for (std::size_t i = 0; i < in.size(); ++i)
-    if (i != 6) EXPECT_EQ(std::bit_cast<std::uint32_t>(out[i]), std::bit_cast<std::uint32_t>(want[i])) << in[i];
+    if (i != 6) {
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(out[i]), std::bit_cast<std::uint32_t>(want[i])) << in[i];
+    }
   EXPECT_EQ(out[6], bf16_to_f32(f32_to_bf16(1e-40f)));  // a subnormal rounds like any other value
   const float nan = std::nanf("");
   round_to_bf16(out.data(), &nan, 1);
