@@ -10,6 +10,7 @@
 # -DWORK=<scratch directory, emptied>.
 
 include(${CMAKE_CURRENT_LIST_DIR}/../../support/run_checks.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/gpt_run_checks.cmake)
 
 set(common --steps 20 --no-progress --heads 4 --embd 32 --seq 8 --lr 1e-3 --param-dtype bf16)
 string(REPLACE "|" ";" launcher "${MPIEXEC}")
@@ -42,13 +43,7 @@ set(failed)
 foreach(layout IN LISTS layouts)
   unpack_row("${layout}" name np flags)
   run_gpt(${name} ${np} ${flags})
-  execute_process(COMMAND ${COMPARE} 1e-4 5e-3 1 ${WORK}/ref.jsonl ${WORK}/${name}.jsonl
-                  OUTPUT_VARIABLE verdict RESULT_VARIABLE rc)
-  string(STRIP "${verdict}" verdict)
-  message(STATUS "${name} (np ${np}): ${verdict}")
-  if(NOT rc EQUAL 0)
-    list(APPEND failed ${name})
-  endif()
+  compare_to(${name} ref 1e-4 5e-3)
 endforeach()
 if(failed)
   message(FATAL_ERROR "bf16 layouts that differ from the 1-rank bf16 run: ${failed}")

@@ -1,5 +1,26 @@
-# Checks shared by the train_gpt run scripts (checkpoint_runs.cmake, tp_checkpoint_runs.cmake): reading --metrics
-# files and comparing steps between runs, bit for bit or within 1e-5, in CMake (no other interpreter is needed).
+# Checks shared by the train_gpt run scripts (checkpoint_runs.cmake, tp_checkpoint_runs.cmake, tp_runs.cmake,
+# pp_runs.cmake, bf16_runs.cmake): reading --metrics files and comparing steps between runs, bit for bit or within
+# 1e-5, in CMake (no other interpreter is needed), and holding a run to a reference through compare_runs.
+
+# compare_to(<got> <ref> <loss tol> <norm tol> [<param tol>]): compare_runs on ${WORK}/<ref>.jsonl and <got>.jsonl,
+# and with a parameter tolerance on their .safetensors too; prints the verdict (without a failure's per-tensor lines)
+# and appends "<got> vs <ref>" to `failed` in the caller when they differ. Needs COMPARE and WORK.
+function(compare_to got ref loss_tol norm_tol)
+  set(files ${WORK}/${ref}.jsonl ${WORK}/${got}.jsonl)
+  set(param_tol 1)
+  if(ARGC GREATER 4)
+    set(param_tol ${ARGV4})
+    list(APPEND files ${WORK}/${ref}.safetensors ${WORK}/${got}.safetensors)
+  endif()
+  execute_process(COMMAND ${COMPARE} ${loss_tol} ${norm_tol} ${param_tol} ${files}
+                  OUTPUT_VARIABLE verdict RESULT_VARIABLE rc)
+  string(REGEX REPLACE "\n  [^\n]*" "" verdict "${verdict}")
+  string(STRIP "${verdict}" verdict)
+  message(STATUS "${got} vs ${ref}: ${verdict}")
+  if(NOT rc EQUAL 0)
+    set(failed ${failed} "${got} vs ${ref}" PARENT_SCOPE)
+  endif()
+endfunction()
 
 # read_metrics(<name> <file>): <name>_steps (the steps in order), <name>_loss_<step> and <name>_norm_<step>, as written
 # (nlohmann::json prints the shortest text that reads back as the same double: equal text is equal bits).

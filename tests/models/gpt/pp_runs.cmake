@@ -9,6 +9,7 @@
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DCOMPARE=<compare_runs>
 # -DWORK=<scratch directory, emptied> [-DPARAM_TOL=1e-6] [-DDP_PARAM_TOL=5e-5] [-DONLY=<regex of layout names>]
 include(${CMAKE_CURRENT_LIST_DIR}/../../support/run_checks.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/gpt_run_checks.cmake)
 
 if(NOT DEFINED PARAM_TOL)
   set(PARAM_TOL 1e-6)
@@ -47,19 +48,6 @@ if(NOT DEFINED DP_PARAM_TOL)
   set(DP_PARAM_TOL 5e-5)
 endif()
 
-# compare(<got> <reference> <param tol>): appends <got> to `failed` in the caller when it differs.
-function(compare got ref tol)
-  execute_process(COMMAND ${COMPARE} 1e-5 1e-5 ${tol} ${WORK}/${ref}.jsonl ${WORK}/${got}.jsonl
-                          ${WORK}/${ref}.safetensors ${WORK}/${got}.safetensors
-                  OUTPUT_VARIABLE verdict RESULT_VARIABLE rc)
-  string(REGEX REPLACE "\n  [^\n]*" "" verdict "${verdict}")  # the per-tensor lines of a failure
-  string(STRIP "${verdict}" verdict)
-  message(STATUS "${got} vs ${ref}: ${verdict}")
-  if(NOT rc EQUAL 0)
-    set(failed ${failed} "${got} vs ${ref}" PARENT_SCOPE)
-  endif()
-endfunction()
-
 set(failed)
 foreach(base IN LISTS bases)
   unpack_row("${base}" name np flags)
@@ -77,17 +65,17 @@ foreach(layout IN LISTS layouts)
       list(APPEND extra --pp-virtual 2)
     endif()
     run_gpt(${name} ${np} ${flags} ${extra})
-    compare(${name} ${same} ${PARAM_TOL})
+    compare_to(${name} ${same} 1e-5 1e-5 ${PARAM_TOL})
     if(NOT same STREQUAL "ref")
-      compare(${name} ref ${DP_PARAM_TOL})
+      compare_to(${name} ref 1e-5 1e-5 ${DP_PARAM_TOL})
     endif()
   endforeach()
 endforeach()
 if(NOT DEFINED ONLY OR "pp2_dp2_zero3_reshard" MATCHES "${ONLY}")
   # The other ZeRO-3 mode: every micro-batch reduces and frees its units.
   run_gpt(pp2_dp2_zero3_reshard 4 --pp 2 --zero-stage 3 --batch 4 --pp-reshard)
-  compare(pp2_dp2_zero3_reshard dp2_zero3_reshard ${PARAM_TOL})
-  compare(pp2_dp2_zero3_reshard ref ${DP_PARAM_TOL})
+  compare_to(pp2_dp2_zero3_reshard dp2_zero3_reshard 1e-5 1e-5 ${PARAM_TOL})
+  compare_to(pp2_dp2_zero3_reshard ref 1e-5 1e-5 ${DP_PARAM_TOL})
 endif()
 if(failed)
   message(FATAL_ERROR "runs that differ from their reference: ${failed}")

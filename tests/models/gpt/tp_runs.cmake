@@ -9,6 +9,7 @@
 # -DWORK=<scratch directory, emptied>.
 
 include(${CMAKE_CURRENT_LIST_DIR}/../../support/run_checks.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/gpt_run_checks.cmake)
 
 # heads 4 so that tp 4 holds a whole head per rank; 12 rows of 8 tokens a step.
 set(common --steps 20 --no-progress --heads 4 --embd 32 --seq 8)
@@ -49,14 +50,7 @@ set(failed)
 foreach(layout IN LISTS layouts)
   unpack_row("${layout}" name np vocab flags)
   run_gpt(${name} ${np} --vocab ${vocab} ${flags})
-  execute_process(COMMAND ${COMPARE} 1e-5 1e-6 1e-5 ${WORK}/ref_v${vocab}.jsonl ${WORK}/${name}.jsonl
-                          ${WORK}/ref_v${vocab}.safetensors ${WORK}/${name}.safetensors
-                  OUTPUT_VARIABLE verdict RESULT_VARIABLE rc)
-  string(STRIP "${verdict}" verdict)
-  message(STATUS "${name} (np ${np}): ${verdict}")
-  if(NOT rc EQUAL 0)
-    list(APPEND failed ${name})
-  endif()
+  compare_to(${name} ref_v${vocab} 1e-5 1e-6 1e-5)
 endforeach()
 if(failed)
   message(FATAL_ERROR "layouts that differ from the 1-rank run: ${failed}")
