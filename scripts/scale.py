@@ -15,7 +15,7 @@ STRATA_* variable. By default a run's ranks share this machine, unbound. Across 
 
   scripts/scale.py --hostfile hosts --ranks-per-node 8 --np 8,16,32,64 --layouts dp,hybrid-node --models small
 
-Per run: tokens/s (whole job and per rank), the mean step time, the communication and exposed communication per step
+Per run: tokens/s (whole job and per rank) at the median step time (steps 2 and on; the mean beside it), the communication and exposed communication per step
 (train_gpt's means over the steps after the first two), the ledger's peak per rank, and rank 0's memory after step 0
 per category, measured and as the planner predicts it. The plots include the step time strata-plan --simulate predicts
 for every run (--cluster, this machine's file by default) against the measured one.
@@ -46,7 +46,7 @@ LAYOUTS = {
 CATEGORIES = ["param_shard", "grad_shard", "optim_state", "unsharded_params", "unsharded_grads", "comm_buffer",
               "activations", "workspace"]
 FIELDS = (["model", "scaling", "layout", "np", "dp", "tp", "pp", "rows_per_step", "tokens_per_step", "steps",
-           "tokens_per_s", "tokens_per_s_per_rank", "step_ms", "comm_ms", "exposed_comm_ms", "peak_mib_max_rank",
+           "tokens_per_s", "tokens_per_s_per_rank", "step_ms", "step_ms_mean", "comm_ms", "exposed_comm_ms", "peak_mib_max_rank",
            "step0_measured_mib", "step0_predicted_mib"]
           + [f"measured_{c}" for c in CATEGORIES] + [f"predicted_{c}" for c in CATEGORIES] + ["final_loss"])
 
@@ -97,8 +97,11 @@ def run_one(args, model, scaling, layout, np_):
         print(f"scale.py: np {np_} is neither at most --ranks-per-node {args.ranks_per_node} nor a multiple of it: "
               f"left out", flush=True)
         return None
+    metrics = os.path.join(args.out, ".metrics.jsonl")
+    if os.path.exists(metrics):
+        os.unlink(metrics)
     cmd = [LAUNCH, *placement, "--", os.path.join(args.build, "bin", "train_gpt"), *MODELS[model], "--batch",
-           str(rows), "--steps", str(args.steps), "--no-progress", *extra]
+           str(rows), "--steps", str(args.steps), "--no-progress", "--metrics", metrics, *extra]
     env = dict(os.environ, STRATA_BACKEND="cpu", STRATA_LOG_LEVEL="warn", **env_extra)
     print("scale.py:", " ".join(f"{k}={v}" for k, v in env_extra.items()), " ".join(cmd), flush=True)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
@@ -106,13 +109,22 @@ def run_one(args, model, scaling, layout, np_):
         sys.exit(f"scale.py: run failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     seq = int(MODELS[model][MODELS[model].index("--seq") + 1])
+    # The median step from step 2 on: one step slowed by another process on the shared cores moves a mean of 18
+    # steps by several percent, and the median hardly at all (the tiny model at np 4: three runs' means 76.9-82.2 ms,
+    # their medians 75.6-77.1).
+    with open(metrics) as f:
+        times = [json.loads(line)["time_ms"] for line in f if line.strip()]
+    os.unlink(metrics)
+    steady = sorted(times[2:] if len(times) > 2 else times)
+    half = len(steady) // 2
+    step_ms = steady[half] if len(steady) % 2 else (steady[half - 1] + steady[half]) / 2
     step0 = summary.get("step0_memory_rank0", {"measured": {}, "predicted": {}})
     row = {
         "model": model, "scaling": scaling, "layout": layout, "np": np_, "dp": dp, "tp": tp, "pp": pp,
         "rows_per_step": rows * dp, "tokens_per_step": rows * dp * seq, "steps": args.steps,
-        "tokens_per_s": round(summary["tokens_per_s"], 1),
-        "tokens_per_s_per_rank": round(summary["tokens_per_s"] / np_, 1),
-        "step_ms": round(summary["mean_step_ms"], 2),
+        "tokens_per_s": round(rows * dp * seq / step_ms * 1e3, 1),
+        "tokens_per_s_per_rank": round(rows * dp * seq / step_ms * 1e3 / np_, 1),
+        "step_ms": round(step_ms, 2), "step_ms_mean": round(summary["mean_step_ms"], 2),
         "comm_ms": round(summary["mean_comm_ms"], 2), "exposed_comm_ms": round(summary["mean_exposed_comm_ms"], 2),
         "peak_mib_max_rank": mib(max(p["peak_bytes"]["total"] for p in summary["peak_memory"])),
         "step0_measured_mib": mib(step0["measured"].get("total", 0)),
@@ -266,6 +278,9 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     path = os.path.join(args.out, "scaling.csv")
     rows = read_rows(path)
+    if rows and not args.plots_only and list(rows[0].keys()) != FIELDS:
+        sys.exit(f"scale.py: {path} has other columns than this scale.py writes (an older version's sweep): "
+                 f"give another --out")
     try:
         sweep(args, path, rows)
     finally:
