@@ -350,12 +350,18 @@ int main(int argc, char** argv) {
     rt.device().memory_stats().reset_peaks();  // construction transients are not part of a step
 
     if (rank == 0) {
+      // What the products run on: the CPU's bf16 path depends on the CPU (oneDNN's matmul, or rounded operands through
+      // sgemm where it has none), so the log names it.
+      const std::string compute =
+          cfg.precision.matmul != DType::kBF16 ? std::string("compute f32")
+          : rt.backend() == DeviceKind::kCpu   ? fmt::format("compute bf16 (f32 accumulation; {})", gpt::bf16_gemm_name())
+                                               : std::string("compute bf16 (f32 accumulation; cuBLAS bf16 GEMMs)");
       std::printf("train_gpt: %s, %zu parameters; %d data-parallel ranks x %d rows x %d tokens x %d micro-batches; "
                   "%s, %s%s\n",
                   f.model.describe().c_str(), trainer.parameters(), world / (f.tp * f.pp),
                   cfg.micro_batch_rows(), f.seq, cfg.micro_batches_per_step(),
                   trainer.model().options().describe().c_str(),
-                  cfg.precision.matmul == DType::kBF16 ? "compute bf16 (f32 accumulation)" : "compute f32",
+                  compute.c_str(),
                   f.recompute ? ", recompute" : "");
       if (f.tp > 1)
         std::printf("train_gpt: tensor parallel %d%s; %s\n", f.tp, f.sequence_parallel ? " with sequence parallelism" : "",
