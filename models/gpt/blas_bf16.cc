@@ -1,5 +1,5 @@
 // detail::gemm_bf16: the bf16 products of --compute-dtype bf16 on the CPU. The operands are converted to bf16 (to
-// nearest even) in per-thread-of-caller scratch, transposed there when the product asks for it, and multiplied by
+// nearest even) in the calling thread's scratch, transposed there when the product asks for it, and multiplied by
 // oneDNN's matmul primitive into the f32 C (a sum post-op when beta is 1). Where this CPU has no bf16 matmul (oneDNN
 // 2.6 needs AVX-512; AMX and AVX512_BF16 make it fast), the operands are rounded into f32 scratch and go through
 // dnnl_sgemm: a product of two bf16 values is exact in f32, so both paths compute the same sums, in other orders.
@@ -8,7 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -47,14 +46,17 @@ dnnl_memory_desc_t plain_md(dnnl_dim_t rows, dnnl_dim_t cols, dnnl_dim_t ld, dnn
   return md;
 }
 
-// The matmul primitive C[M,N] (+)= A[M,K] B[K,N], bf16 A and B row-major and dense, f32 C with row stride ldc.
-// nullptr (and no throw) when oneDNN does not implement it on this CPU.
-dnnl_primitive_t make_matmul(dnnl_engine_t engine, dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K, dnnl_dim_t ldc,
-                             bool accumulate, std::string* impl) {
-  const dnnl_memory_desc_t a = plain_md(M, K, K, dnnl_bf16), b = plain_md(K, N, N, dnnl_bf16),
-                           c = plain_md(M, N, ldc, dnnl_f32);
+// The layouts of C[M,N] (+)= A[M,K] B[K,N]: bf16 A and B row-major and dense, f32 C with row stride ldc.
+struct Layouts {
+  dnnl_memory_desc_t a, b, c;
+  Layouts(dnnl_dim_t M, dnnl_dim_t N, dnnl_dim_t K, dnnl_dim_t ldc)
+      : a(plain_md(M, K, K, dnnl_bf16)), b(plain_md(K, N, N, dnnl_bf16)), c(plain_md(M, N, ldc, dnnl_f32)) {}
+};
+
+// The matmul primitive for `l`; nullptr (and no throw) when oneDNN does not implement it on this CPU.
+dnnl_primitive_t make_matmul(dnnl_engine_t engine, const Layouts& l, bool accumulate, std::string* impl) {
   dnnl_matmul_desc_t desc;
-  STRATA_CHECK_DNNL(dnnl_matmul_desc_init(&desc, &a, &b, nullptr, &c));
+  STRATA_CHECK_DNNL(dnnl_matmul_desc_init(&desc, &l.a, &l.b, nullptr, &l.c));
   dnnl_primitive_attr_t attr = nullptr;
   dnnl_post_ops_t ops = nullptr;
   STRATA_CHECK_DNNL(dnnl_primitive_attr_create(&attr));
@@ -68,8 +70,7 @@ dnnl_primitive_t make_matmul(dnnl_engine_t engine, dnnl_dim_t M, dnnl_dim_t N, d
   if (ops != nullptr) dnnl_post_ops_destroy(ops);
   dnnl_primitive_attr_destroy(attr);
   if (rc == dnnl_unimplemented) return nullptr;
-  STRATA_CHECK(rc == dnnl_success, "oneDNN bf16 matmul M={} N={} K={}: primitive descriptor status {}", M, N, K,
-               static_cast<int>(rc));
+  STRATA_CHECK(rc == dnnl_success, "oneDNN bf16 matmul: primitive descriptor status {}", static_cast<int>(rc));
   if (impl != nullptr) {
     const char* s = nullptr;
     if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &s) == dnnl_success && s != nullptr) *impl = s;
@@ -77,8 +78,7 @@ dnnl_primitive_t make_matmul(dnnl_engine_t engine, dnnl_dim_t M, dnnl_dim_t N, d
   dnnl_primitive_t prim = nullptr;
   const dnnl_status_t made = dnnl_primitive_create(&prim, pd);
   dnnl_primitive_desc_destroy(pd);
-  STRATA_CHECK(made == dnnl_success, "oneDNN bf16 matmul M={} N={} K={}: primitive status {}", M, N, K,
-               static_cast<int>(made));
+  STRATA_CHECK(made == dnnl_success, "oneDNN bf16 matmul: primitive status {}", static_cast<int>(made));
   return prim;
 }
 
@@ -88,7 +88,7 @@ Engine& engine() {
     STRATA_CHECK_DNNL(dnnl_engine_create(&x.engine, dnnl_cpu, 0));
     STRATA_CHECK_DNNL(dnnl_stream_create(&x.stream, x.engine, dnnl_stream_default_flags));
     std::string impl;
-    if (dnnl_primitive_t probe = make_matmul(x.engine, 64, 64, 64, 64, false, &impl)) {
+    if (dnnl_primitive_t probe = make_matmul(x.engine, Layouts(64, 64, 64, 64), false, &impl)) {
       dnnl_primitive_destroy(probe);
       x.bf16 = true;
       x.name = "oneDNN bf16 matmul (" + impl + ")";
@@ -151,14 +151,13 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const float* A, 
   pack(a.data(), A, lda, trans_a, M, K);
   pack(b.data(), B, ldb, trans_b, K, N);
   // oneDNN's primitive cache makes the repeated shapes of a training step cheap to ask for again.
-  dnnl_primitive_t prim = make_matmul(e.engine, M, N, K, ldc, beta == 1.0f, nullptr);
+  const Layouts l(M, N, K, ldc);
+  dnnl_primitive_t prim = make_matmul(e.engine, l, beta == 1.0f, nullptr);
   STRATA_CHECK(prim != nullptr, "oneDNN bf16 matmul M={} N={} K={} is not implemented on this CPU", M, N, K);
-  const dnnl_memory_desc_t a_md = plain_md(M, K, K, dnnl_bf16), b_md = plain_md(K, N, N, dnnl_bf16),
-                           c_md = plain_md(M, N, ldc, dnnl_f32);
   dnnl_memory_t am = nullptr, bm = nullptr, cm = nullptr;
-  dnnl_status_t rc = dnnl_memory_create(&am, &a_md, e.engine, a.data());
-  if (rc == dnnl_success) rc = dnnl_memory_create(&bm, &b_md, e.engine, b.data());
-  if (rc == dnnl_success) rc = dnnl_memory_create(&cm, &c_md, e.engine, C);
+  dnnl_status_t rc = dnnl_memory_create(&am, &l.a, e.engine, a.data());
+  if (rc == dnnl_success) rc = dnnl_memory_create(&bm, &l.b, e.engine, b.data());
+  if (rc == dnnl_success) rc = dnnl_memory_create(&cm, &l.c, e.engine, C);
   if (rc == dnnl_success) {
     const dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
     rc = dnnl_primitive_execute(prim, e.stream, 3, args);

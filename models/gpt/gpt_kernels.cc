@@ -142,13 +142,9 @@ class CpuGptKernels final : public GptKernels {
 
 }  // namespace
 
-void check_matmul_dtype(DType matmul_dtype) {
+std::unique_ptr<GptKernels> make_gpt_kernels(Device& device, DType matmul_dtype) {
   STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, matmul_dtype == DType::kF32 || matmul_dtype == DType::kBF16,
                     "the GPT kernels compute in f32 or bf16, not {}", dtype_name(matmul_dtype));
-}
-
-std::unique_ptr<GptKernels> make_gpt_kernels(Device& device, DType matmul_dtype) {
-  check_matmul_dtype(matmul_dtype);
   const bool bf16 = matmul_dtype == DType::kBF16;
   if (device.kind() == DeviceKind::kCpu) return std::make_unique<CpuGptKernels>(bf16);
 #if STRATA_GPT_WITH_CUDA

@@ -87,8 +87,7 @@ class GptKernels {
 // softmax statistics, the loss). On CUDA the products are bf16 tensor-core GEMMs on bf16 copies of the operands;
 // on the CPU, oneDNN's bf16 matmul (blas_bf16.cc; rounded operands through the f32 sgemm where it has none: a
 // product of two bf16 values is exact in f32, so the sums are the same up to their order). kF32 is exact f32.
+// matmul_dtype is kF32 or kBF16; anything else throws kInvalidArgument naming it.
 std::unique_ptr<GptKernels> make_gpt_kernels(Device& device, DType matmul_dtype = DType::kF32);
-// kF32 or kBF16; anything else throws kInvalidArgument naming it.
-void check_matmul_dtype(DType matmul_dtype);
 
 }  // namespace strata::gpt
