@@ -102,6 +102,14 @@ MpiCommunicator::Lane& MpiCommunicator::lane_for(Stream& stream) {
   return *lanes_.emplace(stream.id(), std::move(lane)).first->second;
 }
 
+std::uint64_t MpiCommunicator::shm_direct_operations() {
+  std::lock_guard<std::mutex> lock(lanes_mutex_);
+  std::uint64_t total = 0;
+  for (auto& [id, lane] : lanes_)
+    if (lane->shm) total += lane->shm->direct_operations();
+  return total;
+}
+
 void* MpiCommunicator::staging(Lane& lane, std::size_t bytes) {
   if (lane.staging.bytes() < bytes) {
     lane.staging.reset();

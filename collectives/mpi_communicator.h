@@ -52,6 +52,9 @@ class MpiCommunicator : public Communicator {
   // Whether all_gather, reduce_scatter and all_reduce may take the shared-memory path: the group is on one node and
   // CommOptions::shm is on (decided at construction; a lane whose segment cannot be mapped stays on MPI).
   bool uses_shared_memory() const { return node_local_; }
+  // all_gather and reduce_scatter calls, over every lane, that read the peers' inputs where they lie (every rank's
+  // input in shared host memory: ShmSegment) rather than through the slots.
+  std::uint64_t shm_direct_operations();
 
  private:
   struct Lane {

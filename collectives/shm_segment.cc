@@ -2,9 +2,6 @@
 #include "collectives/shm_segment.h"
 
 #include <fcntl.h>
-#if defined(__SSE2__)
-#include <emmintrin.h>
-#endif
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -18,6 +15,7 @@
 
 #include "collectives/host_reduce.h"
 #include "collectives/mpi_util.h"
+#include "collectives/streaming_copy.h"
 #include "core/backoff.h"
 #include "core/error.h"
 #include "core/in_flight.h"
@@ -42,39 +40,7 @@ constexpr int kSpins = 2000;
 // they are evicted, and a streaming store skips the read of each destination line that a plain store makes.
 constexpr std::size_t kStreamBytes = 8u << 20;
 
-// memcpy with streaming stores (SSE2, the x86-64 baseline); call stream_fence() before the data is handed over.
-void copy_streaming(char* dst, const char* src, std::size_t len) {
-#if defined(__SSE2__)
-  std::size_t head = (16 - reinterpret_cast<std::uintptr_t>(dst) % 16) % 16;
-  if (head > len) head = len;
-  std::memcpy(dst, src, head);
-  dst += head;
-  src += head;
-  len -= head;
-  const std::size_t body = len & ~std::size_t{63};
-  for (std::size_t i = 0; i < body; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 32));
-    __m128i d = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
-  }
-  std::memcpy(dst + body, src + body, len - body);
-#else
-  std::memcpy(dst, src, len);
-#endif
-}
-
 void copy_plain(char* dst, const char* src, std::size_t len) { std::memcpy(dst, src, len); }
-
-void stream_fence() {
-#if defined(__SSE2__)
-  _mm_sfence();
-#endif
-}
 
 }  // namespace
 
@@ -143,6 +109,8 @@ std::unique_ptr<ShmSegment> ShmSegment::create(MPI_Comm comm, double timeout_s, 
     Header* h = new (seg->slots_[static_cast<std::size_t>(me)]) Header;
     h->published.value.store(0, std::memory_order_relaxed);
     h->consumed.value.store(0, std::memory_order_relaxed);
+    h->ready.value.store(0, std::memory_order_relaxed);
+    h->done.value.store(0, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
   }
   // Whether every rank mapped it; this exchange also keeps every peer from reading a header before its owner set it.
@@ -157,6 +125,8 @@ std::unique_ptr<ShmSegment> ShmSegment::create(MPI_Comm comm, double timeout_s, 
                           problem.empty() ? "another rank could not map it" : problem);
     return nullptr;
   }
+  seg->direct_ = PeerBlocks::probe(comm, timeout_s, what);
+  seg->inputs_.resize(static_cast<std::size_t>(n));
   return seg;
 }
 
@@ -211,12 +181,56 @@ void ShmSegment::end_step() {
   ++step_;
 }
 
+bool ShmSegment::open_inputs(const void* send, std::size_t bytes, const std::string& what) {
+  ++direct_op_;
+  InputRef& mine = header(rank_).input;
+  auto ref = SharedHostMemory::find(send, bytes);
+  mine.shared = ref ? 1 : 0;
+  if (ref) mine.block = *ref;
+  header(rank_).ready.value.store(direct_op_, std::memory_order_release);
+  wait_peers(&Header::ready, direct_op_, what);
+  bool all = true;
+  for (int p = 0; p < size_; ++p) all = all && header(p).input.shared != 0;
+  if (!all) {
+    close_inputs(what);  // nobody reads; this only keeps every InputRef until its peers have looked at it
+    return false;
+  }
+  for (int p = 0; p < size_; ++p)
+    inputs_[static_cast<std::size_t>(p)] =
+        p == rank_ ? static_cast<const char*>(send) : peers_.map(p, header(p).input.block, bytes, what);
+  return true;
+}
+
+void ShmSegment::close_inputs(const std::string& what) {
+  header(rank_).done.value.store(direct_op_, std::memory_order_release);
+  wait_peers(&Header::done, direct_op_, what);
+}
+
+void ShmSegment::end_direct(const std::string& what) {
+  close_inputs(what);
+  direct_done_.fetch_add(1, std::memory_order_relaxed);
+}
+
 void ShmSegment::all_gather(const void* send, void* recv, std::size_t bytes, const std::string& what) {
   const char* src = static_cast<const char*>(send);
   char* dst = static_cast<char*>(recv);
-  const std::size_t me = static_cast<std::size_t>(rank_);
+  const std::size_t me = static_cast<std::size_t>(rank_), n = static_cast<std::size_t>(size_);
   const bool in_place = src == dst + me * bytes;
-  auto copy_out = static_cast<std::size_t>(size_) * bytes >= kStreamBytes ? copy_streaming : copy_plain;
+  auto copy_out = n * bytes >= kStreamBytes ? copy_streaming : copy_plain;
+  if (direct_ && bytes >= kPiece && open_inputs(send, bytes, what)) {
+    // Piece by piece, every rank starting with its own input: a piece one rank reads from memory the other reads
+    // moments later from the shared cache.
+    for (std::size_t off = 0; off < bytes; off += kPiece) {
+      const std::size_t len = std::min(kPiece, bytes - off);
+      for (std::size_t k = 0; k < n; ++k) {
+        const std::size_t p = (me + k) % n;
+        if (p != me || !in_place) copy_out(dst + p * bytes + off, inputs_[p] + off, len);
+      }
+    }
+    stream_fence();
+    end_direct(what);
+    return;
+  }
   for (std::size_t off = 0; off < bytes; off += kPiece) {
     const std::size_t len = std::min(kPiece, bytes - off);
     std::memcpy(begin_write(what), src + off, len);
@@ -238,6 +252,17 @@ void ShmSegment::reduce_scatter(const void* send, void* recv, std::size_t recv_c
   const std::size_t esz = dtype_size(dtype), n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
   const std::size_t per = std::max<std::size_t>(1, kPiece / (n * esz));  // elements per destination per step
   std::vector<const void*> pieces(n);
+  if (direct_ && recv_count * esz >= kPiece && open_inputs(send, n * recv_count * esz, what)) {
+    // Our part of every rank's input, read where it lies, reduced in rank order as below.
+    const std::size_t step = kPiece / esz;
+    for (std::size_t off = 0; off < recv_count; off += step) {
+      const std::size_t len = std::min(step, recv_count - off);
+      for (std::size_t q = 0; q < n; ++q) pieces[q] = inputs_[q] + (me * recv_count + off) * esz;
+      reduce_pieces(pieces.data(), n, len, dtype, op, dst + off * esz);  // in place: dst aliases pieces[me]
+    }
+    end_direct(what);
+    return;
+  }
   for (std::size_t off = 0; off < recv_count; off += per) {
     const std::size_t len = std::min(per, recv_count - off);
     char* mine = begin_write(what);

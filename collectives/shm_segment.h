@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "collectives/op_desc.h"
+#include "collectives/peer_blocks.h"
 #include "core/dtype.h"
 
 namespace strata {
@@ -25,6 +26,13 @@ namespace strata {
 // reduce_pieces, bitwise as the MPI path's reduce_chunks does. all_gather writes outputs of 8 MiB and more with
 // streaming stores (they skip the read-for-ownership of each line). See docs/architecture.md ("Intra-node shared
 // memory") and docs/benchmarks.md (collectives).
+//
+// One copy instead of two: when every rank's input of an all_gather or reduce_scatter of at least kPiece bytes per
+// rank lies in shared host memory (core/shared_host_memory.h: the CPU device puts parameters, gradients and
+// communication buffers there), each rank reads its peers' inputs where they lie (PeerBlocks) and the slots carry
+// nothing. The ranks first publish where their input is and wait for each other ("ready"); if any input is not
+// shared, all of them take the slot path. At the end each rank says it is done reading and waits for the others
+// ("done"), since a caller may overwrite its input as soon as the call returns.
 //
 // Waits spin briefly, then yield, then sleep in short steps; each is bounded by the timeout and runs the WaitHooks
 // pollers every 5 ms (a peer that left the job ends the wait with the side channel's error), as mpi_wait does.
@@ -48,6 +56,9 @@ class ShmSegment {
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
+  // Operations that read the peers' inputs in place (for tests and logs); any thread may ask.
+  std::uint64_t direct_operations() const { return direct_done_.load(std::memory_order_relaxed); }
+
   // Bytes of one rank's slot (the segment holds one per rank).
   std::size_t slot_bytes() const { return slot_bytes_; }
 
@@ -62,9 +73,16 @@ class ShmSegment {
     std::atomic<std::uint64_t> value;
     char pad[64 - sizeof(std::atomic<std::uint64_t>)];
   };
+  struct alignas(64) InputRef {  // where this rank's input of the current direct operation lies
+    SharedBlockRef block;
+    std::uint32_t shared;  // 0: not in shared host memory
+  };
   struct Header {
     Counter published;  // steps whose piece is in this slot
     Counter consumed;   // steps this rank has read from every peer
+    Counter ready;      // direct operations whose InputRef is set
+    Counter done;       // direct operations whose inputs this rank has finished reading
+    InputRef input;
   };
   static constexpr std::size_t kHeaderBytes = 4096;  // keeps the buffers page-aligned
 
@@ -78,6 +96,14 @@ class ShmSegment {
   void publish_and_wait(const std::string& what);
   // Marks step_ consumed by this rank and moves to the next step.
   void end_step();
+  // Direct operation `direct_op_ + 1`: publishes where `send` (`bytes` of input) lies and returns true, with
+  // inputs_[r] set to rank r's input as mapped here, when every rank's input is in shared host memory. Otherwise
+  // (after the done exchange) false, on every rank alike.
+  bool open_inputs(const void* send, std::size_t bytes, const std::string& what);
+  // Says this rank is done reading its peers' inputs and waits until they all are.
+  void close_inputs(const std::string& what);
+  // close_inputs, and counts a direct operation done.
+  void end_direct(const std::string& what);
   // Waits until counter `which` of every peer reaches `target` (bounded, see the class comment).
   void wait_peers(Counter Header::*which, std::uint64_t target, const std::string& what);
 
@@ -91,6 +117,11 @@ class ShmSegment {
   std::size_t slot_bytes_ = kHeaderBytes + kDepth * kPiece;
   std::vector<char*> slots_;  // each rank's slot, mapped in this process
   std::uint64_t step_ = 0;    // the next step on this lane
+  bool direct_ = false;       // every rank can map every other's shared blocks (PeerBlocks::probe)
+  std::uint64_t direct_op_ = 0;
+  std::atomic<std::uint64_t> direct_done_{0};
+  PeerBlocks peers_;
+  std::vector<const char*> inputs_;
 };
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 #include "core/backoff.h"
 #include "core/error.h"
 #include "core/in_flight.h"
+#include "core/shared_host_memory.h"
 #include "core/tracer.h"
 #include "core/wait_hooks.h"
 
@@ -231,13 +232,18 @@ void CpuDevice::copy_from_host(void* dev_dst, const void* host_src, std::size_t 
   if (bytes) std::memcpy(dev_dst, host_src, bytes);
 }
 
-void* CpuDevice::raw_allocate(std::size_t bytes) {
+void* CpuDevice::raw_allocate(std::size_t bytes, MemCategory category) {
+  // What a collective reads goes where a peer on this machine can read it in place (core/shared_host_memory.h).
+  if (SharedHostMemory::wants(bytes, category))
+    if (void* p = SharedHostMemory::allocate(bytes)) return p;
   std::size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
   void* p = std::aligned_alloc(kHostAlignment, rounded);
   STRATA_CHECK_CODE(ErrorCode::kOutOfMemory, p != nullptr, "host allocation of {} bytes failed", bytes);
   return p;
 }
 
-void CpuDevice::raw_free(void* ptr) { std::free(ptr); }
+void CpuDevice::raw_free(void* ptr) {
+  if (!SharedHostMemory::release(ptr)) std::free(ptr);
+}
 
 }  // namespace strata

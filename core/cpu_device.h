@@ -103,7 +103,7 @@ class CpuDevice : public Device {
   void copy_from_host(void* dev_dst, const void* host_src, std::size_t bytes) override;
 
  protected:
-  void* raw_allocate(std::size_t bytes) override;
+  void* raw_allocate(std::size_t bytes, MemCategory category) override;
   void raw_free(void* ptr) override;
 
  private:

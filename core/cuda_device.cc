@@ -304,7 +304,7 @@ void CudaDevice::copy_from_host(void* dev_dst, const void* host_src, std::size_t
   transfer(dev_dst, host_src, bytes, "copy_from_host");
 }
 
-void* CudaDevice::raw_allocate(std::size_t bytes) {
+void* CudaDevice::raw_allocate(std::size_t bytes, MemCategory) {
   activate();
   void* ptr = nullptr;
   cudaError_t rc = cudaMalloc(&ptr, bytes);
@@ -341,7 +341,7 @@ void install_nvtx_ranges() {
   Tracer::global().set_range_hooks([](const char* name) { nvtxRangePushA(name); }, [] { nvtxRangePop(); });
 }
 
-void* PinnedHostDevice::raw_allocate(std::size_t bytes) {
+void* PinnedHostDevice::raw_allocate(std::size_t bytes, MemCategory) {
   STRATA_CHECK_CUDA(cudaSetDevice(cuda_index_));
   void* ptr = nullptr;
   cudaError_t rc = cudaHostAlloc(&ptr, bytes, cudaHostAllocPortable);

@@ -102,7 +102,7 @@ class CudaDevice : public Device {
   cudaStream_t cuda_stream(Stream& stream, const char* op) const;
 
  protected:
-  void* raw_allocate(std::size_t bytes) override;
+  void* raw_allocate(std::size_t bytes, MemCategory category) override;
   void raw_free(void* ptr) override;
 
  private:
@@ -122,7 +122,7 @@ class PinnedHostDevice : public CpuDevice {
   PinnedHostDevice(int cuda_index, double timeout_s) : CpuDevice(timeout_s, "host"), cuda_index_(cuda_index) {}
 
  protected:
-  void* raw_allocate(std::size_t bytes) override;
+  void* raw_allocate(std::size_t bytes, MemCategory category) override;
   void raw_free(void* ptr) override;
 
  private:

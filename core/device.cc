@@ -21,7 +21,7 @@ Buffer Device::allocate(std::size_t bytes, MemCategory category) {
                  "(STRATA_DEVICE_MEMORY or the program's option); {} bytes in use:\n{}",
                  bytes, mem_category_name(category), name(), budget_, stats_.current_total(), memory_report());
   }
-  void* ptr = bytes == 0 ? nullptr : raw_allocate(bytes);
+  void* ptr = bytes == 0 ? nullptr : raw_allocate(bytes, category);
   stats_.on_alloc(category, bytes);
   return Buffer(this, ptr, bytes, category);
 }

@@ -136,7 +136,7 @@ class Device {
   Device(int index, double timeout_s) : index_(index), timeout_s_(timeout_s) {}
   std::uint64_t next_stream_id() { return next_stream_id_++; }
   void set_label(std::string label) { label_ = std::move(label); }
-  virtual void* raw_allocate(std::size_t bytes) = 0;
+  virtual void* raw_allocate(std::size_t bytes, MemCategory category) = 0;
   virtual void raw_free(void* ptr) = 0;
 
  private:

@@ -73,6 +73,7 @@ Env Env::from_environment() {
   if (const char* v = get("STRATA_TIMEOUT_S")) e.timeout_s = parse_seconds(v, "STRATA_TIMEOUT_S");
   if (const char* v = get("STRATA_VALIDATE")) e.validate = parse_bool(v, "STRATA_VALIDATE");
   if (const char* v = get("STRATA_SHM")) e.shm = parse_bool(v, "STRATA_SHM");
+  if (const char* v = get("STRATA_SHM_IN_PLACE")) e.shm_in_place = parse_bool(v, "STRATA_SHM_IN_PLACE");
   if (const char* v = get("STRATA_LOG_LEVEL")) {
     e.log_level = v;
     check_log_levels(e.log_level, "STRATA_LOG_LEVEL");
@@ -118,9 +119,9 @@ Env Env::from_environment() {
 
 std::string Env::describe() const {
   return fmt::format(
-      "STRATA_BACKEND={} STRATA_TIMEOUT_S={} STRATA_VALIDATE={} STRATA_SHM={} STRATA_LOG_LEVEL={} STRATA_LOG_RANKS={} "
-      "STRATA_TRACE={} STRATA_DEVICE_MEMORY={}{}{}",
-      backend, timeout_s, validate ? 1 : 0, shm ? 1 : 0, log_level, log_ranks,
+      "STRATA_BACKEND={} STRATA_TIMEOUT_S={} STRATA_VALIDATE={} STRATA_SHM={} STRATA_SHM_IN_PLACE={} STRATA_LOG_LEVEL={} "
+      "STRATA_LOG_RANKS={} STRATA_TRACE={} STRATA_DEVICE_MEMORY={}{}{}",
+      backend, timeout_s, validate ? 1 : 0, shm ? 1 : 0, shm_in_place ? 1 : 0, log_level, log_ranks,
       trace_file.empty() ? "(off)" : trace_file,
       device_memory == 0 ? std::string("(unlimited)") : std::to_string(device_memory),
       ranks_per_node == 0 ? std::string() : fmt::format(" STRATA_RANKS_PER_NODE={}", ranks_per_node),

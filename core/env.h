@@ -11,6 +11,9 @@ struct Env {
   double timeout_s = 600.0;        // STRATA_TIMEOUT_S: bound on every wait
   bool validate = false;           // STRATA_VALIDATE: cross-rank check of every collective
   bool shm = true;                 // STRATA_SHM: intra-node shared-memory collectives on the CPU backend (0: MPI only)
+  // STRATA_SHM_IN_PLACE: with STRATA_SHM, the CPU device puts what collectives read in shared host memory, so that a
+  // peer reads it where it lies (0: private memory, every input copied through the segment's slots).
+  bool shm_in_place = true;
   std::string log_level = "info";  // STRATA_LOG_LEVEL: spdlog level spec, e.g. "info,comm=debug"
   std::string log_ranks = "0";     // STRATA_LOG_RANKS: "all" or a comma list of ranks that print info
   std::string trace_file;          // STRATA_TRACE: Chrome-trace output file (empty: off)

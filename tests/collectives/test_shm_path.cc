@@ -11,6 +11,7 @@
 #include "collectives/mpi_communicator.h"
 #include "collectives/shm_segment.h"
 #include "core/env.h"
+#include "core/shared_host_memory.h"
 #include "tests/support/test_support.h"
 
 namespace strata {
@@ -175,6 +176,107 @@ TEST(ShmPath, LanesOnTwoStreamsRunTogether) {
     }
   }
   EXPECT_EQ(wrong, 0);
+}
+
+// What the CPU device puts in shared host memory: buffers of at least SharedHostMemory::kMinBytes in a category
+// that collectives read; never activations or optimizer state, never small buffers.
+TEST(SharedHostMemory, HoldsWhatCollectivesReadAndFreesIt) {
+  if (!env().shm || !env().shm_in_place) GTEST_SKIP() << "STRATA_SHM or STRATA_SHM_IN_PLACE 0: nothing is shared";
+  Device& dev = runtime().device();
+  const std::size_t big = SharedHostMemory::kMinBytes;
+  const std::size_t before = SharedHostMemory::live_blocks();
+  {
+    Buffer grads = dev.allocate(big, MemCategory::kUnshardedGrads);
+    Buffer params = dev.allocate(big + 3, MemCategory::kParamShard);
+    Buffer small = dev.allocate(big - 1, MemCategory::kOther);
+    Buffer acts = dev.allocate(big, MemCategory::kActivations);
+    Buffer adam = dev.allocate(big, MemCategory::kOptimState);
+    EXPECT_EQ(SharedHostMemory::live_blocks(), before + 2);
+    auto ref = SharedHostMemory::find(params.as<char>() + 5, big - 2);
+    ASSERT_TRUE(ref.has_value());
+    EXPECT_EQ(ref->offset, 5u);
+    EXPECT_EQ(ref->pid, getpid());
+    EXPECT_GE(ref->block_bytes, big + 3);
+    EXPECT_FALSE(SharedHostMemory::find(params.as<char>() + 5, ref->block_bytes).has_value());  // runs past the end
+    EXPECT_TRUE(SharedHostMemory::find(grads.data(), big).has_value());
+    EXPECT_FALSE(SharedHostMemory::find(small.data(), 1).has_value());
+    EXPECT_FALSE(SharedHostMemory::find(acts.data(), 1).has_value());
+    EXPECT_FALSE(SharedHostMemory::find(adam.data(), 1).has_value());
+    std::memset(params.data(), 1, params.bytes());  // writable to its last byte
+  }
+  EXPECT_EQ(SharedHostMemory::live_blocks(), before);
+}
+
+// Exact all_gather and reduce_scatter results (integers in f32) with `send` and `recv` as given; `inputs` holds the
+// send side (n * count floats), `outputs` the receive side.
+int gather_and_scatter_wrong(MpiCommunicator& comm, Stream& s, float* inputs, float* outputs, std::size_t count,
+                             int seed) {
+  const int n = comm.size(), me = comm.rank();
+  int wrong = 0;
+  for (bool in_place : {false, true}) {
+    float* send = in_place ? outputs + static_cast<std::size_t>(me) * count : inputs;
+    fill_verifiable(send, count, DType::kF32, seed, me);
+    comm.all_gather(send, outputs, count, DType::kF32, s);
+    s.synchronize();
+    for (std::size_t i = 0; i < static_cast<std::size_t>(n) * count; ++i)
+      wrong += outputs[i] != static_cast<float>(verifiable_int(seed, static_cast<int>(i / count), i % count));
+    fill_verifiable(inputs, static_cast<std::size_t>(n) * count, DType::kF32, seed + 1, me);
+    float* recv = in_place ? inputs + static_cast<std::size_t>(me) * count : outputs;
+    comm.reduce_scatter(inputs, recv, count, DType::kF32, ReduceOp::kSum, s);
+    s.synchronize();
+    for (std::size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int r = 0; r < n; ++r)
+        want += static_cast<float>(verifiable_int(seed + 1, r, static_cast<std::size_t>(me) * count + i));
+      wrong += recv[i] != want;
+    }
+  }
+  return wrong;
+}
+
+// Inputs in shared host memory are read where they lie (one copy); the results are exact, in place and out of place,
+// with fresh buffers every round (a peer's freed block must not be read through a stale mapping: its descriptor
+// number comes back for the next block), and more rounds than PeerBlocks keeps mappings.
+TEST(ShmPath, ReadsSharedInputsInPlace) {
+  Device& dev = runtime().device();
+  MpiCommunicator comm(dev, MPI_COMM_WORLD, "shm_direct", with_shm(true));
+  if (comm.size() == 1 || !env().shm || !env().shm_in_place)
+    GTEST_SKIP() << "one rank, or STRATA_SHM or STRATA_SHM_IN_PLACE 0";
+  auto s = dev.create_stream("direct");
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  const std::size_t count = ShmSegment::kPiece + 77;  // f32: four steps and a part, above SharedHostMemory::kMinBytes
+  int wrong = 0;
+  std::vector<Buffer> kept;  // every third round's buffers stay, so the mappings of several blocks stay in use
+  for (int round = 0; round < static_cast<int>(PeerBlocks::kMaxPerPeer) + 8; ++round) {
+    Buffer in = dev.allocate(n * count * 4, MemCategory::kUnshardedGrads);
+    Buffer out = dev.allocate(n * count * 4, MemCategory::kUnshardedParams);
+    wrong += gather_and_scatter_wrong(comm, *s, in.as<float>(), out.as<float>(), count, 100 + 2 * round);
+    if (round % 3 == 0) {
+      kept.push_back(std::move(in));
+      kept.push_back(std::move(out));
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  // Four operations a round, every one direct.
+  EXPECT_EQ(comm.shm_direct_operations(), 4u * (PeerBlocks::kMaxPerPeer + 8));
+}
+
+// One rank's input in private memory: every rank takes the slots, with exact results.
+TEST(ShmPath, PrivateInputOnOneRankTakesTheSlots) {
+  Device& dev = runtime().device();
+  MpiCommunicator comm(dev, MPI_COMM_WORLD, "shm_mixed", with_shm(true));
+  if (comm.size() == 1) GTEST_SKIP() << "one rank";
+  auto s = dev.create_stream("mixed");
+  const std::size_t n = static_cast<std::size_t>(comm.size());
+  const std::size_t count = ShmSegment::kPiece + 77;
+  Buffer in = dev.allocate(n * count * 4, MemCategory::kOther);
+  Buffer out = dev.allocate(n * count * 4, MemCategory::kOther);
+  std::vector<float> private_in(n * count), private_out(n * count);
+  const bool last = comm.rank() == comm.size() - 1;
+  EXPECT_EQ(gather_and_scatter_wrong(comm, *s, last ? private_in.data() : in.as<float>(),
+                                     last ? private_out.data() : out.as<float>(), count, 7),
+            0);
+  EXPECT_EQ(comm.shm_direct_operations(), 0u);
 }
 
 }  // namespace
