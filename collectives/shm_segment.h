@@ -85,6 +85,7 @@ class ShmSegment {
     InputRef input;
   };
   static constexpr std::size_t kHeaderBytes = 4096;  // keeps the buffers page-aligned
+  static_assert(sizeof(Header) <= kHeaderBytes, "the slot header must fit before the buffers");
 
   Header& header(int r) const { return *reinterpret_cast<Header*>(slots_[static_cast<std::size_t>(r)]); }
   char* buffer(int r, std::uint64_t step) const {
