@@ -36,8 +36,8 @@ inline void cpu_relax() {
 // A peer usually publishes within microseconds when it runs on its own core: spin that long before yielding.
 constexpr int kSpins = 2000;
 
-// Outputs at least this large are written with non-temporal stores: they will not be read back from cache before
-// they are evicted, and a streaming store skips the read of each destination line that a plain store makes.
+// Outputs at least this large are written with copy_streaming (streaming_copy.h): they will not be read back from
+// cache before they are evicted.
 constexpr std::size_t kStreamBytes = 8u << 20;
 
 void copy_plain(char* dst, const char* src, std::size_t len) { std::memcpy(dst, src, len); }
