@@ -9,6 +9,7 @@
 #include "collectives/rank_values.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/parallel/device_mesh.h"
+#include "tests/support/compare.h"
 #include "tests/support/test_support.h"
 
 namespace strata::test {
@@ -146,12 +147,7 @@ double max_rel_error(const History& got, const History& want, double floor) {
       ADD_FAILURE() << "parameter " << name << " missing or of the wrong size";
       return 1e30;
     }
-    double diff = 0, scale = floor;
-    for (std::size_t k = 0; k < ref.size(); ++k) {
-      diff = std::max(diff, std::abs(static_cast<double>(it->second[k]) - ref[k]));
-      scale = std::max(scale, std::abs(static_cast<double>(ref[k])));
-    }
-    worst = std::max(worst, diff / scale);
+    worst = worse(worst, max_abs_over_scale(it->second, ref, floor));
   }
   return worst;
 }

@@ -43,7 +43,8 @@ History sharded_training(const mlp::MlpConfig& cfg, const TrainSetup& setup, int
 // One step of small_config()'s data (the global rows of `step`, this rank's share) through `model` and `optimizer`.
 StepResult train_step(ShardedModel& model, ShardedAdamW& optimizer, int step, int micro_batches, bool no_sync = false);
 // The largest tensor-wise relative error over the parameters: max_k |a_k - b_k| / max(max_k |b_k|, floor) for each
-// parameter tensor (the norm-wise relative error, so elements passing near zero are judged at their tensor's scale).
+// parameter tensor (the norm-wise relative error, so elements passing near zero are judged at their tensor's scale);
+// infinite on any non-finite value.
 double max_rel_error(const History& got, const History& want, double floor);
 
 }  // namespace strata::test

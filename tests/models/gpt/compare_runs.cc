@@ -2,19 +2,19 @@
 //   compare_runs <loss tol> <norm tol> <param tol> <ref metrics> <got metrics> [<ref weights> <got weights>]
 // Metrics are train_gpt --metrics files (one JSON record per step); weights are --save files. Losses and gradient
 // norms are compared step by step (relative), parameters tensor by tensor: ||a - b|| / ||a|| (Frobenius), the key
-// third of each attn.c_attn.bias apart (see below): its RMS difference within 1e-4. Prints the worst of each and exits 1 when one is over
-// its tolerance or the runs differ in steps or tensors.
+// third of each attn.c_attn.bias apart (see below): its RMS difference within 1e-4. Prints the worst of each and exits
+// 1 when one is over its tolerance or the runs differ in steps or tensors.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "models/gpt/safetensors.h"
+#include "tests/support/compare.h"
 
 namespace {
 
@@ -30,7 +30,14 @@ std::vector<nlohmann::json> read_metrics(const char* path) {
   return out;
 }
 
-double rel(double a, double b) { return std::fabs(a - b) / std::max(std::fabs(a), 1e-30); }
+// A metric as a number: NaN where train_gpt wrote a non-finite value (JSON has none: it writes null).
+double number(const nlohmann::json& record, const char* key) {
+  const auto it = record.find(key);
+  return it != record.end() && it->is_number() ? it->get<double>() : std::nan("");
+}
+
+using strata::test::rel_diff;
+using strata::test::worse;
 
 }  // namespace
 
@@ -48,10 +55,10 @@ int main(int argc, char** argv) {
   double loss = 0, norm = 0;
   int loss_step = -1, norm_step = -1;
   for (std::size_t i = 0; i < std::min(ref.size(), got.size()); ++i) {
-    const double l = rel(ref[i]["loss"].get<double>(), got[i]["loss"].get<double>());
-    const double n = rel(ref[i]["grad_norm"].get<double>(), got[i]["grad_norm"].get<double>());
-    if (l > loss) loss = l, loss_step = static_cast<int>(i);
-    if (n > norm) norm = n, norm_step = static_cast<int>(i);
+    const double l = rel_diff(number(got[i], "loss"), number(ref[i], "loss"));
+    const double n = rel_diff(number(got[i], "grad_norm"), number(ref[i], "grad_norm"));
+    if (!(l <= loss)) loss = l, loss_step = static_cast<int>(i);  // rel_diff is never NaN; infinite wins
+    if (!(n <= norm)) norm = n, norm_step = static_cast<int>(i);
   }
   std::printf("%zu steps: loss max rel %.3g (step %d, tol %g), grad norm max rel %.3g (step %d, tol %g)", got.size(),
               loss, loss_step, loss_tol, norm, norm_step, norm_tol);
@@ -81,18 +88,19 @@ int main(int argc, char** argv) {
       for (std::size_t p = 0; p < parts; ++p) {
         double diff = 0, scale = 0;
         for (std::size_t i = p * part; i < (p + 1) * part; ++i) {
-          const double d = static_cast<double>(x[i]) - y[i];
+          const double d = strata::test::abs_diff(y[i], x[i]);  // infinite on a non-finite value
           diff += d * d;
           scale += static_cast<double>(x[i]) * x[i];
         }
-        const double r = qkv_bias && p == 1 ? std::sqrt(diff / part) : std::sqrt(diff / std::max(scale, 1e-300));
+        double r = qkv_bias && p == 1 ? std::sqrt(diff / part) : std::sqrt(diff / std::max(scale, 1e-300));
+        if (!std::isfinite(r)) r = strata::test::kFar;
         const std::string what = qkv_bias ? name + "[" + "qkv"[p] + "]" : name;
         if (qkv_bias && p == 1) {
-          key_worst = std::max(key_worst, r);
+          key_worst = worse(key_worst, r);
           continue;
         }
         if (r > param_tol) std::printf("\n  %s: rel %.3g", what.c_str(), r);
-        if (r >= worst) worst = r, worst_name = what;
+        if (!(r < worst)) worst = r, worst_name = what;
       }
     }
     if (a.names().size() != b.names().size()) ok = false;

@@ -11,6 +11,7 @@
 #include <functional>
 #include <new>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "models/gpt/gpt_kernels.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/vec_math.h"
+#include "tests/support/compare.h"
 
 // ---- an allocation ledger: the peak bytes operator new holds above a baseline (for the attention workspace) ----
 // Every allocation is counted (malloc_usable_size both ways, so new and delete agree); a test resets the peak to
@@ -68,14 +70,9 @@ std::vector<int32_t> rand_tokens(std::size_t n, int V, unsigned seed) {
 }
 Vec to_d(const std::vector<float>& v) { return Vec(v.begin(), v.end()); }
 
-// max |got - want| over max |want|: the error relative to the tensor's scale.
+// max |got - want| over max |want|: the error relative to the tensor's scale (infinite on a non-finite value).
 double rel_err(const float* got, const Vec& want) {
-  double err = 0, scale = 1e-30;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    err = std::max(err, std::fabs(got[i] - want[i]));
-    scale = std::max(scale, std::fabs(want[i]));
-  }
-  return err / scale;
+  return strata::test::max_abs_over_scale(std::span<const float>(got, want.size()), want);
 }
 #define EXPECT_CLOSE(got, want, tol) EXPECT_LE(rel_err((got).data(), (want)), (tol)) << #got " vs " #want
 // A gradient that started at g0 and had delta added: compare (got - g0) with want.

@@ -13,12 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "core/cuda_check.h"
+#include "core/device_registry.h"
 #include "models/gpt/cuda/kernels_cuda.h"
 #include "models/gpt/gpt_kernels.h"
 #include "models/gpt/kernels.h"
 #include "models/gpt/tp_kernels.h"
-#include "core/cuda_check.h"
-#include "core/device_registry.h"
+#include "tests/support/compare.h"
 #include "tests/support/test_support.h"
 
 namespace strata::gpt {
@@ -50,15 +51,13 @@ Tokens rand_tokens(std::size_t n, int V, unsigned seed) {
 
 // max |got - want| over max |want - base|: the error relative to the tensor's scale. For a gradient, base is the
 // value it was pre-filled with, so the error is judged against what the backward added (and a kernel that
-// overwrote instead of adding fails). Infinite when got has a non-finite value where want has none.
+// overwrote instead of adding fails). Infinite on any non-finite value, on either side (tests/support/compare.h).
 double rel_err(const Floats& got, const Floats& want, const Floats& base = {}) {
-  if (got.size() != want.size()) return std::numeric_limits<double>::infinity();
-  double err = 0, scale = 1e-30;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (std::isfinite(want[i]) && !std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    err = std::max(err, std::fabs(static_cast<double>(got[i]) - want[i]));
+  const double err = strata::test::max_abs(got, want);
+  if (err == strata::test::kFar) return err;
+  double scale = 1e-30;
+  for (std::size_t i = 0; i < want.size(); ++i)
     scale = std::max(scale, std::fabs(static_cast<double>(want[i]) - (base.empty() ? 0.0 : base[i])));
-  }
   return err / scale;
 }
 #define EXPECT_CLOSE(got, want, tol) EXPECT_LE(rel_err((got), (want)), (tol)) << #got " vs " #want

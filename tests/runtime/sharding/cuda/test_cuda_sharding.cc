@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "core/device_registry.h"
@@ -12,6 +13,7 @@
 #include "runtime/optim/sharded_adamw.h"
 #include "runtime/sharding/flat_ops.h"
 #include "runtime/sharding/sharded_model.h"
+#include "tests/support/compare.h"
 #include "tests/support/test_support.h"
 
 namespace strata {
@@ -100,9 +102,7 @@ TEST(CudaFlatOps, KernelsEqualTheHostLoops) {
                     s);
     }
     auto gp = download<float>(dev, dp, n);
-    double worst = 0;
-    for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(double{gp[i]} - p[i]) / (std::abs(p[i]) + 1e-6));
-    EXPECT_LE(worst, 1e-5);
+    EXPECT_LE(test::max_rel(gp, p, 1e-6), 1e-5);
   }
 }
 
@@ -168,9 +168,8 @@ TEST(CudaShardedModel, OneStepEqualsTheHostArithmetic) {
       for (float& x : g) x *= coef;
       adamw_update(p.data(), g.data(), m.data(), v.data(), n0, adam, adam.lr, 1, true);
       std::vector<float> got = model.gather_unit(0);
-      double worst = 0;
-      for (std::size_t i = 0; i < n0; ++i) worst = std::max(worst, std::abs(double{got[i]} - p[i]));
-      EXPECT_LE(worst, 1e-6) << "w after one step";
+      EXPECT_LE(test::max_abs(std::span<const float>(got.data(), n0), std::span<const float>(p.data(), n0)), 1e-6)
+          << "w after one step";
       for (std::size_t i = 0; i < n1; ++i) EXPECT_EQ(got[n0 + i], b0[i]) << "b is not trainable";
     }
   }
