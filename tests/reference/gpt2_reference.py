@@ -257,10 +257,20 @@ def rank_rows(s, a, r, A, W, B):
 # --------------------------------------------------------------------------------------------------------
 
 
+def to_bf16(x):
+    """x rounded to the nearest bf16 (ties to even), as float32."""
+    return x.to(torch.bfloat16).to(torch.float32)
+
+
 def grads_for_step(P, tokens, s, args):
     """Simulates W ranks: each rank accumulates sum_a grad(local_loss_a / A) over its micro-batches, then the
-    gradients are all-reduced as (sum over ranks in rank order) / W. Returns (grads, reported loss)."""
+    gradients are all-reduced as (sum over ranks in rank order) / W. Returns (grads, reported loss).
+    --param-dtype bf16: the forward and backward run on the parameters rounded to bf16 (the gathered copy), and each
+    micro-batch's gradient is added into a bf16 buffer (rounded after each add) before the f32 reduction."""
     L, H, T, W, B, A = args.layers, args.heads, args.seq, args.ranks, args.batch, args.grad_accum
+    bf16_params = args.param_dtype == "bf16"
+    if bf16_params:
+        P = {n: to_bf16(p.detach()).requires_grad_(True) for n, p in P.items()}
     names = list(P)
     total = None
     local_losses = []  # [a][r]
@@ -278,6 +288,8 @@ def grads_for_step(P, tokens, s, args):
             local_losses.append(float(loss.item()))
             gs = torch.autograd.grad(loss / A if A > 1 else loss, [P[n] for n in names])
             acc = list(gs) if acc is None else [x + y for x, y in zip(acc, gs)]
+            if bf16_params:
+                acc = [to_bf16(x) for x in acc]
         total = acc if total is None else [x + y for x, y in zip(total, acc)]
     if W > 1:
         total = [x / W for x in total]
@@ -358,6 +370,8 @@ def train(args):
         cfg["dtype"] = args.dtype
         if args.autocast != "none":
             cfg["autocast"] = args.autocast
+        if args.param_dtype != "f32":
+            cfg["param_dtype"] = args.param_dtype
         cfg["init"] = args.init
         cfg["data"] = args.data
         # "spec" keeps the name the checked-in tests/data files carry; the rules are in docs/gpt-model.md.
@@ -565,6 +579,9 @@ def main(argv=None):
                     help="float32 is the spec; float64 only to measure float32 round-off drift")
     ap.add_argument("--autocast", choices=("none", "bf16"), default="none",
                     help="bf16: the forward under torch.autocast('cpu', bfloat16) (bf16 mixed precision)")
+    ap.add_argument("--param-dtype", choices=("f32", "bf16"), default="f32",
+                    help="bf16: the forward on the parameters rounded to bf16, gradients in bf16, f32 master weights "
+                         "(Strata's --param-dtype bf16 with --compute-dtype f32)")
     args = ap.parse_args(argv)
 
     torch.set_num_threads(args.threads)

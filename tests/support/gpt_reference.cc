@@ -3,8 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -39,28 +38,32 @@ TrainConfig reference_config(const nlohmann::json& ref, int world) {
   return t;
 }
 
-std::vector<double> run(const TrainConfig& cfg, int steps) {
+Trajectory trajectory(const TrainConfig& cfg, int steps) {
   TokenFile data = TokenFile::open(data_dir() + "gpt_tiny_tokens.bin", cfg.seq, cfg.model.vocab);
   GptTrainer trainer(strata::test::runtime(), cfg, data);
-  std::vector<double> losses;
-  for (int s = 0; s < steps; ++s) losses.push_back(trainer.step(s).loss);
-  return losses;
+  Trajectory t;
+  for (int s = 0; s < steps; ++s) {
+    const StepRecord r = trainer.step(s);
+    t.losses.push_back(r.loss);
+    t.grad_norms.push_back(r.grad_norm);
+  }
+  return t;
 }
 
-double max_rel(const std::vector<double>& got, const std::vector<double>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double worst = 0;
-  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
-    worst = std::max(worst, std::abs(got[i] - want[i]) / std::abs(want[i]));
-  return worst;
+std::vector<double> run(const TrainConfig& cfg, int steps) { return trajectory(cfg, steps).losses; }
+
+Trajectory reference_trajectory(const nlohmann::json& ref) {
+  return Trajectory{ref.at("losses").get<std::vector<double>>(), ref.at("grad_norms").get<std::vector<double>>()};
 }
 
-double rms_rel(const std::vector<double>& got, const std::vector<double>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  const std::size_t n = std::min(got.size(), want.size());
-  double sum = 0;
-  for (std::size_t i = 0; i < n; ++i) sum += std::pow((got[i] - want[i]) / want[i], 2);
-  return n == 0 ? 0.0 : std::sqrt(sum / static_cast<double>(n));
+void expect_reference(const Trajectory& got, const Trajectory& want, const std::string& what, double loss_bar,
+                      double norm_bar) {
+  const double loss = max_rel(got.losses, want.losses), norm = max_rel(got.grad_norms, want.grad_norms);
+  EXPECT_LE(loss, loss_bar) << what << ": losses";
+  EXPECT_LE(norm, norm_bar) << what << ": gradient norms";
+  if (strata::test::runtime().rank() == 0)
+    std::printf("%s: max relative error vs PyTorch: loss %.3g (bar %g), gradient norm %.3g (bar %g)\n", what.c_str(),
+                loss, loss_bar, norm, norm_bar);
 }
 
 }  // namespace strata::gpt::test

@@ -22,6 +22,19 @@ function(compare_to got ref loss_tol norm_tol)
   endif()
 endfunction()
 
+# expect_differs(<got> <ref> <loss tol>): the losses of ${WORK}/<got>.jsonl and <ref>.jsonl differ by more than
+# <loss tol> relative at some step (compare_runs exits 1 on the loss alone); appends "<got> equals <ref>" to `failed`
+# in the caller when they do not. Needs COMPARE and WORK.
+function(expect_differs got ref loss_tol)
+  execute_process(COMMAND ${COMPARE} ${loss_tol} 1e30 1 ${WORK}/${ref}.jsonl ${WORK}/${got}.jsonl
+                  OUTPUT_VARIABLE verdict RESULT_VARIABLE rc)
+  string(STRIP "${verdict}" verdict)
+  message(STATUS "${got} vs ${ref}, expected to differ: ${verdict}")
+  if(NOT rc EQUAL 1)
+    set(failed ${failed} "${got} equals ${ref} (compare_runs exit ${rc})" PARENT_SCOPE)
+  endif()
+endfunction()
+
 # read_metrics(<name> <file>): <name>_steps (the steps in order), <name>_loss_<step> and <name>_norm_<step>, as written
 # (nlohmann::json prints the shortest text that reads back as the same double: equal text is equal bits).
 function(read_metrics name file)
@@ -74,6 +87,11 @@ macro(expect_steps got want first last how)
     foreach(field loss norm)
       set(a "${${got}_${field}_${s}}")
       set(b "${${want}_${field}_${s}}")
+      foreach(v a b)  # train_gpt writes a non-finite value as null: equal text must not pass it
+        if(NOT "${${v}}" MATCHES "^-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?$")
+          message(FATAL_ERROR "${got} step ${s}: ${field} '${${v}}' (${v}) is not a finite number")
+        endif()
+      endforeach()
       if("${how}" STREQUAL "exact")
         if(NOT a STREQUAL b)
           message(FATAL_ERROR "${got} step ${s}: ${field} ${a}, ${want} has ${b} (not bitwise equal)")
@@ -85,12 +103,14 @@ macro(expect_steps got want first last how)
         if(diff LESS 0)
           math(EXPR diff "0 - ${diff}")
         endif()
-        math(EXPR lhs "${diff} * 100000")  # diff / b <= 1e-5, plus one unit of the 12th decimal
-        math(EXPR rhs "${bn} + 100000")
-        if(lhs GREATER rhs)
+        # diff / b <= 1e-5, plus one unit of the 12th decimal. No product of diff: CMake's 64-bit math wraps silently,
+        # and a wrapped product once let any difference above ~92 through.
+        math(EXPR limit "${bn} / 100000 + 1")
+        if(diff GREATER limit)
           message(FATAL_ERROR "${got} step ${s}: ${field} ${a} differs from ${want}'s ${b} by more than 1e-5 relative")
         endif()
-        math(EXPR rel "${diff} * 1000000000 / (${bn} + 1)")
+        # diff / b in units of 1e-9, as diff * 1e4 / (b / 1e5): diff <= b / 1e5 + 1 <= 9e11 here, so no wrap.
+        math(EXPR rel "${diff} * 10000 / (${bn} / 100000 + 1)")
         if(rel GREATER worst_${field})
           set(worst_${field} ${rel})
         endif()

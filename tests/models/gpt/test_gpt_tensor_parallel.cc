@@ -1,10 +1,10 @@
 // Tensor parallelism in the GPT trainer (CPU backend, np 1, 2 and 4): replicated parameters stay bitwise equal across
 // the tp ranks after every step; tp layouts train to the PyTorch reference's losses; the tensor-parallel data flow at
 // tp 1 equals the plain one. tp_runs.cmake holds every layout against the 1-rank run through train_gpt.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <fmt/format.h>
 
 #include "collectives/rank_values.h"
 #include "models/common/hash.h"
@@ -102,15 +102,13 @@ TEST(GptTensorParallel, ReplicatedParametersAreBitwiseEqualAcrossTpRanksAfterEve
 TEST(GptTensorParallel, LossesEqualThePyTorchReference) {
   const int world = runtime().world_size();
   auto ref = load_json(kData + "gpt_tiny_ref.json");
-  const std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  const test::Trajectory want = test::reference_trajectory(ref);
   const auto cases = layouts(world, ref["config"]["heads"].get<int>());
   if (cases.empty()) GTEST_SKIP() << "tensor parallelism needs 2 or more ranks and heads dividing by tp";
   for (const Layout& l : cases) {
     if (l.param_dtype != DType::kF32) continue;  // the reference is f32
-    const double err = max_rel(run(tp_config(l, world), static_cast<int>(want.size())), want);
-    EXPECT_LE(err, 1e-5) << l.describe() << " at " << world << " ranks";
-    if (runtime().rank() == 0) std::printf("%s, %d ranks: max relative loss error vs PyTorch %.3g\n",
-                                           l.describe().c_str(), world, err);
+    test::expect_reference(test::trajectory(tp_config(l, world), static_cast<int>(want.losses.size())), want,
+                           fmt::format("{}, {} ranks", l.describe(), world));
   }
 }
 

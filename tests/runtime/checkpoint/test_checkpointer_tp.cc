@@ -54,6 +54,36 @@ float value(const std::string& name, int k, std::size_t g) {
   return static_cast<float>(ids.at(name) * 100000 + static_cast<int>(g)) + 0.25f * static_cast<float>(k);
 }
 
+// The global index of local element `l` of `slot` on tp rank `rank` of `tp`, or -1 for padding, written out for each
+// kind of split in tp_units from what the split means, not through TpSplit's own map (for_each_global_run), so a wrong
+// map fails here instead of being used alike by the save and the load:
+//   replicated (wpe, ln, frozen): local == global;
+//   rows (wte: a padded vocabulary; proj: row-parallel): rank r holds rows [r * rows, (r + 1) * rows) of ceil(R / tp);
+//   columns (fc, fc_bias: a padded column-parallel width): rank r holds columns [r * cols, (r + 1) * cols);
+//   q|k|v (qkv, qkv_bias): each third of the width cut alike, rank r holding its columns of q, then of k, then of v.
+std::int64_t global_index_by_hand(const std::string& slot, int tp, int rank, std::size_t l) {
+  const auto L = static_cast<std::int64_t>(l), r = static_cast<std::int64_t>(rank), t = static_cast<std::int64_t>(tp);
+  auto ceil_div = [](std::int64_t a, std::int64_t b) { return (a + b - 1) / b; };
+  auto rows = [&](std::int64_t R, std::int64_t width) {  // [R, width] cut along the rows
+    const std::int64_t local_rows = ceil_div(R, t), row = r * local_rows + L / width;
+    return row < R ? row * width + L % width : -1;
+  };
+  auto cols = [&](std::int64_t W) {  // [*, W] cut along the columns (or a vector of W)
+    const std::int64_t local_cols = ceil_div(W, t), col = r * local_cols + L % local_cols;
+    return col < W ? (L / local_cols) * W + col : -1;
+  };
+  auto qkv = [&](std::int64_t W) {  // [*, W] with W = 3 parts, each cut into tp pieces
+    const std::int64_t part = W / 3, piece = part / t, local_cols = 3 * piece, c = L % local_cols;
+    return (L / local_cols) * W + (c / piece) * part + r * piece + c % piece;
+  };
+  if (slot == "wte") return rows(7, 12);
+  if (slot == "proj") return rows(48, 12);
+  if (slot == "fc") return cols(10);
+  if (slot == "fc_bias") return cols(10);
+  if (slot == "qkv" || slot == "qkv_bias") return qkv(144);
+  return L;  // wpe, ln, frozen: replicated
+}
+
 struct TpRun {
   TpRun(int tp, int stage) : tp(tp) {
     ShardingOptions o;
@@ -72,14 +102,9 @@ struct TpRun {
       float* state[3] = {shard.master, optimizer->exp_avg(u), optimizer->exp_avg_sq(u)};
       for (const ShardSegment& seg : shard.segments) {
         const ParamSlot& slot = shard.layout->slots()[seg.slot];
-        std::vector<std::int64_t> global(seg.length, -1);
-        for_each_global_run(slot.tp, rank, tp, seg.slot_begin, seg.length,
-                            [&](std::size_t l, std::size_t g, std::size_t n) {
-                              for (std::size_t i = 0; i < n; ++i)
-                                global[l - seg.slot_begin + i] = static_cast<std::int64_t>(g + i);
-                            });
         for (int k = 0; k < (slot.trainable ? 3 : 1); ++k)
-          for (std::size_t i = 0; i < seg.length; ++i) fn(slot, global[i], k, state[k][seg.shard_begin + i]);
+          for (std::size_t i = 0; i < seg.length; ++i)
+            fn(slot, global_index_by_hand(slot.name, tp, rank, seg.slot_begin + i), k, state[k][seg.shard_begin + i]);
       }
     }
   }

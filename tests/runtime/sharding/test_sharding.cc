@@ -4,13 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <thread>
 
-#include "models/mlp/mlp.h"
 #include "core/error.h"
 #include "core/tracer.h"
+#include "models/mlp/mlp.h"
 #include "runtime/optim/sharded_adamw.h"
 #include "runtime/parallel/device_mesh.h"
 #include "runtime/sharding/sharded_model.h"
@@ -90,7 +91,8 @@ TEST(Sharding, F32EqualsOneRankUnshardedTrainingForEveryStage) {
 }
 
 // bf16 parameters and reductions against the f32 reference: bf16 keeps 8 significant bits, so parameters agree
-// within 2e-2 relative (floor 1e-2) after 4 steps; the f32 master weights keep the drift from compounding.
+// within 2e-2 relative (floor 1e-2) after 4 steps; the f32 master weights keep the drift from compounding. An f32 run
+// meets that bar too (its distance is f32 round-off, below 1e-6), so the bf16 run must also be further than 1e-5.
 TEST(Sharding, Bf16StaysWithinStatedToleranceOfF32) {
   const MlpConfig cfg = small_config();
   const int steps = 4;
@@ -102,7 +104,13 @@ TEST(Sharding, Bf16StaysWithinStatedToleranceOfF32) {
       setup.sharding.mixed_precision = {DType::kBF16, reduce};
       setup.grad_clip = 0.05;
       History got = sharded_training(cfg, setup, steps);
-      EXPECT_LE(max_rel_error(got, want, 1e-2), 2e-2) << "stage " << stage << " reduce " << dtype_name(reduce);
+      const double err = max_rel_error(got, want, 1e-2);
+      EXPECT_LE(err, 2e-2) << "stage " << stage << " reduce " << dtype_name(reduce);
+      EXPECT_GT(err, 1e-5) << "stage " << stage << " reduce " << dtype_name(reduce)
+                           << ": bf16 changed nothing beyond f32 round-off";
+      if (runtime().rank() == 0)
+        std::printf("bf16 parameters, stage %d, reduce %s: parameters %.3g from the f32 reference\n", stage,
+                    dtype_name(reduce), err);
     }
   }
 }
@@ -157,6 +165,19 @@ TEST(Sharding, NonFiniteGradientOnOneRankSkipsTheStepOnAll) {
   }
 }
 
+// Each unit's padded numel as the layout rules say, computed here independently of ShardLayout: its slots' elements
+// rounded up to a multiple of 16 x the shard group (`shard_world`).
+std::vector<std::size_t> padded_by_hand(const std::vector<UnitSpec>& units, std::size_t shard_world) {
+  const std::size_t quantum = shard_world * 16;
+  std::vector<std::size_t> P;
+  for (const UnitSpec& u : units) {
+    std::size_t n = 0;
+    for (const SlotSpec& s : u.slots) n += shape_numel(s.shape);
+    P.push_back((n + quantum - 1) / quantum * quantum);
+  }
+  return P;
+}
+
 // The ledger equals the bytes the layout implies, computed here independently of ShardLayout.
 TEST(Sharding, LedgerMatchesTheLayoutExactly) {
   Runtime& rt = runtime();
@@ -167,13 +188,8 @@ TEST(Sharding, LedgerMatchesTheLayoutExactly) {
     for (int stage = 0; stage <= 3; ++stage) {
       SCOPED_TRACE(fmt::format("stage {} param dtype {}", stage, dtype_name(pdt)));
       auto units = mlp::mlp_units(cfg);
-      const std::size_t shard_world = stage == 0 ? 1 : W, quantum = shard_world * 16, psz = dtype_size(pdt);
-      std::vector<std::size_t> P;
-      for (const UnitSpec& u : units) {
-        std::size_t n = 0;
-        for (const SlotSpec& s : u.slots) n += shape_numel(s.shape);
-        P.push_back((n + quantum - 1) / quantum * quantum);
-      }
+      const std::size_t shard_world = stage == 0 ? 1 : W, psz = dtype_size(pdt);
+      const std::vector<std::size_t> P = padded_by_hand(units, shard_world);
       std::size_t sumP = 0, maxP = 0;
       for (std::size_t i = 0; i < P.size(); ++i) {
         sumP += P[i];
@@ -322,8 +338,11 @@ TEST(Sharding, PrefetchDepthDoesNotChangeResults) {
   }
 }
 
-// The bytes each step moved equal the layout's prediction (ZeRO-3: two all-gathers per micro-batch, one
-// reduce-scatter; stages 1-2: one refresh all-gather; stage 0: one all-reduce).
+// The bytes each step moved equal the layout's prediction, and both equal what each stage's protocol implies, counted
+// here from the units' sizes (padded_by_hand): ZeRO-3 gathers every unit before its forward and again before its
+// backward, in each of the 2 micro-batches; stages 1-2 gather once per step, after the update, where the shard group
+// has more than one rank; every micro-batch's backward reduces each unit, in f32: a reduce-scatter at stages 1-3, an
+// all-reduce at stage 0.
 TEST(Sharding, BytesMovedEqualThePrediction) {
   Runtime& rt = runtime();
   const MlpConfig cfg = small_config();
@@ -338,18 +357,17 @@ TEST(Sharding, BytesMovedEqualThePrediction) {
       train_step(model, optimizer, 0, 2);
       const StepSummary& s = model.last_step_summary();
       SCOPED_TRACE(s.describe());
+      const std::size_t W = static_cast<std::size_t>(rt.world_size());
       std::uint64_t padded = 0;
-      for (int u = 0; u < model.num_units(); ++u) padded += model.layout(u).padded_numel();
-      const std::uint64_t psz = dtype_size(pdt);
+      for (std::size_t p : padded_by_hand(mlp::mlp_units(cfg), stage == 0 ? 1 : W)) padded += p;
+      const std::uint64_t psz = dtype_size(pdt), micro_batches = 2;
       EXPECT_EQ(s.all_gather_bytes, s.predicted_all_gather_bytes);
       EXPECT_EQ(s.reduce_scatter_bytes, s.predicted_reduce_scatter_bytes);
       EXPECT_EQ(s.all_reduce_bytes, s.predicted_all_reduce_bytes);
-      if (stage == 3) {
-        EXPECT_EQ(s.all_gather_bytes, 2 * 2 * padded * psz) << "two gathers per micro-batch";
-      }
-      if (stage == 0) {
-        EXPECT_EQ(s.all_reduce_bytes, 2 * padded * 4);
-      }
+      const std::uint64_t gathers = stage == 3 ? 2 * micro_batches : (stage >= 1 && W > 1 ? 1 : 0);
+      EXPECT_EQ(s.all_gather_bytes, gathers * padded * psz);
+      EXPECT_EQ(s.reduce_scatter_bytes, stage >= 1 ? micro_batches * padded * 4 : 0);
+      EXPECT_EQ(s.all_reduce_bytes, stage == 0 ? micro_batches * padded * 4 : 0);
       EXPECT_GE(s.step_ms, s.exposed_comm_ms);
     }
   }

@@ -1,6 +1,7 @@
 // GPT-2 training on a CUDA device (label gpu): the tiny reference run's losses equal the PyTorch reference at ZeRO 0
 // and 3, and recomputation gives the losses of a plain run. Skips without a GPU or when the test runtime is not on
 // the CUDA backend (STRATA_BACKEND=auto picks it when every local rank has a GPU).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt/gpt_trainer.h"
 #include "core/device_registry.h"
+#include "models/gpt/gpt_trainer.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"
 
@@ -36,14 +37,13 @@ TEST(GptCudaTraining, LossesEqualThePyTorchReference) {
   if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
   const int world = runtime().world_size();
   auto ref = load_json(kData + "gpt_tiny_ref.json");
-  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  const test::Trajectory want = test::reference_trajectory(ref);
   for (int stage : {0, 3}) {
     TrainConfig cfg = reference_config(ref, world);
     cfg.sharding.stage = zero_stage_from_int(stage);
-    double err = max_rel(run(cfg, static_cast<int>(want.size())), want);
-    EXPECT_LE(err, 1e-4) << "ZeRO stage " << stage << " at " << world << " ranks on CUDA";
-    if (runtime().rank() == 0)
-      std::printf("cuda, stage %d, %d ranks: max relative loss error vs PyTorch %.3g\n", stage, world, err);
+    test::expect_reference(test::trajectory(cfg, static_cast<int>(want.losses.size())), want,
+                           fmt::format("cuda, ZeRO stage {}, {} ranks", stage, world), 10 * test::kLossBar,
+                           10 * test::kGradNormBar);
   }
 }
 
@@ -108,14 +108,14 @@ TEST(GptCudaTraining, TensorParallelPathOnOneGpuEqualsThePyTorchReference) {
   if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
   if (runtime().world_size() != 1) GTEST_SKIP() << "the one-GPU case; GptCudaTensorParallel covers np >= 2";
   auto ref = load_json(kData + "gpt_tiny_ref.json");
-  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  const test::Trajectory want = test::reference_trajectory(ref);
   for (bool sp : {false, true}) {
     TrainConfig cfg = reference_config(ref, 1);
     cfg.tp_kernels = true;
     cfg.sequence_parallel = sp;
-    double err = max_rel(run(cfg, static_cast<int>(want.size())), want);
-    EXPECT_LE(err, 1e-4) << (sp ? "with" : "without") << " sequence parallelism";
-    std::printf("cuda, tp path at tp 1%s: max relative loss error vs PyTorch %.3g\n", sp ? " + sp" : "", err);
+    test::expect_reference(test::trajectory(cfg, static_cast<int>(want.losses.size())), want,
+                           fmt::format("cuda, tp path at tp 1{}", sp ? " + sp" : ""), 10 * test::kLossBar,
+                           10 * test::kGradNormBar);
   }
 }
 
@@ -124,12 +124,12 @@ TEST(GptCudaTraining, PipelineScheduleOnOneGpuEqualsThePyTorchReference) {
   if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
   if (runtime().world_size() != 1) GTEST_SKIP() << "the one-GPU case; GptCudaPipeline covers np >= 2";
   auto ref = load_json(kData + "gpt_tiny_ref.json");
-  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  const test::Trajectory want = test::reference_trajectory(ref);
   TrainConfig cfg = reference_config(ref, 1);
   cfg.microbatches = 2;
-  double err = max_rel(run(cfg, static_cast<int>(want.size())), want);
-  EXPECT_LE(err, 1e-4);
-  std::printf("cuda, pipeline schedule at pp 1 (2 micro-batches): max relative loss error vs PyTorch %.3g\n", err);
+  test::expect_reference(test::trajectory(cfg, static_cast<int>(want.losses.size())), want,
+                         "cuda, pipeline schedule at pp 1 (2 micro-batches)", 10 * test::kLossBar,
+                         10 * test::kGradNormBar);
 }
 
 // pp over two ranks, one GPU each: registered at np 2, skipped with the reason where the ranks do not each have a GPU.
@@ -140,13 +140,12 @@ TEST(GptCudaPipeline, PpOverGpusEqualsThePyTorchReference) {
     GTEST_SKIP() << world << " ranks and " << cuda_device_count()
                  << " GPU(s) visible: NCCL needs one GPU per rank, so this runs on the CPU backend and skips";
   auto ref = load_json(kData + "gpt_tiny_ref.json");
-  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  const test::Trajectory want = test::reference_trajectory(ref);
   TrainConfig cfg = reference_config(ref, 1);
   cfg.pp = 2;
   cfg.microbatches = 2;
-  double err = max_rel(run(cfg, static_cast<int>(want.size())), want);
-  EXPECT_LE(err, 1e-4);
-  if (runtime().rank() == 0) std::printf("cuda, pp 2 (1f1b, 2 micro-batches): max relative loss error %.3g\n", err);
+  test::expect_reference(test::trajectory(cfg, static_cast<int>(want.losses.size())), want,
+                         "cuda, pp 2 (1f1b, 2 micro-batches)", 10 * test::kLossBar, 10 * test::kGradNormBar);
 }
 
 // tp over every rank, one GPU each (NCCL refuses two ranks on one GPU): registered at np 2, skipped with the reason
@@ -158,17 +157,16 @@ TEST(GptCudaTensorParallel, TpOverGpusEqualsThePyTorchReference) {
     GTEST_SKIP() << world << " ranks and " << cuda_device_count()
                  << " GPU(s) visible: NCCL needs one GPU per rank, so this runs on the CPU backend and skips";
   auto ref = load_json(kData + "gpt_tiny_ref.json");
-  std::vector<double> want = ref["losses"].get<std::vector<double>>();
+  const test::Trajectory want = test::reference_trajectory(ref);
   const int heads = ref["config"]["heads"].get<int>();
   if (heads % world != 0) GTEST_SKIP() << "the reference's " << heads << " heads do not divide by tp " << world;
   for (bool sp : {false, true}) {
     TrainConfig cfg = reference_config(ref, 1);
     cfg.tp = world;
     cfg.sequence_parallel = sp;
-    double err = max_rel(run(cfg, static_cast<int>(want.size())), want);
-    EXPECT_LE(err, 1e-4) << "tp " << world << (sp ? " with" : " without") << " sequence parallelism";
-    if (runtime().rank() == 0)
-      std::printf("cuda, tp %d%s: max relative loss error vs PyTorch %.3g\n", world, sp ? " + sp" : "", err);
+    test::expect_reference(test::trajectory(cfg, static_cast<int>(want.losses.size())), want,
+                           fmt::format("cuda, tp {}{}", world, sp ? " + sp" : ""), 10 * test::kLossBar,
+                           10 * test::kGradNormBar);
   }
 }
 

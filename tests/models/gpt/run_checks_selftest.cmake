@@ -1,0 +1,45 @@
+# cmake -P: expect_steps (gpt_run_checks.cmake) on made-up metrics, each case in a child process since a failed check
+# is a FATAL_ERROR: equal and nearly equal steps pass; a difference above 1e-5 relative fails at every magnitude,
+# including those whose fixed-point product would wrap in CMake's 64-bit math; a non-finite value (null in the
+# metrics) fails, compared bitwise too.
+#   cmake -P tests/models/gpt/run_checks_selftest.cmake            (the cases; exits non-zero when one is wrong)
+if(CASE)
+  include(${CMAKE_CURRENT_LIST_DIR}/gpt_run_checks.cmake)
+  string(REPLACE "," ";" pair "${CASE}")
+  list(GET pair 0 got_value)
+  list(GET pair 1 want_value)
+  set(got_steps 0)
+  set(want_steps 0)
+  set(got_loss_0 ${got_value})
+  set(want_loss_0 ${want_value})
+  set(got_norm_0 1.0)
+  set(want_norm_0 1.0)
+  expect_steps(got want 0 0 ${HOW})
+  return()
+endif()
+set(bad 0)
+# value here, reference value, ok|fail
+foreach(row "4.1709337,4.1709337,ok" "4.17093,4.17094,ok" "4.1709,4.1719,fail" "0.5,0.25,fail"
+            "5000.0,50.0,fail" "89999.0,1.0,fail" "1.0,89999.0,fail" "0.000001,0.000002,fail" "null,4.17,fail"
+            "null,null,fail" "null,null,fail-exact" "4.17,4.17,ok-exact")
+  string(REPLACE "," ";" f "${row}")
+  list(GET f 2 expect)
+  set(how relative)
+  if(expect MATCHES "-exact$")
+    set(how exact)
+    string(REPLACE "-exact" "" expect "${expect}")
+  endif()
+  list(GET f 0 a)
+  list(GET f 1 b)
+  execute_process(COMMAND ${CMAKE_COMMAND} -DCASE=${a},${b} -DHOW=${how} -P ${CMAKE_CURRENT_LIST_FILE}
+                  RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+  if((expect STREQUAL "ok" AND NOT rc EQUAL 0) OR (expect STREQUAL "fail" AND rc EQUAL 0))
+    message(SEND_ERROR "expect_steps (${how}) on ${a} against ${b}: exit ${rc}, expected ${expect}")
+    set(bad 1)
+  else()
+    message(STATUS "expect_steps (${how}) on ${a} against ${b}: ${expect}, as expected")
+  endif()
+endforeach()
+if(bad)
+  message(FATAL_ERROR "run_checks_selftest: a case came out wrong")
+endif()
