@@ -51,7 +51,14 @@ keep_compiler build-fuzz "$clangxx"
 # and its libraries leave at exit are suppressed by tests/fuzz/lsan.supp (each one explained there); its patterns
 # match only with full allocation stacks, hence fast_unwind_on_malloc=0 for the tests (Open MPI has no frame
 # pointers). The fuzzers never initialise MPI and keep the fast unwinder.
-asan_common="detect_leaks=1:abort_on_error=1:external_symbolizer_path=/usr/lib/llvm-14/bin/llvm-symbolizer"
+# intercept_tls_get_addr=0: the __tls_get_addr interceptor of GCC 12's (and up to LLVM 16's) runtime takes any dynamic
+# TLS block that starts 16 bytes into a page for glibc 2.18's layout, and reads the two words before it as the block's
+# bounds; where a block of an Open MPI component lands there by chance, the leak checker's tracer scans a range that is
+# not mapped and dies ("Tracer caught signal 11", then "LeakSanitizer has encountered a fatal error") after every test
+# passed: google/sanitizers#1322. Without the interceptor, LSan scans no dynamic TLS, which holds no pointer of
+# Strata's: its threads use static TLS only, and every one is joined before exit.
+asan_common="detect_leaks=1:abort_on_error=1:intercept_tls_get_addr=0"
+asan_common+=":external_symbolizer_path=/usr/lib/llvm-14/bin/llvm-symbolizer"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1"
 export LSAN_OPTIONS="suppressions=$PWD/tests/fuzz/lsan.supp:print_suppressions=0"
 
@@ -73,7 +80,7 @@ else
   if ! cmake --build build-asan -j"$jobs" --target "${targets[@]}"; then
     verdict "sanitized tests" FAIL "build of ${targets[*]} failed"
   elif ASAN_OPTIONS="$asan_common:fast_unwind_on_malloc=0" \
-       ctest --test-dir build-asan --output-on-failure -j"$jobs" -R "^(${regex})_np[0-9]+\$"; then
+       ctest --test-dir build-asan --output-on-failure --no-tests=error -j"$jobs" -R "^(${regex})_np[0-9]+\$"; then
     verdict "sanitized tests" PASS "${targets[*]} under ASan + UBSan ($((SECONDS - t0)) s with the build)"
   else
     verdict "sanitized tests" FAIL "${targets[*]}: see the ctest output above"
