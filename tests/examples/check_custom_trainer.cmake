@@ -49,10 +49,9 @@ function(check_close what a b tol_ppm)
   if(diff LESS 0)
     math(EXPR diff "-${diff}")
   endif()
-  # diff / b <= tol_ppm * 1e-6  <=>  diff * 1e6 <= tol_ppm * b, plus one unit of the last printed digit
-  math(EXPR lhs "${diff} * 1000000")
-  math(EXPR rhs "${tol_ppm} * ${b_n} + 1000000")
-  if(lhs GREATER rhs)
+  # diff / b <= tol_ppm * 1e-6, plus one unit of the last printed digit; no product of diff (64-bit math wraps).
+  math(EXPR limit "${b_n} / 1000000 * ${tol_ppm} + 1")
+  if(diff GREATER limit)
     message(FATAL_ERROR "${what}: ${a} differs from ${b} by more than ${tol_ppm}e-6 relative")
   endif()
 endfunction()
