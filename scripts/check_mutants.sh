@@ -35,14 +35,23 @@ work=${STRATA_MUTANTS_DIR:-$root/build-mutants}
 tree=$work/tree
 build=$work/build
 mkdir -p "$work"
-echo "check_mutants: copying the tree to $tree"
-rm -rf "$tree" && mkdir -p "$tree"
-git ls-files -co --exclude-standard -z | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -x -C "$tree"
+# The copy is synced by content: a file whose bytes changed since the last run is rewritten (so its time is new and
+# the build redoes it), the others keep theirs and stay built. Times alone would mislead: an older commit's tests/
+# (--tests-from) carries that commit's times, older than the objects built from today's.
+staging=$work/staging
+rm -rf "$staging" && mkdir -p "$staging" "$tree"
+git ls-files -co --exclude-standard -z | tar --null -T - --ignore-failed-read -cf - 2>/dev/null | tar -x -C "$staging"
 if [ -n "$tests_from" ]; then
   echo "check_mutants: tests/ from ${tests_from:0:12}"
-  rm -rf "$tree/tests" && git archive "$tests_from" tests | tar -x -C "$tree"
+  rm -rf "$staging/tests" && git archive "$tests_from" tests | tar -x -C "$staging"
 fi
-# A fresh copy has new timestamps: make rebuilds only what the patches touch from here on.
+echo "check_mutants: syncing the copy in $tree"
+(cd "$staging" && find . -type f -print0) | while IFS= read -r -d '' f; do
+  cmp -s "$staging/$f" "$tree/$f" || { mkdir -p "$(dirname "$tree/$f")" && cp "$staging/$f" "$tree/$f"; }
+done
+(cd "$tree" && find . -type f -print0) | while IFS= read -r -d '' f; do
+  [ -e "$staging/$f" ] || rm -f "$tree/$f"
+done
 cmake -S "$tree" -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=OFF >"$work/configure.log" 2>&1 ||
   { echo "check_mutants: configure failed: $work/configure.log" >&2; exit 2; }
 
