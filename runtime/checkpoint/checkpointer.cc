@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/logging.h"
 #include "runtime/checkpoint/checkpoint_reader.h"
+#include "runtime/checkpoint/checkpoint_values.h"
 #include "runtime/checkpoint/chunk_file.h"
 #include "runtime/checkpoint/slice_chunk.h"
 #include "runtime/optim/nonfinite.h"
@@ -101,6 +102,18 @@ Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communi
   // Staging is host memory in a ledger: the device's own on the CPU backend (its memory is host memory), else a
   // page-locked host device of the checkpointer's.
   if (model_.device().kind() != DeviceKind::kCpu) staging_device_ = create_host_device(model_.device());
+  // One job owns a directory: two would replace and prune each other's checkpoints, both exiting 0.
+  std::string error;
+  if (world_.rank() == 0) {
+    try {
+      dir_.create();
+      lock_ = DirLock::acquire(options_.dir, "checkpoint directory", "");
+      if (!lock_.takeover().empty()) logger("ckpt").warn("{}", lock_.takeover());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree_with_root(world_, 0, error.empty(), error);
 }
 
 Checkpointer::~Checkpointer() {
@@ -361,6 +374,15 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   const CheckpointIndex index = dir_.read_index(step);
   const std::string where = dir_.step_path(step);
   index.check_model(global_declaration(part_.whole), where);
+  if (world_.rank() == 0) {
+    if (!index.checksummed)
+      logger("ckpt").warn("{}/index.json carries no checksum of its own (written by a Strata from before index "
+                          "checksums): loaded, its fields checked for type and range only",
+                          where);
+    for (const std::string& f : index.unknown_fields)
+      logger("ckpt").warn("{}/index.json: field {} is not one this Strata knows (a newer writer's?): ignored", where,
+                          f);
+  }
   const std::int64_t optimizer_step = index.state.value("optimizer", nlohmann::json::object()).value("step", -1);
 
   ShardedParameters& params = model_.parameters();
@@ -404,6 +426,17 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
       }
       if (covered < wn) std::fill(out, out + wn, 0.0f);  // padding among the runs, which overwrite the rest
       reader.read_f32(t, batch);
+      // Values with valid checksums can still be impossible (a NaN moment, a negative second moment): refused here,
+      // before a step could turn them into advice to lower the learning rate. The masters are checked below, over
+      // every rank at once.
+      if (name != params_tensor(slot.name))
+        for (const CheckpointReader::Run& run : batch) {
+          const std::size_t bad = first_bad_value(name, run.out, run.count);
+          STRATA_CHECK_CODE(ErrorCode::kNonFinite, bad == run.count,
+                            "loading {}: {}; the checkpoint's checksums match, so it was written so (a run that "
+                            "diverged, or an edited file): resume from another checkpoint",
+                            where, describe_bad_value(name, run.begin + bad, run.out[bad]));
+        }
       if (!host_state) state.copy_from_host(dst + w, values.data(), wn * 4);
     }
   };
