@@ -38,10 +38,10 @@ done
 [ -z "$hostfile" ] || [ "$slurm" = 0 ] || { echo "launch.sh: --hostfile and --slurm exclude each other" >&2; exit 2; }
 if [ -n "$hostfile" ]; then
   # Checked before it is read, as the programs check theirs (core/file_checks.h): a FIFO would block grep forever.
-  [ -e "$hostfile" ] || die "--hostfile '$hostfile' does not exist"
+  [ -e "$hostfile" ] || die "cannot read hostfile '$hostfile': it does not exist"
   [ -f "$hostfile" ] || die "--hostfile '$hostfile' is not a regular file but a $(stat -L -c %F "$hostfile" 2>/dev/null \
     || echo 'file of another kind') (a FIFO or a device would block the reader)"
-  [ -r "$hostfile" ] || die "cannot read --hostfile '$hostfile'"
+  [ -r "$hostfile" ] || die "cannot read hostfile '$hostfile': permission denied"
   [ "$(stat -L -c %s "$hostfile")" -le 1048576 ] || die "--hostfile '$hostfile' has more than 1 MiB: not a hostfile"
 fi
 if [ -z "$k" ]; then
