@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -10,6 +11,7 @@
 #include "collectives/rank_values.h"
 #include "core/device_registry.h"
 #include "core/error.h"
+#include "core/json_schema.h"
 #include "core/logging.h"
 #include "runtime/checkpoint/checkpoint_reader.h"
 #include "runtime/checkpoint/checkpoint_values.h"
@@ -23,6 +25,19 @@ namespace {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A rank's sidecar (Checkpointer::write): its file's size and its chunk records, by tensor.
+const JsonSchema& sidecar_schema() {
+  using S = JsonSchema;
+  const S count = S::integer(0, std::uint64_t{1} << 62);
+  const S shape = S::array(S::integer(0, std::uint64_t{1} << 40), 8);
+  const S chunk = S::object({required("offset", count), required("box_offset", shape), required("box_shape", shape),
+                             required("begin", count), required("count", count),
+                             required("crc32", S::array(S::integer(0, UINT32_MAX)))});
+  static const S s = S::object({required("file", S::string(4096)), required("bytes", count),
+                                required("tensors", S::map(S::array(chunk)))});
+  return s;
 }
 
 nlohmann::json chunk_json(const ChunkRecord& c) {
@@ -340,13 +355,20 @@ void Checkpointer::commit(Staged& s) {
       for (int r = 0; r < world_.size(); ++r) {
         const std::string sidecar = s.tmp_dir + "/" + CheckpointDir::rank_file(r) + ".json";
         if (!fs::exists(sidecar)) continue;  // a rank that owns no elements writes nothing
-        const nlohmann::json side = nlohmann::json::parse(read_text_file(sidecar));
+        // Written by a rank of this save, but read as any JSON is: through the schema check, naming the field.
+        const std::string origin = "checkpoint sidecar " + sidecar;
+        const nlohmann::json side = parse_json(read_text_file(sidecar), origin, ErrorCode::kIo);
+        sidecar_schema().check(side, origin, ErrorCode::kIo);
         const int file = static_cast<int>(index.files.size());
         index.files.push_back(FileRecord{side["file"].get<std::string>(), side["bytes"].get<std::uint64_t>()});
-        for (const auto& [name, chunks] : side["tensors"].items())
+        for (const auto& [name, chunks] : side["tensors"].items()) {
+          auto t = tensors.find(name);
+          STRATA_CHECK_CODE(ErrorCode::kIo, t != tensors.end(), "{}: tensor '{}' is not one of the model's", origin,
+                            name);
           for (const nlohmann::json& c : chunks)
-            tensors.at(name).chunks.push_back(ChunkRecord{file, c["offset"], c["box_offset"], c["box_shape"],
-                                                          c["begin"], c["count"], c["crc32"]});
+            t->second.chunks.push_back(ChunkRecord{file, c["offset"], c["box_offset"], c["box_shape"], c["begin"],
+                                                   c["count"], c["crc32"]});
+        }
         fs::remove(sidecar);
       }
       // In box order, as a parse leaves them.
