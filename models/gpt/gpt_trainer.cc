@@ -1,8 +1,6 @@
 // GptTrainer: model construction, initialisation from a file or the spec's distributions, the step, saving.
 #include "models/gpt/gpt_trainer.h"
 
-#include "models/gpt/gpt_trainer_state.h"
-
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -212,6 +210,7 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     CheckpointPart whole{gpt_units(cfg_.model, tp), {}, P};
     if (tied_copy) whole.copies.push_back(tied_unit_);
     checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, *mesh_, cfg_.checkpoint, std::move(whole));
+    data_record_ = GptDataRecord::of(data_);  // once: its fingerprint reads up to 64 MiB of tokens
     if (cfg_.resume) resume();
   }
   with_fit_advice([&] {
@@ -312,7 +311,7 @@ nlohmann::json GptTrainer::trainer_state() const {
   s.seed = cfg_.seed;  // training draws nothing at random after the init
   s.world_size = rt_.world_size();
   s.config = cfg_.to_json();
-  s.data = GptDataRecord::of(data_);
+  s.data = data_record_;
   s.resume_notes = resume_notes_;
   return s.to_json();
 }
@@ -341,10 +340,10 @@ void GptTrainer::resume() {
                     "split into other heads are another model. Resume with --heads {}, or start from its weights "
                     "(strata-ckpt export, then --init)",
                     index, s.heads.value_or(0), cfg_.model.heads, s.heads.value_or(0));
-  if (s.data && !s.data->same_tokens(GptDataRecord::of(data_)))
+  if (s.data && !s.data->same_tokens(data_record_))
     resume_notes_.push_back(fmt::format("the checkpoint was trained on {}; this run reads {}: its data position ({} "
                                         "rows done) continues in other data",
-                                        s.data->describe(), GptDataRecord::of(data_).describe(), s.rows_done));
+                                        s.data->describe(), data_record_.describe(), s.rows_done));
   if (s.seq && *s.seq != cfg_.seq)
     resume_notes_.push_back(fmt::format("the checkpoint counted its data position in rows of {} tokens; this run's "
                                         "rows are {} (--seq): the rows done ({}) are counted in the new rows",

@@ -7,6 +7,7 @@
 
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_pipeline_stage.h"
+#include "models/gpt/gpt_trainer_state.h"
 #include "models/gpt/token_data.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/checkpoint/checkpointer.h"
@@ -136,6 +137,7 @@ class GptTrainer {
   int next_step_ = 0;             // the step the trainer stands at: start_step_, then one past the last step run
   std::int64_t resumed_from_ = -1;
   std::vector<std::string> resume_notes_;
+  GptDataRecord data_record_;  // the data this run reads, as its checkpoints record it
   std::int64_t saved_step_ = -1;  // the last step checkpointed or loaded
 };
 
