@@ -1,6 +1,8 @@
 // all_gather_values and the pairwise sum over ranks.
 #include "collectives/rank_values.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace strata {
@@ -46,6 +48,35 @@ void all_agree(Communicator& comm, bool ok, const std::string& error, const std:
   if (!ok) throw Error(ErrorCode::kIo, error);
   STRATA_THROW(ErrorCode::kRemote, "{}: rank(s) {} of '{}' failed (their errors say why){}", what,
                fmt::join(ranks, ","), comm.name(), context.empty() ? std::string() : ", " + context);
+}
+
+std::string broadcast_text(Communicator& comm, const std::string& text, int root, std::size_t max_chars) {
+  const std::vector<double> lengths =
+      all_gather_values(comm, static_cast<double>(std::min(text.size(), max_chars)));
+  const std::size_t n = static_cast<std::size_t>(lengths[static_cast<std::size_t>(root)]);
+  if (n == 0) return {};
+  const std::size_t words = (n + 3) / 4;  // as i32 words: every backend moves those
+  std::vector<char> host(words * 4, '\0');
+  if (comm.rank() == root) std::copy(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(n), host.begin());
+  Device& dev = comm.device();
+  Stream& stream = dev.compute_stream();
+  if (dev.kind() == DeviceKind::kCpu) {
+    comm.broadcast(host.data(), host.data(), words, DType::kI32, root, stream);
+    stream.synchronize();
+  } else {
+    Buffer buf = dev.allocate(words * 4, MemCategory::kWorkspace);
+    dev.copy_from_host(buf.data(), host.data(), words * 4);
+    comm.broadcast(buf.data(), buf.data(), words, DType::kI32, root, stream);
+    stream.synchronize();
+    dev.copy_to_host(host.data(), buf.data(), words * 4);
+  }
+  return std::string(host.data(), n);
+}
+
+void agree_with_root(Communicator& comm, int root, bool ok, const std::string& error) {
+  const std::vector<double> failed = all_gather_values(comm, ok ? 0.0 : 1.0);
+  if (failed[static_cast<std::size_t>(root)] == 0) return;
+  throw Error(ErrorCode::kIo, broadcast_text(comm, error, root));
 }
 
 std::string describe_ranks(const std::vector<int>& ranks) {

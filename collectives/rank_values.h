@@ -25,6 +25,12 @@ double pairwise_sum(const double* values, int n);
 void all_agree(Communicator& comm, bool ok, const std::string& error, const std::string& what,
                const std::string& context = {});
 
+// Collective: `root`'s `text` (at most `max_chars`, cut beyond) on every rank.
+std::string broadcast_text(Communicator& comm, const std::string& text, int root, std::size_t max_chars = 8192);
+// Collective, for a verdict only `root` can reach (a lock it holds for the job): when `root` failed, every rank throws
+// kIo with root's own `error`, so all ranks stop with the same message.
+void agree_with_root(Communicator& comm, int root, bool ok, const std::string& error);
+
 // "rank 1", "ranks 0,2", "ranks 0-3,5" for ranks in increasing order.
 std::string describe_ranks(const std::vector<int>& ranks);
 

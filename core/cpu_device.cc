@@ -8,6 +8,7 @@
 #include "core/backoff.h"
 #include "core/error.h"
 #include "core/in_flight.h"
+#include "core/host_memory.h"
 #include "core/shared_host_memory.h"
 #include "core/tracer.h"
 #include "core/wait_hooks.h"
@@ -233,12 +234,16 @@ void CpuDevice::copy_from_host(void* dev_dst, const void* host_src, std::size_t 
 }
 
 void* CpuDevice::raw_allocate(std::size_t bytes, MemCategory category) {
+  // An impossible size fails here, named, not as a bare bad_alloc or when the memory is first touched.
+  check_host_allocation(bytes, memory_stats().current_total(),
+                        fmt::format("allocating {} on {}", mem_category_name(category), name()));
   // What a collective reads goes where a peer on this machine can read it in place (core/shared_host_memory.h).
   if (SharedHostMemory::wants(bytes, category))
     if (void* p = SharedHostMemory::allocate(bytes)) return p;
   std::size_t rounded = (bytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
   void* p = std::aligned_alloc(kHostAlignment, rounded);
-  STRATA_CHECK_CODE(ErrorCode::kOutOfMemory, p != nullptr, "host allocation of {} bytes failed", bytes);
+  STRATA_CHECK_CODE(ErrorCode::kOutOfMemory, p != nullptr, "allocating {} on {}: {} could not be allocated",
+                    mem_category_name(category), name(), bytes_text(bytes));
   return p;
 }
 

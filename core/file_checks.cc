@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -72,7 +73,7 @@ int open_input_file(const std::string& path, const std::string& what) {
 
 void check_input_file(const std::string& path, const std::string& what) { ::close(open_input_file(path, what)); }
 
-std::string read_input_file(const std::string& path, const std::string& what) {
+std::string read_input_file(const std::string& path, const std::string& what, std::size_t max_bytes) {
   const int fd = open_input_file(path, what);
   struct Closer {
     int fd;
@@ -81,6 +82,9 @@ std::string read_input_file(const std::string& path, const std::string& what) {
   struct stat st {};
   STRATA_CHECK_CODE(ErrorCode::kIo, ::fstat(fd, &st) == 0, "cannot stat {} '{}': {}", what, path,
                     std::strerror(errno));
+  STRATA_CHECK_CODE(ErrorCode::kIo, static_cast<std::uint64_t>(st.st_size) <= max_bytes,
+                    "{} '{}' has {} bytes, more than the {} such a file may have", what, path,
+                    static_cast<std::uint64_t>(st.st_size), max_bytes);
   std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
   std::size_t done = 0;
   while (done < bytes.size()) {

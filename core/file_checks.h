@@ -3,6 +3,7 @@
 // or "token file"), the path, and its type or the system error.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 namespace strata {
@@ -19,8 +20,10 @@ int open_input_file(const std::string& path, const std::string& what);
 int try_open_input_file(const std::string& path, const std::string& what, std::string& problem);
 // The same check, closing the file again (for a flag checked before its reader runs).
 void check_input_file(const std::string& path, const std::string& what);
-// The whole of an input file as bytes (open_input_file, then bounded reads).
-std::string read_input_file(const std::string& path, const std::string& what);
+// The whole of an input file as bytes (open_input_file, then bounded reads). A file of more than `max_bytes` is
+// refused before anything is read, naming its size and the bound.
+std::string read_input_file(const std::string& path, const std::string& what,
+                            std::size_t max_bytes = static_cast<std::size_t>(-1));
 
 // How the writer of an output file commits it.
 enum class OutputKind {

@@ -1,6 +1,7 @@
 // SharedHostMemory: memfd-backed host blocks and the registry that finds the block of a pointer.
 #include "core/shared_host_memory.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -10,6 +11,7 @@
 #include <mutex>
 
 #include "core/env.h"
+#include "core/host_memory.h"
 #include "core/logging.h"
 
 namespace strata {
@@ -68,6 +70,13 @@ void* SharedHostMemory::allocate(std::size_t bytes) {
   if (::ftruncate(fd, static_cast<off_t>(rounded)) != 0) {
     ::close(fd);
     return give_up("ftruncate");
+  }
+  // A memfd's pages come when first touched: reserved now, so a size the machine cannot hold fails here (and the
+  // device falls back to private memory, whose allocation names the size) instead of as a SIGBUS in a collective.
+  if (rounded > available_memory_bytes() || ::posix_fallocate(fd, 0, static_cast<off_t>(rounded)) != 0) {
+    ::close(fd);
+    errno = ENOMEM;
+    return give_up("reserving the pages");
   }
   void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) {

@@ -15,15 +15,19 @@
 #   --dry-run           print the command, do not run it
 set -euo pipefail
 
+die() { echo "launch.sh: $*" >&2; exit 2; }
+# An option's value: present, and not the next option.
+value() { [ $# -ge 2 ] && [ -n "$2" ] && [ "${2#--}" = "$2" ] || die "$1 needs a value (see --help)"; }
+
 hostfile="" slurm=0 k="" bind="" tcp=0 dry=0 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --hostfile) hostfile=$2; shift 2 ;;
+    --hostfile) value "$@"; hostfile=$2; shift 2 ;;
     --slurm) slurm=1; shift ;;
-    --ranks-per-node) k=$2; shift 2 ;;
-    --bind) bind=$2; shift 2 ;;
+    --ranks-per-node) value "$@"; k=$2; shift 2 ;;
+    --bind) value "$@"; bind=$2; shift 2 ;;
     --tcp) tcp=1; shift ;;
-    --mpi-arg) extra+=("$2"); shift 2 ;;
+    --mpi-arg) [ $# -ge 2 ] || die "--mpi-arg needs a value (see --help)"; extra+=("$2"); shift 2 ;;
     --dry-run) dry=1; shift ;;
     --) shift; break ;;
     -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
@@ -32,7 +36,14 @@ while [ $# -gt 0 ]; do
 done
 [ $# -gt 0 ] || { echo "launch.sh: no program to run: put it after --" >&2; exit 2; }
 [ -z "$hostfile" ] || [ "$slurm" = 0 ] || { echo "launch.sh: --hostfile and --slurm exclude each other" >&2; exit 2; }
-[ -z "$hostfile" ] || [ -r "$hostfile" ] || { echo "launch.sh: cannot read hostfile '$hostfile'" >&2; exit 2; }
+if [ -n "$hostfile" ]; then
+  # Checked before it is read, as the programs check theirs (core/file_checks.h): a FIFO would block grep forever.
+  [ -e "$hostfile" ] || die "cannot read hostfile '$hostfile': it does not exist"
+  [ -f "$hostfile" ] || die "--hostfile '$hostfile' is not a regular file but a $(stat -L -c %F "$hostfile" 2>/dev/null \
+    || echo 'file of another kind') (a FIFO or a device would block the reader)"
+  [ -r "$hostfile" ] || die "cannot read hostfile '$hostfile': permission denied"
+  [ "$(stat -L -c %s "$hostfile")" -le 1048576 ] || die "--hostfile '$hostfile' has more than 1 MiB: not a hostfile"
+fi
 if [ -z "$k" ]; then
   if [ -n "${SLURM_NTASKS_PER_NODE:-}" ]; then k=${SLURM_NTASKS_PER_NODE%%(*}
   elif command -v nvidia-smi >/dev/null 2>&1 && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -gt 0 ]; then
@@ -56,7 +67,10 @@ if [ "$slurm" = 1 ]; then
     "--cpu-bind=$([ "$bind" = core ] && echo cores || echo none)" --export=ALL)
 else
   nodes=1
-  if [ -n "$hostfile" ]; then nodes=$(grep -cvE '^[[:space:]]*(#|$)' "$hostfile"); fi
+  if [ -n "$hostfile" ]; then
+    nodes=$(grep -cvE '^[[:space:]]*(#|$)' "$hostfile" || true)  # grep -c exits 1 when it counts 0
+    [ "$nodes" -gt 0 ] || die "--hostfile '$hostfile' lists no host (only blank lines and # comments)"
+  fi
   cmd=(mpirun -np $((nodes * k)) --map-by "ppr:$k:node" --bind-to "$bind")
   [ -n "$hostfile" ] && cmd+=(--hostfile "$hostfile")
   [ "$(id -u)" = 0 ] && cmd+=(--allow-run-as-root)

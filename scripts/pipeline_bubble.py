@@ -27,16 +27,24 @@ How the trace is read (train_gpt --trace, Chrome-trace JSON of all ranks):
 import argparse
 import bisect
 import json
+import os
 import re
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from strata_files import ScriptError, fail, read_input_file  # noqa: E402
 
 ACTION = re.compile(r"^([FB])(\d+)@s(\d+)$")
 
 
 def load(path):
-    with open(path) as f:
-        data = json.load(f)
+    try:  # through the checked reader: a FIFO or a device is refused instead of blocking
+        data = json.loads(read_input_file(path, "trace", 4 << 30))
+    except ScriptError as e:
+        fail("pipeline_bubble.py", str(e))
+    except ValueError as e:
+        fail("pipeline_bubble.py", f"{path} is not JSON: {e}")
     events = data["traceEvents"] if isinstance(data, dict) else data
     rank_of = {}
     track_of = {}

@@ -7,11 +7,16 @@ Usage: /usr/bin/python3 scripts/plot_trace.py TRACE.json OUT.png [--from-ms A] [
 """
 import argparse
 import json
+import os
+import sys
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from strata_files import ScriptError, fail, read_input_file  # noqa: E402
 
 COLOURS = {"forward": "#4c72b0", "backward": "#55a868", "optimizer": "#e377c2", "all_gather": "#dd8452",
            "reduce_scatter": "#8172b3", "all_reduce": "#937860", "wait": "#d62728"}
@@ -33,7 +38,10 @@ def main():
     ap.add_argument("--to-ms", type=float, default=None)
     ap.add_argument("--title", default=None)
     a = ap.parse_args()
-    events = json.load(open(a.trace))["traceEvents"]
+    try:  # through the checked reader: a FIFO or a device is refused instead of blocking
+        events = json.loads(read_input_file(a.trace, "trace", 4 << 30))["traceEvents"]
+    except (ScriptError, ValueError, KeyError, TypeError) as e:
+        fail("plot_trace.py", str(e) if isinstance(e, ScriptError) else f"{a.trace} is not a Chrome trace: {e}")
     names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events if e.get("name") == "thread_name"}
     spans = [e for e in events if e.get("ph") == "X" and names.get((e["pid"], e["tid"])) in TRACKS]
     lo = a.from_ms * 1000 if a.from_ms is not None else min(e["ts"] for e in spans)

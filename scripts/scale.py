@@ -28,6 +28,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from strata_files import DirLock, ScriptError, fail, read_input_file  # noqa: E402
+
 LAUNCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launch.sh")
 
 MODELS = {
@@ -104,10 +107,17 @@ def run_one(args, model, scaling, layout, np_):
            str(rows), "--steps", str(args.steps), "--no-progress", "--metrics", metrics, *extra]
     env = dict(os.environ, STRATA_BACKEND="cpu", STRATA_LOG_LEVEL="warn", **env_extra)
     print("scale.py:", " ".join(f"{k}={v}" for k, v in env_extra.items()), " ".join(cmd), flush=True)
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    try:
+        out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        raise ScriptError(f"run did not end within --timeout {args.timeout} s: {' '.join(cmd)}") from None
     if out.returncode != 0:
         sys.exit(f"scale.py: run failed ({out.returncode}): {' '.join(cmd)}\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
-    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        summary = json.loads(out.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        raise ScriptError(f"run printed no summary line (train_gpt's last line of JSON): {' '.join(cmd)}\n"
+                          f"{out.stdout[-2000:]}") from None
     seq = int(MODELS[model][MODELS[model].index("--seq") + 1])
     # The median step from step 2 on: one step slowed by another process on the shared cores moves a mean of 18
     # steps by several percent, and the median hardly at all (the tiny model at np 4: three runs' means 76.9-82.2 ms,
@@ -138,10 +148,39 @@ def run_one(args, model, scaling, layout, np_):
 
 
 def read_rows(path):
+    """The rows of the sweep's CSV. A last row cut off (a sweep stopped while an older scale.py appended it: no
+    newline at its end, or fields missing) is dropped with a warning, and its run is done again; a damaged row
+    elsewhere is an error naming its line."""
     if not os.path.exists(path):
         return []
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+    text = read_input_file(path, "the sweep's CSV", 64 << 20)
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        print(f"scale.py: warning: {path}: its last line was cut off (a sweep stopped while writing it): dropped, "
+              f"that run is done again", file=sys.stderr, flush=True)
+        lines = lines[:-1]
+    rows = []
+    reader = csv.DictReader(lines)
+    for row in reader:
+        if None in row or None in row.values():
+            raise ScriptError(f"{path}: line {reader.line_num} has {len(row) - (None in row)} fields, the header "
+                              f"{len(reader.fieldnames)}: the file is damaged; give another --out or remove it")
+        rows.append(row)
+    return rows
+
+
+def write_rows(path, rows):
+    """The whole CSV through a temporary beside it and a rename: a sweep stopped at any moment leaves the old file or
+    the new one, never a row cut off."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        for r in rows:
+            w.writerow(r)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
 
 
 def predicted_step_ms(rows, plan, cluster):
@@ -236,25 +275,51 @@ def plot(rows, out_dir, predicted=None):
     return written
 
 
+def positive(text):
+    """argparse type: a whole number >= 1 (argparse turns the ValueError into a one-line usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def positive_list(text):
+    """argparse type: a comma list of whole numbers >= 1 ("1,2,4")."""
+    values = [positive(x) for x in text.split(",")] if text else []
+    if not values:
+        raise argparse.ArgumentTypeError("an empty list")
+    return values
+
+
 def main():
+    try:
+        run(sys.argv[1:])
+    except ScriptError as e:
+        fail("scale.py", str(e))
+
+
+def run(argv):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--np", default="1,2,4", help="rank counts, comma list")
+    p.add_argument("--np", default=[1, 2, 4], type=positive_list, help="rank counts, comma list")
     p.add_argument("--layouts", default="dp,hybrid,tp2,pp2", help=f"comma list of {', '.join(LAYOUTS)}")
     p.add_argument("--models", default="tiny", help=f"comma list of {', '.join(MODELS)}")
     p.add_argument("--scaling", default="weak,strong", help="weak, strong or both")
-    p.add_argument("--rows", type=int, default=8, help="weak scaling: rows per data-parallel rank per step")
-    p.add_argument("--global-rows", type=int, default=32, help="strong scaling: rows per step over all ranks")
-    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--rows", type=positive, default=8, help="weak scaling: rows per data-parallel rank per step")
+    p.add_argument("--global-rows", type=positive, default=32, help="strong scaling: rows per step over all ranks")
+    p.add_argument("--steps", type=positive, default=8)
     p.add_argument("--build", default="build")
     p.add_argument("--out", default="results/scaling")
-    p.add_argument("--timeout", type=int, default=600, help="seconds per run")
+    p.add_argument("--timeout", type=positive, default=600, help="seconds per run")
     p.add_argument("--plots-only", action="store_true")
     p.add_argument("--hostfile", help="Open MPI hostfile: run across its hosts through scripts/launch.sh")
-    p.add_argument("--ranks-per-node", type=int, help="with --hostfile: ranks on each node (required)")
+    p.add_argument("--ranks-per-node", type=positive, help="with --hostfile: ranks on each node (required)")
     p.add_argument("--cluster", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                                      "tools", "clusters", "cpu_vm.json"),
                    help="cluster file for the predicted step time plot (strata-plan --simulate)")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     for name, known in (("layouts", LAYOUTS), ("models", MODELS)):
         bad = [x for x in getattr(args, name).split(",") if x not in known]
         if bad:
@@ -266,16 +331,23 @@ def main():
     if args.hostfile:
         if not args.ranks_per_node or args.ranks_per_node < 1:
             p.error("--hostfile needs --ranks-per-node K (K >= 1)")
-        try:
-            with open(args.hostfile) as f:
-                args.hosts = [ln.strip() for ln in f if ln.strip() and not ln.strip().startswith("#")]
-        except OSError as e:
-            p.error(f"--hostfile: {e}")
+        # Through the checked reader: a FIFO or a device is refused instead of blocking the sweep forever.
+        text = read_input_file(args.hostfile, "--hostfile")
+        args.hosts = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.strip().startswith("#")]
         if not args.hosts:
             p.error(f"--hostfile: {args.hostfile} lists no host")
     elif args.ranks_per_node:
         p.error("--ranks-per-node goes with --hostfile (on this machine a run's ranks are its np)")
-    os.makedirs(args.out, exist_ok=True)
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        p.error(f"--out '{args.out}' exists and is not a directory (the sweep writes scaling.csv and plots into it)")
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        p.error(f"--out '{args.out}': cannot create it: {e.strerror}")
+    # One sweep owns its --out: two would run the same rows and replace each other's CSV.
+    lock = DirLock(args.out, "--out", "scale.py")
+    if lock.takeover:
+        print(f"scale.py: warning: {lock.takeover}", file=sys.stderr, flush=True)
     path = os.path.join(args.out, "scaling.csv")
     rows = read_rows(path)
     if rows and not args.plots_only and list(rows[0].keys()) != FIELDS:
@@ -299,20 +371,15 @@ def sweep(args, path, rows):
         for model in args.models.split(","):
             for scaling in args.scaling.split(","):
                 for layout in args.layouts.split(","):
-                    for np_ in (int(x) for x in args.np.split(",")):
+                    for np_ in args.np:
                         if (model, scaling, layout, np_) in have:
                             print(f"scale.py: have {model} {scaling} {layout} np {np_}", flush=True)
                             continue
                         row = run_one(args, model, scaling, layout, np_)
                         if row is None:
                             continue
-                        new = not os.path.exists(path)
-                        with open(path, "a", newline="") as f:  # one row at a time: a stopped sweep keeps its rows
-                            w = csv.DictWriter(f, fieldnames=FIELDS)
-                            if new:
-                                w.writeheader()
-                            w.writerow(row)
                         rows.append({k: str(v) for k, v in row.items()})
+                        write_rows(path, rows)  # after every run: a stopped sweep keeps its rows, whole
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@
 #include "core/dtype.h"
 #include "core/env.h"
 #include "core/error.h"
+#include "core/host_memory.h"
 #include "core/file_checks.h"
 #include "core/output_file.h"
 #include "models/common/flag_checks.h"
@@ -268,6 +269,11 @@ class Bench {
     mpi_wait(req, dev_.timeout_s(), "duplicating MPI_COMM_WORLD for the baseline");
     stream_ = dev_.create_stream("bench");
     std::size_t cap = std::max<std::size_t>(o.max_bytes, 1);
+    // Three buffers of the largest size (send, receive, and a host copy to check results): a size this machine
+    // cannot hold is refused here, naming it, before anything is allocated (the device checks its own memory too).
+    check_host_allocation(dev_.kind() == DeviceKind::kCpu ? 3 * static_cast<std::uint64_t>(cap) : cap, 0,
+                          fmt::format("--maxbytes {}: the benchmark's buffers ({} of {} each)", o.max_bytes,
+                                      dev_.kind() == DeviceKind::kCpu ? 3 : 1, bytes_text(cap)));
     send_ = dev_.allocate(cap, MemCategory::kOther);
     recv_ = dev_.allocate(cap, MemCategory::kOther);
     host_.resize(cap);

@@ -5,6 +5,7 @@
 // and prints single-thread memcpy bandwidth at each size as the ceiling of a host copy. Buffers are allocated and
 // touched once before any timing, as any program that reuses its buffers would.
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -116,7 +117,16 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  // Every buffer once, at the largest size, touched before timing.
+  // Every buffer once, at the largest size, touched before timing: three of them must fit this machine's memory (an
+  // impossible -e is named here, not met as the OOM killer or a bare bad_alloc).
+  const double machine = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (3.0 * static_cast<double>(o.max_bytes) > machine) {
+    if (rank == 0)
+      std::fprintf(stderr, "mpi_baseline_bench: -e %zu: three buffers of %zu bytes are more than this machine's %.0f "
+                   "bytes of memory\n", o.max_bytes, o.max_bytes, machine);
+    MPI_Finalize();
+    return 2;
+  }
   std::vector<float> send(o.max_bytes / 4 + 1, 1.0f), recv(o.max_bytes / 4 + 1, 0.0f), copy(o.max_bytes / 4 + 1, 0.0f);
   const double ranks = n;
   char version[MPI_MAX_LIBRARY_VERSION_STRING];

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -14,17 +15,21 @@
 #include <system_error>
 #include <vector>
 
+#include "core/dir_lock.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/tool_main.h"
 #include "models/common/flag_checks.h"
 #include "models/gpt/atomic_file.h"
 #include "models/gpt/gpt_model.h"
+#include "models/gpt/gpt_trainer_state.h"
 #include "models/gpt/safetensors.h"
 #include "models/gpt/weight_names.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/checkpoint_index.h"
 #include "runtime/checkpoint/checkpoint_reader.h"
+#include "runtime/checkpoint/checkpoint_values.h"
 #include "runtime/checkpoint/checkpointer.h"
 #include "runtime/checkpoint/chunk_file.h"
 
@@ -37,13 +42,7 @@ namespace fs = std::filesystem;
 // whole number of blocks (import relies on it).
 constexpr std::uint64_t kPieceBlocks = 16;
 
-// An error's message without the "[rank ?] " a process that is not a rank of a job gets (file:line stays).
-std::string message_of(const std::exception& e) {
-  std::string m = e.what();
-  const std::string unranked = "[rank ?] ";
-  if (m.rfind(unranked, 0) == 0) m.erase(0, unranked.size());
-  return m;
-}
+std::string message_of(const std::exception& e) { return tool_message(e); }
 
 // A field of an index's layout as a table cell: "-" when absent (an imported checkpoint has no layout).
 std::string cell(const nlohmann::json& v) {
@@ -188,18 +187,72 @@ void check_declaration(const CheckpointIndex& index, std::vector<std::string>& p
     if (!expected.count(name)) problems.push_back(fmt::format("tensor '{}' belongs to no slot of the model", name));
 }
 
+// Every block of chunk `c` read (its checksum checked) and every value in range (runtime/checkpoint/
+// checkpoint_values.h): the first value out of range is a problem naming the tensor and the element.
+void verify_chunk(const ChunkReader& reader, std::uint64_t block_bytes, const TensorRecord& t, const ChunkRecord& c,
+                  std::vector<char>& staging, std::vector<std::string>& problems) {
+  const std::size_t esz = dtype_size(t.dtype);
+  const std::uint64_t per_block = block_bytes / esz;
+  std::vector<char> raw(per_block * esz);
+  std::vector<float> values(per_block);
+  for (std::uint64_t at = 0; at < c.count; at += per_block) {
+    const std::uint64_t n = std::min(per_block, c.count - at);
+    reader.read(c, t.name, esz, c.begin + at, n, raw.data(), staging.data());
+    for (std::uint64_t i = 0; i < n; ++i) {
+      std::uint16_t h = 0;
+      if (esz == 2) std::memcpy(&h, raw.data() + 2 * i, 2);
+      values[i] = t.dtype == DType::kF32    ? reinterpret_cast<const float*>(raw.data())[i]
+                  : t.dtype == DType::kBF16 ? bf16_to_f32(h)
+                                            : f16_to_f32(h);
+    }
+    const std::size_t bad = first_bad_value(t.name, values.data(), n);
+    if (bad < n) {
+      const std::string box = c.whole_box(t.shape) ? std::string()
+                                                   : fmt::format(" of the box at {} of shape {}",
+                                                                 shape_string(c.box_offset), shape_string(c.box_shape));
+      problems.push_back(describe_bad_value(t.name, c.begin + at + bad, values[bad]) + box + ", with valid checksums");
+      return;
+    }
+  }
+}
+
+// The trainer state train_gpt and strata-ckpt import write (models/gpt/gpt_trainer_state.h), when present.
+void check_trainer_state(const CheckpointIndex& index, const std::string& where, std::vector<std::string>& problems,
+                         std::vector<std::string>& notes) {
+  if (!index.state.contains("trainer")) return;
+  try {
+    std::vector<std::string> unknown;
+    const gpt::GptTrainerState s = gpt::GptTrainerState::parse(index.state["trainer"], "checkpoint index " + where,
+                                                               &unknown);
+    if (s.next_step != index.step)
+      problems.push_back(fmt::format("checkpoint index {}: .state.trainer.next_step is {}, the checkpoint's step {}",
+                                     where, s.next_step, index.step));
+    for (const std::string& f : unknown)
+      notes.push_back(fmt::format("{}: field {} is not one this Strata knows", where, f));
+  } catch (const Error& e) {
+    problems.push_back(message_of(e));
+  }
+}
+
 int run_verify(const std::string& path, std::int64_t step_flag, bool json) {
   const CheckpointDir dir(path);
   const std::int64_t step = chosen_step(dir, step_flag);
   const std::string name = CheckpointDir::step_name(step);
   const std::string step_dir = dir.step_path(step);
-  std::vector<std::string> problems;
+  std::vector<std::string> problems, notes;
   std::uint64_t chunks = 0, bytes = 0;
   std::size_t tensors = 0;
   nlohmann::json file_rows = nlohmann::json::array();
   try {
-    const CheckpointIndex index = dir.read_index(step);  // every check of parse()
+    const CheckpointIndex index = dir.read_index(step);  // every check of parse(), the index's checksum included
     tensors = index.tensors.size();
+    if (!index.checksummed)
+      notes.push_back(fmt::format("{}/index.json carries no checksum of its own (written by a Strata from before "
+                                  "index checksums): its fields were checked for type and range only",
+                                  step_dir));
+    for (const std::string& f : index.unknown_fields)
+      notes.push_back(fmt::format("{}/index.json: field {} is not one this Strata knows", step_dir, f));
+    check_trainer_state(index, step_dir + "/index.json", problems, notes);
     const std::string coverage = index.coverage_problem();
     if (!coverage.empty()) problems.push_back(coverage);
     check_declaration(index, problems);
@@ -228,7 +281,7 @@ int run_verify(const std::string& path, std::int64_t step_flag, bool json) {
           const ChunkReader reader(file_path, fr.bytes, index.block_bytes);
           for (const auto& [t, c] : by_file[f]) {
             try {
-              reader.verify(*c, t->name, dtype_size(t->dtype), staging.data());
+              verify_chunk(reader, index.block_bytes, *t, *c, staging, problems);
             } catch (const Error& e) {
               problems.push_back(message_of(e));
             }
@@ -256,7 +309,8 @@ int run_verify(const std::string& path, std::int64_t step_flag, bool json) {
                                        {"chunks", chunks},
                                        {"bytes", bytes},
                                        {"files", file_rows},
-                                       {"problems", problems}}
+                                       {"problems", problems},
+                                       {"notes", notes}}
                             .dump(1)
                             .c_str());
     return ok ? 0 : 1;
@@ -269,10 +323,11 @@ int run_verify(const std::string& path, std::int64_t step_flag, bool json) {
                 static_cast<unsigned long long>(r["chunks"].get<std::uint64_t>()), r["ok"].get<bool>() ? "ok" : "BAD");
   const std::size_t shown = std::min<std::size_t>(problems.size(), 20);
   for (std::size_t i = 0; i < shown; ++i) std::printf("problem: %s\n", problems[i].c_str());
+  for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
   if (shown < problems.size()) std::printf("problem: ... and %zu more\n", problems.size() - shown);
   if (ok)
-    std::printf("verify: %s OK: %zu tensors, %llu chunks, %llu bytes checked\n", name.c_str(), tensors,
-                static_cast<unsigned long long>(chunks), static_cast<unsigned long long>(bytes));
+    std::printf("verify: %s OK: %zu tensors, %llu chunks, %llu bytes checked (checksums and values)\n", name.c_str(),
+                tensors, static_cast<unsigned long long>(chunks), static_cast<unsigned long long>(bytes));
   else
     std::printf("verify: %s FAILED: %zu problem(s); %zu tensors, %llu chunks, %llu bytes checked\n", name.c_str(),
                 problems.size(), tensors, static_cast<unsigned long long>(chunks),
@@ -320,6 +375,10 @@ int run_export(const std::string& path, const std::string& out, std::int64_t ste
     for (std::uint64_t at = 0; at < n; at += piece) {
       const std::uint64_t count = std::min(piece, n - at);
       reader.read_f32(*t, at, count, values.data());
+      const std::size_t bad = first_bad_value(t->name, values.data(), count);
+      STRATA_CHECK_CODE(ErrorCode::kNonFinite, bad == count,
+                        "{}: {}, with valid checksums: not exported (weights that are not finite train to nothing)",
+                        dir.step_path(step), describe_bad_value(t->name, at + bad, values[bad]));
       if (dtype == DType::kF32) {
         file.write(values.data(), count * 4);
       } else {
@@ -451,9 +510,19 @@ int run_import(const std::string& in_path, const std::string& path, std::int64_t
   const gpt::GptConfig cfg = infer_gpt(in, ignored);
   const CheckpointDir dir(path);
   prepare_output_dir(path, "DIR");
+  // The directory is this import's while it writes (a training job in it would prune or replace what it writes) ...
+  const DirLock lock = DirLock::acquire(path, "DIR", "strata-ckpt import");
+  if (!lock.takeover().empty()) std::fprintf(stderr, "strata-ckpt: warning: %s\n", lock.takeover().c_str());
+  // ... and holds no run: an import beside one would re-point its latest, and a --resume would load the import.
+  STRATA_CHECK_CODE(ErrorCode::kIo, !dir.holds_checkpoints(),
+                    "{} already holds checkpoints{}: an import there would point its latest at the import's step {}, "
+                    "and a --resume would load the imported weights instead of that run's. Import into a new or "
+                    "empty directory",
+                    path,
+                    dir.latest_step() >= 0 ? fmt::format(" (latest {})", CheckpointDir::step_name(dir.latest_step()))
+                                           : std::string(),
+                    step);
   std::error_code ec;
-  STRATA_CHECK_CODE(ErrorCode::kIo, !fs::exists(dir.step_path(step), ec),
-                    "{} exists: import into another directory, or choose another --step", dir.step_path(step));
 
   CheckpointIndex index;
   index.step = step;
@@ -463,7 +532,9 @@ int run_import(const std::string& in_path, const std::string& path, std::int64_t
   index.layout = {{"imported_from", in_path}};
   // No "optimizer" object and no moments: the loader starts AdamW from zero moments at step 0. The trainer's
   // position is the start of the data; its configuration is the run's own.
-  index.state = {{"trainer", {{"next_step", step}, {"rows_done", 0}}},
+  gpt::GptTrainerState trainer;  // the start of the data; the configuration is the resuming run's own
+  trainer.next_step = step;
+  index.state = {{"trainer", trainer.to_json()},
                  {"import", {{"source", in_path}, {"metadata", in.metadata()}, {"ignored", ignored}}}};
 
   // The same steps as Checkpointer::commit: everything into step-N.tmp, flushed; the index, then the marker; the
@@ -568,13 +639,10 @@ int main(int argc, char** argv) {
       ->check(strata::flags::non_negative_int64());
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  return strata::run_tool("strata-ckpt", [&] {
     if (ls->parsed()) return strata::run_ls(dir, json);
     if (verify->parsed()) return strata::run_verify(dir, step, json);
     if (exp->parsed()) return strata::run_export(dir, file, step, dtype);
     return strata::run_import(file, dir, import_step);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "strata-ckpt: %s\n", strata::message_of(e).c_str());
-    return 1;
-  }
+  });
 }

@@ -12,6 +12,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/tool_main.h"
 #include "models/common/flag_checks.h"
 #include "runtime/memory/memory_planner.h"
 #include "runtime/memory/step_simulator.h"
@@ -87,7 +88,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "strata-plan: cannot write the plan to standard output: %s\n", std::strerror(errno));
     return 1;
   };
-  try {
+  return strata::run_tool("strata-plan", [&]() -> int {
     in.layout.stage = strata::zero_stage_from_int(stage);
     in.precision = {strata::parse_dtype(param_dtype), strata::parse_dtype(reduce_dtype)};
     in.tiled_attention = !no_tiled;
@@ -192,8 +193,5 @@ int main(int argc, char** argv) {
       std::printf("step estimate: compute %.3f s, data-parallel communication %.3f s (%s)\n", p.step_compute_s,
                   p.step_comm_s, p.step_comm_s <= p.step_compute_s ? "hides under compute" : "exposed");
     return written(p.fits ? 0 : 2);
-  } catch (const strata::Error& e) {
-    std::fprintf(stderr, "strata-plan: %s\n", e.what());
-    return 1;
-  }
+  });
 }

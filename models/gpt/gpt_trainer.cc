@@ -210,15 +210,8 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     CheckpointPart whole{gpt_units(cfg_.model, tp), {}, P};
     if (tied_copy) whole.copies.push_back(tied_unit_);
     checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, *mesh_, cfg_.checkpoint, std::move(whole));
-    if (cfg_.resume && checkpointer_->latest_step() >= 0) {
-      // The weights, the moments and the optimizer's scalars, then where the data and the schedule stood.
-      const nlohmann::json state = checkpointer_->load();
-      resumed_from_ = checkpointer_->last_load().step;
-      start_step_ = state.value("next_step", 0);
-      next_step_ = start_step_;
-      rows_done_ = state.value("rows_done", std::uint64_t{0});
-      saved_step_ = start_step_;
-    }
+    data_record_ = GptDataRecord::of(data_);  // once: its fingerprint reads up to 64 MiB of tokens
+    if (cfg_.resume) resume();
   }
   with_fit_advice([&] {
     GptParallel par;
@@ -312,11 +305,53 @@ void GptTrainer::finish() {
 }
 
 nlohmann::json GptTrainer::trainer_state() const {
-  return {{"next_step", next_step_},
-          {"rows_done", rows_done_},
-          {"rng", {{"seed", cfg_.seed}}},  // training draws nothing at random after the init
-          {"config", cfg_.to_json()},
-          {"world_size", rt_.world_size()}};
+  GptTrainerState s;
+  s.next_step = next_step_;
+  s.rows_done = rows_done_;
+  s.seed = cfg_.seed;  // training draws nothing at random after the init
+  s.world_size = rt_.world_size();
+  s.config = cfg_.to_json();
+  s.data = data_record_;
+  s.resume_notes = resume_notes_;
+  return s.to_json();
+}
+
+void GptTrainer::resume() {
+  // What the directory holds, as every rank reads it (they read the same files): what is loaded, what is passed over.
+  const ResumePlan plan = CheckpointDir(cfg_.checkpoint.dir).resume_plan();
+  STRATA_CHECK_CODE(ErrorCode::kIo, plan.refusal.empty(), "--resume: {}", plan.refusal);
+  resume_notes_ = plan.notes;
+  if (plan.step < 0) return;  // a new directory (or only interrupted saves, named in the notes): from step 0
+  // The weights, the moments and the optimizer's scalars, then where the data and the schedule stood.
+  const nlohmann::json state = checkpointer_->load(plan.step);
+  resumed_from_ = checkpointer_->last_load().step;
+  const std::string index = CheckpointDir(cfg_.checkpoint.dir).step_path(resumed_from_) + "/index.json";
+  std::vector<std::string> unknown;
+  const GptTrainerState s = GptTrainerState::parse(state, "checkpoint index " + index, &unknown);
+  for (const std::string& f : unknown)
+    resume_notes_.push_back(fmt::format("{}: trainer field {} is not one this train_gpt knows: ignored", index, f));
+  STRATA_CHECK_CODE(ErrorCode::kIo, s.next_step == resumed_from_,
+                    "checkpoint index {}: .state.trainer.next_step is {}, but the checkpoint is of step {}: the "
+                    "trainer state does not belong to it",
+                    index, s.next_step, resumed_from_);
+  // Heads do not change the weights' shapes (the load accepts them) but they change the model they make.
+  STRATA_CHECK_CODE(ErrorCode::kMismatch, !s.heads || *s.heads == cfg_.model.heads,
+                    "--resume: {} was trained with {} attention heads, this run has --heads {}: the same weights "
+                    "split into other heads are another model. Resume with --heads {}, or start from its weights "
+                    "(strata-ckpt export, then --init)",
+                    index, s.heads.value_or(0), cfg_.model.heads, s.heads.value_or(0));
+  if (s.data && !s.data->same_tokens(data_record_))
+    resume_notes_.push_back(fmt::format("the checkpoint was trained on {}; this run reads {}: its data position ({} "
+                                        "rows done) continues in other data",
+                                        s.data->describe(), data_record_.describe(), s.rows_done));
+  if (s.seq && *s.seq != cfg_.seq)
+    resume_notes_.push_back(fmt::format("the checkpoint counted its data position in rows of {} tokens; this run's "
+                                        "rows are {} (--seq): the rows done ({}) are counted in the new rows",
+                                        *s.seq, cfg_.seq, s.rows_done));
+  start_step_ = static_cast<int>(s.next_step);
+  next_step_ = start_step_;
+  rows_done_ = s.rows_done;
+  saved_step_ = start_step_;
 }
 
 namespace {

@@ -7,6 +7,7 @@
 
 #include "models/gpt/gpt_model.h"
 #include "models/gpt/gpt_pipeline_stage.h"
+#include "models/gpt/gpt_trainer_state.h"
 #include "models/gpt/token_data.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/checkpoint/checkpointer.h"
@@ -82,6 +83,9 @@ class GptTrainer {
   int start_step() const { return start_step_; }
   // The checkpoint step a resume loaded, or -1.
   std::int64_t resumed_from() const { return resumed_from_; }
+  // What the resume warned about (newer checkpoints passed over, another data file, ...): printed by train_gpt,
+  // kept in the run's record and in the trainer state of the checkpoints it writes.
+  const std::vector<std::string>& resume_notes() const { return resume_notes_; }
   // One optimizer step (collective); checkpoints after it when it is due.
   StepRecord step(int step);
   // After the last step: a checkpoint of where the trainer stands (unless it is the one just written or loaded), and
@@ -106,6 +110,8 @@ class GptTrainer {
   void with_fit_advice(Fn&& fn);
   // What a checkpoint keeps of the trainer: the step and data position it stands at, the seed, the configuration.
   nlohmann::json trainer_state() const;
+  // --resume: the directory's resume plan, the load, and the checks of the trainer state against this run.
+  void resume();
 
   Runtime& rt_;
   TrainConfig cfg_;
@@ -130,6 +136,8 @@ class GptTrainer {
   int start_step_ = 0;
   int next_step_ = 0;             // the step the trainer stands at: start_step_, then one past the last step run
   std::int64_t resumed_from_ = -1;
+  std::vector<std::string> resume_notes_;
+  GptDataRecord data_record_;  // the data this run reads, as its checkpoints record it
   std::int64_t saved_step_ = -1;  // the last step checkpointed or loaded
 };
 

@@ -384,6 +384,8 @@ int main(int argc, char** argv) {
       std::printf("train_gpt: data %s (%llu tokens), init %s, backend %s\n", data.path().c_str(),
                   static_cast<unsigned long long>(data.size()), f.init.empty() ? "spec distributions" : f.init.c_str(),
                   device_kind_name(rt.backend()));
+      for (const std::string& note : trainer.resume_notes())
+        std::printf("train_gpt: WARNING: --resume: %s\n", note.c_str());
       if (f.resume && trainer.resumed_from() >= 0)
         std::printf("train_gpt: resumed from %s/step-%08lld: optimizer step %lld, next step %d (%.1f MB read on "
                     "rank 0 in %.0f ms)\n",
@@ -392,7 +394,8 @@ int main(int argc, char** argv) {
                     static_cast<double>(trainer.checkpointer()->last_load().bytes) / 1e6,
                     trainer.checkpointer()->last_load().ms);
       else if (f.resume)
-        std::printf("train_gpt: no committed checkpoint in %s: starting fresh\n", f.checkpoint_dir.c_str());
+        std::printf("train_gpt: no committed checkpoint in %s (%s): starting from step 0\n", f.checkpoint_dir.c_str(),
+                    trainer.resume_notes().empty() ? "a new directory" : "see the warnings above");
       std::fflush(stdout);
     }
     // Model FLOPs utilisation: every rank's share of the job's model FLOPs against one device's peak, for the dtype of
@@ -424,6 +427,17 @@ int main(int argc, char** argv) {
     gpt::CategoryBytes predicted_step0{}, measured_step0{};  // rank 0, CPU backend: the planner against the ledger
     int timed = 0;
     const int last_step = f.stop_at >= 0 ? std::min(f.stop_at, f.steps) : f.steps;
+    // A resume past the end is refused, not run as zero steps that report a checkpoint never written.
+    STRATA_CHECK(trainer.start_step() <= f.steps,
+                 "--resume: the checkpoint is at step {}, past --steps {}: nothing to train (give --steps {} or more "
+                 "to continue it)", trainer.start_step(), f.steps, trainer.start_step() + 1);
+    STRATA_CHECK(trainer.start_step() <= last_step, "--resume: the checkpoint is at step {}, past --stop-at {}",
+                 trainer.start_step(), f.stop_at);
+    if (rank == 0 && trainer.start_step() == last_step && trainer.resumed_from() >= 0) {
+      std::printf("train_gpt: nothing to train: the checkpoint is at step %d, where %s ends\n", last_step,
+                  last_step == f.steps ? "--steps" : "--stop-at");
+      std::fflush(stdout);
+    }
     for (int step = trainer.start_step(); step < last_step; ++step) {
       gpt::StepRecord r = trainer.step(step);
       const StepSummary& comm = trainer.model().last_step_summary();
@@ -496,10 +510,15 @@ int main(int argc, char** argv) {
     metrics.close();
     trainer.finish();
     if (rank == 0 && trainer.checkpointer()) {
+      // Only what happened: a run that wrote nothing (it resumed at its last step) says so.
       const SaveStats& last = trainer.checkpointer()->last_save();
-      std::printf("train_gpt: checkpoint %s/step-%08lld committed (%.1f MB on rank 0, written in %.0f ms)\n",
-                  f.checkpoint_dir.c_str(), static_cast<long long>(last.step), static_cast<double>(last.bytes) / 1e6,
-                  last.write_ms);
+      if (last.committed)
+        std::printf("train_gpt: checkpoint %s/step-%08lld committed (%.1f MB on rank 0, written in %.0f ms)\n",
+                    f.checkpoint_dir.c_str(), static_cast<long long>(last.step), static_cast<double>(last.bytes) / 1e6,
+                    last.write_ms);
+      else
+        std::printf("train_gpt: no checkpoint written: %s/step-%08lld, which this run resumed from, is where it "
+                    "stands\n", f.checkpoint_dir.c_str(), static_cast<long long>(trainer.resumed_from()));
     }
     if (!f.save.empty()) trainer.save(f.save);
 
@@ -520,6 +539,15 @@ int main(int argc, char** argv) {
       };
       const double mean_ms = timed ? time_sum_ms / timed : 0;
       const double mean_tok_s = mean_ms > 0 ? tokens_per_step / (mean_ms / 1000.0) : 0;
+      // What the resume did (the step it loaded, or null) and what it warned about; the step this run committed.
+      nlohmann::json resume_record;
+      if (f.resume)
+        resume_record = {{"from_step", trainer.resumed_from() >= 0 ? nlohmann::json(trainer.resumed_from())
+                                                                    : nlohmann::json()},
+                         {"warnings", trainer.resume_notes()}};
+      nlohmann::json saved_step;
+      if (trainer.checkpointer() && trainer.checkpointer()->last_save().committed)
+        saved_step = trainer.checkpointer()->last_save().step;
       nlohmann::json summary{{"final_loss", final_loss},
                              {"mean_step_ms", mean_ms},
                              {"tokens_per_s", mean_tok_s},
@@ -538,9 +566,10 @@ int main(int argc, char** argv) {
                              {"zero_stage", f.zero_stage},
                              {"parameters", trainer.parameters()},
                              {"offload", f.offload},
+                             {"resume", resume_record},
                              {"checkpoint",
                               trainer.checkpointer()
-                                  ? nlohmann::json{{"step", trainer.checkpointer()->last_save().step},
+                                  ? nlohmann::json{{"step", saved_step},
                                                    {"bytes_rank0", trainer.checkpointer()->last_save().bytes},
                                                    {"write_ms", trainer.checkpointer()->last_save().write_ms},
                                                    {"stall_ms", trainer.checkpointer()->last_save().stall_ms},

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <exception>
+#include <new>
 #include <thread>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "collectives/mpi_util.h"
 #include "collectives/progress_ledger.h"
 #include "collectives/rank_values.h"
+#include "runtime/bootstrap/config_agreement.h"
 #include "core/device_registry.h"
 #include "core/error.h"
 #include "core/file_checks.h"
@@ -63,6 +65,16 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
   MPI_Request req;
   STRATA_CHECK_MPI(MPI_Ibarrier(MPI_COMM_WORLD, &req));
   mpi_wait(req, e.timeout_s, "start-up barrier (are all ranks starting Strata?)");
+  // The environment every rank must share, agreed before anything below acts on it: the node layout
+  // (STRATA_RANKS_PER_NODE), the shared-memory collectives and buffers (STRATA_SHM, STRATA_SHM_IN_PLACE), the trace's
+  // gather (STRATA_TRACE), the backend. A difference is kMismatch on every rank naming the variable and the ranks,
+  // not a timeout in the first collective that one rank runs another way.
+  check_config_agreement({{"STRATA_BACKEND", options.backend.empty() ? e.backend : options.backend},
+                          {"STRATA_SHM", e.shm ? "1" : "0"},
+                          {"STRATA_SHM_IN_PLACE", e.shm_in_place ? "1" : "0"},
+                          {"STRATA_TRACE", e.trace_file.empty() ? "(off)" : e.trace_file},
+                          {"STRATA_RANKS_PER_NODE", e.ranks_per_node > 0 ? std::to_string(e.ranks_per_node)
+                                                                         : "(the nodes MPI reports)"}});
   MPI_Comm local = MPI_COMM_NULL;
   STRATA_CHECK_MPI(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
   STRATA_CHECK_MPI(MPI_Comm_rank(local, &local_rank_));
@@ -245,37 +257,53 @@ std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& opt
   return std::make_unique<Runtime>(argc, argv, options);
 }
 
+namespace {
+
+// The one line a failure prints: Error::what() already carries "[rank r/w] file:line:"; other exceptions get the rank
+// and what they are here (a bare "std::bad_alloc" says nothing of where).
+std::string failure_text(const std::exception* ex) {
+  if (ex && dynamic_cast<const Error*>(ex)) return ex->what();
+  const std::string what = !ex                                          ? "an exception that is not a std::exception"
+                           : dynamic_cast<const std::bad_alloc*>(ex) ? std::string("out of memory (std::bad_alloc: "
+                                                                                   "an allocation the system refused)")
+                                                                     : std::string(ex->what());
+  return fmt::format("[rank {}/{}] {}", process_rank(), process_world_size(), what);
+}
+
+}  // namespace
+
 int run_main(const std::function<int()>& body) {
   try {
     const int rc = body();
     return rc == 0 && g_shutdown_failed ? 1 : rc;
   } catch (const std::exception& ex) {
-    // Error::what() already carries "[rank r/w] file:line:"; other exceptions get the rank here.
-    const bool is_strata = dynamic_cast<const Error*>(&ex) != nullptr;
-    std::string text = is_strata ? ex.what() : fmt::format("[rank {}/{}] {}", process_rank(), process_world_size(),
-                                                           ex.what());
-    logger("core").error("fatal: {}", text);
-    std::fflush(stdout);
-    std::fflush(stderr);
-    int initialized = 0, finalized = 0, size = 1;
-    MPI_Initialized(&initialized);
-    MPI_Finalized(&finalized);
-    if (initialized && !finalized) {
-      MPI_Comm_size(MPI_COMM_WORLD, &size);
-      if (size > 1) {
-        // Whichever MPI_Abort comes first ends every process, output unflushed included. A rank that only learned
-        // that another failed (kRemote) gives that rank two seconds to print its cause and abort the job itself; the
-        // rank with the cause waits a little too, so that the ranks that failed with it (through all_agree, in the
-        // same moment) have printed their side before the abort cuts them off.
-        const auto* error = dynamic_cast<const Error*>(&ex);
-        const bool remote = error && error->code() == ErrorCode::kRemote;
-        std::this_thread::sleep_for(remote ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(300));
-        logger("core").error("aborting all {} ranks", size);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-      }
-    }
-    return 1;
+    return fail_job(failure_text(&ex), dynamic_cast<const Error*>(&ex));
+  } catch (...) {
+    return fail_job(failure_text(nullptr), nullptr);
   }
+}
+
+int fail_job(const std::string& text, const Error* error) {
+  logger("core").error("fatal: {}", text);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  int initialized = 0, finalized = 0, size = 1;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) {
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (size > 1) {
+      // Whichever MPI_Abort comes first ends every process, output unflushed included. A rank that only learned
+      // that another failed (kRemote) gives that rank two seconds to print its cause and abort the job itself; the
+      // rank with the cause waits a little too, so that the ranks that failed with it (through all_agree, in the
+      // same moment) have printed their side before the abort cuts them off.
+      const bool remote = error && error->code() == ErrorCode::kRemote;
+      std::this_thread::sleep_for(remote ? std::chrono::milliseconds(2000) : std::chrono::milliseconds(300));
+      logger("core").error("aborting all {} ranks", size);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+  return 1;
 }
 
 }  // namespace strata

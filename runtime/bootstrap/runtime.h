@@ -13,6 +13,7 @@
 #include "collectives/side_channel.h"
 #include "core/device.h"
 #include "core/env.h"
+#include "core/error.h"
 
 namespace strata {
 
@@ -76,9 +77,12 @@ class Runtime {
 // RAII start of Strata: `auto rt = strata::init(&argc, &argv);`
 std::unique_ptr<Runtime> init(int* argc, char*** argv, const RuntimeOptions& options = {});
 
-// Runs `body`; on any exception logs it (with the rank) and, when more than one rank runs, calls MPI_Abort so no
-// rank is left waiting. Returns body's exit code, or 1 on failure (a Runtime whose destructor could not write the
-// trace included). Use as `return strata::run_main(...)`.
+// Runs `body`; on any exception (std::exception or not) logs it in one line (with the rank) and, when more than one
+// rank runs, calls MPI_Abort so no rank is left waiting. Returns body's exit code, or 1 on failure (a Runtime whose
+// destructor could not write the trace included). Use as `return strata::run_main(...)`.
 int run_main(const std::function<int()>& body);
+// run_main's failure path: logs `text`, aborts the job when more ranks run (waiting longer when `error` is kRemote, so
+// the rank with the cause prints it first), returns 1.
+int fail_job(const std::string& text, const Error* error);
 
 }  // namespace strata

@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/file_checks.h"
 #include "core/logging.h"
 #include "runtime/checkpoint/chunk_file.h"
 
@@ -63,16 +64,82 @@ std::vector<std::int64_t> CheckpointDir::incomplete_steps() const {
   return steps;
 }
 
+std::string CheckpointDir::latest_name() const {
+  std::error_code ec;
+  if (!fs::exists(path_ + "/latest", ec)) return {};
+  std::string name = read_input_file(path_ + "/latest", "the latest marker", 4096);
+  while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+
 std::int64_t CheckpointDir::latest_step() const {
   const std::vector<std::int64_t> steps = committed_steps();
-  std::error_code ec;
-  if (fs::exists(path_ + "/latest", ec)) {
-    std::string name = read_text_file(path_ + "/latest");
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    const std::int64_t step = step_of(name, false);
-    if (step >= 0 && std::binary_search(steps.begin(), steps.end(), step)) return step;
-  }
+  const std::int64_t step = step_of(latest_name(), false);
+  if (step >= 0 && std::binary_search(steps.begin(), steps.end(), step)) return step;
   return steps.empty() ? -1 : steps.back();
+}
+
+bool CheckpointDir::holds_checkpoints() const {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name == "latest" || step_of(name, false) >= 0 || step_of(name, true) >= 0) return true;
+  }
+  return false;
+}
+
+ResumePlan CheckpointDir::resume_plan() const {
+  ResumePlan plan;
+  const std::vector<std::int64_t> committed = committed_steps();
+  std::vector<std::int64_t> uncommitted;  // final names without COMMITTED or index.json
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
+    const std::int64_t step = step_of(e.path().filename().string(), false);
+    if (step >= 0 && e.is_directory(ec) && !std::binary_search(committed.begin(), committed.end(), step))
+      uncommitted.push_back(step);
+  }
+  std::sort(uncommitted.begin(), uncommitted.end());
+  const std::vector<std::int64_t> interrupted = incomplete_steps();
+  const std::string latest = latest_name();
+  plan.step = latest_step();
+  const std::string loads = plan.step >= 0 ? fmt::format("resuming from {}", step_name(plan.step))
+                                           : std::string("nothing is committed");
+  if (plan.step < 0 && (!uncommitted.empty() || !latest.empty())) {
+    plan.refusal = fmt::format(
+        "{} holds no committed checkpoint, yet {}: there is nothing to resume, and starting from step 0 would "
+        "silently replace that run. Remove them (or choose another --checkpoint-dir) to start fresh",
+        path_, !uncommitted.empty() ? fmt::format("{} has no COMMITTED marker or no index.json (damaged, or never "
+                                                  "finished)", step_name(uncommitted.back()))
+                                    : fmt::format("its latest names '{}'", latest));
+    return plan;
+  }
+  const std::int64_t latest_step_named = step_of(latest, false);
+  if (!latest.empty() && latest_step_named != plan.step)
+    plan.notes.push_back(fmt::format(
+        "{}/latest names '{}', which is not a committed checkpoint{}: {}, the newest committed one; the steps after "
+        "it are trained again",
+        path_, latest,
+        std::binary_search(uncommitted.begin(), uncommitted.end(), latest_step_named)
+            ? " (its directory has no COMMITTED marker or no index.json: damaged)"
+            : "",
+        loads));
+  for (std::int64_t s : uncommitted)
+    if (s > plan.step && s != latest_step_named)
+      plan.notes.push_back(fmt::format("{} is newer than the checkpoint loaded but not committed (no COMMITTED marker "
+                                       "or no index.json): passed over; {}",
+                                       step_path(s), loads));
+  for (std::int64_t s : committed)
+    if (s > plan.step)
+      plan.notes.push_back(fmt::format("{} is committed and newer than {}, which latest names (a job stopped between "
+                                       "that commit and the update of latest): {} as latest says; the steps after it "
+                                       "are trained again",
+                                       step_path(s), step_name(plan.step), loads));
+  for (std::int64_t s : interrupted)
+    if (s > plan.step)
+      plan.notes.push_back(fmt::format("{} is a save that was interrupted (a job stopped while writing it): not "
+                                       "loaded; {}",
+                                       tmp_path(s), plan.step >= 0 ? loads : std::string("starting from step 0")));
+  return plan;
 }
 
 CheckpointIndex CheckpointDir::read_index(std::int64_t step) const {

@@ -13,6 +13,15 @@
 
 namespace strata {
 
+// What a resume finds in a checkpoint directory (CheckpointDir::resume_plan): the checkpoint it loads, what newer than
+// that it passes over, or why it cannot resume at all (docs/checkpoint.md, "When the directory is not what a resume
+// expects").
+struct ResumePlan {
+  std::int64_t step = -1;          // the checkpoint to load; -1: start from step 0
+  std::vector<std::string> notes;  // sentences for a warning: newer checkpoints not loaded, interrupted saves
+  std::string refusal;             // non-empty: resuming here would silently differ from what was asked; the reason
+};
+
 class CheckpointDir {
  public:
   explicit CheckpointDir(std::string path) : path_(std::move(path)) {}
@@ -31,6 +40,15 @@ class CheckpointDir {
   std::vector<std::int64_t> incomplete_steps() const;
   // The step `latest` names when it is committed, else the newest committed one; -1 when there is none.
   std::int64_t latest_step() const;
+  // What `latest` names ("step-00000020"), "" when there is no such file.
+  std::string latest_name() const;
+  // What a resume does here: load latest_step(), naming what it passes over (a `latest` that names something not
+  // committed, newer directories without their marker, saves a crash interrupted, committed checkpoints newer than the
+  // one `latest` names); start from 0 when the directory holds nothing (a new run) or only interrupted saves; refuse
+  // when it holds step directories but nothing committed (they are damaged, or were never finished).
+  ResumePlan resume_plan() const;
+  // Whether the directory holds anything of a checkpoint run: committed or damaged steps, .tmp saves, `latest`.
+  bool holds_checkpoints() const;
   // The index of a committed step, parsed and validated; kIo naming the file when it is missing or bad.
   CheckpointIndex read_index(std::int64_t step) const;
 

@@ -4,51 +4,99 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdint>
 #include <limits>
 #include <tuple>
 
 #include "core/error.h"
+#include "core/json_schema.h"
+#include "runtime/checkpoint/chunk_file.h"
 
 namespace strata {
 namespace {
-
-constexpr int kMaxJsonDepth = 64;  // an index nests about 6 levels; a trainer's state a few more
 
 // Every parse error is kIo naming the index and the place in it.
 [[noreturn]] void bad(const std::string& where, const std::string& what) {
   STRATA_THROW(ErrorCode::kIo, "checkpoint index {}: {}", where, what);
 }
 
-const nlohmann::json& field(const nlohmann::json& j, const char* key, nlohmann::json::value_t type,
-                            const std::string& where, const std::string& path) {
-  if (!j.is_object()) bad(where, fmt::format("{} is not an object", path));
-  auto it = j.find(key);
-  if (it == j.end()) bad(where, fmt::format("{} has no \"{}\"", path, key));
-  const bool ok = type == nlohmann::json::value_t::number_unsigned
-                      ? it->is_number_unsigned() || (it->is_number_integer() && it->get<std::int64_t>() >= 0)
-                  : type == nlohmann::json::value_t::number_integer ? it->is_number_integer()
-                                                                    : it->type() == type;
-  if (!ok) bad(where, fmt::format("{}.{} has the wrong type", path, key));
-  return *it;
+constexpr std::uint64_t kMaxCount = std::uint64_t{1} << 62;  // offsets, sizes, element counts, steps
+constexpr const char* kChecksumKey = "index_crc32";
+// What serialize() puts after the index's last field: the checksum of every byte before it.
+constexpr const char* kChecksumLead = ",\n \"index_crc32\": ";
+
+// The index's types and ranges, checked before anything is read from it. Fields a version does not know are
+// reported (the loader names them in a warning) rather than refused: a newer writer may add fields older readers skip.
+const JsonSchema& index_schema() {
+  using S = JsonSchema;
+  const S shape = S::array(S::integer(0, std::uint64_t{1} << 40), 8);
+  const S count = S::integer(0, kMaxCount);
+  const S slot = S::object({required("name", S::string(4096)), required("shape", shape),
+                            required("weight_decay", S::boolean()), required("trainable", S::boolean())},
+                           S::Unknown::kReport);
+  const S unit = S::object({required("name", S::string(4096)), required("slots", S::array(slot))}, S::Unknown::kReport);
+  const S file = S::object({required("name", S::string(4096)), required("bytes", count)}, S::Unknown::kReport);
+  const S chunk = S::object({required("file", S::integer(0, 1 << 30)), required("offset", count),
+                             required("box_offset", shape), required("box_shape", shape), required("begin", count),
+                             required("count", count), required("crc32", S::array(S::integer(0, UINT32_MAX)))},
+                            S::Unknown::kReport);
+  const S tensor = S::object({required("shape", shape), required("dtype", S::string(64)),
+                              required("chunks", S::array(chunk))},
+                             S::Unknown::kReport);
+  const S degree = S::integer(1, 1 << 24);
+  const S layout = S::object({optional("mesh", S::object({optional("pp", degree), optional("dp_replicate", degree),
+                                                          optional("dp_shard", degree), optional("tp", degree)},
+                                                         S::Unknown::kReport)),
+                              optional("zero_stage", S::integer(0, 3)), optional("param_dtype", S::string(64)),
+                              optional("reduce_dtype", S::string(64)), optional("offload", S::string(64)),
+                              optional("imported_from", S::string())},
+                             S::Unknown::kReport);
+  const S real = S::number(0, 1e30);
+  const S optimizer = S::object(
+      {required("name", S::one_of({"adamw"})), required("step", count),
+       required("loss_scale", S::number(0, 3.4e38, true)), required("good_steps", S::integer(0, INT32_MAX)),
+       optional("config", S::object({optional("lr", real), optional("beta1", S::number(0, 1)),
+                                     optional("beta2", S::number(0, 1)), optional("eps", real),
+                                     optional("weight_decay", real)},
+                                    S::Unknown::kReport))},
+      S::Unknown::kReport);
+  // state.trainer is the trainer's own (it checks it against its own schema when it resumes: models/gpt).
+  const S state = S::object({optional("optimizer", optimizer), optional("trainer", S::map(S::any())),
+                             optional("import", S::map(S::any()))},
+                            S::Unknown::kReport);
+  static const S s = S::object({required("format", S::string(256)), required("version", S::integer(1, INT32_MAX)),
+                                required("step", count), required("world_size", degree), required("layout", layout),
+                                required("model", S::object({required("units", S::array(unit))}, S::Unknown::kReport)),
+                                required("block_bytes", S::integer(64, std::uint64_t{1} << 30)),
+                                required("files", S::array(file)), required("tensors", S::map(tensor)),
+                                required("state", state), optional(kChecksumKey, S::integer(0, UINT32_MAX))},
+                               S::Unknown::kReport);
+  return s;
 }
 
-std::uint64_t unsigned_field(const nlohmann::json& j, const char* key, const std::string& where,
-                             const std::string& path) {
-  return field(j, key, nlohmann::json::value_t::number_unsigned, where, path).get<std::uint64_t>();
+// The index's own checksum: the text must end with kChecksumLead, the CRC-32 of every byte before it, and "\n}"
+// (serialize()'s form). Throws kIo when it does not.
+void check_index_checksum(const std::string& text, std::uint64_t recorded, const std::string& where) {
+  std::size_t end = text.size();
+  while (end > 0 && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  const std::size_t lead = text.rfind(kChecksumLead);
+  const std::size_t digits = lead == std::string::npos ? 0 : lead + std::char_traits<char>::length(kChecksumLead);
+  const bool in_place = lead != std::string::npos && end >= digits + 3 && text.compare(end - 2, 2, "\n}") == 0 &&
+                        text.substr(digits, end - 2 - digits) == std::to_string(recorded);
+  if (!in_place)
+    bad(where, fmt::format("its checksum (\"{}\": {}) is not its last field, where Strata writes it: the index was "
+                           "rewritten by another program, so its contents cannot be checked. Restore the original, or "
+                           "remove the field to load it unchecked",
+                           kChecksumKey, recorded));
+  const std::uint32_t actual = crc32_of(text.data(), lead);
+  if (actual != recorded)
+    bad(where, fmt::format("its contents do not match its checksum (\"{}\": {}, the bytes before it give {}): the "
+                           "index changed after it was written (a flipped bit on disk, or an edit)",
+                           kChecksumKey, recorded, actual));
 }
 
-std::vector<std::int64_t> shape_field(const nlohmann::json& j, const char* key, const std::string& where,
-                                      const std::string& path) {
-  const nlohmann::json& a = field(j, key, nlohmann::json::value_t::array, where, path);
-  if (a.size() > 8) bad(where, fmt::format("{}.{} has {} dimensions", path, key, a.size()));
-  std::vector<std::int64_t> out;
-  for (const nlohmann::json& d : a) {
-    if (!d.is_number_integer() || d.get<std::int64_t>() < 0 || d.get<std::int64_t>() > (std::int64_t{1} << 40))
-      bad(where, fmt::format("{}.{} holds {}, not a dimension", path, key, d.dump()));
-    out.push_back(d.get<std::int64_t>());
-  }
-  return out;
-}
+std::vector<std::int64_t> shape_of(const nlohmann::json& a) { return a.get<std::vector<std::int64_t>>(); }
 
 // The element count of a shape, refusing one that does not fit 2^50.
 std::uint64_t numel_checked(const std::vector<std::int64_t>& shape, const std::string& where, const std::string& what) {
@@ -164,96 +212,90 @@ nlohmann::json CheckpointIndex::to_json() const {
           {"state", state}};
 }
 
-std::string CheckpointIndex::serialize() const { return to_json().dump(1); }
+std::string CheckpointIndex::serialize() const {
+  // to_json().dump(1) ends in "\n}": the checksum of everything before goes in as the last field.
+  std::string text = to_json().dump(1);
+  text.resize(text.size() - 2);
+  const std::uint32_t crc = crc32_of(text.data(), text.size());
+  return text + kChecksumLead + std::to_string(crc) + "\n}";
+}
 
 CheckpointIndex CheckpointIndex::parse(const std::string& text, const std::string& where) {
-  using V = nlohmann::json::value_t;
-  // Nesting is bounded while parsing: copying or printing a value nested thousands deep recurses past the stack
-  // (nlohmann::json's parser itself does not recurse).
-  bool too_deep = false;
-  nlohmann::json j = nlohmann::json::parse(
-      text,
-      [&](int depth, nlohmann::json::parse_event_t, nlohmann::json&) {
-        if (depth > kMaxJsonDepth) too_deep = true;
-        return !too_deep;
-      },
-      /*allow_exceptions=*/false);
-  if (too_deep) bad(where, fmt::format("nested deeper than {} levels", kMaxJsonDepth));
-  if (j.is_discarded()) bad(where, "not valid JSON");
+  const nlohmann::json j = parse_json(text, "checkpoint index " + where, ErrorCode::kIo);
   if (!j.is_object()) bad(where, "not a JSON object");
   if (!j.contains("format") || !j["format"].is_string() || j["format"].get<std::string>() != kCheckpointFormatName)
     bad(where, fmt::format("not a {} index (its \"format\" field is missing or different)", kCheckpointFormatName));
+  // The version before anything else: a newer one may have other fields, and another checksum.
+  if (j.contains("version") && j["version"].is_number_integer()) {
+    const std::int64_t version = j["version"].get<std::int64_t>();
+    if (version > kCheckpointFormatVersion)
+      bad(where, fmt::format("format version {} was written by a newer Strata (this one reads up to {})", version,
+                             kCheckpointFormatVersion));
+    if (version < 1) bad(where, fmt::format("format version {} does not exist", version));
+  }
   CheckpointIndex x;
-  const std::int64_t version = field(j, "version", V::number_integer, where, "index").get<std::int64_t>();
-  if (version > kCheckpointFormatVersion)
-    bad(where, fmt::format("format version {} was written by a newer Strata (this one reads up to {})", version,
-                           kCheckpointFormatVersion));
-  if (version < 1) bad(where, fmt::format("format version {} does not exist", version));
-  x.version = static_cast<int>(version);
-  x.step = field(j, "step", V::number_integer, where, "index").get<std::int64_t>();
-  if (x.step < 0) bad(where, fmt::format("step {} is negative", x.step));
-  const std::uint64_t world = unsigned_field(j, "world_size", where, "index");
-  if (world < 1 || world > (1u << 24)) bad(where, fmt::format("world_size {} is not a rank count", world));
-  x.world_size = static_cast<int>(world);
-  x.layout = field(j, "layout", V::object, where, "index");
-  x.state = field(j, "state", V::object, where, "index");
-  x.block_bytes = unsigned_field(j, "block_bytes", where, "index");
-  if (x.block_bytes < 64 || x.block_bytes > (std::uint64_t{1} << 30))
-    bad(where, fmt::format("block_bytes {} is outside [64, 2^30]", x.block_bytes));
+  const std::vector<std::string> unknown = index_schema().check(j, "checkpoint index " + where, ErrorCode::kIo);
+  x.unknown_fields = unknown;
+  x.checksummed = j.contains(kChecksumKey);
+  if (x.checksummed) check_index_checksum(text, j[kChecksumKey].get<std::uint64_t>(), where);
+  // From here every field is present, of its type and in its range; what follows checks how they fit together.
+  x.version = j["version"].get<int>();
+  x.step = j["step"].get<std::int64_t>();
+  x.world_size = j["world_size"].get<int>();
+  x.layout = j["layout"];
+  x.state = j["state"];
+  x.block_bytes = j["block_bytes"].get<std::uint64_t>();
 
-  const nlohmann::json& model = field(j, "model", V::object, where, "index");
-  const nlohmann::json& units = field(model, "units", V::array, where, "model");
+  const nlohmann::json& units = j["model"]["units"];
   for (std::size_t u = 0; u < units.size(); ++u) {
     const std::string path = fmt::format("model.units[{}]", u);
     UnitSpec spec;
-    spec.name = field(units[u], "name", V::string, where, path).get<std::string>();
-    const nlohmann::json& slots = field(units[u], "slots", V::array, where, path);
+    spec.name = units[u]["name"].get<std::string>();
+    const nlohmann::json& slots = units[u]["slots"];
     for (std::size_t s = 0; s < slots.size(); ++s) {
-      const std::string sp = fmt::format("{}.slots[{}]", path, s);
       SlotSpec slot;
-      slot.name = field(slots[s], "name", V::string, where, sp).get<std::string>();
-      slot.shape = shape_field(slots[s], "shape", where, sp);
-      slot.weight_decay = field(slots[s], "weight_decay", V::boolean, where, sp).get<bool>();
-      slot.trainable = field(slots[s], "trainable", V::boolean, where, sp).get<bool>();
-      numel_checked(slot.shape, where, sp);
+      slot.name = slots[s]["name"].get<std::string>();
+      slot.shape = shape_of(slots[s]["shape"]);
+      slot.weight_decay = slots[s]["weight_decay"].get<bool>();
+      slot.trainable = slots[s]["trainable"].get<bool>();
+      numel_checked(slot.shape, where, fmt::format("{}.slots[{}]", path, s));
       spec.slots.push_back(std::move(slot));
     }
     x.units.push_back(std::move(spec));
   }
 
-  const nlohmann::json& files = field(j, "files", V::array, where, "index");
+  const nlohmann::json& files = j["files"];
   for (std::size_t f = 0; f < files.size(); ++f) {
-    const std::string path = fmt::format("files[{}]", f);
     FileRecord r;
-    r.name = field(files[f], "name", V::string, where, path).get<std::string>();
+    r.name = files[f]["name"].get<std::string>();
     if (r.name.empty() || r.name.find('/') != std::string::npos || r.name == "." || r.name == "..")
-      bad(where, fmt::format("{} names '{}', not a file of the checkpoint's directory", path, r.name));
-    r.bytes = unsigned_field(files[f], "bytes", where, path);
+      bad(where, fmt::format("files[{}] names '{}', not a file of the checkpoint's directory", f, r.name));
+    r.bytes = files[f]["bytes"].get<std::uint64_t>();
     x.files.push_back(std::move(r));
   }
 
-  const nlohmann::json& tensors = field(j, "tensors", V::object, where, "index");
-  for (const auto& [name, tj] : tensors.items()) {
+  for (const auto& [name, tj] : j["tensors"].items()) {
     const std::string path = fmt::format("tensors[\"{}\"]", name);
     TensorRecord t;
     t.name = name;
-    t.shape = shape_field(tj, "shape", where, path);
-    const std::string dtype = field(tj, "dtype", V::string, where, path).get<std::string>();
+    t.shape = shape_of(tj["shape"]);
+    const std::string dtype = tj["dtype"].get<std::string>();
     if (dtype != "f32" && dtype != "bf16" && dtype != "f16")
       bad(where, fmt::format("{} has dtype '{}' (a checkpoint holds f32, bf16 or f16)", path, dtype));
     t.dtype = parse_dtype(dtype);
     const std::uint64_t esz = dtype_size(t.dtype);
-    const std::uint64_t n = numel_checked(t.shape, where, path);
-    const nlohmann::json& chunks = field(tj, "chunks", V::array, where, path);
+    numel_checked(t.shape, where, path);
+    const nlohmann::json& chunks = tj["chunks"];
     for (std::size_t c = 0; c < chunks.size(); ++c) {
       const std::string cp = fmt::format("{}.chunks[{}]", path, c);
+      const nlohmann::json& cj = chunks[c];
       ChunkRecord r;
-      const std::uint64_t file = unsigned_field(chunks[c], "file", where, cp);
+      const std::uint64_t file = cj["file"].get<std::uint64_t>();
       if (file >= x.files.size()) bad(where, fmt::format("{} names file {} of {}", cp, file, x.files.size()));
       r.file = static_cast<int>(file);
-      r.offset = unsigned_field(chunks[c], "offset", where, cp);
-      r.box_offset = shape_field(chunks[c], "box_offset", where, cp);
-      r.box_shape = shape_field(chunks[c], "box_shape", where, cp);
+      r.offset = cj["offset"].get<std::uint64_t>();
+      r.box_offset = shape_of(cj["box_offset"]);
+      r.box_shape = shape_of(cj["box_shape"]);
       if (r.box_offset.size() != t.shape.size() || r.box_shape.size() != t.shape.size())
         bad(where, fmt::format("{}'s box has {} / {} dimensions, the tensor {}", cp, r.box_offset.size(),
                                r.box_shape.size(), t.shape.size()));
@@ -261,8 +303,8 @@ CheckpointIndex CheckpointIndex::parse(const std::string& text, const std::strin
         if (r.box_offset[d] + r.box_shape[d] > t.shape[d])
           bad(where, fmt::format("{}'s box leaves the tensor in dimension {}", cp, d));
       const std::uint64_t box_n = numel_checked(r.box_shape, where, cp);
-      r.begin = unsigned_field(chunks[c], "begin", where, cp);
-      r.count = unsigned_field(chunks[c], "count", where, cp);
+      r.begin = cj["begin"].get<std::uint64_t>();
+      r.count = cj["count"].get<std::uint64_t>();
       if (r.count == 0 || r.begin > box_n || r.count > box_n - r.begin)
         bad(where, fmt::format("{} holds elements [{}, {}) of a box of {}", cp, r.begin, r.begin + r.count, box_n));
       const std::uint64_t bytes = r.count * esz;
@@ -270,16 +312,11 @@ CheckpointIndex CheckpointIndex::parse(const std::string& text, const std::strin
       if (r.offset > fr.bytes || bytes > fr.bytes - r.offset)
         bad(where, fmt::format("{} (bytes [{}, {})) lies outside {} ({} bytes)", cp, r.offset, r.offset + bytes,
                                fr.name, fr.bytes));
-      const nlohmann::json& crcs = field(chunks[c], "crc32", V::array, where, cp);
+      const nlohmann::json& crcs = cj["crc32"];
       const std::uint64_t blocks = (bytes + x.block_bytes - 1) / x.block_bytes;
       if (crcs.size() != blocks)
         bad(where, fmt::format("{} has {} checksums for its {} blocks", cp, crcs.size(), blocks));
-      for (const nlohmann::json& crc : crcs) {
-        if (!crc.is_number_unsigned() || crc.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max())
-          bad(where, fmt::format("{} has a checksum that is not a 32-bit value", cp));
-        r.crc32.push_back(crc.get<std::uint32_t>());
-      }
-      (void)n;
+      for (const nlohmann::json& crc : crcs) r.crc32.push_back(crc.get<std::uint32_t>());
       t.chunks.push_back(std::move(r));
     }
     std::sort(t.chunks.begin(), t.chunks.end(), chunk_before);

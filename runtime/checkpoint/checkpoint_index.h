@@ -58,14 +58,19 @@ struct CheckpointIndex {
   std::vector<FileRecord> files;
   std::map<std::string, TensorRecord> tensors;
   nlohmann::json state = nlohmann::json::object();   // optimizer scalars, the trainer's position, its configuration
+  // What parse() found beside the fields: whether the index carried its own checksum (every index written since
+  // Hardening 2 does; older ones load unchecked, with a warning), and the paths of fields this version does not know.
+  bool checksummed = false;
+  std::vector<std::string> unknown_fields;
 
   nlohmann::json to_json() const;
-  std::string serialize() const;  // to_json().dump(1)
+  // to_json().dump(1) with the index's own checksum as its last field: "index_crc32", the CRC-32 of every byte before.
+  std::string serialize() const;
   // Parses and validates an index (`where` names it in errors: "DIR/step-00000010/index.json"). kIo for anything
-  // wrong: not JSON, another format, a newer version ("written by a newer Strata"), a field missing or of the wrong
-  // type, a dtype or shape that is not one, a chunk outside its box, file or tensor, checksums that do not match the
-  // chunk's length, chunks that overlap (in one box, or through boxes that intersect). Never reads past its input or
-  // trusts a size.
+  // wrong: not JSON, another format, a newer version ("written by a newer Strata"), a checksum that does not match,
+  // a field missing, of the wrong type or out of range (the schema check names its JSON path), a dtype or shape that
+  // is not one, a chunk outside its box, file or tensor, checksums that do not match the chunk's length, chunks that
+  // overlap (in one box, or through boxes that intersect). Never reads past its input or trusts a size.
   static CheckpointIndex parse(const std::string& text, const std::string& where);
 
   const TensorRecord& tensor(const std::string& name) const;  // kIo "... has no tensor 'x'"

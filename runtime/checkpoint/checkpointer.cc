@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -10,8 +11,10 @@
 #include "collectives/rank_values.h"
 #include "core/device_registry.h"
 #include "core/error.h"
+#include "core/json_schema.h"
 #include "core/logging.h"
 #include "runtime/checkpoint/checkpoint_reader.h"
+#include "runtime/checkpoint/checkpoint_values.h"
 #include "runtime/checkpoint/chunk_file.h"
 #include "runtime/checkpoint/slice_chunk.h"
 #include "runtime/optim/nonfinite.h"
@@ -22,6 +25,19 @@ namespace {
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// A rank's sidecar (Checkpointer::write): its file's size and its chunk records, by tensor.
+const JsonSchema& sidecar_schema() {
+  using S = JsonSchema;
+  const S count = S::integer(0, std::uint64_t{1} << 62);
+  const S shape = S::array(S::integer(0, std::uint64_t{1} << 40), 8);
+  const S chunk = S::object({required("offset", count), required("box_offset", shape), required("box_shape", shape),
+                             required("begin", count), required("count", count),
+                             required("crc32", S::array(S::integer(0, UINT32_MAX)))});
+  static const S s = S::object({required("file", S::string(4096)), required("bytes", count),
+                                required("tensors", S::map(S::array(chunk)))});
+  return s;
 }
 
 nlohmann::json chunk_json(const ChunkRecord& c) {
@@ -101,6 +117,18 @@ Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communi
   // Staging is host memory in a ledger: the device's own on the CPU backend (its memory is host memory), else a
   // page-locked host device of the checkpointer's.
   if (model_.device().kind() != DeviceKind::kCpu) staging_device_ = create_host_device(model_.device());
+  // One job owns a directory: two would replace and prune each other's checkpoints, both exiting 0.
+  std::string error;
+  if (world_.rank() == 0) {
+    try {
+      dir_.create();
+      lock_ = DirLock::acquire(options_.dir, "checkpoint directory", "");
+      if (!lock_.takeover().empty()) logger("ckpt").warn("{}", lock_.takeover());
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree_with_root(world_, 0, error.empty(), error);
 }
 
 Checkpointer::~Checkpointer() {
@@ -327,13 +355,20 @@ void Checkpointer::commit(Staged& s) {
       for (int r = 0; r < world_.size(); ++r) {
         const std::string sidecar = s.tmp_dir + "/" + CheckpointDir::rank_file(r) + ".json";
         if (!fs::exists(sidecar)) continue;  // a rank that owns no elements writes nothing
-        const nlohmann::json side = nlohmann::json::parse(read_text_file(sidecar));
+        // Written by a rank of this save, but read as any JSON is: through the schema check, naming the field.
+        const std::string origin = "checkpoint sidecar " + sidecar;
+        const nlohmann::json side = parse_json(read_text_file(sidecar), origin, ErrorCode::kIo);
+        sidecar_schema().check(side, origin, ErrorCode::kIo);
         const int file = static_cast<int>(index.files.size());
         index.files.push_back(FileRecord{side["file"].get<std::string>(), side["bytes"].get<std::uint64_t>()});
-        for (const auto& [name, chunks] : side["tensors"].items())
+        for (const auto& [name, chunks] : side["tensors"].items()) {
+          auto t = tensors.find(name);
+          STRATA_CHECK_CODE(ErrorCode::kIo, t != tensors.end(), "{}: tensor '{}' is not one of the model's", origin,
+                            name);
           for (const nlohmann::json& c : chunks)
-            tensors.at(name).chunks.push_back(ChunkRecord{file, c["offset"], c["box_offset"], c["box_shape"],
-                                                          c["begin"], c["count"], c["crc32"]});
+            t->second.chunks.push_back(ChunkRecord{file, c["offset"], c["box_offset"], c["box_shape"], c["begin"],
+                                                   c["count"], c["crc32"]});
+        }
         fs::remove(sidecar);
       }
       // In box order, as a parse leaves them.
@@ -361,6 +396,15 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   const CheckpointIndex index = dir_.read_index(step);
   const std::string where = dir_.step_path(step);
   index.check_model(global_declaration(part_.whole), where);
+  if (world_.rank() == 0) {
+    if (!index.checksummed)
+      logger("ckpt").warn("{}/index.json carries no checksum of its own (written by a Strata from before index "
+                          "checksums): loaded, its fields checked for type and range only",
+                          where);
+    for (const std::string& f : index.unknown_fields)
+      logger("ckpt").warn("{}/index.json: field {} is not one this Strata knows (a newer writer's?): ignored", where,
+                          f);
+  }
   const std::int64_t optimizer_step = index.state.value("optimizer", nlohmann::json::object()).value("step", -1);
 
   ShardedParameters& params = model_.parameters();
@@ -404,6 +448,17 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
       }
       if (covered < wn) std::fill(out, out + wn, 0.0f);  // padding among the runs, which overwrite the rest
       reader.read_f32(t, batch);
+      // Values with valid checksums can still be impossible (a NaN moment, a negative second moment): refused here,
+      // before a step could turn them into advice to lower the learning rate. The masters are checked below, over
+      // every rank at once.
+      if (name != params_tensor(slot.name))
+        for (const CheckpointReader::Run& run : batch) {
+          const std::size_t bad = first_bad_value(name, run.out, run.count);
+          STRATA_CHECK_CODE(ErrorCode::kNonFinite, bad == run.count,
+                            "loading {}: {}; the checkpoint's checksums match, so it was written so (a run that "
+                            "diverged, or an edited file): resume from another checkpoint",
+                            where, describe_bad_value(name, run.begin + bad, run.out[bad]));
+        }
       if (!host_state) state.copy_from_host(dst + w, values.data(), wn * 4);
     }
   };

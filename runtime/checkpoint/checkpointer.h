@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "core/dir_lock.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/optim/sharded_adamw.h"
 #include "runtime/parallel/device_mesh.h"
@@ -58,8 +59,10 @@ struct CheckpointPart {
 
 class Checkpointer {
  public:
-  // `world` is the communicator every rank of the job is in (the commit is agreed over it). A model without
-  // tensor parallelism (no slot split: SlotSpec::tp).
+  // Collective. `world` is the communicator every rank of the job is in (the commit is agreed over it). A model without
+  // tensor parallelism (no slot split: SlotSpec::tp). Rank 0 creates the directory and takes its lock (DIR/.lock,
+  // core/dir_lock.h) for the Checkpointer's life: a directory another live job owns is kIo on every rank, naming that
+  // job; a lock a dead job left is taken over with a warning.
   Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, CheckpointOptions options);
   // Over a mesh: its world, and its tp group, whose rank says which slice of each split slot this rank holds.
   // kInvalidArgument when a split slot's shape is not its slice at the mesh's tp degree.
@@ -109,6 +112,7 @@ class Checkpointer {
   CheckpointOptions options_;
   CheckpointPart part_;  // whole: the model's own declaration unless a pipeline part says otherwise
   CheckpointDir dir_;
+  DirLock lock_;  // rank 0: the directory is this job's
   std::unique_ptr<Device> staging_device_;  // host memory for staging, with its own ledger
   std::unique_ptr<Staged> in_flight_;
   std::thread writer_;

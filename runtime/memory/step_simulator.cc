@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "core/error.h"
+#include "core/file_checks.h"
+#include "core/json_schema.h"
 
 namespace strata {
 
@@ -20,29 +20,34 @@ namespace {
 #define STRATA_CLUSTER_CHECK(cond, origin, ...) \
   STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, cond, "cluster file {}: {}", origin, fmt::format(__VA_ARGS__))
 
-const nlohmann::json& field(const nlohmann::json& j, const char* key, const std::string& path,
-                            const std::string& origin) {
-  STRATA_CLUSTER_CHECK(j.is_object() && j.contains(key), origin, "missing field \"{}{}\"", path, key);
-  return j.at(key);
+constexpr std::size_t kMaxClusterFileBytes = 1 << 20;  // the shipped ones are under 2 KiB
+
+// Every field of a cluster file, its type and range; anything else is refused (a misspelt optional field would
+// otherwise be ignored without a word).
+const JsonSchema& cluster_schema() {
+  const JsonSchema rate = JsonSchema::number(0, 1e12, true);  // > 0
+  const JsonSchema non_negative = JsonSchema::number(0, 1e12);
+  const JsonSchema link = JsonSchema::object({required("bandwidth_gbs", rate), required("latency_us", non_negative)});
+  static const JsonSchema s = JsonSchema::object({
+      optional("name", JsonSchema::string(1024)),
+      optional("notes", JsonSchema::string()),
+      required("devices_per_node", JsonSchema::integer(1, 1 << 20)),
+      required("peak_tflops", rate),
+      required("gemm_efficiency", JsonSchema::number(0, 1, true)),
+      required("hbm_bytes", JsonSchema::number(0, 1e18, true)),
+      required("memory_bandwidth_gbs", rate),
+      required("elementwise_bytes", non_negative),
+      required("intra_node", link),
+      required("inter_node", link),
+      optional("cpu", JsonSchema::object({required("cores", JsonSchema::integer(1, 1 << 20)),
+                                          required("thread_efficiency", JsonSchema::number(0, 1, true)),
+                                          required("oversubscribed_latency_us", non_negative),
+                                          optional("host_overhead_ms", non_negative)})),
+  });
+  return s;
 }
 
-double number(const nlohmann::json& j, const char* key, const std::string& path, const std::string& origin) {
-  const nlohmann::json& v = field(j, key, path, origin);
-  STRATA_CLUSTER_CHECK(v.is_number(), origin, "field \"{}{}\" must be a number, got {}", path, key, v.dump());
-  return v.get<double>();
-}
-
-int count(const nlohmann::json& j, const char* key, const std::string& path, const std::string& origin) {
-  const nlohmann::json& v = field(j, key, path, origin);
-  STRATA_CLUSTER_CHECK(v.is_number_integer(), origin, "field \"{}{}\" must be an integer, got {}", path, key, v.dump());
-  return v.get<int>();
-}
-
-LinkSpec link(const nlohmann::json& j, const char* key, const std::string& origin) {
-  const nlohmann::json& l = field(j, key, "", origin);
-  const std::string path = std::string(key) + ".";
-  return {number(l, "bandwidth_gbs", path, origin), number(l, "latency_us", path, origin)};
-}
+LinkSpec link(const nlohmann::json& l) { return {l["bandwidth_gbs"].get<double>(), l["latency_us"].get<double>()}; }
 
 }  // namespace
 
@@ -75,42 +80,35 @@ void ClusterSpec::validate() const {
 }
 
 ClusterSpec parse_cluster(const std::string& json_text, const std::string& origin) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(json_text);
-  } catch (const nlohmann::json::exception& e) {
-    STRATA_THROW(ErrorCode::kInvalidArgument, "cluster file {}: not valid JSON: {}", origin, e.what());
-  }
-  STRATA_CLUSTER_CHECK(j.is_object(), origin, "the top level must be an object, got {}", j.type_name());
+  const std::string what = "cluster file " + origin;
+  const nlohmann::json j = parse_json(json_text, what);
+  cluster_schema().check(j, what);  // from here every field is present, of its type and in its range
   ClusterSpec c;
   c.origin = origin;
   c.name = j.value("name", origin);
-  c.devices_per_node = count(j, "devices_per_node", "", origin);
-  c.peak_tflops = number(j, "peak_tflops", "", origin);
-  c.gemm_efficiency = number(j, "gemm_efficiency", "", origin);
-  c.hbm_bytes = number(j, "hbm_bytes", "", origin);
-  c.memory_gbs = number(j, "memory_bandwidth_gbs", "", origin);
-  c.elementwise_bytes = number(j, "elementwise_bytes", "", origin);
-  c.intra = link(j, "intra_node", origin);
-  c.inter = link(j, "inter_node", origin);
+  c.devices_per_node = j["devices_per_node"].get<int>();
+  c.peak_tflops = j["peak_tflops"].get<double>();
+  c.gemm_efficiency = j["gemm_efficiency"].get<double>();
+  c.hbm_bytes = j["hbm_bytes"].get<double>();
+  c.memory_gbs = j["memory_bandwidth_gbs"].get<double>();
+  c.elementwise_bytes = j["elementwise_bytes"].get<double>();
+  c.intra = link(j["intra_node"]);
+  c.inter = link(j["inter_node"]);
   if (j.contains("cpu")) {
-    const nlohmann::json& cpu = j.at("cpu");
-    c.cores = count(cpu, "cores", "cpu.", origin);
-    STRATA_CLUSTER_CHECK(c.cores >= 1, origin, "cpu.cores {} must be at least 1", c.cores);
-    c.thread_efficiency = number(cpu, "thread_efficiency", "cpu.", origin);
-    c.oversubscribed_latency_us = number(cpu, "oversubscribed_latency_us", "cpu.", origin);
-    if (cpu.contains("host_overhead_ms")) c.host_overhead_ms = number(cpu, "host_overhead_ms", "cpu.", origin);
+    const nlohmann::json& cpu = j["cpu"];
+    c.cores = cpu["cores"].get<int>();
+    c.thread_efficiency = cpu["thread_efficiency"].get<double>();
+    c.oversubscribed_latency_us = cpu["oversubscribed_latency_us"].get<double>();
+    c.host_overhead_ms = cpu.value("host_overhead_ms", 0.0);
   }
   c.validate();
   return c;
 }
 
 ClusterSpec load_cluster(const std::string& path) {
-  std::ifstream f(path);
-  STRATA_CHECK_CODE(ErrorCode::kIo, f.good(), "cluster file {}: cannot open it", path);
-  std::stringstream text;
-  text << f.rdbuf();
-  return parse_cluster(text.str(), path);
+  // Through the checked input path: a FIFO, a device or a huge file is refused before anything is read.
+  const std::string text = read_input_file(path, "cluster file", kMaxClusterFileBytes);
+  return parse_cluster(text, path);
 }
 
 PipelineKind pipeline_kind_from_name(const std::string& name) {

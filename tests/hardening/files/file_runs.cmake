@@ -1,6 +1,9 @@
 # Files through the tools, under mpiexec (cmake -P):
 #   -DMODE=input_fifo          --data, --init and --text naming a FIFO (np 2): every rank stops at once with a message
 #                              naming the flag and "FIFO" (before, each rank blocked in open() for ever).
+#   -DMODE=reader_fifos        strata-plan --cluster, scripts/launch.sh --hostfile and scripts/scale.py --hostfile
+#                              naming a FIFO: each stops at once naming the flag and "FIFO" (before, each blocked in
+#                              open() or read() for ever), and so does each naming a directory.
 #   -DMODE=save_dir_missing    --save, --metrics, --trace, --make-data in a directory that does not exist, and
 #   -DMODE=metrics_dir_missing --checkpoint-dir under a regular file (np 2): a failure naming the flag and the
 #   -DMODE=trace_dir_missing   directory before the first step ("step 0" never printed).
@@ -43,6 +46,26 @@ if(MODE STREQUAL "input_fifo")
   foreach(flag data init text)
     run(fifo_${flag} fail ${launcher} -n 2 ${gpt} --${flag} fifo)
     expect_text(fifo_${flag} "--${flag} 'fifo'" "FIFO")
+  endforeach()
+elseif(MODE STREQUAL "reader_fifos")
+  execute_process(COMMAND mkfifo "${WORK}/fifo" RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "mkfifo failed (${rc})")
+  endif()
+  file(MAKE_DIRECTORY "${WORK}/adir")
+  set(scripts ${CMAKE_CURRENT_LIST_DIR}/../../../scripts)
+  foreach(input fifo adir)
+    if(input STREQUAL "fifo")
+      set(type "FIFO")
+    else()
+      set(type "directory")
+    endif()
+    run(plan_${input} fail ${BIN}/strata-plan --simulate --cluster ${input} --layers 2 --hidden 64 --heads 2 --seq 16)
+    expect_text(plan_${input} "strata-plan: " "cluster file '${input}' is not a regular file but a ${type}")
+    run(launch_${input} fail ${scripts}/launch.sh --hostfile ${input} --dry-run -- true)
+    expect_text(launch_${input} "launch.sh: --hostfile '${input}' is not a regular file")
+    run(scale_${input} fail python3 ${scripts}/scale.py --hostfile ${input} --ranks-per-node 1 --out sweep)
+    expect_text(scale_${input} "scale.py: --hostfile '${input}' is not a regular file but a ${type}")
   endforeach()
 elseif(MODE STREQUAL "save_dir_missing")
   run(save fail ${launcher} -n 2 ${gpt} --save missing/w.safetensors)

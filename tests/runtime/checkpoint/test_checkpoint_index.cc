@@ -65,7 +65,8 @@ CheckpointIndex valid_index() {
   add("params/empty", {0}, {});
   for (const char* k : {"exp_avg/", "exp_avg_sq/"}) add(std::string(k) + "empty", {0}, {});
   for (const char* k : {"params/", "exp_avg/", "exp_avg_sq/"}) add(std::string(k) + "b", {}, {{1, 1}});
-  x.state = {{"optimizer", {{"name", "adamw"}, {"step", 10}}}, {"trainer", {{"next_step", 10}}}};
+  x.state = {{"optimizer", {{"name", "adamw"}, {"step", 10}, {"loss_scale", 1.0}, {"good_steps", 0}}},
+             {"trainer", {{"next_step", 10}}}};
   return x;
 }
 
@@ -164,7 +165,7 @@ TEST(CheckpointIndex, RefusesANewerOrImpossibleVersion) {
   j["version"] = 0;
   expect_refused(j, "version 0 does not exist", "version 0");
   j["version"] = "1";
-  expect_refused(j, "index.version has the wrong type", "a string version");
+  expect_refused(j, ".version: expected an integer, got a string \"1\"", "a string version");
 }
 
 TEST(CheckpointIndex, RefusesMissingFields) {
@@ -173,51 +174,95 @@ TEST(CheckpointIndex, RefusesMissingFields) {
        {"version", "step", "world_size", "layout", "model", "block_bytes", "files", "tensors", "state"}) {
     json j = good;
     j.erase(key);
-    expect_refused(j, fmt::format("index has no \"{}\"", key), key);
+    expect_refused(j, fmt::format(".{}: missing", key), key);
   }
   json j = good;
   j["model"]["units"][0]["slots"][1].erase("trainable");
-  expect_refused(j, "model.units[0].slots[1] has no \"trainable\"", "a slot's flag");
+  expect_refused(j, ".model.units[0].slots[1].trainable: missing", "a slot's flag");
   j = good;
   j["tensors"]["params/w"]["chunks"][1].erase("crc32");
-  expect_refused(j, "tensors[\"params/w\"].chunks[1] has no \"crc32\"", "a chunk's checksums");
+  expect_refused(j, ".tensors[\"params/w\"].chunks[1].crc32: missing", "a chunk's checksums");
   j = good;
   j["files"][0].erase("bytes");
-  expect_refused(j, "files[0] has no \"bytes\"", "a file's size");
+  expect_refused(j, ".files[0].bytes: missing", "a file's size");
 }
 
 TEST(CheckpointIndex, RefusesWrongTypes) {
   const json good = valid_index().to_json();
   json j = good;
   j["step"] = 1.5;
-  expect_refused(j, "index.step has the wrong type", "a fractional step");
+  expect_refused(j, ".step: expected an integer in [0, 2^62], got 1.5", "a fractional step");
   j = good;
   j["world_size"] = -2;
-  expect_refused(j, "index.world_size has the wrong type", "a negative world");
+  expect_refused(j, ".world_size: expected an integer in [1, 2^24], got -2", "a negative world");
   j = good;
   j["layout"] = "zero3";
-  expect_refused(j, "index.layout has the wrong type", "a string layout");
+  expect_refused(j, ".layout: expected an object, got a string", "a string layout");
   j = good;
   j["model"]["units"] = json::object();
-  expect_refused(j, "model.units has the wrong type", "units not a list");
+  expect_refused(j, ".model.units: expected an array, got an object", "units not a list");
   j = good;
   j["model"]["units"][1]["slots"][0]["weight_decay"] = 1;
-  expect_refused(j, "weight_decay has the wrong type", "a number for a flag");
+  expect_refused(j, ".weight_decay: expected true or false, got an integer 1", "a number for a flag");
   j = good;
   j["tensors"]["params/w"]["chunks"][0]["offset"] = "0";
-  expect_refused(j, "chunks[0].offset has the wrong type", "a string offset");
+  expect_refused(j, "chunks[0].offset: expected an integer, got a string", "a string offset");
   j = good;
   j["tensors"]["params/w"]["chunks"][0]["crc32"][0] = std::uint64_t{1} << 33;
-  expect_refused(j, "not a 32-bit value", "a checksum over 32 bits");
+  expect_refused(j, ".crc32[0]: expected an integer in [0, 2^32 - 1], got 8589934592", "a checksum over 32 bits");
   j = good;
   j["tensors"]["params/w"]["chunks"][0]["crc32"][0] = -1;
-  expect_refused(j, "not a 32-bit value", "a negative checksum");
+  expect_refused(j, ".crc32[0]: expected an integer in [0, 2^32 - 1], got -1", "a negative checksum");
   j = good;
   j["step"] = -3;
-  expect_refused(j, "step -3 is negative", "a negative step");
+  expect_refused(j, ".step: expected an integer in [0, 2^62], got -3", "a negative step");
   j = good;
   j["block_bytes"] = 8;
-  expect_refused(j, "block_bytes 8 is outside", "a tiny block");
+  expect_refused(j, ".block_bytes: expected an integer in [64, 2^30], got 8", "a tiny block");
+}
+
+// Hardening 2: the index carries its own checksum (its last field); a digit changed anywhere before it is refused, an
+// index rewritten by another program (the field elsewhere) is refused, and one without the field (written before)
+// loads, marked unchecked.
+TEST(CheckpointIndex, CarriesAndChecksItsOwnChecksum) {
+  const std::string text = valid_index().serialize();
+  ASSERT_NE(text.find("\"index_crc32\": "), std::string::npos) << text;
+  EXPECT_TRUE(CheckpointIndex::parse(text, kWhere).checksummed);
+  EXPECT_EQ(CheckpointIndex::parse(text, kWhere).serialize(), text);
+  // One digit of the step (10 -> 19): valid JSON, in range, caught only by the checksum.
+  std::string flipped = text;
+  const std::size_t at = flipped.find("\"step\": 10");
+  ASSERT_NE(at, std::string::npos);
+  flipped[at + 9] = '9';
+  expect_refused_text(flipped, "its contents do not match its checksum");
+  // The checksum's own digits.
+  std::string wrong = text;
+  wrong[wrong.rfind('}') - 2] = wrong[wrong.rfind('}') - 2] == '1' ? '2' : '1';
+  expect_refused_text(wrong, "its contents do not match its checksum");
+  // Rewritten (keys sorted by a JSON tool): the checksum is no longer where Strata writes it.
+  expect_refused_text(json::parse(text).dump(1), "is not its last field, where Strata writes it");
+  // Written before index checksums: loads, unchecked.
+  EXPECT_FALSE(CheckpointIndex::parse(valid_index().to_json().dump(1), kWhere).checksummed);
+}
+
+// Fields this version does not know are named (for the loader's warning), not refused; state the runtime reads is
+// checked for type and range, naming the index and the field.
+TEST(CheckpointIndex, NamesUnknownFieldsAndChecksTheOptimizerState) {
+  json j = valid_index().to_json();
+  j["future_field"] = 1;
+  j["model"]["units"][0]["extra"] = true;
+  const CheckpointIndex y = CheckpointIndex::parse(j.dump(), kWhere);
+  EXPECT_EQ(y.unknown_fields, (std::vector<std::string>{".model.units[0].extra", ".future_field"}));
+  j = valid_index().to_json();
+  j["state"]["optimizer"]["step"] = "10";
+  expect_refused(j, ".state.optimizer.step: expected an integer, got a string \"10\"", "a string optimizer step");
+  j = valid_index().to_json();
+  j["state"]["optimizer"]["step"] = -1;
+  expect_refused(j, ".state.optimizer.step: expected an integer in [0, 2^62], got -1", "a negative optimizer step");
+  j = valid_index().to_json();
+  j["state"]["optimizer"]["loss_scale"] = 0;
+  j["state"]["optimizer"]["good_steps"] = 0;
+  expect_refused(j, ".state.optimizer.loss_scale: expected a number in (0, ", "a zero loss scale");
 }
 
 TEST(CheckpointIndex, RefusesBadDtypesAndShapes) {
@@ -229,16 +274,16 @@ TEST(CheckpointIndex, RefusesBadDtypesAndShapes) {
   expect_refused(j, "has dtype 'float128'", "not a dtype");
   j = good;
   j["tensors"]["params/w"]["shape"] = {3, -5};
-  expect_refused(j, "holds -5, not a dimension", "a negative dimension");
+  expect_refused(j, ".shape[1]: expected an integer in [0, 2^40], got -5", "a negative dimension");
   j = good;
   j["model"]["units"][0]["slots"][0]["shape"] = {-1};
-  expect_refused(j, "holds -1, not a dimension", "a negative slot dimension");
+  expect_refused(j, ".shape[0]: expected an integer in [0, 2^40], got -1", "a negative slot dimension");
   j = good;
   j["tensors"]["params/w"]["shape"] = {3, "5"};
-  expect_refused(j, "not a dimension", "a string dimension");
+  expect_refused(j, ".shape[1]: expected an integer, got a string", "a string dimension");
   j = good;
   j["tensors"]["params/w"]["shape"] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-  expect_refused(j, "has 9 dimensions", "too many dimensions");
+  expect_refused(j, ".shape: 9 items, more than 8", "too many dimensions");
   j = good;
   j["tensors"]["params/w"]["shape"] = {1 << 30, 1 << 30, 1 << 30};
   expect_refused(j, "more than 2^50 elements", "an absurd size");

@@ -195,7 +195,7 @@ TEST(Checkpointer, OnlyCommittedCheckpointsLoadAndOldOnesArePruned) {
       EXPECT_EQ(kc.latest_step(), s);
       std::size_t entries = 0;
       for ([[maybe_unused]] const auto& e : fs::directory_iterator(kdir)) ++entries;
-      EXPECT_EQ(entries, want.size() + 1) << "the kept checkpoints and latest, nothing else";
+      EXPECT_EQ(entries, want.size() + 2) << "the kept checkpoints, latest and the lock, nothing else";
     }
     barrier();
     MlpRun b(small_config(), Layout{2}, kSeed + 1);

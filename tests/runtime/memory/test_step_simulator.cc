@@ -206,26 +206,27 @@ TEST(StepSimulator, ClusterFileErrorsNameTheFieldAndTheFile) {
 
   std::string e = cluster_error(with(R"("peak_tflops": 989, )", ""));
   EXPECT_NE(e.find("tools/clusters/bad.json"), std::string::npos) << e;
-  EXPECT_NE(e.find("missing field \"peak_tflops\""), std::string::npos) << e;
+  EXPECT_NE(e.find(".peak_tflops: missing"), std::string::npos) << e;
 
   e = cluster_error(with(R"("bandwidth_gbs": 360)", R"("bandwidth_gbs": -5)"));
   EXPECT_NE(e.find("tools/clusters/bad.json"), std::string::npos) << e;
-  EXPECT_NE(e.find("intra_node.bandwidth_gbs must be a number > 0, got -5"), std::string::npos) << e;
+  EXPECT_NE(e.find(".intra_node.bandwidth_gbs: expected a number in (0, 1000000000000], got -5"), std::string::npos)
+      << e;
 
   e = cluster_error(with(R"(, "latency_us": 8)", ""));
-  EXPECT_NE(e.find("missing field \"inter_node.latency_us\""), std::string::npos) << e;
+  EXPECT_NE(e.find(".inter_node.latency_us: missing"), std::string::npos) << e;
 
   e = cluster_error(with(R"("gemm_efficiency": 0.5)", R"("gemm_efficiency": "high")"));
-  EXPECT_NE(e.find("\"gemm_efficiency\" must be a number"), std::string::npos) << e;
+  EXPECT_NE(e.find(".gemm_efficiency: expected a number, got a string \"high\""), std::string::npos) << e;
 
   e = cluster_error(with(R"("gemm_efficiency": 0.5)", R"("gemm_efficiency": 1.5)"));
-  EXPECT_NE(e.find("gemm_efficiency must be in (0, 1], got 1.5"), std::string::npos) << e;
+  EXPECT_NE(e.find(".gemm_efficiency: expected a number in (0, 1], got 1.5"), std::string::npos) << e;
 
   e = cluster_error(with(R"("devices_per_node": 8)", R"("devices_per_node": 0)"));
-  EXPECT_NE(e.find("devices_per_node 0 must be at least 1"), std::string::npos) << e;
+  EXPECT_NE(e.find(".devices_per_node: expected an integer in [1, 2^20], got 0"), std::string::npos) << e;
 
   e = cluster_error(with(R"("hbm_bytes": 80e9,)", R"("hbm_bytes": 80e9, "cpu": {"cores": 2},)"));
-  EXPECT_NE(e.find("missing field \"cpu.thread_efficiency\""), std::string::npos) << e;
+  EXPECT_NE(e.find(".cpu.thread_efficiency: missing"), std::string::npos) << e;
 
   // cpu.host_overhead_ms is optional: 0 when absent.
   auto with_cpu = [](const std::string& extra) {
@@ -236,10 +237,23 @@ TEST(StepSimulator, ClusterFileErrorsNameTheFieldAndTheFile) {
   EXPECT_EQ(parse_cluster(with_cpu(""), "x").host_overhead_ms, 0);
   EXPECT_EQ(parse_cluster(with_cpu(R"(, "host_overhead_ms": 7)"), "x").host_overhead_ms, 7);
   e = cluster_error(with_cpu(R"(, "host_overhead_ms": -1)"));
-  EXPECT_NE(e.find("cpu.host_overhead_ms must be a number >= 0, got -1"), std::string::npos) << e;
+  EXPECT_NE(e.find(".cpu.host_overhead_ms: expected a number in [0, 1000000000000], got -1"), std::string::npos) << e;
 
   e = cluster_error("{\"devices_per_node\": 8,");
   EXPECT_NE(e.find("not valid JSON"), std::string::npos) << e;
+
+  // Hardening 2: a name that is a number, an integer past 2^32 (once read modulo 2^32, as 8), an unknown key (a
+  // misspelt optional field), a fraction where a count goes.
+  e = cluster_error(with(R"("devices_per_node": 8)", R"("name": 7, "devices_per_node": 8)"));
+  EXPECT_NE(e.find("tools/clusters/bad.json: .name: expected a string, got an integer 7"), std::string::npos) << e;
+  e = cluster_error(with(R"("devices_per_node": 8)", R"("devices_per_node": 4294967304)"));
+  EXPECT_NE(e.find(".devices_per_node: expected an integer in [1, 2^20], got 4294967304"), std::string::npos) << e;
+  e = cluster_error(with_cpu(R"(, "host_overhead_msec": 7)"));
+  EXPECT_NE(e.find(".cpu.host_overhead_msec: unknown key (known here: cores, thread_efficiency, "
+                   "oversubscribed_latency_us, host_overhead_ms)"), std::string::npos) << e;
+  e = cluster_error(with(R"("devices_per_node": 8)", R"("devices_per_node": 8.5)"));
+  EXPECT_NE(e.find(".devices_per_node: expected an integer in [1, 2^20], got 8.5"), std::string::npos) << e;
+  EXPECT_EQ(parse_cluster(with(R"("devices_per_node": 8)", R"("devices_per_node": 8e0)"), "x").devices_per_node, 8);
 }
 
 TEST(StepSimulator, MissingClusterFileIsAnIoError) {

@@ -1,0 +1,53 @@
+// Host memory: sysconf and /proc/meminfo, and the allocation check.
+#include "core/host_memory.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace strata {
+
+std::uint64_t machine_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+std::uint64_t available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "re");
+  unsigned long long kib = 0;
+  if (f) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), f))
+      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    std::fclose(f);
+  }
+  return kib > 0 ? static_cast<std::uint64_t>(kib) * 1024 : machine_memory_bytes();
+}
+
+std::string bytes_text(std::uint64_t bytes) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 6) {
+    v /= 1024;
+    ++u;
+  }
+  if (u == 0) return fmt::format("{} bytes", bytes);
+  return fmt::format("{:.1f} {} ({} bytes)", v, units[u], bytes);
+}
+
+void check_host_allocation(std::uint64_t bytes, std::uint64_t in_use, const std::string& what) {
+  const std::uint64_t machine = machine_memory_bytes();
+  if (machine == 0) return;  // unknown: nothing to compare with
+  const bool fits = bytes <= machine && in_use <= machine - bytes;
+  STRATA_CHECK_CODE(ErrorCode::kOutOfMemory, fits, "{}: {} {}is more than this machine's memory, {} ({} available now)",
+                    what, bytes_text(bytes),
+                    in_use > 0 ? fmt::format("on top of the {} this process holds ", bytes_text(in_use)) : "",
+                    bytes_text(machine), bytes_text(available_memory_bytes()));
+}
+
+}  // namespace strata

@@ -1,0 +1,21 @@
+// Host memory of this machine: its size, what is available now, and the check that a large allocation is one the
+// machine can hold, so that an impossible size fails at once with the size named, not as std::bad_alloc or a SIGBUS
+// when the memory is first touched.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+// Physical memory of this machine (sysconf).
+std::uint64_t machine_memory_bytes();
+// MemAvailable of /proc/meminfo: what can be allocated without swapping; machine_memory_bytes() where unknown.
+std::uint64_t available_memory_bytes();
+// "100.0 GiB (107374182400 bytes)".
+std::string bytes_text(std::uint64_t bytes);
+// kOutOfMemory naming `what`, the size and the machine's memory when `bytes`, on top of `in_use` bytes this process
+// holds already, is more than the machine's physical memory.
+void check_host_allocation(std::uint64_t bytes, std::uint64_t in_use, const std::string& what);
+
+}  // namespace strata
