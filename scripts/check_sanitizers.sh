@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# Runs the checkpoint and safetensors tests under ASan + UBSan, then fuzzes both file parsers with libFuzzer; prints a
-# verdict line per part and exits non-zero when any part fails.
+# Runs the checkpoint and safetensors tests under ASan + UBSan, then fuzzes the three parsers of untrusted files with
+# libFuzzer; prints a verdict line per part and exits non-zero when any part fails.
 # Usage: scripts/check_sanitizers.sh   (after scripts/setup.sh, as .ci/run does: it installs the build's packages)
-#   STRATA_FUZZ_SECONDS=60   how long each fuzzer runs (the two run side by side)
+#   STRATA_FUZZ_SECONDS=60   how long each fuzzer runs (they run side by side)
 #
 #   build-asan  g++, STRATA_SANITIZE=ON: test_gpt and test_checkpoint, run by ctest through mpiexec (np 1 to 4)
-#   build-fuzz  clang++, STRATA_SANITIZE=ON, STRATA_FUZZ=ON: fuzz_safetensors and fuzz_checkpoint_index, each run on
-#               a copy of its seed corpus (tests/fuzz/corpus/<parser>/)
+#   build-fuzz  clang++, STRATA_SANITIZE=ON, STRATA_FUZZ=ON: fuzz_safetensors, fuzz_checkpoint_index and
+#               fuzz_cluster_file (the simulator's cluster files), each run on a copy of its seed corpus
+#               (tests/fuzz/corpus/<parser>/)
 # The tests build with the project's usual compiler: Clang 14, the only one libFuzzer comes with here, cannot compile
 # models/gpt (structured bindings inside OpenMP loops need Clang 16), and the fuzzers do not need the GPT library.
 set -uo pipefail
@@ -89,11 +90,11 @@ fi
 
 # ---- The fuzzers ------------------------------------------------------------------------------------------------
 t0=$SECONDS
-fuzzers=(fuzz_safetensors:safetensors fuzz_checkpoint_index:checkpoint_index)
+fuzzers=(fuzz_safetensors:safetensors fuzz_checkpoint_index:checkpoint_index fuzz_cluster_file:cluster_file)
 if ! cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$clangxx" -DSTRATA_CUDA=OFF \
        -DSTRATA_SANITIZE=ON -DSTRATA_FUZZ=ON; then
   verdict "fuzzers" FAIL "configure of build-fuzz failed"
-elif ! cmake --build build-fuzz -j"$jobs" --target fuzz_safetensors fuzz_checkpoint_index; then
+elif ! cmake --build build-fuzz -j"$jobs" --target fuzz_safetensors fuzz_checkpoint_index fuzz_cluster_file; then
   verdict "fuzzers" FAIL "build of the fuzzers failed"
 else
   echo "check_sanitizers: fuzzers built in $((SECONDS - t0)) s; running each for ${fuzz_seconds} s"

@@ -2,6 +2,16 @@
 # pp_runs.cmake, bf16_runs.cmake): reading --metrics files and comparing steps between runs, bit for bit or within
 # 1e-5, in CMake (no other interpreter is needed), and holding a run to a reference through compare_runs.
 
+# compare_verdict(<rc var> <verdict var> compare_runs arguments...): compare_runs' exit status, and its verdict line
+# without a failure's per-tensor lines. Needs COMPARE.
+function(compare_verdict rc_var verdict_var)
+  execute_process(COMMAND ${COMPARE} ${ARGN} OUTPUT_VARIABLE verdict RESULT_VARIABLE rc)
+  string(REGEX REPLACE "\n  [^\n]*" "" verdict "${verdict}")
+  string(STRIP "${verdict}" verdict)
+  set(${rc_var} ${rc} PARENT_SCOPE)
+  set(${verdict_var} "${verdict}" PARENT_SCOPE)
+endfunction()
+
 # compare_to(<got> <ref> <loss tol> <norm tol> [<param tol>]): compare_runs on ${WORK}/<ref>.jsonl and <got>.jsonl,
 # and with a parameter tolerance on their .safetensors too; prints the verdict (without a failure's per-tensor lines)
 # and appends "<got> vs <ref>" to `failed` in the caller when they differ. Needs COMPARE and WORK.
@@ -12,10 +22,7 @@ function(compare_to got ref loss_tol norm_tol)
     set(param_tol ${ARGV4})
     list(APPEND files ${WORK}/${ref}.safetensors ${WORK}/${got}.safetensors)
   endif()
-  execute_process(COMMAND ${COMPARE} ${loss_tol} ${norm_tol} ${param_tol} ${files}
-                  OUTPUT_VARIABLE verdict RESULT_VARIABLE rc)
-  string(REGEX REPLACE "\n  [^\n]*" "" verdict "${verdict}")
-  string(STRIP "${verdict}" verdict)
+  compare_verdict(rc verdict ${loss_tol} ${norm_tol} ${param_tol} ${files})
   message(STATUS "${got} vs ${ref}: ${verdict}")
   if(NOT rc EQUAL 0)
     set(failed ${failed} "${got} vs ${ref}" PARENT_SCOPE)
@@ -26,9 +33,7 @@ endfunction()
 # <loss tol> relative at some step (compare_runs exits 1 on the loss alone); appends "<got> equals <ref>" to `failed`
 # in the caller when they do not. Needs COMPARE and WORK.
 function(expect_differs got ref loss_tol)
-  execute_process(COMMAND ${COMPARE} ${loss_tol} 1e30 1 ${WORK}/${ref}.jsonl ${WORK}/${got}.jsonl
-                  OUTPUT_VARIABLE verdict RESULT_VARIABLE rc)
-  string(STRIP "${verdict}" verdict)
+  compare_verdict(rc verdict ${loss_tol} 1e30 1 ${WORK}/${ref}.jsonl ${WORK}/${got}.jsonl)
   message(STATUS "${got} vs ${ref}, expected to differ: ${verdict}")
   if(NOT rc EQUAL 1)
     set(failed ${failed} "${got} equals ${ref} (compare_runs exit ${rc})" PARENT_SCOPE)
