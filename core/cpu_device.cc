@@ -234,9 +234,11 @@ void CpuDevice::copy_from_host(void* dev_dst, const void* host_src, std::size_t 
 }
 
 void* CpuDevice::raw_allocate(std::size_t bytes, MemCategory category) {
-  // An impossible size fails here, named, not as a bare bad_alloc or when the memory is first touched.
-  check_host_allocation(bytes, memory_stats().current_total(),
-                        fmt::format("allocating {} on {}", mem_category_name(category), name()));
+  // An impossible size fails here, named, not as a bare bad_alloc or when the memory is first touched (the message is
+  // formatted only then).
+  const std::uint64_t in_use = memory_stats().current_total();
+  if (!host_allocation_fits(bytes, in_use))
+    check_host_allocation(bytes, in_use, fmt::format("allocating {} on {}", mem_category_name(category), name()));
   // What a collective reads goes where a peer on this machine can read it in place (core/shared_host_memory.h).
   if (SharedHostMemory::wants(bytes, category))
     if (void* p = SharedHostMemory::allocate(bytes)) return p;

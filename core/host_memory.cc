@@ -40,14 +40,16 @@ std::string bytes_text(std::uint64_t bytes) {
   return fmt::format("{:.1f} {} ({} bytes)", v, units[u], bytes);
 }
 
-void check_host_allocation(std::uint64_t bytes, std::uint64_t in_use, const std::string& what) {
+bool host_allocation_fits(std::uint64_t bytes, std::uint64_t in_use) {
   const std::uint64_t machine = machine_memory_bytes();
-  if (machine == 0) return;  // unknown: nothing to compare with
-  const bool fits = bytes <= machine && in_use <= machine - bytes;
-  STRATA_CHECK_CODE(ErrorCode::kOutOfMemory, fits, "{}: {} {}is more than this machine's memory, {} ({} available now)",
-                    what, bytes_text(bytes),
+  return machine == 0 || (bytes <= machine && in_use <= machine - bytes);  // unknown: nothing to compare with
+}
+
+void check_host_allocation(std::uint64_t bytes, std::uint64_t in_use, const std::string& what) {
+  STRATA_CHECK_CODE(ErrorCode::kOutOfMemory, host_allocation_fits(bytes, in_use),
+                    "{}: {} {}is more than this machine's memory, {} ({} available now)", what, bytes_text(bytes),
                     in_use > 0 ? fmt::format("on top of the {} this process holds ", bytes_text(in_use)) : "",
-                    bytes_text(machine), bytes_text(available_memory_bytes()));
+                    bytes_text(machine_memory_bytes()), bytes_text(available_memory_bytes()));
 }
 
 }  // namespace strata

@@ -14,8 +14,10 @@ std::uint64_t machine_memory_bytes();
 std::uint64_t available_memory_bytes();
 // "100.0 GiB (107374182400 bytes)".
 std::string bytes_text(std::uint64_t bytes);
-// kOutOfMemory naming `what`, the size and the machine's memory when `bytes`, on top of `in_use` bytes this process
-// holds already, is more than the machine's physical memory.
+// Whether `bytes`, on top of `in_use` bytes this process holds already, fit in the machine's physical memory (true
+// where its size is unknown).
+bool host_allocation_fits(std::uint64_t bytes, std::uint64_t in_use);
+// kOutOfMemory naming `what`, the size and the machine's memory unless host_allocation_fits(bytes, in_use).
 void check_host_allocation(std::uint64_t bytes, std::uint64_t in_use, const std::string& what);
 
 }  // namespace strata
