@@ -15,14 +15,15 @@ set(STRATA_LAYERS
     "runtime/bootstrap/=2"
     "runtime/parallel/=3"
     "runtime/sharding/=4"
-    "runtime/optim/=5"
-    "runtime/memory/=6"
-    "runtime/checkpoint/=7"
-    "include/strata/=8"      # the public umbrella header: may include any runtime layer
-    "models/=9"
-    "tools/=10"
-    "examples/=10"
-    "tests/=11")             # may include anything
+    "runtime/tensor/=5"      # tensor parallelism as a library: layers beside their collectives
+    "runtime/optim/=6"
+    "runtime/memory/=7"
+    "runtime/checkpoint/=8"
+    "include/strata/=9"      # the public umbrella header: may include any runtime layer
+    "models/=10"
+    "tools/=11"
+    "examples/=11"
+    "tests/=12")             # may include anything
 # Top-level folders scanned (build*/ and .git are skipped wherever they appear).
 set(STRATA_LAYER_ROOTS core collectives runtime include models tools examples tests)
 # Files that exist only in a build tree (configure_file), with the path they are included by.

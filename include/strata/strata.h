@@ -1,6 +1,9 @@
 // Strata's public API, one header: `#include <strata/strata.h>` and link strata::strata (find_package(strata CONFIG)).
 // It exports the runtime (start-up, the device and communicator seams, the device mesh), the sharded model with its
-// options and views, the optimizer, the memory ledger and planner, and checkpoints. Everything else is internal.
+// options and views, tensor parallelism (the tp collectives, column- and row-parallel products, the vocabulary-
+// parallel embedding and loss, the split of a parameter and the counting of a split model), pipeline parallelism (the
+// schedules, the executor and its stage interface), the optimizer, the memory ledger and planner, and checkpoints.
+// Everything else is internal.
 #pragma once
 
 #include "core/config.h"
@@ -16,10 +19,18 @@
 #include "runtime/bootstrap/config_agreement.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/parallel/device_mesh.h"
+#include "runtime/parallel/pipeline_executor.h"
+#include "runtime/parallel/pipeline_schedule.h"
+#include "runtime/parallel/tp_split.h"
 #include "runtime/sharding/flat_ops.h"
 #include "runtime/sharding/sharded_model.h"
 #include "runtime/sharding/sharded_parameters.h"
 #include "runtime/sharding/sharding_options.h"
+#include "runtime/tensor/global_elements.h"
+#include "runtime/tensor/parallel_linear.h"
+#include "runtime/tensor/tensor_parallel.h"
+#include "runtime/tensor/tp_kernels.h"
+#include "runtime/tensor/vocab_parallel.h"
 #include "runtime/optim/grad_norm.h"
 #include "runtime/optim/sharded_adamw.h"
 #include "runtime/memory/memory_ledger.h"

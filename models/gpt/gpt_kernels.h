@@ -19,10 +19,13 @@
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "runtime/tensor/tp_kernels.h"
 
 namespace strata::gpt {
 
-class GptKernels {
+// The products, the bias, zeroing (LinearKernels) and the vocabulary-parallel kernels (VocabKernels) are the tensor-
+// parallel library's interfaces (runtime/tensor/tp_kernels.h), so ColumnParallelLinear and its kin run on this table.
+class GptKernels : public LinearKernels, public VocabKernels {
  public:
   virtual ~GptKernels() = default;
 
@@ -34,10 +37,6 @@ class GptKernels {
                                  const float* bias, int N, int C) = 0;
   virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                                   const float* weight, const float* mean, const float* rstd, int N, int C) = 0;
-  virtual void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
-                              int OC) = 0;
-  virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                               const float* weight, int N, int IC, int OC) = 0;
   virtual void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) = 0;
   virtual void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte,
                                 int N, int C, int V) = 0;
@@ -50,23 +49,11 @@ class GptKernels {
   virtual void crossentropy_softmax(float* losses, float* dlogits, const float* logits, const std::int32_t* targets,
                                     int N, int V, float dscale) = 0;
 
-  // Tensor parallelism (tp_kernels.h has the semantics; docs/tensor-parallel.md the data flow).
-  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int v_begin, int v_count,
-                                 int N, int C) = 0;
-  virtual void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int v_begin, int v_count,
-                                  int N, int C) = 0;
+  // Tensor parallelism beyond the library's (tp_kernels.h has the semantics; docs/tensor-parallel.md the data flow):
+  // the position embedding of this rank's positions under sequence parallelism.
   virtual void position_forward(float* out, const float* wpe, int B, int T, int t0, int C) = 0;
   virtual void position_backward(float* dwpe, const float* dout, int B, int T, int t0, int C) = 0;
-  virtual void add_bias(float* out, const float* bias, int N, int C) = 0;
-  virtual void vocab_max(float* row_max, const float* logits, int N, int V, int valid) = 0;
-  virtual void vocab_sumexp(float* stats, const float* logits, const float* row_max, const std::int32_t* targets,
-                            int v_begin, int N, int V, int valid) = 0;
-  virtual void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max,
-                                  const float* stats, const std::int32_t* targets, int v_begin, int N, int V,
-                                  int valid, float dscale) = 0;
 
-  // bytes of p set to 0.
-  virtual void zero(void* p, std::size_t bytes) = 0;
   // dst[i] = (f32) src[i] for n elements of `dtype` (gathered bf16 / f16 parameters).
   virtual void to_f32(const void* src, DType dtype, float* dst, std::size_t n) = 0;
   // dst[i] = (dtype) ((f32) dst[i] + src[i]), rounding once (gradients back into bf16 / f16 views).

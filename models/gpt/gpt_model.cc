@@ -9,6 +9,8 @@
 
 #include "models/common/hash.h"
 #include "models/gpt/gpt_kernels.h"
+#include "runtime/tensor/parallel_linear.h"
+#include "runtime/tensor/vocab_parallel.h"
 #include "core/checked_math.h"
 #include "core/error.h"
 
@@ -287,7 +289,11 @@ struct GptModel::Impl {
   bool sp;
   int Nl;              // rows of the sequence-sharded regions on this rank
   int Cl, NHl;         // this rank's channels and heads of attention (C / tp, NH / tp)
-  int Vl, v_begin, v_valid;  // this rank's vocabulary rows, the first, and how many are real (not padding)
+  VocabShard vocab;    // this rank's vocabulary rows, the first, and how many are real (not padding)
+  int Vl;              // vocab.rows
+  // The Megatron split of a block: q|k|v and c_fc column-parallel, the two c_proj row-parallel (set once tp is checked).
+  std::optional<ColumnParallelLinear> qkv_lin, fc_lin;
+  std::optional<RowParallelLinear> proj_lin, fcproj_lin;
   std::vector<int> block_tp_summed, emb_tp_summed, lnf_tp_summed;  // replicated slots summed over tp (SP)
   GptStagePart part;
   std::vector<int> unit_of_layer;       // the ShardedModel unit of each layer this rank holds (-1: elsewhere)
@@ -314,9 +320,12 @@ struct GptModel::Impl {
     Nl = tp.local_rows();
     Cl = cfg.embd / P;
     NHl = cfg.heads / P;
-    Vl = vocab_per_rank(cfg, P);
-    v_begin = tp.rank() * Vl;
-    v_valid = std::max(0, std::min(Vl, cfg.vocab - v_begin));
+    vocab = VocabShard::of(cfg.vocab, P, tp.rank());
+    Vl = vocab.rows;
+    qkv_lin.emplace(tp, *k, cfg.embd, 3 * cfg.embd, 3);
+    fc_lin.emplace(tp, *k, cfg.embd, 4 * cfg.embd);
+    proj_lin.emplace(tp, *k, cfg.embd, cfg.embd);
+    fcproj_lin.emplace(tp, *k, 4 * cfg.embd, cfg.embd);
     if (sp) {
       block_tp_summed = {kLn1W, kLn1B, kLn2W, kLn2B};
       emb_tp_summed = {kWpe};
@@ -419,25 +428,19 @@ struct GptModel::Impl {
   // LayerNorm of this rank's rows of x into `out` ([Nl, C]); returns it whole ([N, C]: gathered along the sequence
   // into ln_full under SP).
   const float* layernorm_whole(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b) {
-    const int C = cfg.embd;
-    k->layernorm_forward(out, mean, rstd, x, w, b, Nl, C);
+    k->layernorm_forward(out, mean, rstd, x, w, b, Nl, cfg.embd);
     return whole(out);
   }
   // A LayerNorm output kept on this rank's rows, whole: gathered into ln_full under SP, else itself.
-  const float* whole(const float* ln) { return tp.to_full(ln, ln_full.data() ? ln_full.as<float>() : nullptr, cfg.embd); }
+  const float* whole(const float* ln) { return tp.to_full(ln, ln_full.as<float>(), cfg.embd); }
 
-  // out_local = (inp @ weight) reduced over tp, plus bias once, on this rank's rows. inp [N, IC] holds this rank's
-  // IC input channels, weight [IC, C] the matching rows. Returns the result ([Nl, C]).
-  const float* row_parallel(float* scratch, const float* inp, const float* weight, const float* bias, int IC) {
-    const int C = cfg.embd;
-    if (!tpk) {
-      k->matmul_forward(scratch, inp, weight, bias, N, IC, C);
-      return scratch;
-    }
-    k->matmul_forward(scratch, inp, weight, nullptr, N, IC, C);
-    float* out = tp.reduce_partial(scratch, reduced.data() ? reduced.as<float>() : scratch, C);
-    k->add_bias(out, bias, Nl, C);
-    return out;
+  // A row-parallel c_proj: (inp @ weight) reduced over tp, plus bias once, on this rank's rows ([Nl, C]). Without
+  // the tensor-parallel data flow, the plain product with its bias.
+  const float* row_parallel(RowParallelLinear& lin, float* scratch, const float* inp, const float* weight,
+                            const float* bias) {
+    if (tpk) return lin.forward(scratch, reduced.as<float>(), inp, weight, bias);
+    k->matmul_forward(scratch, inp, weight, bias, N, lin.local_in(), cfg.embd);
+    return scratch;
   }
 
   // Block `local` of a chunk: x_in[local] to x_in[local + 1].
@@ -447,22 +450,23 @@ struct GptModel::Impl {
     BlockActs& a = acts_for(mb, local);
     const float* x = mb.x_in[static_cast<std::size_t>(local)].as<float>();
     float* out = mb.x_in[static_cast<std::size_t>(local) + 1].as<float>();
-    const float* ln1 = layernorm_whole(a.ln1.as<float>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x,
-                                       p.p(kLn1W), p.p(kLn1B));
-    k->matmul_forward(a.qkv.as<float>(), ln1, p.p(kAttnW), p.p(kAttnB), N, C, 3 * Cl);
+    k->layernorm_forward(a.ln1.as<float>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x, p.p(kLn1W),
+                         p.p(kLn1B), Nl, C);
+    qkv_lin->forward(a.qkv.as<float>(), a.ln1.as<float>(), ln_full.as<float>(), p.p(kAttnW), p.p(kAttnB));
     k->attention_forward(a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(), B, T, Cl, NHl);
-    const float* proj = row_parallel(attproj.as<float>(), a.atty.as<float>(), p.p(kProjW), p.p(kProjB), Cl);
+    const float* proj = row_parallel(*proj_lin, attproj.as<float>(), a.atty.as<float>(), p.p(kProjW), p.p(kProjB));
     k->residual_forward(a.x_mid.as<float>(), x, proj, nlC);
-    const float* ln2 = layernorm_whole(a.ln2.as<float>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(),
-                                       a.x_mid.as<float>(), p.p(kLn2W), p.p(kLn2B));
-    k->matmul_forward(a.fch.as<float>(), ln2, p.p(kFcW), p.p(kFcB), N, C, 4 * Cl);
+    k->layernorm_forward(a.ln2.as<float>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), a.x_mid.as<float>(),
+                         p.p(kLn2W), p.p(kLn2B), Nl, C);
+    fc_lin->forward(a.fch.as<float>(), a.ln2.as<float>(), ln_full.as<float>(), p.p(kFcW), p.p(kFcB));
     k->gelu_forward(a.fch_gelu.as<float>(), a.fch.as<float>(), static_cast<std::size_t>(N) * 4 * Cl);
-    const float* mlp = row_parallel(fcproj.as<float>(), a.fch_gelu.as<float>(), p.p(kFcProjW), p.p(kFcProjB), 4 * Cl);
+    const float* mlp =
+        row_parallel(*fcproj_lin, fcproj.as<float>(), a.fch_gelu.as<float>(), p.p(kFcProjW), p.p(kFcProjB));
     k->residual_forward(out, a.x_mid.as<float>(), mlp, nlC);
   }
 
-  // The gradient of a column-parallel matmul's input, summed over tp into this rank's rows (dln holds this rank's
-  // partial [N, C]). Returns it ([Nl, C]).
+  // The gradient of the LM head's input, summed over tp into this rank's rows (dln holds this rank's partial
+  // [N, C]). Returns it ([Nl, C]).
   const float* reduce_input_grad() {
     if (!tpk) return dln.as<float>();
     return tp.reduce_partial(dln.as<float>(), sp ? dln_local.as<float>() : dln.as<float>(), cfg.embd);
@@ -477,27 +481,22 @@ struct GptModel::Impl {
     float* d = dres.as<float>();
     // The row-parallel c_proj: its output gradient is whole on every tp rank (gathered under SP), so the bias's
     // gradient is the whole one and equal across the tp ranks.
-    const float* dout = tp.to_full(d, dfull.data() ? dfull.as<float>() : nullptr, C);
-    k->zero(dfch_gelu.data(), N4 * 4);
-    k->matmul_backward(dfch_gelu.as<float>(), p.g(kFcProjW), p.g(kFcProjB), dout, a.fch_gelu.as<float>(),
-                       p.p(kFcProjW), N, 4 * Cl, C);
+    float* dfull_p = dfull.as<float>();
+    fcproj_lin->backward(dfch_gelu.as<float>(), dfull_p, p.g(kFcProjW), p.g(kFcProjB), d, a.fch_gelu.as<float>(),
+                         p.p(kFcProjW));
     k->zero(dfch.data(), N4 * 4);
     k->gelu_backward(dfch.as<float>(), a.fch.as<float>(), dfch_gelu.as<float>(), N4);
-    k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
-    k->matmul_backward(dln.as<float>(), p.g(kFcW), p.g(kFcB), dfch.as<float>(), whole(a.ln2.as<float>()), p.p(kFcW), N,
-                       C, 4 * Cl);
-    k->layernorm_backward(d, p.g(kLn2W), p.g(kLn2B), reduce_input_grad(), a.x_mid.as<float>(), p.p(kLn2W),
-                          a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), Nl, C);
-    dout = tp.to_full(d, dfull.data() ? dfull.as<float>() : nullptr, C);
-    k->zero(datty.data(), static_cast<std::size_t>(N) * Cl * 4);
-    k->matmul_backward(datty.as<float>(), p.g(kProjW), p.g(kProjB), dout, a.atty.as<float>(), p.p(kProjW), N, Cl, C);
+    const float* dln2 = fc_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(kFcW), p.g(kFcB),
+                                         dfch.as<float>(), whole(a.ln2.as<float>()), p.p(kFcW));
+    k->layernorm_backward(d, p.g(kLn2W), p.g(kLn2B), dln2, a.x_mid.as<float>(), p.p(kLn2W), a.ln2_mean.as<float>(),
+                          a.ln2_rstd.as<float>(), Nl, C);
+    proj_lin->backward(datty.as<float>(), dfull_p, p.g(kProjW), p.g(kProjB), d, a.atty.as<float>(), p.p(kProjW));
     k->zero(dqkv.data(), static_cast<std::size_t>(N) * 3 * Cl * 4);
     k->attention_backward(dqkv.as<float>(), datty.as<float>(), a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(),
                           B, T, Cl, NHl);
-    k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
-    k->matmul_backward(dln.as<float>(), p.g(kAttnW), p.g(kAttnB), dqkv.as<float>(), whole(a.ln1.as<float>()),
-                       p.p(kAttnW), N, C, 3 * Cl);
-    k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), reduce_input_grad(), x, p.p(kLn1W), a.ln1_mean.as<float>(),
+    const float* dln1 = qkv_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(kAttnW), p.g(kAttnB),
+                                          dqkv.as<float>(), whole(a.ln1.as<float>()), p.p(kAttnW));
+    k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), dln1, x, p.p(kLn1W), a.ln1_mean.as<float>(),
                           a.ln1_rstd.as<float>(), Nl, C);
   }
 
@@ -520,9 +519,8 @@ struct GptModel::Impl {
         k->encoder_forward(x0, mb.tokens_in.as<std::int32_t>(), emb->p(kWte), emb->p(kWpe), B, T, C);
       } else {
         // Each rank looks up the tokens of its vocabulary rows (0 for the others); the sum over tp is the embedding.
-        float* whole = sp ? attproj.as<float>() : x0;
-        k->embedding_forward(whole, mb.tokens_in.as<std::int32_t>(), emb->p(kWte), v_begin, v_valid, N, C);
-        tp.reduce_partial(whole, x0, C);
+        vocab_parallel_embedding_forward(*k, tp, attproj.as<float>(), x0, mb.tokens_in.as<std::int32_t>(),
+                                         emb->p(kWte), vocab, C);
         k->position_forward(x0, emb->p(kWpe), B, tp.local_positions(), tp.first_position(), C);
       }
     }
@@ -547,14 +545,8 @@ struct GptModel::Impl {
         k->crossentropy_softmax(mb.losses.as<float>(), logits, logits, targets, N, V, dscale);
       } else {
         // Vocabulary-parallel: the row maxima and the sums of exponentials are reduced over tp, never the logits.
-        float* mx = vocab_max.as<float>();
-        float* stats = vocab_stats.as<float>();
-        k->vocab_max(mx, logits, N, Vl, v_valid);
-        tp.max(mx, static_cast<std::size_t>(N));
-        k->vocab_sumexp(stats, logits, mx, targets, v_begin, N, Vl, v_valid);
-        tp.sum(stats, 2 * static_cast<std::size_t>(N));
-        k->vocab_crossentropy(mb.losses.as<float>(), logits, logits, mx, stats, targets, v_begin, N, Vl, v_valid,
-                              dscale);
+        vocab_parallel_cross_entropy(*k, tp, mb.losses.as<float>(), logits, logits, targets, vocab, dscale,
+                                     vocab_max.as<float>(), vocab_stats.as<float>());
       }
       if (!first) model.end_forward(u_head);
     }
@@ -613,8 +605,8 @@ struct GptModel::Impl {
         k->encoder_backward(emb->g(kWte), emb->g(kWpe), dres.as<float>(), mb.tokens_in.as<std::int32_t>(), B, T, C);
       } else {
         k->position_backward(emb->g(kWpe), dres.as<float>(), B, tp.local_positions(), tp.first_position(), C);
-        const float* dx0 = tp.to_full(dres.as<float>(), dfull.data() ? dfull.as<float>() : nullptr, C);
-        k->embedding_backward(emb->g(kWte), dx0, mb.tokens_in.as<std::int32_t>(), v_begin, v_valid, N, C);
+        vocab_parallel_embedding_backward(*k, tp, emb->g(kWte), dres.as<float>(), dfull.as<float>(),
+                                          mb.tokens_in.as<std::int32_t>(), vocab, C);
       }
       emb->close_grads(ev->grads, tp, emb_tp_summed);
       model.end_backward(u_emb);

@@ -9,7 +9,7 @@
 
 #include "collectives/communicator.h"
 #include "core/device.h"
-#include "models/gpt/tensor_parallel.h"
+#include "runtime/tensor/tensor_parallel.h"
 #include "runtime/parallel/pipeline_schedule.h"
 #include "runtime/sharding/sharded_model.h"
 

@@ -17,6 +17,7 @@
 #include "models/gpt/safetensors.h"
 #include "models/gpt/weight_names.h"
 #include "runtime/optim/nonfinite.h"
+#include "runtime/tensor/global_elements.h"
 #include "collectives/rank_values.h"
 #include "core/error.h"
 #include "core/env.h"
@@ -102,7 +103,7 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   const int rows = cfg_.micro_batch_rows();
   cfg_.model.validate_sizes(rows, cfg_.seq, cfg_.tp);
   mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{P, cfg_.dp_replicate, -1, cfg_.tp});
-  const int tp = cfg_.tp, tp_rank = mesh_->tp().rank(), pp_rank = mesh_->pp().rank();
+  const int tp = cfg_.tp, pp_rank = mesh_->pp().rank();
   if (cfg_.pipelined()) {
     STRATA_CHECK_CODE(ErrorCode::kUnsupported, P == 1 || cfg_.sharding.offload == OffloadPolicy::kNone ||
                                                    rt_.device().kind() == DeviceKind::kCpu,
@@ -122,14 +123,8 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   // The norm counts every element of the whole model once: a replicated slot on tp rank 0 only, the tied copy of
   // the embeddings never; the sums over the tp and pp groups join the data-parallel one. The non-finite check travels
   // with it, so all ranks agree.
-  if (tp > 1) cfg_.optimizer.norm_groups.push_back(&mesh_->tp());
-  if (P > 1) cfg_.optimizer.norm_groups.push_back(&mesh_->pp());
-  if (tp > 1 || tied_copy) {
-    const int copy = tied_copy ? tied_unit_ : -1;
-    cfg_.optimizer.counted = [tp_rank, copy](int u, const ParamSlot& s) {
-      return u != copy && (!s.tp.replicated() || tp_rank == 0);
-    };
-  }
+  for (Communicator* g : model_parallel_norm_groups(*mesh_)) cfg_.optimizer.norm_groups.push_back(g);
+  cfg_.optimizer.counted = counted_once(*mesh_, tied_copy ? tied_unit_ : -1);
   if (P > 1) {
     // The first and last stage of each pipeline (same dp and tp coordinates) pair up to sum the tied gradients.
     const MeshCoord c = mesh_->coord();
@@ -156,17 +151,9 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
       }
     }
   }
-  for (const UnitSpec& u : gpt_units(cfg_.model, tp))
-    for (const SlotSpec& s : u.slots) parameters_ += s.tp.replicated() ? shape_numel(s.shape) : shape_numel(s.tp.global_shape);
-  // Each local element takes the value of its place in the global tensor, so the init does not depend on tp;
-  // padded vocabulary rows are 0.
-  auto fill_global = [tp, tp_rank](const ParamSlot& s, std::size_t begin, std::size_t count, float* out,
-                                   const std::function<void(std::size_t, std::size_t, float*)>& fill) {
-    std::fill(out, out + count, 0.0f);
-    for_each_global_run(s.tp, tp_rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {
-      fill(global, n, out + (local - begin));
-    });
-  };
+  parameters_ = global_numel(gpt_units(cfg_.model, tp));
+  // Each local element takes the value of its place in the global tensor (init_by_global_index), so the init does
+  // not depend on tp; padded vocabulary rows are 0.
   if (!cfg_.init.empty()) {
     SafetensorsReader reader(cfg_.init);
     std::vector<std::string> names;
@@ -183,13 +170,11 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
         reader.check_shape(s.name, s.tp.replicated() ? s.shape : s.tp.global_shape);
     // The first non-finite value this rank reads (pieces come in unit, slot order), by its place in the file.
     NonFiniteAt bad;
-    model_->init([&](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
-      fill_global(s, begin, count, out, [&](std::size_t g, std::size_t n, float* o) {
-        reader.read_f32(s.name, g, n, o);  // each rank reads only its shard
-        for (std::size_t i = 0; i < n && !bad.found(); ++i)
-          if (!std::isfinite(o[i])) bad = NonFiniteAt{place.at(s.name).first, place.at(s.name).second, g + i, o[i]};
-      });
-    });
+    model_->init(init_by_global_index(*mesh_, [&](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
+      reader.read_f32(s.name, g, n, o);  // each rank reads only its shard
+      for (std::size_t i = 0; i < n && !bad.found(); ++i)
+        if (!std::isfinite(o[i])) bad = NonFiniteAt{place.at(s.name).first, place.at(s.name).second, g + i, o[i]};
+    }));
     bad = lowest_over_ranks(rt_.world(), bad);
     if (bad.found()) {
       const std::string name = model_->layout(bad.unit).slots()[static_cast<std::size_t>(bad.slot)].name;
@@ -200,10 +185,9 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   } else {
     const GptConfig m = cfg_.model;
     const std::uint64_t seed = cfg_.seed;
-    model_->init([&, m, seed](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
-      fill_global(s, begin, count, out,
-                  [&](std::size_t g, std::size_t n, float* o) { spec_init(m, s, g, n, o, seed); });
-    });
+    model_->init(init_by_global_index(*mesh_, [m, seed](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
+      spec_init(m, s, g, n, o, seed);
+    }));
   }
   if (!cfg_.checkpoint.dir.empty()) {
     // A pipeline's checkpoint holds the whole model (it resumes at any pp); the tied copy is the first stage's.

@@ -422,7 +422,7 @@ int main(int argc, char** argv) {
     if (rank == 0 && !f.metrics.empty()) metrics = OutputFile(f.metrics, "--metrics");
     const bool bar = rank == 0 && !f.no_progress && isatty(STDERR_FILENO);
     const double tokens_per_step = static_cast<double>(world / (f.tp * f.pp)) * f.batch * f.seq * f.grad_accum;
-    const gpt::TpTraffic tp_predicted = gpt::predict_tp_traffic(cfg);
+    const TpTraffic tp_predicted = gpt::predict_tp_traffic(cfg);
     double final_loss = 0, time_sum_ms = 0, exposed_sum_ms = 0, comm_sum_ms = 0;
     gpt::CategoryBytes predicted_step0{}, measured_step0{};  // rank 0, CPU backend: the planner against the ledger
     int timed = 0;

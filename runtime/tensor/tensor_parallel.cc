@@ -1,9 +1,9 @@
-// TensorParallel: sums, maxima, and the sequence gather / scatter of the tensor-parallel GPT.
-#include "models/gpt/tensor_parallel.h"
+// TensorParallel: sums, maxima, and the sequence gather / scatter of a tensor-parallel group.
+#include "runtime/tensor/tensor_parallel.h"
 
 #include "core/error.h"
 
-namespace strata::gpt {
+namespace strata {
 
 TensorParallel::TensorParallel(Device& device, Communicator* group, bool sequence_parallel, int B, int T, int C)
     : device_(device), group_(group), sp_(sequence_parallel), B_(B), T_(T) {
@@ -79,4 +79,4 @@ float* TensorParallel::reduce_partial(float* partial, float* local, int C) {
   return local;
 }
 
-}  // namespace strata::gpt
+}  // namespace strata

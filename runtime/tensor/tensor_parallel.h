@@ -1,6 +1,8 @@
-// TensorParallel: the GPT's collectives over its tensor-parallel group (Megatron-LM's f/g operators, and with
-// sequence parallelism its all-gather / reduce-scatter along the sequence), issued on the device's compute stream so
-// they are ordered with the kernels around them and hold no buffer past its use.
+// TensorParallel: the collectives of a tensor-parallel group (Megatron-LM's f and g operators, and with sequence
+// parallelism the all-gather / reduce-scatter along the sequence), issued on the device's compute stream so they are
+// ordered with the kernels around them and hold no buffer past its use. The layers of parallel_linear.h and
+// vocab_parallel.h call them; a trainer calls them directly for what those do not cover (a LayerNorm's gradient
+// under sequence parallelism: sum()).
 //
 // Layout: a micro-batch is B rows of T tokens, [B, T, C] row-major. Under sequence parallelism tp rank r holds
 // positions [r T/tp, (r+1) T/tp) of every row, [B, T/tp, C]; the collectives exchange contiguous rank blocks
@@ -14,7 +16,7 @@
 #include "collectives/communicator.h"
 #include "core/device.h"
 
-namespace strata::gpt {
+namespace strata {
 
 // Bytes and calls per step of each kind of tp collective (the buffer sizes: an all-reduce's buffer, an all-gather's
 // output, a reduce-scatter's input).
@@ -32,13 +34,16 @@ class TensorParallel {
   int size() const { return size_; }
   int rank() const { return rank_; }
   bool sequence_parallel() const { return sp_; }
+  // Rows of a micro-batch, B * T: what a column-parallel product's output and a row-parallel one's partial hold.
+  int rows() const { return B_ * T_; }
   // Rows of the sequence-sharded regions on this rank: B * T / tp under sequence parallelism, else B * T; and the
   // first position this rank holds.
   int local_rows() const { return sp_ ? B_ * (T_ / size_) : B_ * T_; }
   int local_positions() const { return sp_ ? T_ / size_ : T_; }
   int first_position() const { return sp_ ? rank_ * (T_ / size_) : 0; }
 
-  // In place over the group (nothing at tp 1).
+  // In place over the group (nothing at tp 1). sum() is f's backward (the input gradient of a column-parallel
+  // product) and g's forward (the output of a row-parallel one) without sequence parallelism.
   void sum(float* x, std::size_t n);
   void max(float* x, std::size_t n);
   // A sequence-sharded [B, T/tp, C] to the whole [B, T, C] in `full`; returns `full`. Without sequence parallelism
@@ -64,4 +69,4 @@ class TensorParallel {
   TpTraffic traffic_;
 };
 
-}  // namespace strata::gpt
+}  // namespace strata

@@ -1,0 +1,43 @@
+// Norm groups, the counted mask, the init by global index and the global size of a tensor-parallel model.
+#include "runtime/tensor/global_elements.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "runtime/sharding/shard_layout.h"
+
+namespace strata {
+
+std::vector<Communicator*> model_parallel_norm_groups(const DeviceMesh& mesh) {
+  std::vector<Communicator*> groups;
+  if (mesh.tp().size() > 1) groups.push_back(&mesh.tp());
+  if (mesh.pp().size() > 1) groups.push_back(&mesh.pp());
+  return groups;
+}
+
+std::function<bool(int, const ParamSlot&)> counted_once(const DeviceMesh& mesh, int tied_copy_unit) {
+  if (mesh.tp().size() == 1 && tied_copy_unit < 0) return {};
+  const int tp_rank = mesh.tp().rank();
+  return [tp_rank, tied_copy_unit](int u, const ParamSlot& s) {
+    return u != tied_copy_unit && (!s.tp.replicated() || tp_rank == 0);
+  };
+}
+
+SlotInit init_by_global_index(const DeviceMesh& mesh, GlobalInit fill) {
+  const int tp = mesh.tp().size(), tp_rank = mesh.tp().rank();
+  return [tp, tp_rank, fill = std::move(fill)](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
+    std::fill(out, out + count, 0.0f);
+    for_each_global_run(s.tp, tp_rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {
+      fill(s, global, n, out + (local - begin));
+    });
+  };
+}
+
+std::size_t global_numel(const std::vector<UnitSpec>& units) {
+  std::size_t n = 0;
+  for (const UnitSpec& u : units)
+    for (const SlotSpec& s : u.slots) n += s.tp.replicated() ? shape_numel(s.shape) : shape_numel(s.tp.global_shape);
+  return n;
+}
+
+}  // namespace strata

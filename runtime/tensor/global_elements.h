@@ -1,0 +1,37 @@
+// A tensor-parallel model's elements seen whole: each rank holds the local slices of its split slots (TpSplit) and a
+// copy of the replicated ones, and a pipeline stage may hold a tied copy of another stage's unit. These give a
+// trainer what makes such a model count and start as the unsplit one: the groups and the mask of a global gradient
+// norm (ShardedAdamW's OptimizerOptions::norm_groups and ::counted), an init by global index, and the global size.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "runtime/parallel/device_mesh.h"
+#include "runtime/sharding/sharded_unit.h"
+#include "runtime/sharding/state_memory.h"
+
+namespace strata {
+
+// The groups a gradient norm sums over beyond the data-parallel ones: the mesh's tp group, then its pp group, each
+// when it has more than one rank.
+std::vector<Communicator*> model_parallel_norm_groups(const DeviceMesh& mesh);
+
+// Whether slot s of unit u counts in the norm on this rank, so that every element of the whole model counts once:
+// a replicated slot on tp rank 0 only, the tied copy (`tied_copy_unit`, -1: none) never. Empty (every slot
+// counts) at tp 1 without a tied copy.
+std::function<bool(int unit, const ParamSlot& slot)> counted_once(const DeviceMesh& mesh, int tied_copy_unit = -1);
+
+// fill(slot, global_begin, count, out): the values of elements [global_begin, global_begin + count) of the slot's
+// global tensor.
+using GlobalInit = std::function<void(const ParamSlot& slot, std::size_t global_begin, std::size_t count, float* out)>;
+// An init for ShardedModel::init in which each local element of a split slot takes the value of its place in the
+// global tensor (padded elements 0), so the model starts the same at every tp degree.
+SlotInit init_by_global_index(const DeviceMesh& mesh, GlobalInit fill);
+
+// Elements of the unsplit model the units declare (the global shape of split slots).
+std::size_t global_numel(const std::vector<UnitSpec>& units);
+
+}  // namespace strata

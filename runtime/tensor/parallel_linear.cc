@@ -1,0 +1,55 @@
+// ColumnParallelLinear and RowParallelLinear: a product through the trainer's kernels and its collective.
+#include "runtime/tensor/parallel_linear.h"
+
+#include "core/error.h"
+
+namespace strata {
+
+namespace {
+std::size_t bytes(int rows, int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width) * 4; }
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(TensorParallel& tp, LinearKernels& k, int in, int out, int parts)
+    : tp_(tp), k_(k), in_(in), out_(out), parts_(parts) {
+  STRATA_CHECK(in >= 1 && out >= 1 && parts >= 1 && out % (parts * tp.size()) == 0,
+               "column-parallel product [{}, {}] in {} parts: the output width must divide by parts x tp ({} x {})",
+               in, out, parts, parts, tp.size());
+  local_out_ = out / tp.size();
+}
+
+const float* ColumnParallelLinear::forward(float* y, const float* x, float* gathered, const float* w, const float* b) {
+  const float* whole = tp_.to_full(x, gathered, in_);
+  k_.matmul_forward(y, whole, w, b, tp_.rows(), in_, local_out_);
+  return whole;
+}
+
+const float* ColumnParallelLinear::backward(float* partial, float* local, float* dw, float* db, const float* dy,
+                                            const float* x_whole, const float* w) {
+  k_.zero(partial, bytes(tp_.rows(), in_));
+  k_.matmul_backward(partial, dw, db, dy, x_whole, w, tp_.rows(), in_, local_out_);
+  return tp_.reduce_partial(partial, tp_.sequence_parallel() ? local : partial, in_);
+}
+
+RowParallelLinear::RowParallelLinear(TensorParallel& tp, LinearKernels& k, int in, int out)
+    : tp_(tp), k_(k), in_(in), out_(out) {
+  STRATA_CHECK(in >= 1 && out >= 1 && in % tp.size() == 0,
+               "row-parallel product [{}, {}]: the input width must divide by tp ({})", in, out, tp.size());
+  local_in_ = in / tp.size();
+}
+
+float* RowParallelLinear::forward(float* partial, float* local, const float* x, const float* w, const float* b) {
+  k_.matmul_forward(partial, x, w, nullptr, tp_.rows(), local_in_, out_);
+  float* y = tp_.reduce_partial(partial, tp_.sequence_parallel() ? local : partial, out_);
+  if (b) k_.add_bias(y, b, tp_.local_rows(), out_);
+  return y;
+}
+
+const float* RowParallelLinear::backward(float* dx, float* gathered, float* dw, float* db, const float* dy,
+                                         const float* x, const float* w) {
+  const float* whole = tp_.to_full(dy, gathered, out_);
+  k_.zero(dx, bytes(tp_.rows(), local_in_));
+  k_.matmul_backward(dx, dw, db, whole, x, w, tp_.rows(), local_in_, out_);
+  return whole;
+}
+
+}  // namespace strata
