@@ -1,18 +1,26 @@
 // custom_trainer: an MLP regression trained through Strata's embedding API under mpirun at any rank count, with
 // Strata's ShardedAdamW or with a momentum SGD written here against the model's shard views (the optimizer is the
-// trainer's choice). Prints the loss per step and the memory ledger. See docs/embedding.md.
+// trainer's choice), with --tp its layers split over a tensor-parallel group by the library's column- and
+// row-parallel products (models/mlp/mlp_tensor_parallel.h), and with --pp its layers in pipeline stages run by the
+// library's PipelineExecutor (models/mlp/mlp_pipeline_stage.h). Prints the loss per step and the memory ledger; can write
+// the whole model's parameters (--params-out) or check them against such a file (--compare-params). See
+// docs/embedding.md.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <sstream>
 
 #include <strata/strata.h>  // the public API, as an embedder outside this tree includes it
 
 #include "core/checked_math.h"
 #include "models/common/flag_checks.h"
 #include "models/mlp/mlp.h"
+#include "models/mlp/mlp_pipeline_stage.h"
+#include "models/mlp/mlp_tensor_parallel.h"
 
 namespace flags = strata::flags;
 
@@ -24,12 +32,14 @@ namespace {
 // the shards are host memory, so plain loops do.
 class MomentumSgd {
  public:
-  MomentumSgd(strata::ShardedModel& model, double momentum, double weight_decay, double clip)
+  // The norm sums over the data-parallel groups and the mesh's tp group, each element of the whole model once.
+  MomentumSgd(strata::ShardedModel& model, const strata::DeviceMesh& mesh, double momentum, double weight_decay,
+              double clip)
       : params_(model.parameters()),
         momentum_(static_cast<float>(momentum)),
         weight_decay_(static_cast<float>(weight_decay)),
         clip_(clip),
-        norm_(params_, params_.partition_groups()) {
+        norm_(params_, norm_groups(params_, mesh), strata::counted_once(mesh)) {
     STRATA_CHECK_CODE(strata::ErrorCode::kUnsupported, params_.device().kind() == strata::DeviceKind::kCpu,
                       "this SGD updates host memory; its shards live on {}", params_.device().name());
     for (int u = 0; u < params_.num_units(); ++u) velocity_.emplace_back(params_.unit(u).numel(), 0.0f);
@@ -69,6 +79,12 @@ class MomentumSgd {
   }
 
  private:
+  static std::vector<strata::Communicator*> norm_groups(strata::ShardedParameters& p, const strata::DeviceMesh& mesh) {
+    std::vector<strata::Communicator*> groups = p.partition_groups();
+    for (strata::Communicator* g : strata::model_parallel_norm_groups(mesh)) groups.push_back(g);
+    return groups;
+  }
+
   strata::ShardedParameters& params_;
   float momentum_, weight_decay_;
   double clip_;
@@ -77,15 +93,78 @@ class MomentumSgd {
   std::int64_t steps_ = 0;
 };
 
+// The whole model's parameters as f32, on world rank 0 (empty elsewhere), in the order of `whole_units` (every
+// layer, unsplit), each slot in its global shape: every rank places the slices of its units (a replicated slot: tp
+// rank 0 only) and the tp and pp groups sum the parts. Collective. Runs a forward pass of the protocol.
+std::vector<float> whole_parameters(strata::ShardedModel& model, const strata::DeviceMesh& mesh,
+                                    const std::vector<strata::UnitSpec>& whole_units) {
+  strata::Communicator& tp = mesh.tp();
+  std::map<std::string, std::size_t> offset;  // slot name -> its first element in the whole model
+  std::size_t total = 0;
+  for (const strata::UnitSpec& u : whole_units)
+    for (const strata::SlotSpec& s : u.slots) {
+      offset[s.name] = total;
+      total += strata::shape_numel(s.shape);
+    }
+  std::vector<float> all(total, 0.0f);
+  for (int u = 0; u < model.num_units(); ++u) {
+    for (const strata::TensorView& v : model.begin_forward(u)) {
+      const strata::TpSplit& split = v.slot->tp;
+      if (split.replicated() && tp.rank() != 0) continue;
+      std::vector<float> local(v.numel());
+      strata::convert(v.data, v.dtype, local.data(), strata::DType::kF32, v.numel());
+      float* whole = all.data() + offset.at(v.slot->name);
+      strata::for_each_global_run(split, tp.rank(), tp.size(), 0, local.size(),
+                                  [&](std::size_t l, std::size_t g, std::size_t n) {
+                                    std::copy_n(local.data() + l, n, whole + g);
+                                  });
+    }
+    model.end_forward(u);
+  }
+  for (strata::Communicator* group : {&mesh.tp(), &mesh.pp()}) {
+    group->all_reduce(all.data(), all.data(), all.size(), strata::DType::kF32, strata::ReduceOp::kSum,
+                      mesh.device().compute_stream());
+    mesh.device().compute_stream().synchronize();
+  }
+  if (mesh.world().rank() != 0) all.clear();
+  return all;
+}
+
+// --compare-params: the largest difference from the values of `path` (one per line, as --params-out writes them);
+// kInvalidArgument naming the first element over `tolerance`, or a count that differs.
+void compare_parameters(const std::vector<float>& got, const std::string& path, double tolerance) {
+  std::istringstream in(strata::read_input_file(path, "--compare-params"));
+  std::vector<double> want;
+  for (double x; in >> x;) want.push_back(x);
+  STRATA_CHECK(want.size() == got.size(), "--compare-params {}: {} values; this model has {}", path, want.size(),
+               got.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double d = std::abs(got[i] - want[i]);
+    STRATA_CHECK(d <= tolerance, "--compare-params {}: parameter element {} is {:.9g}, the file's {:.9g} (difference "
+                 "{:.3g} > {:.3g})", path, i, got[i], want[i], d, tolerance);
+    worst = std::max(worst, d);
+  }
+  std::printf("parameters: %zu values within %.3g of %s (largest difference %.3g)\n", got.size(), tolerance,
+              path.c_str(), worst);
+}
+
+std::string parameters_text(const std::vector<float>& values) {
+  std::string text;
+  for (float v : values) text += fmt::format("{:.9g}\n", v);
+  return text;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Train a small MLP regression with Strata's sharding runtime"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags override
-  int zero_stage = 3, steps = 20, batch = 24, micro_batches = 1, dp_replicate = 1;
+  int zero_stage = 3, steps = 20, batch = 24, micro_batches = 1, dp_replicate = 1, tp_degree = 1, pp_degree = 1;
   int hidden = 64, hidden_layers = 3;
   std::string param_dtype = "f32", reduce_dtype = "f32", accumulation = "reduce", ledger_json, optimizer = "adamw";
-  double lr = 1e-2, weight_decay = 0.01, grad_clip = 1.0, momentum = 0.9;
+  std::string params_out, compare_params, pp_schedule = "1f1b";
+  double lr = 1e-2, weight_decay = 0.01, grad_clip = 1.0, momentum = 0.9, params_tolerance = 1e-5;
   std::uint64_t seed = 1;
   bool keep_params = false;
   app.add_option("--zero-stage", zero_stage, "0 (DDP), 1, 2 or 3 (full shard)")->check(flags::integer(0, 3));
@@ -94,13 +173,28 @@ int main(int argc, char** argv) {
   app.add_option("--reduce-dtype", reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--batch", batch, "rows per micro-batch over all ranks (each rank takes batch / ranks)")
       ->check(flags::positive_integer());
-  app.add_option("--grad-accum", micro_batches, "micro-batches per step")->check(flags::positive_integer());
+  app.add_option("--grad-accum,--microbatches", micro_batches,
+                 "micro-batches per step (under --pp, the pipeline's micro-batches)")
+      ->check(flags::positive_integer());
   app.add_option("--accumulation", accumulation, "reduce (every micro-batch) or no-sync (only the last)")
       ->check(CLI::IsMember({"reduce", "no-sync"}));
   app.add_option("--dp-replicate", dp_replicate,
                  "hybrid sharding: replicate the state across this many groups, each sharding it over ranks / "
                  "dp-replicate ranks")
       ->check(flags::positive_integer());
+  app.add_option("--tp", tp_degree,
+                 "tensor parallelism: split the layers over groups of this many ranks (Megatron's column / row "
+                 "pairs); the data-parallel ranks are ranks / tp")
+      ->check(flags::positive_integer());
+  app.add_option("--pp", pp_degree, "pipeline parallelism: consecutive layers in this many stages")
+      ->check(flags::positive_integer());
+  app.add_option("--pp-schedule", pp_schedule, "gpipe or 1f1b")->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_option("--params-out", params_out, "write the whole model's parameters at the end (one value a line)");
+  app.add_option("--compare-params", compare_params,
+                 "at the end, check the whole model's parameters against a --params-out file (fails over "
+                 "--params-tolerance)");
+  app.add_option("--params-tolerance", params_tolerance, "largest absolute difference --compare-params accepts")
+      ->check(flags::non_negative_real());
   app.add_option("--optimizer", optimizer, "adamw (Strata's ShardedAdamW) or sgd (momentum SGD written here)")
       ->check(CLI::IsMember({"adamw", "sgd"}));
   app.add_option("--momentum", momentum, "SGD momentum")->check(flags::real(0.0, false, 1.0, false));
@@ -122,22 +216,30 @@ int main(int argc, char** argv) {
         {{"program", "custom_trainer"}, {"--zero-stage", v(zero_stage)}, {"--steps", v(steps)},
          {"--param-dtype", param_dtype}, {"--reduce-dtype", reduce_dtype}, {"--batch", v(batch)},
          {"--grad-accum", v(micro_batches)}, {"--accumulation", accumulation}, {"--dp-replicate", v(dp_replicate)},
+         {"--tp", v(tp_degree)}, {"--pp", v(pp_degree)}, {"--pp-schedule", pp_schedule},
+         {"--params-out", params_out}, {"--compare-params", compare_params},
+         {"--params-tolerance", v(params_tolerance)},
          {"--optimizer", optimizer}, {"--momentum", v(momentum)}, {"--hidden", v(hidden)},
          {"--layers", v(hidden_layers)}, {"--lr", v(lr)}, {"--weight-decay", v(weight_decay)},
          {"--grad-clip", v(grad_clip)}, {"--seed", v(seed)}, {"--no-reshard-after-forward", v(keep_params)},
          {"--ledger-json", ledger_json}});
     const int world = rt.world_size();
     std::string problem;  // the output path, checked before the first step on the rank that writes it
-    if (rt.rank() == 0 && !ledger_json.empty()) {
+    if (rt.rank() == 0) {
       try {
-        strata::check_output_file(ledger_json, "--ledger-json", strata::OutputKind::kDirect);
+        if (!ledger_json.empty()) strata::check_output_file(ledger_json, "--ledger-json", strata::OutputKind::kDirect);
+        if (!params_out.empty()) strata::check_output_file(params_out, "--params-out", strata::OutputKind::kDirect);
+        if (!compare_params.empty()) strata::check_input_file(compare_params, "--compare-params");
       } catch (const std::exception& e) {
         problem = e.what();
       }
     }
-    strata::all_agree(rt.world(), problem.empty(), problem, "checking --ledger-json " + ledger_json);
-    STRATA_CHECK(batch % world == 0, "--batch {} rows must divide among the {} ranks", batch, world);
-    const int rows = batch / world;
+    strata::all_agree(rt.world(), problem.empty(), problem, "checking the output and input files");
+    STRATA_CHECK(world % (tp_degree * pp_degree) == 0, "--tp {} x --pp {} must divide the {} ranks", tp_degree,
+                 pp_degree, world);
+    const int dp = world / (tp_degree * pp_degree);
+    STRATA_CHECK(batch % dp == 0, "--batch {} rows must divide among the {} data-parallel ranks", batch, dp);
+    const int rows = batch / dp;
     strata::mlp::MlpConfig cfg;
     cfg.in = 16;
     cfg.hidden = hidden;
@@ -155,12 +257,34 @@ int main(int argc, char** argv) {
     STRATA_CHECK(optimizer == "adamw" || opts.mixed_precision.param_dtype != strata::DType::kF16,
                  "--optimizer sgd has no loss scaling: use --param-dtype f32 or bf16");
 
-    // Every rank is data-parallel: dp_replicate groups, each sharding the state over world / dp_replicate ranks.
-    strata::DeviceMesh mesh(rt, strata::MeshDims{1, dp_replicate, -1, 1});
-    strata::ShardedModel model(mesh, strata::mlp::mlp_units(cfg), opts);
-    model.init([&](const strata::ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
-      strata::mlp::mlp_init(s, begin, count, out, seed);
-    });
+    // Stages of pp ranks hold consecutive layers, groups of tp ranks split each layer; the rest is data-parallel:
+    // dp_replicate groups, each sharding the state over dp / dp_replicate ranks.
+    strata::DeviceMesh mesh(rt, strata::MeshDims{pp_degree, dp_replicate, -1, tp_degree});
+    const bool split = tp_degree > 1 || pp_degree > 1;
+    const std::vector<strata::UnitSpec> all_units =
+        tp_degree > 1 ? strata::mlp::mlp_units_tp(cfg, tp_degree) : strata::mlp::mlp_units(cfg);
+    const strata::LayerRange layers = strata::mlp::mlp_stage_layers(cfg, pp_degree, mesh.pp().rank(), tp_degree);
+    const std::vector<strata::UnitSpec> units(all_units.begin() + layers.first, all_units.begin() + layers.last);
+    strata::ShardedModel model(mesh, units, opts);
+    if (split) {
+      model.init(strata::mlp::mlp_init_tp(mesh, seed));
+    } else {
+      model.init([&](const strata::ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
+        strata::mlp::mlp_init(s, begin, count, out, seed);
+      });
+    }
+    std::unique_ptr<strata::PipelineSchedule> schedule;
+    std::unique_ptr<strata::PipelineExecutor> executor;
+    std::unique_ptr<strata::mlp::MlpPipelineStage> stage;
+    strata::TensorParallel tp(rt.device(), &mesh.tp(), false, rows, 1, cfg.hidden);
+    if (pp_degree > 1) {
+      schedule = std::make_unique<strata::PipelineSchedule>(strata::PipelineSchedule::build(
+          strata::parse_pipeline_schedule(pp_schedule), pp_degree, micro_batches));
+      schedule->validate();
+      executor = std::make_unique<strata::PipelineExecutor>(*schedule, mesh.pp());
+      stage = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp, cfg, layers, rows, executor->slots(), seed,
+                                                              accumulation == "reduce");
+    }
     std::unique_ptr<strata::ShardedAdamW> adamw;
     std::unique_ptr<MomentumSgd> sgd;
     if (optimizer == "adamw") {
@@ -170,13 +294,14 @@ int main(int argc, char** argv) {
       strata::OptimizerOptions o;
       o.grad_clip = grad_clip;
       o.dynamic_loss_scale = opts.mixed_precision.param_dtype == strata::DType::kF16;
+      o.norm_groups = strata::model_parallel_norm_groups(mesh);
+      o.counted = strata::counted_once(mesh);
       adamw = std::make_unique<strata::ShardedAdamW>(model, config, o);
     } else {
-      sgd = std::make_unique<MomentumSgd>(model, momentum, weight_decay, grad_clip);
+      sgd = std::make_unique<MomentumSgd>(model, mesh, momentum, weight_decay, grad_clip);
     }
 
-    std::size_t numel = 0;
-    for (int i = 0; i < model.num_units(); ++i) numel += model.layout(i).numel();
+    const std::size_t numel = strata::global_numel(all_units);
     if (rt.rank() == 0)
       std::printf("custom_trainer: %d ranks (%s), %d units, %zu parameters, optimizer %s; %s\n", world,
                   mesh.shape().describe().c_str(), model.num_units(), numel, optimizer.c_str(),
@@ -184,16 +309,24 @@ int main(int argc, char** argv) {
     for (int step = 0; step < steps; ++step) {
       double loss = 0;
       const float scale = adamw ? adamw->loss_scale() : 1.0f;
-      for (int a = 0; a < micro_batches; ++a) {
+      // The same global rows at every layout: micro-batch a of this step, this data-parallel rank's share of it.
+      auto first_row = [&](int a) {
+        return (static_cast<std::uint64_t>(step) * micro_batches + a) * static_cast<std::uint64_t>(batch) +
+               static_cast<std::uint64_t>(mesh.dp().rank() * rows);
+      };
+      const float grad_scale = scale / static_cast<float>(micro_batches);
+      if (stage) {
+        stage->begin_step(first_row, grad_scale);
+        executor->run_step(*stage);
+        loss = stage->loss_sum() / micro_batches;
+      }
+      for (int a = 0; a < micro_batches && !stage; ++a) {
         const bool last = a == micro_batches - 1;
         model.set_requires_gradient_sync(accumulation == "reduce" || last);
         model.set_is_last_backward(last);
-        // The same global rows at every rank count: micro-batch a of this step, this rank's share of it.
-        const std::uint64_t first =
-            (static_cast<std::uint64_t>(step) * micro_batches + a) * static_cast<std::uint64_t>(batch) +
-            static_cast<std::uint64_t>(rt.rank() * rows);
-        auto data = strata::mlp::make_batch(cfg, first, rows, seed);
-        loss += strata::mlp::forward_backward(model, cfg, data, scale / static_cast<float>(micro_batches)) /
+        auto data = strata::mlp::make_batch(cfg, first_row(a), rows, seed);
+        loss += (split ? strata::mlp::forward_backward_tp(model, tp, cfg, data, grad_scale)
+                       : strata::mlp::forward_backward(model, cfg, data, grad_scale)) /
                 micro_batches;
       }
       double norm = 0;
@@ -206,11 +339,25 @@ int main(int argc, char** argv) {
         norm = sgd->step(lr);
         skipped = std::isnan(norm);
       }
-      // The reported loss is the mean over ranks (each rank's is the mean over its rows).
-      const double global = strata::sum_over_ranks(rt.world(), loss) / world;
+      // The reported loss is the mean over the data-parallel ranks (each rank's is the mean over its rows; the tp
+      // ranks of one data-parallel rank hold the same; under --pp the last stage holds it, the others 0).
+      const double global = strata::sum_over_ranks(mesh.dp(), strata::sum_over_ranks(mesh.pp(), loss)) / dp;
       if (rt.rank() == 0)
         std::printf("step %3d loss %.9f grad_norm %.9f%s\n", step, global, norm,
                     skipped ? " (skipped: non-finite gradients)" : "");
+    }
+    if (!params_out.empty() || !compare_params.empty()) {
+      const std::vector<float> whole = whole_parameters(model, mesh, strata::mlp::mlp_units(cfg));
+      std::string mismatch;
+      if (rt.rank() == 0) {
+        try {
+          if (!params_out.empty()) strata::write_output_file(params_out, "--params-out", parameters_text(whole));
+          if (!compare_params.empty()) compare_parameters(whole, compare_params, params_tolerance);
+        } catch (const std::exception& e) {
+          mismatch = e.what();
+        }
+      }
+      strata::all_agree(rt.world(), mismatch.empty(), mismatch, "writing or comparing the parameters");
     }
     auto ledger = strata::MemoryLedger::gather(rt.device(), rt.world());
     if (rt.rank() == 0) {

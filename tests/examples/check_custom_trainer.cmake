@@ -1,6 +1,7 @@
 # Runs examples/custom_trainer and checks its printed losses (cmake -P, so no other interpreter is needed).
 #   -DMODE=equal -DRUN=<cmd> -DREFERENCE=<cmd> -DTOLERANCE_PPM=1: every step's loss and gradient norm of RUN equal
-#      REFERENCE's within TOLERANCE_PPM parts per million (relative);
+#      REFERENCE's within TOLERANCE_PPM parts per million (relative); REFERENCE runs first (so RUN may read what it
+#      wrote: --compare-params of its --params-out);
 #   -DMODE=falls -DRUN=<cmd> -DFACTOR_PERCENT=75: the last step's loss is below that percentage of the first's.
 # Commands are '|'-separated words.
 function(run_losses command out_losses out_norms)
@@ -56,9 +57,9 @@ function(check_close what a b tol_ppm)
   endif()
 endfunction()
 
-run_losses("${RUN}" losses norms)
 if(MODE STREQUAL "equal")
   run_losses("${REFERENCE}" want_losses want_norms)
+  run_losses("${RUN}" losses norms)
   list(LENGTH losses n)
   list(LENGTH want_losses m)
   if(NOT n EQUAL m)
@@ -75,6 +76,7 @@ if(MODE STREQUAL "equal")
   endforeach()
   message(STATUS "equal: ${n} steps, losses and gradient norms within ${TOLERANCE_PPM}e-6 relative")
 elseif(MODE STREQUAL "falls")
+  run_losses("${RUN}" losses norms)
   list(GET losses 0 first)
   list(GET losses -1 last)
   # last < FACTOR_PERCENT % of first, compared as integers of 1e-9.

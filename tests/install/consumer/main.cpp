@@ -1,11 +1,110 @@
-// A trainer outside Strata's tree: one unit of two parameters fitted to a target by least squares, sharded over the
-// ranks, through the public header only. Prints the loss per step and "consumer: ok" when it fell.
+// A trainer outside Strata's tree, through the public header only: one unit of two parameters fitted to a target by
+// least squares, sharded over the ranks; then a two-layer network split over a tensor-parallel group of every rank
+// (a column-parallel layer, tanh, a row-parallel layer) with its own kernels. Prints the losses and "consumer: ok"
+// when both fell.
 #include <strata/strata.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <numeric>
+#include <string>
 #include <vector>
+
+namespace {
+
+// The consumer's kernels: out = inp @ weight (+ bias), as dot products over a column of the weight.
+class DotKernels : public strata::LinearKernels {
+ public:
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
+                      int OC) override {
+    std::vector<float> column(static_cast<std::size_t>(IC));
+    for (int o = 0; o < OC; ++o) {
+      for (int j = 0; j < IC; ++j) column[j] = weight[j * OC + o];
+      for (int n = 0; n < N; ++n)
+        out[n * OC + o] = std::inner_product(column.begin(), column.end(), inp + n * IC, bias ? bias[o] : 0.0f);
+    }
+  }
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int IC, int OC) override {
+    for (int o = 0; o < OC; ++o)
+      for (int n = 0; n < N; ++n) {
+        const float g = dout[n * OC + o];
+        if (dbias) dbias[o] += g;
+        for (int j = 0; j < IC; ++j) {
+          dweight[j * OC + o] += g * inp[n * IC + j];
+          if (dinp) dinp[n * IC + j] += g * weight[j * OC + o];
+        }
+      }
+  }
+  void add_bias(float* out, const float* bias, int N, int C) override {
+    for (int n = 0; n < N; ++n)
+      for (int c = 0; c < C; ++c) out[n * C + c] += bias[c];
+  }
+  void zero(void* p, std::size_t bytes) override { std::memset(p, 0, bytes); }
+};
+
+// y = tanh(x @ W1 + b1) @ W2 + b2 over `mesh`'s tp group (W1 column-parallel, W2 row-parallel), fitted by AdamW to a
+// fixed target. Returns the first and the last loss.
+std::pair<double, double> fit_tensor_parallel(strata::Runtime& rt, strata::DeviceMesh& mesh) {
+  constexpr int kRows = 8, kIn = 4, kHidden = 8, kOut = 2;
+  strata::TensorParallel tp(rt.device(), &mesh.tp(), false, kRows, 1, kHidden);
+  DotKernels k;
+  strata::ColumnParallelLinear first(tp, k, kIn, kHidden);
+  strata::RowParallelLinear second(tp, k, kHidden, kOut);
+  auto slot = [&](std::string name, strata::TpSplit split, bool decay = true) {
+    strata::SlotSpec s{name, {}, decay, true};
+    s.shape = split.replicated() ? std::vector<std::int64_t>{kOut} : split.local_shape(tp.size());
+    s.tp = split;
+    return s;
+  };
+  std::vector<strata::UnitSpec> units = {{"first", {slot("w1", first.weight_split()), slot("b1", first.bias_split())}},
+                                         {"second", {slot("w2", second.weight_split()), slot("b2", {}, false)}}};
+  strata::ShardedModel model(mesh, units, strata::ShardingOptions{});
+  model.init(strata::init_by_global_index(mesh, [](const strata::ParamSlot& s, std::size_t g, std::size_t n, float* o) {
+    for (std::size_t i = 0; i < n; ++i) o[i] = 0.4f * std::sin(1.7f * static_cast<float>(g + i) + s.name[1]);
+  }));
+  strata::AdamWConfig adam;
+  adam.lr = 0.05;
+  adam.weight_decay = 0;
+  strata::OptimizerOptions options;
+  options.norm_groups = strata::model_parallel_norm_groups(mesh);
+  options.counted = strata::counted_once(mesh);
+  strata::ShardedAdamW optimizer(model, adam, options);
+  std::vector<float> x(kRows * kIn), t(kRows * kOut), h(kRows * first.local_out()), y(kRows * kOut);
+  for (int i = 0; i < kRows * kIn; ++i) x[i] = std::cos(0.9f * i);
+  for (int i = 0; i < kRows * kOut; ++i) t[i] = 0.5f * std::sin(0.6f * i);
+  double start = 0, loss = 0;
+  for (int step = 0; step < 40; ++step) {
+    const std::vector<strata::TensorView>& p1 = model.begin_forward(0);
+    first.forward(h.data(), x.data(), nullptr, p1[0].as<float>(), p1[1].as<float>());
+    model.end_forward(0);
+    for (float& v : h) v = std::tanh(v);
+    const std::vector<strata::TensorView>& p2 = model.begin_forward(1);
+    second.forward(y.data(), nullptr, h.data(), p2[0].as<float>(), p2[1].as<float>());
+    model.end_forward(1);
+    std::vector<float> dy(y.size()), dh(h.size()), dx(x.size());
+    loss = 0;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      loss += (y[i] - t[i]) * (y[i] - t[i]) / y.size();
+      dy[i] = 2 * (y[i] - t[i]) / y.size();
+    }
+    if (step == 0) start = loss;
+    strata::BackwardViews g2 = model.begin_backward(1);
+    second.backward(dh.data(), nullptr, g2.grads[0].as<float>(), g2.grads[1].as<float>(), dy.data(), h.data(),
+                    g2.params[0].as<float>());
+    model.end_backward(1);
+    for (std::size_t i = 0; i < h.size(); ++i) dh[i] *= 1 - h[i] * h[i];
+    strata::BackwardViews g1 = model.begin_backward(0);
+    first.backward(dx.data(), nullptr, g1.grads[0].as<float>(), g1.grads[1].as<float>(), dh.data(), x.data(),
+                   g1.params[0].as<float>());
+    model.end_backward(0);
+    optimizer.step(adam.lr);
+  }
+  return {start, loss};
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   return strata::run_main([&] {
@@ -44,7 +143,12 @@ int main(int argc, char** argv) {
       if (rt.rank() == 0) std::printf("step %d loss %.6f\n", step, mean);
     }
     STRATA_CHECK(last < 0.1 * first, "the loss did not fall: {} -> {}", first, last);
-    if (rt.rank() == 0) std::printf("consumer: ok, %d ranks, loss %.6f -> %.6f\n", rt.world_size(), first, last);
+    strata::DeviceMesh split(rt, strata::MeshDims{1, 1, -1, rt.world_size()});  // every rank in one tp group
+    const auto [tp_first, tp_last] = fit_tensor_parallel(rt, split);
+    STRATA_CHECK(tp_last < 0.1 * tp_first, "the tensor-parallel loss did not fall: {} -> {}", tp_first, tp_last);
+    if (rt.rank() == 0)
+      std::printf("consumer: ok, %d ranks, loss %.6f -> %.6f; tp %d loss %.6f -> %.6f\n", rt.world_size(), first, last,
+                  split.tp().size(), tp_first, tp_last);
     return 0;
   });
 }

@@ -1,0 +1,65 @@
+// The MLP of mlp.h split over a tensor-parallel group with Strata's library layers (runtime/tensor): layers alternate
+// column- and row-parallel from the first (Megatron's MLP pairing: one all-reduce forward per pair, one backward),
+// and a last layer that would be column-parallel is replicated instead, so the prediction is whole on every tp rank.
+// Host f32 kernels (HostLinearKernels) on the CPU backend. Written only against the installed API.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include <strata/strata.h>
+
+#include "models/mlp/mlp.h"
+
+namespace strata::mlp {
+
+enum class LayerSplit { kColumn, kRow, kReplicated };
+LayerSplit layer_split(const MlpConfig& cfg, int layer);
+
+// mlp_units(cfg) with each layer's weight and bias split as layer_split says (local shapes at degree tp).
+std::vector<UnitSpec> mlp_units_tp(const MlpConfig& cfg, int tp);
+// mlp_init by global index: the same values at every tp degree (fan-in from the global shape).
+SlotInit mlp_init_tp(const DeviceMesh& mesh, std::uint64_t seed);
+
+// LinearKernels on host f32 arrays, plain loops.
+class HostLinearKernels : public LinearKernels {
+ public:
+  void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC,
+                      int OC) override;
+  void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                       const float* weight, int N, int IC, int OC) override;
+  void add_bias(float* out, const float* bias, int N, int C) override;
+  void zero(void* p, std::size_t bytes) override;
+};
+
+// Layers [first, last) of the MLP over a tp group (unit u of the model holds layer first + u): a whole model, or one
+// pipeline stage's part. Activations are kept per layer in `acts` (mlp.h's: inputs and outputs).
+class MlpLayers {
+ public:
+  MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last);
+  // From the input of layer `first` ([rows, its width]) to the output of the last layer (this rank's columns when
+  // it is column-parallel).
+  std::vector<float> forward(ShardedModel& model, std::vector<float> x, int rows, Activations& acts);
+  // From the gradient of the output to the gradient of the input of layer `first`; adds into the gradient views.
+  std::vector<float> backward(ShardedModel& model, std::vector<float> dy, int rows, const Activations& acts);
+
+ private:
+  struct Layer {
+    LayerSplit split;
+    int in, out, local_in, local_out;
+    std::optional<ColumnParallelLinear> col;
+    std::optional<RowParallelLinear> row;
+    Layer(const MlpConfig& cfg, int i, TensorParallel& tp, LinearKernels& k);
+  };
+  HostLinearKernels k_;
+  bool last_layer_;  // the range ends with the model's output layer (no tanh)
+  std::vector<Layer> layers_;
+};
+
+// forward_backward of mlp.h over the tp group of `tp` (every tp rank of a data-parallel rank sees the same rows).
+// Returns the local loss (equal on the tp ranks).
+double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,
+                           float grad_scale);
+
+}  // namespace strata::mlp
