@@ -90,98 +90,17 @@ void GptTrainer::with_fit_advice(Fn&& fn) {
 
 GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenFile& data)
     : rt_(runtime), cfg_(config), data_(data), baseline_bytes_(runtime.device().memory_stats().current_total()) {
-  cfg_.model.validate();
-  STRATA_CHECK(cfg_.seq >= 1 && cfg_.seq <= cfg_.model.ctx, "sequence length {} must be in [1, ctx {}]", cfg_.seq,
-               cfg_.model.ctx);
-  STRATA_CHECK(data_.max_token() < cfg_.model.vocab, "data token {} is outside the vocabulary of {}", data_.max_token(),
-               cfg_.model.vocab);
+  check_config();
   // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
   set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
-  cfg_.model.validate_tp(cfg_.tp, cfg_.sequence_parallel, cfg_.seq);
-  cfg_.validate_pipeline();
-  const int M = cfg_.micro_batches(), P = cfg_.pp;
-  const int rows = cfg_.micro_batch_rows();
-  cfg_.model.validate_sizes(rows, cfg_.seq, cfg_.tp);
-  mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{P, cfg_.dp_replicate, -1, cfg_.tp});
-  const int tp = cfg_.tp, pp_rank = mesh_->pp().rank();
-  if (cfg_.pipelined()) {
-    STRATA_CHECK_CODE(ErrorCode::kUnsupported, P == 1 || cfg_.sharding.offload == OffloadPolicy::kNone ||
-                                                   rt_.device().kind() == DeviceKind::kCpu,
-                      "--offload {} with --pp {} on {}: the tied embeddings' gradients live in host memory, which "
-                      "NCCL cannot reduce; pipelines offload on the CPU backend only", offload_name(cfg_.sharding.offload),
-                      P, rt_.device().name());
-    schedule_ = std::make_unique<PipelineSchedule>(PipelineSchedule::build(cfg_.pp_schedule, P, M, cfg_.pp_virtual));
-    schedule_->validate();
-    executor_ = std::make_unique<PipelineExecutor>(*schedule_, mesh_->pp(), PipelineFaults{env().fault_pp_no_send});
-    part_ = GptStagePart::of_rank(cfg_.model, P, cfg_.pp_virtual, pp_rank, executor_->slots());
-    if (cfg_.pp_keep_gathered) cfg_.sharding.reshard_after_forward = false;
-  }
-  const bool tied_copy = part_.holds_tied_copy();
-  std::vector<UnitSpec> units = gpt_units(cfg_.model, tp, part_);
-  const GptStageUnits places = stage_units(cfg_.model, part_);
-  tied_unit_ = P == 1 ? -1 : part_.first ? places.emb : places.head;
-  // The norm counts every element of the whole model once: a replicated slot on tp rank 0 only, the tied copy of
-  // the embeddings never; the sums over the tp and pp groups join the data-parallel one. The non-finite check travels
-  // with it, so all ranks agree.
-  for (Communicator* g : model_parallel_norm_groups(*mesh_)) cfg_.optimizer.norm_groups.push_back(g);
-  cfg_.optimizer.counted = counted_once(*mesh_, tied_copy ? tied_unit_ : -1);
-  if (P > 1) {
-    // The first and last stage of each pipeline (same dp and tp coordinates) pair up to sum the tied gradients.
-    const MeshCoord c = mesh_->coord();
-    const bool ends = c.pp == 0 || c.pp == P - 1;
-    const int color = ends ? rt_.rank() % (rt_.world_size() / P) : -1;
-    tied_ = rt_.world().split(color, c.pp, "tied_wte");
-  }
-  with_fit_advice([&] {
-    model_ = std::make_unique<ShardedModel>(*mesh_, units, cfg_.sharding);
-    optimizer_ = std::make_unique<ShardedAdamW>(*model_, cfg_.adamw, cfg_.optimizer);
-  });
-  if (part_.chunks.size() > 1) {
-    // Prefetch within a chunk only: the next chunk's units are needed only after other stages have run.
-    for (int c = 0; c < places.chunks(); ++c) {
-      const int first = places.first[static_cast<std::size_t>(c)], end = places.first[static_cast<std::size_t>(c) + 1];
-      for (int i = first; i < end; ++i) {
-        std::vector<int> ahead, behind;
-        for (int k = 1; k <= cfg_.sharding.prefetch_depth; ++k) {
-          if (i + k < end) ahead.push_back(i + k);
-          if (i - k >= first) behind.push_back(i - k);
-        }
-        model_->set_forward_prefetch(i, ahead);
-        model_->set_backward_prefetch(i, behind);
-      }
-    }
-  }
-  parameters_ = global_numel(gpt_units(cfg_.model, tp));
+  mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{cfg_.pp, cfg_.dp_replicate, -1, cfg_.tp});
+  if (cfg_.pipelined()) build_pipeline();
+  parallelize();
+  parameters_ = global_numel(gpt_units(cfg_.model, cfg_.tp));
   // Each local element takes the value of its place in the global tensor (init_by_global_index), so the init does
   // not depend on tp; padded vocabulary rows are 0.
   if (!cfg_.init.empty()) {
-    SafetensorsReader reader(cfg_.init);
-    std::vector<std::string> names;
-    std::map<std::string, std::pair<int, int>> place;  // parameter -> (unit, slot) on this rank
-    for (int u = 0; u < model_->num_units(); ++u) {
-      const std::vector<ParamSlot>& slots = model_->layout(u).slots();
-      for (std::size_t i = 0; i < slots.size(); ++i) place[slots[i].name] = {u, static_cast<int>(i)};
-    }
-    for (const UnitSpec& u : gpt_units(cfg_.model, tp))  // the whole model's, whatever part this rank holds
-      for (const SlotSpec& s : u.slots) names.push_back(s.name);
-    check_weight_names(reader, names, "--init");
-    for (int u = 0; u < model_->num_units(); ++u)
-      for (const ParamSlot& s : model_->layout(u).slots())
-        reader.check_shape(s.name, s.tp.replicated() ? s.shape : s.tp.global_shape);
-    // The first non-finite value this rank reads (pieces come in unit, slot order), by its place in the file.
-    NonFiniteAt bad;
-    model_->init(init_by_global_index(*mesh_, [&](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
-      reader.read_f32(s.name, g, n, o);  // each rank reads only its shard
-      for (std::size_t i = 0; i < n && !bad.found(); ++i)
-        if (!std::isfinite(o[i])) bad = NonFiniteAt{place.at(s.name).first, place.at(s.name).second, g + i, o[i]};
-    }));
-    bad = lowest_over_ranks(rt_.world(), bad);
-    if (bad.found()) {
-      const std::string name = model_->layout(bad.unit).slots()[static_cast<std::size_t>(bad.slot)].name;
-      STRATA_THROW(ErrorCode::kNonFinite, "--init {}: tensor '{}' holds {} at element {} (the first non-finite "
-                   "value of the file's parameters); initial weights must be finite", cfg_.init, name,
-                   std::isnan(bad.value) ? "NaN" : bad.value > 0 ? "inf" : "-inf", bad.element);
-    }
+    init_from_file();
   } else {
     const GptConfig m = cfg_.model;
     const std::uint64_t seed = cfg_.seed;
@@ -191,12 +110,13 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   }
   if (!cfg_.checkpoint.dir.empty()) {
     // A pipeline's checkpoint holds the whole model (it resumes at any pp); the tied copy is the first stage's.
-    CheckpointPart whole{gpt_units(cfg_.model, tp), {}, P};
-    if (tied_copy) whole.copies.push_back(tied_unit_);
+    CheckpointPart whole{gpt_units(cfg_.model, cfg_.tp), {}, cfg_.pp};
+    if (part_.holds_tied_copy()) whole.copies.push_back(tied_unit_);
     checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, *mesh_, cfg_.checkpoint, std::move(whole));
     data_record_ = GptDataRecord::of(data_);  // once: its fingerprint reads up to 64 MiB of tokens
     if (cfg_.resume) resume();
   }
+  const int rows = cfg_.micro_batch_rows();
   with_fit_advice([&] {
     GptParallel par;
     par.tp = &mesh_->tp();
@@ -210,6 +130,96 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
                                                 mesh_->dp().rank(), cfg_.pp_keep_gathered);
   inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.seq);
   targets_.resize(inputs_.size());
+}
+
+void GptTrainer::check_config() const {
+  cfg_.model.validate();
+  STRATA_CHECK(cfg_.seq >= 1 && cfg_.seq <= cfg_.model.ctx, "sequence length {} must be in [1, ctx {}]", cfg_.seq,
+               cfg_.model.ctx);
+  STRATA_CHECK(data_.max_token() < cfg_.model.vocab, "data token {} is outside the vocabulary of {}", data_.max_token(),
+               cfg_.model.vocab);
+  cfg_.model.validate_tp(cfg_.tp, cfg_.sequence_parallel, cfg_.seq);
+  cfg_.validate_pipeline();
+  cfg_.model.validate_sizes(cfg_.micro_batch_rows(), cfg_.seq, cfg_.tp);
+}
+
+void GptTrainer::build_pipeline() {
+  const int P = cfg_.pp;
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, P == 1 || cfg_.sharding.offload == OffloadPolicy::kNone ||
+                                                 rt_.device().kind() == DeviceKind::kCpu,
+                    "--offload {} with --pp {} on {}: the tied embeddings' gradients live in host memory, which "
+                    "NCCL cannot reduce; pipelines offload on the CPU backend only", offload_name(cfg_.sharding.offload),
+                    P, rt_.device().name());
+  schedule_ = std::make_unique<PipelineSchedule>(
+      PipelineSchedule::build(cfg_.pp_schedule, P, cfg_.micro_batches(), cfg_.pp_virtual));
+  schedule_->validate();
+  executor_ = std::make_unique<PipelineExecutor>(*schedule_, mesh_->pp(), PipelineFaults{env().fault_pp_no_send});
+  part_ = GptStagePart::of_rank(cfg_.model, P, cfg_.pp_virtual, mesh_->pp().rank(), executor_->slots());
+  if (cfg_.pp_keep_gathered) cfg_.sharding.reshard_after_forward = false;
+}
+
+void GptTrainer::parallelize() {
+  const int P = cfg_.pp;
+  const GptStageUnits places = stage_units(cfg_.model, part_);
+  tied_unit_ = P == 1 ? -1 : part_.first ? places.emb : places.head;
+  // The norm counts every element of the whole model once: a replicated slot on tp rank 0 only, the tied copy of
+  // the embeddings never; the sums over the tp and pp groups join the data-parallel one. The non-finite check travels
+  // with it, so all ranks agree.
+  for (Communicator* g : model_parallel_norm_groups(*mesh_)) cfg_.optimizer.norm_groups.push_back(g);
+  cfg_.optimizer.counted = counted_once(*mesh_, part_.holds_tied_copy() ? tied_unit_ : -1);
+  if (P > 1) {
+    // The first and last stage of each pipeline (its pp group) pair up to sum the tied gradients.
+    const int pp_rank = mesh_->pp().rank();
+    tied_ = mesh_->pp().split(pp_rank == 0 || pp_rank == P - 1 ? 0 : -1, pp_rank, "tied_wte");
+  }
+  with_fit_advice([&] {
+    model_ = std::make_unique<ShardedModel>(*mesh_, gpt_units(cfg_.model, cfg_.tp, part_), cfg_.sharding);
+    optimizer_ = std::make_unique<ShardedAdamW>(*model_, cfg_.adamw, cfg_.optimizer);
+  });
+  if (part_.chunks.size() <= 1) return;
+  // Prefetch within a chunk only: the next chunk's units are needed only after other stages have run.
+  for (int c = 0; c < places.chunks(); ++c) {
+    const int first = places.first[static_cast<std::size_t>(c)], end = places.first[static_cast<std::size_t>(c) + 1];
+    for (int i = first; i < end; ++i) {
+      std::vector<int> ahead, behind;
+      for (int k = 1; k <= cfg_.sharding.prefetch_depth; ++k) {
+        if (i + k < end) ahead.push_back(i + k);
+        if (i - k >= first) behind.push_back(i - k);
+      }
+      model_->set_forward_prefetch(i, ahead);
+      model_->set_backward_prefetch(i, behind);
+    }
+  }
+}
+
+void GptTrainer::init_from_file() {
+  SafetensorsReader reader(cfg_.init);
+  std::vector<std::string> names;
+  std::map<std::string, std::pair<int, int>> place;  // parameter -> (unit, slot) on this rank
+  for (int u = 0; u < model_->num_units(); ++u) {
+    const std::vector<ParamSlot>& slots = model_->layout(u).slots();
+    for (std::size_t i = 0; i < slots.size(); ++i) place[slots[i].name] = {u, static_cast<int>(i)};
+  }
+  for (const UnitSpec& u : gpt_units(cfg_.model, cfg_.tp))  // the whole model's, whatever part this rank holds
+    for (const SlotSpec& s : u.slots) names.push_back(s.name);
+  check_weight_names(reader, names, "--init");
+  for (int u = 0; u < model_->num_units(); ++u)
+    for (const ParamSlot& s : model_->layout(u).slots())
+      reader.check_shape(s.name, s.tp.replicated() ? s.shape : s.tp.global_shape);
+  // The first non-finite value this rank reads (pieces come in unit, slot order), by its place in the file.
+  NonFiniteAt bad;
+  model_->init(init_by_global_index(*mesh_, [&](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
+    reader.read_f32(s.name, g, n, o);  // each rank reads only its shard
+    for (std::size_t i = 0; i < n && !bad.found(); ++i)
+      if (!std::isfinite(o[i])) bad = NonFiniteAt{place.at(s.name).first, place.at(s.name).second, g + i, o[i]};
+  }));
+  bad = lowest_over_ranks(rt_.world(), bad);
+  if (bad.found()) {
+    const std::string name = model_->layout(bad.unit).slots()[static_cast<std::size_t>(bad.slot)].name;
+    STRATA_THROW(ErrorCode::kNonFinite, "--init {}: tensor '{}' holds {} at element {} (the first non-finite "
+                 "value of the file's parameters); initial weights must be finite", cfg_.init, name,
+                 std::isnan(bad.value) ? "NaN" : bad.value > 0 ? "inf" : "-inf", bad.element);
+  }
 }
 
 GptTrainer::~GptTrainer() = default;

@@ -108,6 +108,13 @@ class GptTrainer {
   // Runs fn; an allocation over the device budget is rethrown with the planner's advice appended.
   template <typename Fn>
   void with_fit_advice(Fn&& fn);
+  // The constructor's steps: the configuration's checks (before anything is allocated), the schedule and this
+  // rank's part of a pipeline, the parallelize step (norm groups, counted mask, the tied pair, the sharded model and
+  // optimizer, prefetch within chunks), and weights from --init.
+  void check_config() const;
+  void build_pipeline();
+  void parallelize();
+  void init_from_file();
   // What a checkpoint keeps of the trainer: the step and data position it stands at, the seed, the configuration.
   nlohmann::json trainer_state() const;
   // --resume: the directory's resume plan, the load, and the checks of the trainer state against this run.
