@@ -21,11 +21,11 @@
 #include "core/file_checks.h"
 #include "core/tool_main.h"
 #include "models/common/flag_checks.h"
-#include "models/gpt/atomic_file.h"
-#include "models/gpt/gpt_model.h"
-#include "models/gpt/gpt_trainer_state.h"
-#include "models/gpt/safetensors.h"
-#include "models/gpt/weight_names.h"
+#include "core/atomic_file.h"
+#include "models/gpt/model/gpt_model.h"
+#include "models/gpt/training/gpt_trainer_state.h"
+#include "core/safetensors.h"
+#include "models/gpt/model/weight_names.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/checkpoint_index.h"
 #include "runtime/checkpoint/checkpoint_reader.h"
@@ -216,7 +216,7 @@ void verify_chunk(const ChunkReader& reader, std::uint64_t block_bytes, const Te
   }
 }
 
-// The trainer state train_gpt and strata-ckpt import write (models/gpt/gpt_trainer_state.h), when present.
+// The trainer state train_gpt and strata-ckpt import write (models/gpt/training/gpt_trainer_state.h), when present.
 void check_trainer_state(const CheckpointIndex& index, const std::string& where, std::vector<std::string>& problems,
                          std::vector<std::string>& notes) {
   if (!index.state.contains("trainer")) return;
@@ -346,7 +346,7 @@ int run_export(const std::string& path, const std::string& out, std::int64_t ste
   // The params tensor of every slot, in the declaration's order, under the slot's name.
   std::vector<const TensorRecord*> tensors;
   std::vector<std::string> slots;
-  gpt::SafetensorsWriter writer;
+  SafetensorsWriter writer;
   for (const UnitSpec& u : index.units)
     for (const SlotSpec& s : u.slots) {
       const TensorRecord& t = index.tensor(params_tensor(s.name));
@@ -362,7 +362,7 @@ int run_export(const std::string& path, const std::string& out, std::int64_t ste
   // One piece of one tensor in memory at a time: values read through the checkpoint's staging block (from whatever
   // boxes hold them: a tensor-parallel checkpoint's slices are put together here), converted, appended to OUT.tmp,
   // which is renamed over OUT once flushed.
-  gpt::AtomicFile file(out);
+  AtomicFile file(out);
   file.write(head.data(), head.size());
   std::vector<char> staging(index.block_bytes);
   CheckpointReader reader(dir.step_path(step), index, staging.data());
@@ -393,7 +393,7 @@ int run_export(const std::string& path, const std::string& out, std::int64_t ste
   fsync_directory(parent.string());
   std::printf("export: %s -> %s: %zu tensors, %llu elements as %s, %llu bytes\n", dir.step_path(step).c_str(),
               out.c_str(), tensors.size(), static_cast<unsigned long long>(elements),
-              gpt::safetensors_dtype_name(dtype),
+              safetensors_dtype_name(dtype),
               static_cast<unsigned long long>(head.size() + elements * dtype_size(dtype)));
   return 0;
 }
@@ -409,7 +409,7 @@ std::string dims(const gpt::GptConfig& c) {
 // prefixes, embd and vocab from wte.weight, ctx from wpe.weight. Heads do not change the declaration (1 here).
 // Refuses anything else, naming what is wrong; `ignored` receives the buffers Hugging Face files carry beside the
 // parameters (the attention masks h.{i}.attn.bias / .masked_bias, and an lm_head.weight equal to wte.weight).
-gpt::GptConfig infer_gpt(const gpt::SafetensorsReader& in, std::vector<std::string>& ignored) {
+gpt::GptConfig infer_gpt(const SafetensorsReader& in, std::vector<std::string>& ignored) {
   const std::string& file = in.path();
   const std::string prefix = "transformer.";
   std::map<std::string, std::string> bare;  // name without the prefix -> as stored
@@ -423,7 +423,7 @@ gpt::GptConfig infer_gpt(const gpt::SafetensorsReader& in, std::vector<std::stri
                       "{} is not a GPT-2 weight file of docs/gpt-model.md's names: "
                       "it has no '{}'",
                       file, name);
-    const gpt::TensorInfo& t = in.info(name);
+    const TensorInfo& t = in.info(name);
     STRATA_CHECK_CODE(ErrorCode::kIo, t.shape.size() == 2, "{}: '{}' has shape {}, a GPT-2's is 2-D", file, name,
                       shape_string(t.shape));
     return t.shape;
@@ -505,7 +505,7 @@ gpt::GptConfig infer_gpt(const gpt::SafetensorsReader& in, std::vector<std::stri
 
 int run_import(const std::string& in_path, const std::string& path, std::int64_t step) {
   check_input_file(in_path, "IN");  // a FIFO or device is refused before it can block
-  const gpt::SafetensorsReader in(in_path);
+  const SafetensorsReader in(in_path);
   std::vector<std::string> ignored;
   const gpt::GptConfig cfg = infer_gpt(in, ignored);
   const CheckpointDir dir(path);

@@ -98,7 +98,7 @@ struct MemoryPlan {
 // inputs and dropout masks stay whole on every rank); with sequence parallelism too, s b h (34 + 5 a s / h) / t.
 // Tiled attention drops the 5 a s^2 b score term; full recomputation keeps 2 s b h (the layer input), 2 s b h / t under
 // sequence parallelism. A planner's figure for a Megatron-style model: a given trainer's buffers differ (train_gpt
-// has its own exact prediction, models/gpt/gpt_memory.h).
+// has its own exact prediction, models/gpt/training/gpt_memory.h).
 double activation_bytes_per_layer(const PlanInput& in);
 
 MemoryPlan plan_memory(const PlanInput& in);
@@ -110,7 +110,7 @@ struct PlanChange {
 };
 // The changes tried when a plan does not fit, cheapest first (recomputation, ZeRO-3, offload, then tensor and
 // pipeline parallelism on the same devices). plan_memory's advice is the first that fits; a trainer with an
-// exact predictor of its own (models/gpt/gpt_memory.h) walks the same list.
+// exact predictor of its own (models/gpt/training/gpt_memory.h) walks the same list.
 std::vector<PlanChange> fit_changes(const PlanInput& in);
 
 }  // namespace strata

@@ -18,8 +18,6 @@ std::size_t shape_numel(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-std::string shape_string(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
-
 ShardLayout::ShardLayout(const std::vector<SlotSpec>& specs, int shard_world, std::size_t align_elements)
     : shard_world_(shard_world) {
   STRATA_CHECK(shard_world >= 1, "shard world {} must be at least 1", shard_world);

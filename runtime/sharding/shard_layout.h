@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/shape_string.h"
 #include "runtime/parallel/tp_split.h"
 
 namespace strata {
@@ -61,6 +62,5 @@ class ShardLayout {
 };
 
 std::size_t shape_numel(const std::vector<std::int64_t>& shape);
-std::string shape_string(const std::vector<std::int64_t>& shape);  // "[3, 4]"
 
 }  // namespace strata

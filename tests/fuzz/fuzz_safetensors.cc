@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/gpt/safetensors.h"
+#include "core/safetensors.h"
 
 namespace {
 
@@ -32,10 +32,10 @@ const std::string& input_path(const std::uint8_t* data, std::size_t size) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  using strata::gpt::TensorInfo;
+  using strata::TensorInfo;
   const std::string& path = input_path(data, size);
   try {
-    strata::gpt::SafetensorsReader reader(path);
+    strata::SafetensorsReader reader(path);
     for (const std::string& name : reader.names()) {
       const TensorInfo& t = reader.info(name);
       if (t.end - t.begin > kMaxTensorBytes) continue;

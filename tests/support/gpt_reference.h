@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt/gpt_trainer.h"
+#include "models/gpt/training/gpt_trainer.h"
 #include "tests/support/compare.h"
 
 namespace strata::gpt::test {

@@ -11,7 +11,7 @@
 
 #include "core/file_checks.h"
 #include "core/output_file.h"
-#include "models/gpt/atomic_file.h"
+#include "core/atomic_file.h"
 #include "runtime/checkpoint/chunk_file.h"
 #include "tests/support/test_support.h"
 
@@ -56,8 +56,8 @@ TEST(FileWriters, TwoWritersOfOnePathGetDistinctTemporaries) {
   ScratchDir dir("files_writers");
   const std::string path = dir.file("weights.bin");
   {
-    gpt::AtomicFile a(path);
-    gpt::AtomicFile b(path);
+    AtomicFile a(path);
+    AtomicFile b(path);
     EXPECT_NE(a.tmp_path(), b.tmp_path());
     EXPECT_EQ(temporaries_of(path).size(), 2u);
     const std::string text_a(100000, 'a'), text_b(70000, 'b');
@@ -72,7 +72,7 @@ TEST(FileWriters, TwoWritersOfOnePathGetDistinctTemporaries) {
   EXPECT_TRUE(temporaries_of(path).empty());
   // A writer that never commits removes its temporary and leaves the file as it was.
   {
-    gpt::AtomicFile c(path);
+    AtomicFile c(path);
     c.write("zz", 2);
   }
   EXPECT_EQ(read_all(path), std::string(70000, 'b'));

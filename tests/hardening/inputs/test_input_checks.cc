@@ -10,7 +10,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/logging.h"
-#include "models/gpt/gpt_model.h"
+#include "models/gpt/model/gpt_model.h"
 #include "runtime/memory/memory_planner.h"
 
 namespace strata {

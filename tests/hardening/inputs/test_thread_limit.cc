@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/gpt/blas.h"
-#include "models/gpt/kernels.h"
+#include "models/gpt/model/blas.h"
+#include "models/gpt/model/cpu_ops.h"
 
 namespace strata::gpt {
 namespace {

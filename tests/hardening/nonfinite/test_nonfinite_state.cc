@@ -11,8 +11,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "models/gpt/gpt_trainer.h"
-#include "models/gpt/safetensors.h"
+#include "models/gpt/training/gpt_trainer.h"
+#include "core/safetensors.h"
 #include "runtime/optim/nonfinite.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt/safetensors.h"
+#include "core/safetensors.h"
 #include "tests/support/compare.h"
 
 namespace {
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
               loss, loss_step, loss_tol, norm, norm_step, norm_tol);
   ok = ok && loss <= loss_tol && norm <= norm_tol;
   if (argc == 8) {
-    strata::gpt::SafetensorsReader a(argv[6]), b(argv[7]);
+    strata::SafetensorsReader a(argv[6]), b(argv[7]);
     double worst = 0, key_worst = 0;
     std::string worst_name;
     for (const std::string& name : a.names()) {

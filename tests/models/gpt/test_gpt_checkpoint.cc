@@ -9,7 +9,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "models/gpt/gpt_trainer.h"
+#include "models/gpt/training/gpt_trainer.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"
 

@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "models/gpt/gpt_presets.h"
-#include "models/gpt/model_flops.h"
+#include "models/gpt/training/gpt_presets.h"
+#include "models/gpt/model/model_flops.h"
 
 namespace strata::gpt {
 namespace {

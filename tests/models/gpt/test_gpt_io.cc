@@ -15,8 +15,8 @@
 #include <string>
 #include <vector>
 
-#include "models/gpt/safetensors.h"
-#include "models/gpt/token_data.h"
+#include "core/safetensors.h"
+#include "models/gpt/data/token_data.h"
 #include "core/dtype.h"
 #include "core/error.h"
 

@@ -18,9 +18,9 @@
 #include "core/device_registry.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "models/gpt/gpt_kernels.h"
-#include "models/gpt/kernels.h"
-#include "models/gpt/vec_math.h"
+#include "models/gpt/model/kernel_table.h"
+#include "models/gpt/model/cpu_ops.h"
+#include "models/gpt/model/vec_math.h"
 #include "tests/support/compare.h"
 
 // ---- an allocation ledger: the peak bytes operator new holds above a baseline (for the attention workspace) ----
@@ -496,7 +496,7 @@ TEST(GptBf16, CpuMatmulsRoundEveryOperand) {
 // sum (so the reference walks the same tiles); in the backward P = exp(s - lse) and dS = P (dP - D_i) / sqrt(D)
 // from the f32 P, both rounded. The same kernel without rounding is far from that reference.
 TEST(GptBf16, AttentionRoundsWhereFlashAttentionDoes) {
-  constexpr int kTileK = 64;  // attention.cc's key tile
+  constexpr int kTileK = 64;  // cpu_attention.cc's key tile
   for (AttnCase cs : {AttnCase{2, 9, 16, 2}, AttnCase{1, 130, 32, 2}}) {
     SCOPED_TRACE(testing::Message() << cs);
     const auto [B, T, C, NH] = cs;

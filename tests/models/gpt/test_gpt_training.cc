@@ -11,9 +11,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "models/gpt/gpt_memory.h"
-#include "models/gpt/gpt_trainer.h"
-#include "models/gpt/safetensors.h"
+#include "models/gpt/training/gpt_memory.h"
+#include "models/gpt/training/gpt_trainer.h"
+#include "core/safetensors.h"
 #include "runtime/memory/memory_planner.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"

@@ -1,4 +1,4 @@
-// The GPT-2 CUDA kernels (models/gpt/cuda) against the CPU kernels, their reference: every forward and backward
+// The GPT-2 CUDA kernels (models/gpt/model/cuda) against the CPU kernels, their reference: every forward and backward
 // at sizes that are and are not multiples of the tiles. Every test skips where no GPU is visible.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
@@ -15,10 +15,10 @@
 
 #include "core/cuda_check.h"
 #include "core/device_registry.h"
-#include "models/gpt/cuda/kernels_cuda.h"
-#include "models/gpt/gpt_kernels.h"
-#include "models/gpt/kernels.h"
-#include "models/gpt/tp_kernels.h"
+#include "models/gpt/model/cuda/cuda_ops.h"
+#include "models/gpt/model/kernel_table.h"
+#include "models/gpt/model/cpu_ops.h"
+#include "models/gpt/model/cpu_tp_ops.h"
 #include "tests/support/compare.h"
 #include "tests/support/test_support.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "core/device_registry.h"
-#include "models/gpt/gpt_trainer.h"
+#include "models/gpt/training/gpt_trainer.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"
 

@@ -1,0 +1,276 @@
+// Causal multi-head attention for the GPT-2 example: FlashAttention-style forward and backward on the CPU.
+//
+// Forward: one task per (b, h, query tile); key tiles are visited in order with an online softmax (running
+// max m, running sum l, output accumulator O rescaled by exp(m_old - m_new)); lse = m + log(l) is saved.
+// Backward: one task per (b, h), so the task owns that head's columns of dq, dk and dv and nothing is atomic;
+// for each key tile (outer) and each query tile at or after it (inner) the probabilities are recomputed as
+// P = exp(S - lse), then dV += P^T dO, dP = dO V^T, dS = P * (dP - D_i) / sqrt(D), dQ += dS K, dK += dS^T Q.
+// Every product is a small tile GEMM (tile_gemm below, register-blocked with vector extensions); each output
+// sums its terms in a fixed order, so results do not depend on the thread count.
+// Memory: per thread a few tiles (forward) plus D_i for T rows (backward); never a T x T matrix.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "models/gpt/model/cpu_ops.h"
+#include "models/gpt/model/vec_math.h"
+#include "core/error.h"
+
+namespace strata::gpt {
+namespace {
+
+constexpr int kTileQ = 64;  // query rows per tile
+constexpr int kTileK = 64;  // keys per tile (the transposed K and V tiles are D x kTileK)
+
+// ---- tile GEMM ----------------------------------------------------------------------------------------------
+
+// Eight floats in a GCC/Clang vector: one AVX register with -mavx2, two SSE registers without.
+using v8 = float __attribute__((vector_size(32)));
+inline v8 load8(const float* p) {
+  v8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
+
+// C[MR x 8*NV] (+)= sum over kk < k of A(i, kk) * B[kk][j], A(i, kk) = A[i * ars + kk * acs]: MR*NV accumulators
+// stay in registers while k runs.
+template <int MR, int NV>
+inline void micro_kernel(int k, const float* A, std::size_t ars, std::size_t acs, const float* B, std::size_t ldb,
+                         float* C, std::size_t ldc, bool accumulate) {
+  v8 c[MR][NV];
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) c[r][v] = accumulate ? load8(C + r * ldc + 8 * v) : v8{};
+  for (int kk = 0; kk < k; ++kk) {
+    v8 b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = load8(B + kk * ldb + 8 * v);
+    for (int r = 0; r < MR; ++r) {
+      const float a = A[r * ars + kk * acs];
+      for (int v = 0; v < NV; ++v) c[r][v] += a * b[v];
+    }
+  }
+  for (int r = 0; r < MR; ++r)
+    for (int v = 0; v < NV; ++v) store8(C + r * ldc + 8 * v, c[r][v]);
+}
+
+template <int NV>
+void micro_rows(int m, int k, const float* A, std::size_t ars, std::size_t acs, const float* B, std::size_t ldb,
+                float* C, std::size_t ldc, bool accumulate) {
+  int i = 0;
+  for (; i + 6 <= m; i += 6) micro_kernel<6, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate);
+  switch (m - i) {
+    case 5: micro_kernel<5, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    case 4: micro_kernel<4, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    case 3: micro_kernel<3, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    case 2: micro_kernel<2, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    case 1: micro_kernel<1, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    default: break;
+  }
+}
+
+// C[m x n] (+)= op(A)[m x k] @ B[k x n], with A(i, kk) = A[i * ars + kk * acs] (so a transposed A is just other
+// strides), B and C row-major with row strides ldb and ldc. Terms are summed in kk order.
+void tile_gemm(int m, int n, int k, const float* A, std::size_t ars, std::size_t acs, const float* B, std::size_t ldb,
+               float* C, std::size_t ldc, bool accumulate) {
+  int j = 0;
+  for (; j + 16 <= n; j += 16) micro_rows<2>(m, k, A, ars, acs, B + j, ldb, C + j, ldc, accumulate);
+  for (; j + 8 <= n; j += 8) micro_rows<1>(m, k, A, ars, acs, B + j, ldb, C + j, ldc, accumulate);
+  for (; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      float acc = accumulate ? C[i * ldc + j] : 0.0f;
+      for (int kk = 0; kk < k; ++kk) acc += A[i * ars + kk * acs] * B[kk * ldb + j];
+      C[i * ldc + j] = acc;
+    }
+}
+
+// ---- shapes and workspace -----------------------------------------------------------------------------------
+
+struct Dims {
+  int D;
+  std::size_t row;  // floats per qkv row (3C)
+};
+
+Dims dims(int C, int NH) {
+  STRATA_CHECK(NH > 0 && C > 0 && C % NH == 0, "C = {} must be a positive multiple of NH = {}", C, NH);
+  return Dims{C / NH, static_cast<std::size_t>(3) * C};
+}
+
+std::size_t forward_floats_per_thread(int D) {
+  return static_cast<std::size_t>(kTileQ) * kTileK  // scores, then probabilities
+         + static_cast<std::size_t>(D) * kTileK     // K tile, transposed
+         + static_cast<std::size_t>(kTileQ) * D     // output accumulator
+         + 2 * static_cast<std::size_t>(kTileQ);    // running max and sum
+}
+
+std::size_t backward_floats_per_thread(int T, int D) {
+  return 2 * static_cast<std::size_t>(D) * kTileK         // K and V tiles, transposed
+         + 2 * static_cast<std::size_t>(kTileK) * D       // dK and dV accumulators
+         + 2 * static_cast<std::size_t>(kTileQ) * kTileK  // P and dP / dS
+         + static_cast<std::size_t>(T);                   // D_i = rowsum(dout_i * out_i) for the head
+}
+
+// dst[d * kTileK + j] = src[j * stride + d] for j < n: a K or V tile, transposed so score rows vectorize over keys.
+void transpose_tile(float* dst, const float* src, std::size_t stride, int n, int D) {
+  for (int j = 0; j < n; ++j)
+    for (int d = 0; d < D; ++d) dst[static_cast<std::size_t>(d) * kTileK + j] = src[j * stride + d];
+}
+
+}  // namespace
+
+std::size_t attention_workspace_bytes(int B, int T, int C, int NH) {
+  (void)B;
+  const int D = dims(C, NH).D;
+  const std::size_t per_thread = std::max(forward_floats_per_thread(D), backward_floats_per_thread(T, D));
+  return per_thread * static_cast<std::size_t>(omp_get_max_threads()) * sizeof(float);
+}
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, bool bf16_products) {
+  const auto [D, row] = dims(C, NH);
+  if (B == 0 || T == 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::size_t per_thread = forward_floats_per_thread(D);
+  std::vector<float> workspace(per_thread * omp_get_max_threads());
+  const int q_tiles = (T + kTileQ - 1) / kTileQ;
+
+  // Later query tiles see more keys: dynamic scheduling balances the causal triangle.
+#pragma omp parallel for collapse(3) schedule(dynamic, 1)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h)
+      for (int qt = 0; qt < q_tiles; ++qt) {
+        float* S = workspace.data() + per_thread * omp_get_thread_num();
+        float* Kt = S + kTileQ * kTileK;
+        float* O = Kt + static_cast<std::size_t>(D) * kTileK;
+        float* m = O + static_cast<std::size_t>(kTileQ) * D;
+        float* l = m + kTileQ;
+        const float* q = qkv + static_cast<std::size_t>(b) * T * row + h * D;
+        const float* k = q + C;
+        const float* v = q + 2 * C;
+        const int i0 = qt * kTileQ, i1 = std::min(T, i0 + kTileQ), nq = i1 - i0;
+        std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
+        std::fill(l, l + nq, 0.0f);
+        std::fill(O, O + static_cast<std::size_t>(nq) * D, 0.0f);
+
+        for (int j0 = 0; j0 < i1; j0 += kTileK) {
+          const int nk = std::min(i1, j0 + kTileK) - j0;
+          transpose_tile(Kt, k + j0 * row, row, nk, D);
+          tile_gemm(nq, nk, D, q + i0 * row, row, 1, Kt, kTileK, S, kTileK, false);  // S = Q K^T
+          for (int ii = 0; ii < nq; ++ii) {
+            float* s = S + static_cast<std::size_t>(ii) * kTileK;
+            const int n = std::clamp(i0 + ii - j0 + 1, 0, nk);  // keys j0 .. i are visible to row i
+            float row_max = m[ii];
+            for (int j = 0; j < n; ++j) {
+              s[j] *= scale;
+              row_max = std::max(row_max, s[j]);
+            }
+            const float correction = n == 0 ? 1.0f : detail::exp_f32(m[ii] - row_max);  // 0 on a first tile
+            float row_sum = 0.0f;
+            for (int j = 0; j < n; ++j) {
+              s[j] = detail::exp_f32(s[j] - row_max);
+              row_sum += s[j];
+            }
+            if (bf16_products)
+              for (int j = 0; j < n; ++j) s[j] = detail::round_bf16(s[j]);  // after the f32 row sum
+            std::fill(s + n, s + nk, 0.0f);  // masked keys have probability 0
+            l[ii] = l[ii] * correction + row_sum;
+            m[ii] = row_max;
+            float* o = O + static_cast<std::size_t>(ii) * D;
+            for (int d = 0; d < D; ++d) o[d] *= correction;
+          }
+          tile_gemm(nq, D, nk, S, kTileK, 1, v + j0 * row, row, O, D, true);  // O += P V
+        }
+        for (int ii = 0; ii < nq; ++ii) {
+          const int i = i0 + ii;
+          const float inv = 1.0f / l[ii];
+          const float* o = O + static_cast<std::size_t>(ii) * D;
+          float* y = out + (static_cast<std::size_t>(b) * T + i) * C + h * D;
+          for (int d = 0; d < D; ++d) y[d] = o[d] * inv;
+          lse[(static_cast<std::size_t>(b) * NH + h) * T + i] = m[ii] + std::log(l[ii]);
+        }
+      }
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+                        int T, int C, int NH, bool bf16_products) {
+  const auto [D, row] = dims(C, NH);
+  if (B == 0 || T == 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::size_t per_thread = backward_floats_per_thread(T, D);
+  std::vector<float> workspace(per_thread * omp_get_max_threads());
+
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < NH; ++h) {
+      float* Kt = workspace.data() + per_thread * omp_get_thread_num();
+      float* Vt = Kt + static_cast<std::size_t>(D) * kTileK;
+      float* dK = Vt + static_cast<std::size_t>(D) * kTileK;
+      float* dV = dK + static_cast<std::size_t>(kTileK) * D;
+      float* P = dV + static_cast<std::size_t>(kTileK) * D;
+      float* dS = P + static_cast<std::size_t>(kTileQ) * kTileK;
+      float* Di = dS + static_cast<std::size_t>(kTileQ) * kTileK;
+      const std::size_t row0 = static_cast<std::size_t>(b) * T;
+      const float* q = qkv + row0 * row + h * D;
+      const float* k = q + C;
+      const float* v = q + 2 * C;
+      float* dq = dqkv + row0 * row + h * D;
+      float* dk = dq + C;
+      float* dv = dq + 2 * C;
+      const float* dy = dout + row0 * C + h * D;
+      const float* y = out + row0 * C + h * D;
+      const float* lse_h = lse + (static_cast<std::size_t>(b) * NH + h) * T;
+
+      for (int i = 0; i < T; ++i) {
+        float acc = 0.0f;
+        for (int d = 0; d < D; ++d)
+          acc += dy[static_cast<std::size_t>(i) * C + d] * y[static_cast<std::size_t>(i) * C + d];
+        Di[i] = acc;
+      }
+
+      for (int j0 = 0; j0 < T; j0 += kTileK) {
+        const int nk = std::min(T, j0 + kTileK) - j0;
+        transpose_tile(Kt, k + j0 * row, row, nk, D);
+        transpose_tile(Vt, v + j0 * row, row, nk, D);
+        std::fill(dK, dK + static_cast<std::size_t>(nk) * D, 0.0f);
+        std::fill(dV, dV + static_cast<std::size_t>(nk) * D, 0.0f);
+        for (int i0 = j0; i0 < T; i0 += kTileQ) {  // query rows before j0 see none of these keys
+          const int nq = std::min(T, i0 + kTileQ) - i0;
+          tile_gemm(nq, nk, D, q + i0 * row, row, 1, Kt, kTileK, P, kTileK, false);  // S = Q K^T
+          tile_gemm(nq, nk, D, dy + static_cast<std::size_t>(i0) * C, C, 1, Vt, kTileK, dS, kTileK, false);  // dP
+          for (int ii = 0; ii < nq; ++ii) {
+            const int i = i0 + ii;
+            const int n = std::min(nk, i - j0 + 1);
+            float* p = P + static_cast<std::size_t>(ii) * kTileK;
+            float* ds = dS + static_cast<std::size_t>(ii) * kTileK;
+            const float l_i = lse_h[i], d_i = Di[i];
+            for (int j = 0; j < n; ++j) {
+              p[j] = detail::exp_f32(p[j] * scale - l_i);
+              ds[j] = p[j] * (ds[j] - d_i) * scale;
+            }
+            if (bf16_products)  // dS from the f32 P, then both rounded for their products
+              for (int j = 0; j < n; ++j) {
+                p[j] = detail::round_bf16(p[j]);
+                ds[j] = detail::round_bf16(ds[j]);
+              }
+            std::fill(p + n, p + nk, 0.0f);  // masked keys
+            std::fill(ds + n, ds + nk, 0.0f);
+          }
+          tile_gemm(nk, D, nq, P, 1, kTileK, dy + static_cast<std::size_t>(i0) * C, C, dV, D, true);  // dV += P^T dO
+          tile_gemm(nq, D, nk, dS, kTileK, 1, k + j0 * row, row, dq + i0 * row, row, true);           // dQ += dS K
+          tile_gemm(nk, D, nq, dS, 1, kTileK, q + i0 * row, row, dK, D, true);                        // dK += dS^T Q
+        }
+        for (int j = 0; j < nk; ++j) {
+          float* dkj = dk + (j0 + j) * row;
+          float* dvj = dv + (j0 + j) * row;
+          for (int d = 0; d < D; ++d) {
+            dkj[d] += dK[static_cast<std::size_t>(j) * D + d];
+            dvj[d] += dV[static_cast<std::size_t>(j) * D + d];
+          }
+        }
+      }
+    }
+}
+
+}  // namespace strata::gpt

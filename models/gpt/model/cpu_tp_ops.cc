@@ -1,0 +1,102 @@
+// CPU kernels of the tensor-parallel GPT: OpenMP over rows, sums in double as cpu_ops.cc's cross-entropy.
+#include "models/gpt/model/cpu_tp_ops.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace strata::gpt {
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* o = out + static_cast<std::size_t>(n) * C;
+    const int v = tokens[n] - v_begin;
+    if (v >= 0 && v < v_count)
+      std::memcpy(o, wte + static_cast<std::size_t>(v) * C, static_cast<std::size_t>(C) * sizeof(float));
+    else
+      std::memset(o, 0, static_cast<std::size_t>(C) * sizeof(float));
+  }
+}
+
+void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int v_begin, int v_count, int N, int C) {
+  // Rows in order (two rows may hit the same token): serial over rows, as encoder_backward.
+  for (int n = 0; n < N; ++n) {
+    const int v = tokens[n] - v_begin;
+    if (v < 0 || v >= v_count) continue;
+    float* d = dwte + static_cast<std::size_t>(v) * C;
+    const float* g = dout + static_cast<std::size_t>(n) * C;
+    for (int c = 0; c < C; ++c) d[c] += g[c];
+  }
+}
+
+void position_forward(float* out, const float* wpe, int B, int T, int t0, int C) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      float* o = out + (static_cast<std::size_t>(b) * T + t) * C;
+      const float* p = wpe + static_cast<std::size_t>(t0 + t) * C;
+      for (int c = 0; c < C; ++c) o[c] += p[c];
+    }
+}
+
+void position_backward(float* dwpe, const float* dout, int B, int T, int t0, int C) {
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; ++t) {
+    float* d = dwpe + static_cast<std::size_t>(t0 + t) * C;
+    for (int b = 0; b < B; ++b) {
+      const float* g = dout + (static_cast<std::size_t>(b) * T + t) * C;
+      for (int c = 0; c < C; ++c) d[c] += g[c];
+    }
+  }
+}
+
+void add_bias(float* out, const float* bias, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    float* o = out + static_cast<std::size_t>(n) * C;
+    for (int c = 0; c < C; ++c) o[c] += bias[c];
+  }
+}
+
+void vocab_max(float* row_max, const float* logits, int N, int V, int valid) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* x = logits + static_cast<std::size_t>(n) * V;
+    float m = -INFINITY;
+    for (int v = 0; v < valid; ++v) m = std::fmax(m, x[v]);
+    row_max[n] = m;
+  }
+}
+
+void vocab_sumexp(float* stats, const float* logits, const float* row_max, const int32_t* targets, int v_begin, int N,
+                  int V, int valid) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const float* x = logits + static_cast<std::size_t>(n) * V;
+    double s = 0;
+    for (int v = 0; v < valid; ++v) s += std::exp(static_cast<double>(x[v]) - row_max[n]);
+    stats[n] = static_cast<float>(s);
+    const int t = targets[n] - v_begin;
+    stats[N + n] = t >= 0 && t < valid ? x[t] : 0.0f;
+  }
+}
+
+void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max, const float* stats,
+                        const int32_t* targets, int v_begin, int N, int V, int valid, float dscale) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const double sum = stats[n], m = row_max[n];
+    losses[n] = static_cast<float>(std::log(sum) + m - static_cast<double>(stats[N + n]));
+    if (!dlogits) continue;
+    const float* x = logits + static_cast<std::size_t>(n) * V;
+    float* d = dlogits + static_cast<std::size_t>(n) * V;
+    const int t = targets[n] - v_begin;
+    for (int v = 0; v < valid; ++v) {
+      const double p = std::exp(static_cast<double>(x[v]) - m) / sum;
+      d[v] = static_cast<float>((p - (v == t ? 1.0 : 0.0)) * dscale);
+    }
+    for (int v = valid; v < V; ++v) d[v] = 0.0f;
+  }
+}
+
+}  // namespace strata::gpt

@@ -1,0 +1,153 @@
+// The CUDA kernels' API (cuda_ops.h) except the matmuls: argument checks, then the launchers of the .cu files.
+#include "models/gpt/model/cuda/cuda_ops.h"
+
+#include "models/gpt/model/cuda/launch.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+
+namespace strata::gpt::cuda {
+namespace {
+
+void check_rows(int B, int T, int C) {
+  STRATA_CHECK(B >= 0 && T >= 0 && C >= 0, "sizes must not be negative: B = {}, T = {}, C = {}", B, T, C);
+}
+
+// D = C / NH, and the attention kernels' shared memory for it fits the current device.
+void check_attention(int B, int T, int C, int NH) {
+  check_rows(B, T, C);
+  STRATA_CHECK(NH > 0 && C > 0 && C % NH == 0, "C = {} must be a positive multiple of NH = {}", C, NH);
+  int device = 0, limit = 0;
+  STRATA_CHECK_CUDA(cudaGetDevice(&device));
+  STRATA_CHECK_CUDA(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  const std::size_t need = detail::attention_shared_bytes(C / NH);
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, need <= static_cast<std::size_t>(limit),
+                    "attention with head size D = {} needs {} bytes of shared memory per block; cuda:{} allows {}",
+                    C / NH, need, device, limit);
+}
+
+}  // namespace
+
+void encoder_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B, int T, int C,
+                     cudaStream_t stream) {
+  check_rows(B, T, C);
+  STRATA_CHECK_CUDA(detail::launch_encoder_forward(out, tokens, wte, wpe, B, T, C, stream));
+}
+
+void encoder_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B, int T, int C,
+                      cudaStream_t stream) {
+  check_rows(B, T, C);
+  STRATA_CHECK_CUDA(detail::launch_encoder_backward(dwte, dwpe, dout, tokens, B, T, C, stream));
+}
+
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight, const float* bias,
+                       int N, int C, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && C > 0, "N = {} must not be negative and C = {} must be positive", N, C);
+  STRATA_CHECK_CUDA(detail::launch_layernorm_forward(out, mean, rstd, inp, weight, bias, N, C, stream));
+}
+
+void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                        const float* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && C > 0, "N = {} must not be negative and C = {} must be positive", N, C);
+  STRATA_CHECK_CUDA(
+      detail::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream));
+}
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream,
+                       bool bf16_products) {
+  check_attention(B, T, C, NH);
+  STRATA_CHECK_CUDA(detail::launch_attention_forward(out, lse, qkv, B, T, C, NH, bf16_products, stream));
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+                        int T, int C, int NH, cudaStream_t stream, bool bf16_products) {
+  check_attention(B, T, C, NH);
+  STRATA_CHECK_CUDA(detail::launch_attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, bf16_products, stream));
+}
+
+void gelu_forward(float* out, const float* inp, std::size_t n, cudaStream_t stream) {
+  STRATA_CHECK_CUDA(detail::launch_gelu_forward(out, inp, n, stream));
+}
+
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n, cudaStream_t stream) {
+  STRATA_CHECK_CUDA(detail::launch_gelu_backward(dinp, inp, dout, n, stream));
+}
+
+void residual_forward(float* out, const float* a, const float* b, std::size_t n, cudaStream_t stream) {
+  STRATA_CHECK_CUDA(detail::launch_residual_forward(out, a, b, n, stream));
+}
+
+void crossentropy_softmax(float* losses, float* dlogits, const float* logits, const int32_t* targets, int N, int V,
+                          float dscale, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && V > 0, "N = {} must not be negative and V = {} must be positive", N, V);
+  STRATA_CHECK_CUDA(detail::launch_crossentropy_softmax(losses, dlogits, logits, targets, N, V, dscale, stream));
+}
+
+// ---- tensor parallelism ---------------------------------------------------------------------------------------
+
+namespace {
+
+void check_vocab_rows(int v_begin, int v_count, int N, int C) {
+  STRATA_CHECK(v_begin >= 0 && v_count >= 0 && N >= 0 && C >= 0,
+               "sizes must not be negative: v_begin = {}, v_count = {}, N = {}, C = {}", v_begin, v_count, N, C);
+}
+
+void check_positions(int B, int T, int t0, int C) {
+  check_rows(B, T, C);
+  STRATA_CHECK(t0 >= 0, "the first position t0 = {} must not be negative", t0);
+}
+
+void check_vocab_columns(int v_begin, int N, int V, int valid) {
+  STRATA_CHECK(v_begin >= 0 && N >= 0 && V >= 0, "sizes must not be negative: v_begin = {}, N = {}, V = {}", v_begin,
+               N, V);
+  STRATA_CHECK(valid >= 0 && valid <= V, "valid = {} must be in [0, V = {}]", valid, V);
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C,
+                       cudaStream_t stream) {
+  check_vocab_rows(v_begin, v_count, N, C);
+  STRATA_CHECK_CUDA(detail::launch_embedding_forward(out, tokens, wte, v_begin, v_count, N, C, stream));
+}
+
+void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int v_begin, int v_count, int N, int C,
+                        cudaStream_t stream) {
+  check_vocab_rows(v_begin, v_count, N, C);
+  STRATA_CHECK_CUDA(detail::launch_embedding_backward(dwte, dout, tokens, v_begin, v_count, N, C, stream));
+}
+
+void position_forward(float* out, const float* wpe, int B, int T, int t0, int C, cudaStream_t stream) {
+  check_positions(B, T, t0, C);
+  STRATA_CHECK_CUDA(detail::launch_position_forward(out, wpe, B, T, t0, C, stream));
+}
+
+void position_backward(float* dwpe, const float* dout, int B, int T, int t0, int C, cudaStream_t stream) {
+  check_positions(B, T, t0, C);
+  STRATA_CHECK_CUDA(detail::launch_position_backward(dwpe, dout, B, T, t0, C, stream));
+}
+
+void add_bias(float* out, const float* bias, int N, int C, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && C >= 0, "sizes must not be negative: N = {}, C = {}", N, C);
+  STRATA_CHECK_CUDA(detail::launch_add_bias(out, bias, N, C, stream));
+}
+
+void vocab_max(float* row_max, const float* logits, int N, int V, int valid, cudaStream_t stream) {
+  check_vocab_columns(0, N, V, valid);
+  STRATA_CHECK_CUDA(detail::launch_vocab_max(row_max, logits, N, V, valid, stream));
+}
+
+void vocab_sumexp(float* stats, const float* logits, const float* row_max, const int32_t* targets, int v_begin, int N,
+                  int V, int valid, cudaStream_t stream) {
+  check_vocab_columns(v_begin, N, V, valid);
+  STRATA_CHECK_CUDA(detail::launch_vocab_sumexp(stats, logits, row_max, targets, v_begin, N, V, valid, stream));
+}
+
+void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max, const float* stats,
+                        const int32_t* targets, int v_begin, int N, int V, int valid, float dscale,
+                        cudaStream_t stream) {
+  check_vocab_columns(v_begin, N, V, valid);
+  STRATA_CHECK_CUDA(detail::launch_vocab_crossentropy(losses, dlogits, logits, row_max, stats, targets, v_begin, N, V,
+                                                      valid, dscale, stream));
+}
+
+}  // namespace strata::gpt::cuda

@@ -1,0 +1,140 @@
+// GptModel: the GPT-2 of docs/gpt-model.md on a ShardedModel: units, init, and one
+// micro-batch of forward and backward through the kernels of its device (GptKernels: CPU or CUDA).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "core/device.h"
+#include "runtime/tensor/tensor_parallel.h"
+#include "runtime/parallel/pipeline_schedule.h"
+#include "runtime/sharding/sharded_model.h"
+
+namespace strata::gpt {
+
+struct GptConfig {
+  int layers = 2;
+  int heads = 2;
+  int embd = 32;
+  int vocab = 64;
+  int ctx = 16;  // positions in wpe (Tctx)
+  void validate() const;
+  std::string describe() const;
+  // kInvalidArgument naming the values when the model cannot be split over `tp` ranks (heads, embd; seq under
+  // sequence parallelism). The vocabulary need not divide: it is padded.
+  void validate_tp(int tp, bool sequence_parallel, int seq) const;
+  // kInvalidArgument naming the quantity and its factors when a size this model needs on one rank (parameters,
+  // activations, logits, for `batch` rows of `seq` tokens split over `tp`) overflows its integer type or could never
+  // be allocated (above kMaxAddressableBytes of core/checked_math.h). Run before anything is allocated.
+  void validate_sizes(int batch, int seq, int tp) const;
+};
+
+// Tensor parallelism (docs/tensor-parallel.md): Megatron-LM's split of each block over the `tp` group, the
+// vocabulary-parallel embedding / LM head / cross-entropy, and optionally sequence parallelism.
+struct GptParallel {
+  Communicator* tp = nullptr;      // the tensor-parallel group; null: tp 1
+  bool sequence_parallel = false;  // LayerNorm and residual regions hold T / tp of the sequence
+  bool tp_kernels = false;         // the tensor-parallel kernels and data flow even at tp 1 (tests)
+};
+
+// The part of the model one pipeline-parallel rank holds (docs/pipeline-parallel.md): its chunks of consecutive
+// layers, in the order of their stages; the embeddings when its first chunk is the first stage; ln_f, the LM head and
+// the loss when its last chunk is the last stage. The LM head multiplies by wte: a last stage that is not also the
+// first holds a copy of the embeddings unit (unit "lm_head", the same slots), kept equal to the first stage's by
+// summing their gradients. The default is the whole model on one rank.
+struct GptStagePart {
+  std::vector<LayerRange> chunks;  // empty: one chunk of every layer
+  bool first = true;
+  bool last = true;
+  int slots = 1;  // micro-batches whose activations are kept at once (the schedule's most in flight on this rank)
+  // The part of pp rank `rank` under a schedule of `pp` ranks and `virtual_stages` chunks each (split_layers).
+  static GptStagePart of_rank(const GptConfig& cfg, int pp, int virtual_stages, int rank, int slots);
+  // Whether the part holds a copy of the embeddings as its LM head (the last stage on a rank without the first).
+  bool holds_tied_copy() const { return last && !first; }
+};
+
+// Where a part's units are among gpt_units(cfg, tp, part): chunk c's are [first[c], first[c + 1]) (the embeddings in
+// the first chunk, ln_f and the head's copy in the last); the embeddings, ln_f and the unit whose wte is the LM head
+// (-1 where the part has none; head == emb when the part holds both ends).
+struct GptStageUnits {
+  std::vector<int> first;
+  int emb = -1, lnf = -1, head = -1;
+  int chunks() const { return static_cast<int>(first.size()) - 1; }
+};
+GptStageUnits stage_units(const GptConfig& cfg, const GptStagePart& part);
+
+// One unit for the embeddings (wte, wpe; wte is also the tied LM head), one per block "h.{i}", one for "ln_f".
+// Under tensor parallelism of degree `tp` the slots hold this rank's slices (SlotSpec::tp has the split; shapes are
+// local): qkv and c_fc column-parallel, the two c_proj row-parallel, wte by vocabulary rows (padded to a multiple of
+// tp), the rest replicated.
+std::vector<UnitSpec> gpt_units(const GptConfig& cfg, int tp = 1);
+// The units of one pipeline part, in this order: embeddings (first), its chunks' blocks, ln_f and lm_head (last; the
+// copy only when the part is not also first).
+std::vector<UnitSpec> gpt_units(const GptConfig& cfg, int tp, const GptStagePart& part);
+// The name of the tied copy's unit.
+inline constexpr const char* kTiedHeadUnit = "lm_head";
+// The vocabulary rows each tp rank holds: ceil(vocab / tp).
+int vocab_per_rank(const GptConfig& cfg, int tp);
+int embeddings_unit();
+int block_unit(int layer);  // 1 + layer
+int final_norm_unit(const GptConfig& cfg);
+
+// The spec's init distributions from our own counter-based generator: element k of a parameter depends only on
+// (seed, parameter name, k), so any rank can fill any shard and the result does not depend on the rank count.
+void spec_init(const GptConfig& cfg, const ParamSlot& slot, std::size_t begin, std::size_t count, float* out,
+               std::uint64_t seed);
+
+// How the model computes: kF32 (exact f32) or kBF16 (bf16 mixed precision: the products of matmuls and attention
+// on bf16-rounded operands with f32 accumulation; make_gpt_kernels in kernel_table.h has the rules).
+struct GptPrecision {
+  DType matmul = DType::kF32;
+};
+
+class GptModel {
+ public:
+  // B rows of T tokens per micro-batch on this rank. recompute: keep only each block's input and recompute its
+  // forward during its backward.
+  // `part`: the stages this rank runs (pipeline parallelism); `model` holds gpt_units(cfg, tp, part).
+  GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, bool recompute,
+           const GptParallel& parallel = {}, const GptStagePart& part = {}, const GptPrecision& precision = {});
+  ~GptModel();
+
+  // Forward and backward of one micro-batch; gradients (scaled by grad_scale / (B*T)) are added into Strata's
+  // buffers. inputs and targets are B*T tokens in host memory (copied to the device). Returns the mean
+  // cross-entropy over the B*T targets.
+  double forward_backward(const std::int32_t* inputs, const std::int32_t* targets, float grad_scale);
+  // Forward only (evaluation).
+  double forward_loss(const std::int32_t* inputs, const std::int32_t* targets);
+
+  // Pipeline parallelism: one chunk of the part for the micro-batch whose activations live in `slot` (in
+  // [0, part.slots)). The forward of the first stage reads `inputs` (B*T host tokens), any other reads the activation
+  // received into chunk_input(slot); the last stage reads `targets`, returns the mean loss over B*T and keeps
+  // dlogits (scaled by grad_scale / (B*T)); other chunks return 0 and leave their output in chunk_output(chunk, slot).
+  // The backward of the last stage starts from the loss; any other from the gradient received into grad_output();
+  // a chunk that is not the first stage leaves d loss / d its input in grad_input(), valid until the next backward.
+  double forward_chunk(int chunk, int slot, const std::int32_t* inputs, const std::int32_t* targets, float grad_scale);
+  void backward_chunk(int chunk, int slot);
+  float* chunk_input(int slot);
+  const float* chunk_output(int chunk, int slot);
+  float* grad_output();
+  const float* grad_input();
+  // Whether the chunk's forward reads the micro-batch's tokens (it embeds them, or it ends in the loss).
+  bool chunk_reads_tokens(int chunk) const;
+  // Floats of one activation or gradient between stages ([rows on this rank, C]).
+  std::size_t boundary_floats() const;
+
+  // Bytes of activations this model keeps for backward at its peak (as allocated, category kActivations).
+  std::size_t activation_bytes_kept() const;
+  // The tp collectives' traffic since construction or the last reset.
+  const TpTraffic& tp_traffic() const;
+  void reset_tp_traffic();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::gpt

@@ -1,0 +1,38 @@
+// GptPipelineStage: data rows per micro-batch and the reduction protocol of a pipeline step.
+#include "models/gpt/parallel/gpt_pipeline_stage.h"
+
+namespace strata::gpt {
+
+GptPipelineStage::GptPipelineStage(GptModel& gpt, ShardedModel& model, const TokenFile& data, int B, int T, int dp,
+                                   int dp_rank, bool keep_gathered)
+    : gpt_(gpt), model_(model), data_(data), B_(B), T_(T), dp_(dp), dp_rank_(dp_rank), keep_gathered_(keep_gathered) {
+  inputs_.resize(static_cast<std::size_t>(B) * static_cast<std::size_t>(T));
+  targets_.resize(inputs_.size());
+}
+
+void GptPipelineStage::begin_step(std::uint64_t step_row, float grad_scale) {
+  step_row_ = step_row;
+  grad_scale_ = grad_scale;
+  loss_sum_ = 0;
+  // Reductions finish when the last unit's last backward ends (every forward of the step has its backward).
+  model_.set_is_last_backward(true);
+}
+
+void GptPipelineStage::forward(int micro_batch, int chunk, int slot) {
+  const std::uint64_t rows = static_cast<std::uint64_t>(B_);
+  const std::uint64_t first = step_row_ + static_cast<std::uint64_t>(micro_batch) * static_cast<std::uint64_t>(dp_) *
+                                              rows + static_cast<std::uint64_t>(dp_rank_) * rows;
+  if (gpt_.chunk_reads_tokens(chunk)) fill_rows(data_, first, B_, T_, inputs_.data(), targets_.data());
+  loss_sum_ += gpt_.forward_chunk(chunk, slot, inputs_.data(), targets_.data(), grad_scale_);
+}
+
+void GptPipelineStage::before_backward(int, int, bool last_of_chunk) {
+  // Keeping gathered: gradients accumulate unsharded and are reduced once, by each unit's last backward, which also
+  // frees its gathered parameters. Otherwise every micro-batch reduces and reshards (less memory, more traffic).
+  model_.set_requires_gradient_sync(!keep_gathered_ || last_of_chunk);
+  model_.set_reshard_after_backward(!keep_gathered_ || last_of_chunk);
+}
+
+void GptPipelineStage::backward(int, int chunk, int slot) { gpt_.backward_chunk(chunk, slot); }
+
+}  // namespace strata::gpt

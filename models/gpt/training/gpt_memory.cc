@@ -1,0 +1,255 @@
+// predict_step_memory: the arithmetic behind each ledger category for the GPT trainer.
+#include "models/gpt/training/gpt_memory.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "core/checked_math.h"
+#include "models/gpt/training/pool_replay.h"
+#include "runtime/parallel/pipeline_schedule.h"
+#include "runtime/memory/memory_planner.h"
+#include "runtime/sharding/shard_layout.h"
+#include "runtime/sharding/sharded_unit.h"
+#include "runtime/sharding/state_memory.h"
+
+namespace strata::gpt {
+namespace {
+
+// The trainer's mesh (DeviceMesh{1, dp_replicate, -1, tp}): tp consecutive ranks share a micro-batch, the world / tp
+// data-parallel ranks form dp_replicate groups of world / (tp * dp_replicate) shards.
+DataParallelSizes groups(const TrainConfig& cfg, int world) {
+  return DataParallelSizes{world / (cfg.tp * cfg.pp * cfg.dp_replicate), cfg.dp_replicate};
+}
+
+// What pp rank `pp_rank` of a pipelined run holds (GptTrainer's part), and its sharding options.
+struct PipelineView {
+  GptStagePart part;             // chunks empty: the whole model, no pipeline
+  ShardingOptions sharding;
+  int rows = 0;                  // per micro-batch
+  int slots = 1;
+  PoolPeaks pools;  // gathered and unsharded-gradient slots in use at once along the rank's list
+};
+
+PipelineView pipeline_view(const TrainConfig& cfg, int pp_rank) {
+  PipelineView v;
+  v.sharding = cfg.sharding;
+  v.rows = cfg.batch;
+  if (!cfg.pipelined()) return v;
+  cfg.validate_pipeline();
+  const PipelineSchedule s = PipelineSchedule::build(cfg.pp_schedule, cfg.pp, cfg.micro_batches(), cfg.pp_virtual);
+  v.slots = std::max(1, s.max_in_flight(pp_rank));
+  v.part = GptStagePart::of_rank(cfg.model, cfg.pp, cfg.pp_virtual, pp_rank, v.slots);
+  v.rows = cfg.micro_batch_rows();
+  if (cfg.pp_keep_gathered) v.sharding.reshard_after_forward = false;
+  v.pools = replay_pools(s.actions(pp_rank), cfg.pp, stage_units(cfg.model, v.part), cfg.sharding.prefetch_depth,
+                         cfg.pp_keep_gathered);
+  return v;
+}
+
+// The MPI backend's staging for an all-reduce of n elements of esz bytes over g ranks (mpi_communicator.cc).
+std::uint64_t all_reduce_staging(std::uint64_t n, std::uint64_t g, std::uint64_t esz) {
+  return 2 * g * ((n + g - 1) / g) * esz;
+}
+
+}  // namespace
+
+CategoryBytes predict_step_memory(const TrainConfig& cfg, int world, int pp_rank) {
+  const PipelineView view = pipeline_view(cfg, pp_rank);
+  const GptStagePart& part = view.part;
+  const bool piped = !part.chunks.empty();
+  // Bounds every product below (each term is at most a few times a size it checked) so none of them wraps around.
+  cfg.model.validate_sizes(view.rows, cfg.seq, cfg.tp);
+  const ShardingOptions& o = view.sharding;
+  const StagePlan plan = StagePlan::from(o);
+  const auto units = gpt_units(cfg.model, cfg.tp, part);  // this tp rank's slices of this stage's units
+  // Strata's own buffers and AdamW's two moments, over the data-parallel groups.
+  CategoryBytes b = predict_state_memory(units, o, groups(cfg, world), 2).device;
+  auto at = [&](MemCategory c) -> std::uint64_t& { return b[static_cast<std::size_t>(c)]; };
+  const int shard = o.stage == ZeroStage::kNone ? 1 : groups(cfg, world).shard;
+  const int emb_unit = part.first ? 0 : part.last ? static_cast<int>(units.size()) - 1 : -1;  // embeddings or copy
+  std::uint64_t max_p = 0, emb_p = 0, max_other_p = 0;
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const std::uint64_t p = ShardLayout(units[u].slots, shard, o.align_elements).padded_numel();
+    max_p = std::max(max_p, p);
+    if (static_cast<int>(u) == emb_unit)
+      emb_p = p;
+    else
+      max_other_p = std::max(max_other_p, p);
+  }
+  const std::uint64_t slot_bytes = std::max<std::uint64_t>(max_p * dtype_size(o.mixed_precision.param_dtype), 64);
+  const std::uint64_t gathers = static_cast<std::uint64_t>(o.prefetch_depth) + 1;
+  if (piped) {
+    // The protocol replayed along the rank's schedule: the pools grow to the most slots in use at once.
+    if (plan.params_sharded)
+      at(MemCategory::kUnshardedParams) += (std::max(view.pools.params, gathers) - gathers) * slot_bytes;
+    if (!plan.grads_persist)
+      at(MemCategory::kUnshardedGrads) += (std::max<std::uint64_t>(view.pools.grads, 2) - 2) * slot_bytes;
+  } else {
+    // The trainer keeps the embeddings unit (the tied LM head) gathered from the first forward to the head, and its
+    // gradients open through the whole backward: each pool grows by one slot in the first step.
+    if (plan.params_sharded) at(MemCategory::kUnshardedParams) += slot_bytes;
+    if (!plan.grads_persist) at(MemCategory::kUnshardedGrads) += slot_bytes;
+  }
+  // Activations and workspace, as GptModel allocates them (f32 compute). Under tp a rank holds C / tp channels, H / tp
+  // heads and ceil(V / tp) vocabulary rows; under sequence parallelism the residual stream, the LayerNorm statistics
+  // and their gradients are sequence-sharded: Nl = N / tp rows. A pipeline stage keeps `slots` micro-batches of its
+  // widest chunk (the first stage of 1F1B up to P).
+  const bool sp = cfg.sequence_parallel;
+  const bool tp_kernels = cfg.tp > 1 || sp;  // GptModel's tensor-parallel data flow
+  const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);
+  const std::uint64_t B = static_cast<std::uint64_t>(view.rows), T = static_cast<std::uint64_t>(cfg.seq);
+  const std::uint64_t N = B * T, Nl = sp ? B * (T / P) : N, C = static_cast<std::uint64_t>(cfg.model.embd);
+  std::uint64_t L = static_cast<std::uint64_t>(cfg.model.layers);
+  if (piped) {
+    L = 0;
+    for (const LayerRange& r : part.chunks) L = std::max<std::uint64_t>(L, static_cast<std::uint64_t>(r.count()));
+  }
+  const std::uint64_t slots = static_cast<std::uint64_t>(view.slots);
+  const std::uint64_t Cl = C / P, Hl = static_cast<std::uint64_t>(cfg.model.heads) / P;
+  const std::uint64_t Vl = static_cast<std::uint64_t>(vocab_per_rank(cfg.model, cfg.tp));
+  // ln1, ln2 [Nl, C]; qkv, attention out, MLP pre- and post-GELU [N, 12 Cl]; lse [N, Hl]; x_mid [Nl, C]; four
+  // LayerNorm statistics [Nl].
+  const std::uint64_t block = 2 * Nl * C + 12 * N * Cl + N * Hl + Nl * C + 4 * Nl;
+  // Per slot: block inputs and the chunk's output [Nl, C] x (L + 1), the blocks; on the last stage ln_f [Nl, C] and its
+  // statistics, the vocabulary-parallel logits [N, Vl], the losses [N].
+  const std::uint64_t head = part.last ? Nl * C + 2 * Nl + N * Vl + N : 0;
+  at(MemCategory::kActivations) = 4 * slots * ((L + 1) * Nl * C + (cfg.recompute ? 0 : L * block) + head);
+  // Workspace: f32 parameters and gradients of the embeddings (or the head's copy) and of the largest other unit; the
+  // forward scratch (two [N, C]); under SP the reduced rows [Nl, C], a gathered LayerNorm output [N, C], a gathered
+  // gradient [N, C] and a reduced one [Nl, C]; on the last stage the loss's row maxima and statistics [3N] with the tp
+  // kernels; the backward scratch ([Nl, C] + [N, C] + [N, 12 Cl]); the block's activations under recomputation; the
+  // gradient received from the next stage [Nl, C] (a pipeline, unless every chunk ends in the loss); per slot the
+  // int32 input tokens [N] (first stage) and target tokens [N] (last stage).
+  const bool receives_grads = piped && !(part.last && part.chunks.size() == 1);
+  const std::uint64_t scratch = 2 * N * C + (sp ? 2 * Nl * C + 2 * N * C : 0) + (tp_kernels && part.last ? 3 * N : 0) +
+                                Nl * C + N * C + 12 * N * Cl + (cfg.recompute ? block : 0) +
+                                (receives_grads ? Nl * C : 0) + slots * N * ((part.first ? 1 : 0) + (part.last ? 1 : 0));
+  at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * max_other_p + scratch);
+  // TensorParallel's staging for the sequence permutation (SP with B > 1): [B, T, C].
+  if (sp && P > 1 && B > 1) at(MemCategory::kWorkspace) += 4 * N * C;
+  const TpStaging tp_staging = predict_tp_staging(cfg);
+  at(MemCategory::kCommBuffer) += tp_staging.compute + tp_staging.norm;
+  if (cfg.pp > 1) {
+    // The MPI staging of the gradient norm's sum over the pp group (two doubles), and at the first and last stage the
+    // sum of the tied embeddings' gradient shard over the pair (on the optimizer's stream).
+    at(MemCategory::kCommBuffer) += all_reduce_staging(2, static_cast<std::uint64_t>(cfg.pp), 8);
+    if (part.first || part.last)
+      at(MemCategory::kCommBuffer) +=
+          all_reduce_staging(ShardLayout(units[static_cast<std::size_t>(emb_unit)].slots, shard, o.align_elements)
+                                 .shard_numel(), 2, 4);
+  }
+  return b;
+}
+
+TpStaging predict_tp_staging(const TrainConfig& cfg) {
+  TpStaging s;
+  if (cfg.tp == 1) return s;
+  const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);
+  const std::uint64_t N = static_cast<std::uint64_t>(cfg.micro_batch_rows()) * static_cast<std::uint64_t>(cfg.seq);
+  const std::uint64_t C = static_cast<std::uint64_t>(cfg.model.embd);
+  // The compute lane's largest collective: the all-reduce of a row-parallel product [N, C] without sequence
+  // parallelism; under it, the reduce-scatter of one (tp x [N / tp, C] staged) or the sum over tp of the largest
+  // replicated gradient, wpe [ctx, C]; the loss's statistics [2N] either way.
+  const std::uint64_t wpe = static_cast<std::uint64_t>(cfg.model.ctx) * C;
+  s.compute = all_reduce_staging(2 * N, P, 4);
+  if (cfg.sequence_parallel)
+    s.compute = std::max({s.compute, N * C * 4, all_reduce_staging(wpe, P, 4)});
+  else
+    s.compute = std::max(s.compute, all_reduce_staging(N * C, P, 4));
+  s.norm = all_reduce_staging(2, P, 8);  // the gradient norm's two doubles
+  return s;
+}
+
+CategoryBytes predict_host_memory(const TrainConfig& cfg, int world, int pp_rank) {
+  const PipelineView view = pipeline_view(cfg, pp_rank);
+  return predict_state_memory(gpt_units(cfg.model, cfg.tp, view.part), view.sharding, groups(cfg, world), 2).host;
+}
+
+std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) {
+  auto mib = [](std::uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
+  const std::uint64_t now = total(predict_step_memory(cfg, world));
+  if (now <= budget)
+    return fmt::format(
+        "the prediction for this configuration ({:.1f} MiB per rank) is within the budget of {:.1f} "
+        "MiB left to it: what else allocates on the device?",
+        mib(now), mib(budget));
+  PlanInput in;
+  in.model = ModelShape{0, cfg.model.layers, cfg.model.embd, cfg.model.heads, cfg.model.vocab, cfg.seq};
+  in.layout.dp = world / (cfg.tp * cfg.pp);
+  in.layout.pp = cfg.pp;
+  in.layout.tp = cfg.tp;
+  in.layout.sequence_parallel = cfg.sequence_parallel;
+  in.layout.stage = cfg.sharding.stage;
+  in.layout.dp_replicate = cfg.dp_replicate;
+  in.precision = cfg.sharding.mixed_precision;
+  in.micro_batch = cfg.batch;
+  in.recompute = cfg.recompute;
+  in.prefetch_depth = cfg.sharding.prefetch_depth;
+  in.offload = cfg.sharding.offload;
+  for (const PlanChange& change : fit_changes(in)) {
+    // The run's tp and pp stay (a change of either changes the data-parallel size and the batch each rank sees).
+    if (change.in.layout.tp != cfg.tp || change.in.layout.pp != cfg.pp) continue;
+    TrainConfig c = cfg;
+    c.sharding.stage = change.in.layout.stage;
+    c.sharding.offload = change.in.offload;
+    c.recompute = change.in.recompute;
+    c.sequence_parallel = change.in.layout.sequence_parallel;
+    const std::uint64_t need = total(predict_step_memory(c, world));
+    if (need <= budget)
+      return fmt::format(
+          "predicted {:.1f} MiB per rank against the {:.1f} MiB of the budget left to training; the cheapest change "
+          "that fits: {} ({:.1f} MiB per rank predicted)",
+          mib(now), mib(budget), change.what, mib(need));
+  }
+  return fmt::format(
+      "predicted {:.1f} MiB per rank against the {:.1f} MiB of the budget left to training, and no change of stage, "
+      "recomputation{} or offload fits: use more ranks, a smaller --batch or --seq, or more memory",
+      mib(now), mib(budget), cfg.tp > 1 && !cfg.sequence_parallel ? ", sequence parallelism" : "");
+}
+
+TpTraffic predict_tp_traffic(const TrainConfig& cfg) {
+  TpTraffic t;
+  if (cfg.tp == 1) return t;
+  cfg.model.validate_sizes(cfg.batch, cfg.seq, cfg.tp);  // bounds N x C x L; --grad-accum multiplies, checked below
+  const std::uint64_t N = static_cast<std::uint64_t>(cfg.micro_batch_rows()) * cfg.seq;
+  const std::uint64_t C = static_cast<std::uint64_t>(cfg.model.embd);
+  // Micro-batches per step; under a pipeline each stage runs its own layers' share of them.
+  const std::uint64_t A = static_cast<std::uint64_t>(cfg.micro_batches_per_step());
+  const std::uint64_t L = static_cast<std::uint64_t>(cfg.model.layers);
+  // Per micro-batch: the embedding (1), two row-parallel outputs per block in the forward (again under
+  // recomputation), the LM head's input gradient (1) and two column-parallel input gradients per block; the loss's
+  // row maxima, sums and target logits (3N floats).
+  const std::uint64_t reductions = 1 + 2 * L + (cfg.recompute ? 2 * L : 0) + 1 + 2 * L;
+  if (!cfg.sequence_parallel) {
+    t.all_reduce_bytes = checked_product("tp all-reduce bytes (--grad-accum x 4 x per micro-batch floats)", A, 4,
+                                         reductions * N * C + 3 * N);
+    t.calls = A * (reductions + 2);
+    return t;
+  }
+  // Sequence parallelism: each reduction becomes a reduce-scatter, and the whole sequence is gathered before each
+  // column-parallel matmul and before the LM head in the forward (2L + 1, and 2L more under recomputation); in the
+  // backward, the output gradient before each row-parallel matmul (2L) and before the embedding's (1), and the
+  // LayerNorm outputs again, which are kept on this rank's rows, for the column-parallel matmuls and the LM head
+  // (2L + 1). The replicated parameters' gradients (LayerNorms, wpe) are summed over tp.
+  const std::uint64_t gathers = 2 * L + (cfg.recompute ? 2 * L : 0) + 1 + 2 * L + 1 + 2 * L + 1;
+  t.reduce_scatter_bytes = checked_product("tp reduce-scatter bytes (--grad-accum x 4 x floats)", A, 4,
+                                           reductions * N * C);
+  t.all_gather_bytes = checked_product("tp all-gather bytes (--grad-accum x 4 x floats)", A, 4, gathers * N * C);
+  t.all_reduce_bytes = A * 4 * (3 * N + L * 4 * C + 2 * C + static_cast<std::uint64_t>(cfg.model.ctx) * C);
+  t.calls = A * (reductions + gathers + 2 + 4 * L + 2 + 1);
+  return t;
+}
+
+std::string prediction_table(const CategoryBytes& predicted, const CategoryBytes& measured) {
+  std::string out = fmt::format("  {:<18} {:>14} {:>14} {:>9}\n", "category", "predicted", "measured", "ratio");
+  for (std::size_t i = 0; i < kNumMemCategories; ++i) {
+    if (predicted[i] == 0 && measured[i] == 0) continue;
+    double ratio = predicted[i] ? static_cast<double>(measured[i]) / static_cast<double>(predicted[i]) : 0.0;
+    out += fmt::format("  {:<18} {:>14} {:>14} {:>9.4f}\n", mem_category_name(static_cast<MemCategory>(i)),
+                       predicted[i], measured[i], ratio);
+  }
+  return out;
+}
+
+}  // namespace strata::gpt

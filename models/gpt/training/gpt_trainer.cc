@@ -1,0 +1,466 @@
+// GptTrainer: model construction, initialisation from a file or the spec's distributions, the step, saving.
+#include "models/gpt/training/gpt_trainer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <map>
+#include <cstring>
+#include <chrono>
+#include <thread>
+
+#include "models/gpt/training/gpt_memory.h"
+#include "models/gpt/model/cpu_ops.h"
+#include "core/safetensors.h"
+#include "models/gpt/model/weight_names.h"
+#include "runtime/optim/nonfinite.h"
+#include "runtime/tensor/global_elements.h"
+#include "collectives/rank_values.h"
+#include "core/error.h"
+#include "core/env.h"
+#include "core/file_checks.h"
+
+namespace strata::gpt {
+
+nlohmann::json TrainConfig::to_json() const {
+  return {{"model", {{"layers", model.layers}, {"heads", model.heads}, {"embd", model.embd}, {"vocab", model.vocab},
+                     {"ctx", model.ctx}}},
+          {"seq", seq},
+          {"batch", batch},
+          {"grad_accum", grad_accum},
+          {"adamw", {{"lr", adamw.lr}, {"beta1", adamw.beta1}, {"beta2", adamw.beta2}, {"eps", adamw.eps},
+                     {"weight_decay", adamw.weight_decay}}},
+          {"warmup_steps", warmup_steps},
+          {"cosine_steps", cosine_steps},
+          {"zero_stage", static_cast<int>(sharding.stage)},
+          {"param_dtype", dtype_name(sharding.mixed_precision.param_dtype)},
+          {"compute_dtype", dtype_name(precision.matmul)},
+          {"reduce_dtype", dtype_name(sharding.mixed_precision.reduce_dtype)},
+          {"offload", offload_name(sharding.offload)},
+          {"dp_replicate", dp_replicate},
+          {"tp", tp},
+          {"sequence_parallel", sequence_parallel},
+          {"pp", pp},
+          {"pp_schedule", pipeline_schedule_name(pp_schedule)},
+          {"pp_virtual", pp_virtual},
+          {"microbatches", micro_batches()},
+          {"pp_keep_gathered", pp_keep_gathered},
+          {"grad_clip", optimizer.grad_clip},
+          {"recompute", recompute},
+          {"init", init},
+          {"seed", seed}};
+}
+
+double TrainConfig::lr_at(int step) const {
+  if (warmup_steps == 0 && cosine_steps == 0) return adamw.lr;
+  LrSchedule schedule{adamw.lr, cosine_steps > 0 ? adamw.lr / 10 : adamw.lr, warmup_steps, cosine_steps};
+  return schedule.at(step);
+}
+
+void TrainConfig::validate_pipeline() const {
+  STRATA_CHECK(pp >= 1, "--pp {} must be at least 1", pp);
+  STRATA_CHECK(microbatches >= 0, "--microbatches {} must be at least 1", microbatches);
+  STRATA_CHECK(!pipelined() || grad_accum == 1,
+               "--grad-accum {} with --microbatches {} (or --pp {}): use one of them (under a pipeline --batch is the "
+               "step's rows per data-parallel rank, split into --microbatches)", grad_accum, micro_batches(), pp);
+  STRATA_CHECK(pp_schedule != PipelineScheduleKind::kInterleaved || pp >= 2,
+               "--pp-schedule interleaved needs --pp 2 or more (got --pp {})", pp);
+  PipelineSchedule::check(pp_schedule, pp, micro_batches(), pp_virtual);
+  check_layers(model.layers, pp, pp_virtual);
+  micro_batch_size(batch, micro_batches());
+}
+
+template <typename Fn>
+void GptTrainer::with_fit_advice(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    const std::uint64_t budget = rt_.device().memory_budget();
+    if (e.code() != ErrorCode::kOutOfMemory || budget == 0) throw;
+    // The prediction covers this trainer's memory: compare it with what the budget left it.
+    const std::uint64_t left = budget > baseline_bytes_ ? budget - baseline_bytes_ : 0;
+    throw Error(ErrorCode::kOutOfMemory,
+                std::string(e.what()) + "\nmemory planner (this GPT, activations included): " +
+                    fit_advice(cfg_, rt_.world_size(), left));
+  }
+}
+
+GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenFile& data)
+    : rt_(runtime), cfg_(config), data_(data), baseline_bytes_(runtime.device().memory_stats().current_total()) {
+  check_config();
+  // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
+  set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
+  mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{cfg_.pp, cfg_.dp_replicate, -1, cfg_.tp});
+  if (cfg_.pipelined()) build_pipeline();
+  parallelize();
+  parameters_ = global_numel(gpt_units(cfg_.model, cfg_.tp));
+  // Each local element takes the value of its place in the global tensor (init_by_global_index), so the init does
+  // not depend on tp; padded vocabulary rows are 0.
+  if (!cfg_.init.empty()) {
+    init_from_file();
+  } else {
+    const GptConfig m = cfg_.model;
+    const std::uint64_t seed = cfg_.seed;
+    model_->init(init_by_global_index(*mesh_, [m, seed](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
+      spec_init(m, s, g, n, o, seed);
+    }));
+  }
+  if (!cfg_.checkpoint.dir.empty()) {
+    // A pipeline's checkpoint holds the whole model (it resumes at any pp); the tied copy is the first stage's.
+    CheckpointPart whole{gpt_units(cfg_.model, cfg_.tp), {}, cfg_.pp};
+    if (part_.holds_tied_copy()) whole.copies.push_back(tied_unit_);
+    checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, *mesh_, cfg_.checkpoint, std::move(whole));
+    data_record_ = GptDataRecord::of(data_);  // once: its fingerprint reads up to 64 MiB of tokens
+    if (cfg_.resume) resume();
+  }
+  const int rows = cfg_.micro_batch_rows();
+  with_fit_advice([&] {
+    GptParallel par;
+    par.tp = &mesh_->tp();
+    par.sequence_parallel = cfg_.sequence_parallel;
+    par.tp_kernels = cfg_.tp_kernels;
+    gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), rows, cfg_.seq, cfg_.recompute, par, part_,
+                                      cfg_.precision);
+  });
+  if (executor_)
+    stage_ = std::make_unique<GptPipelineStage>(*gpt_, *model_, data_, rows, cfg_.seq, mesh_->dp().size(),
+                                                mesh_->dp().rank(), cfg_.pp_keep_gathered);
+  inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.seq);
+  targets_.resize(inputs_.size());
+}
+
+void GptTrainer::check_config() const {
+  cfg_.model.validate();
+  STRATA_CHECK(cfg_.seq >= 1 && cfg_.seq <= cfg_.model.ctx, "sequence length {} must be in [1, ctx {}]", cfg_.seq,
+               cfg_.model.ctx);
+  STRATA_CHECK(data_.max_token() < cfg_.model.vocab, "data token {} is outside the vocabulary of {}", data_.max_token(),
+               cfg_.model.vocab);
+  cfg_.model.validate_tp(cfg_.tp, cfg_.sequence_parallel, cfg_.seq);
+  cfg_.validate_pipeline();
+  cfg_.model.validate_sizes(cfg_.micro_batch_rows(), cfg_.seq, cfg_.tp);
+}
+
+void GptTrainer::build_pipeline() {
+  const int P = cfg_.pp;
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, P == 1 || cfg_.sharding.offload == OffloadPolicy::kNone ||
+                                                 rt_.device().kind() == DeviceKind::kCpu,
+                    "--offload {} with --pp {} on {}: the tied embeddings' gradients live in host memory, which "
+                    "NCCL cannot reduce; pipelines offload on the CPU backend only", offload_name(cfg_.sharding.offload),
+                    P, rt_.device().name());
+  schedule_ = std::make_unique<PipelineSchedule>(
+      PipelineSchedule::build(cfg_.pp_schedule, P, cfg_.micro_batches(), cfg_.pp_virtual));
+  schedule_->validate();
+  executor_ = std::make_unique<PipelineExecutor>(*schedule_, mesh_->pp(), PipelineFaults{env().fault_pp_no_send});
+  part_ = GptStagePart::of_rank(cfg_.model, P, cfg_.pp_virtual, mesh_->pp().rank(), executor_->slots());
+  if (cfg_.pp_keep_gathered) cfg_.sharding.reshard_after_forward = false;
+}
+
+void GptTrainer::parallelize() {
+  const int P = cfg_.pp;
+  const GptStageUnits places = stage_units(cfg_.model, part_);
+  tied_unit_ = P == 1 ? -1 : part_.first ? places.emb : places.head;
+  // The norm counts every element of the whole model once: a replicated slot on tp rank 0 only, the tied copy of
+  // the embeddings never; the sums over the tp and pp groups join the data-parallel one. The non-finite check travels
+  // with it, so all ranks agree.
+  for (Communicator* g : model_parallel_norm_groups(*mesh_)) cfg_.optimizer.norm_groups.push_back(g);
+  cfg_.optimizer.counted = counted_once(*mesh_, part_.holds_tied_copy() ? tied_unit_ : -1);
+  if (P > 1) {
+    // The first and last stage of each pipeline (its pp group) pair up to sum the tied gradients.
+    const int pp_rank = mesh_->pp().rank();
+    tied_ = mesh_->pp().split(pp_rank == 0 || pp_rank == P - 1 ? 0 : -1, pp_rank, "tied_wte");
+  }
+  with_fit_advice([&] {
+    model_ = std::make_unique<ShardedModel>(*mesh_, gpt_units(cfg_.model, cfg_.tp, part_), cfg_.sharding);
+    optimizer_ = std::make_unique<ShardedAdamW>(*model_, cfg_.adamw, cfg_.optimizer);
+  });
+  if (part_.chunks.size() <= 1) return;
+  // Prefetch within a chunk only: the next chunk's units are needed only after other stages have run.
+  for (int c = 0; c < places.chunks(); ++c) {
+    const int first = places.first[static_cast<std::size_t>(c)], end = places.first[static_cast<std::size_t>(c) + 1];
+    for (int i = first; i < end; ++i) {
+      std::vector<int> ahead, behind;
+      for (int k = 1; k <= cfg_.sharding.prefetch_depth; ++k) {
+        if (i + k < end) ahead.push_back(i + k);
+        if (i - k >= first) behind.push_back(i - k);
+      }
+      model_->set_forward_prefetch(i, ahead);
+      model_->set_backward_prefetch(i, behind);
+    }
+  }
+}
+
+void GptTrainer::init_from_file() {
+  SafetensorsReader reader(cfg_.init);
+  std::vector<std::string> names;
+  std::map<std::string, std::pair<int, int>> place;  // parameter -> (unit, slot) on this rank
+  for (int u = 0; u < model_->num_units(); ++u) {
+    const std::vector<ParamSlot>& slots = model_->layout(u).slots();
+    for (std::size_t i = 0; i < slots.size(); ++i) place[slots[i].name] = {u, static_cast<int>(i)};
+  }
+  for (const UnitSpec& u : gpt_units(cfg_.model, cfg_.tp))  // the whole model's, whatever part this rank holds
+    for (const SlotSpec& s : u.slots) names.push_back(s.name);
+  check_weight_names(reader, names, "--init");
+  for (int u = 0; u < model_->num_units(); ++u)
+    for (const ParamSlot& s : model_->layout(u).slots())
+      reader.check_shape(s.name, s.tp.replicated() ? s.shape : s.tp.global_shape);
+  // The first non-finite value this rank reads (pieces come in unit, slot order), by its place in the file.
+  NonFiniteAt bad;
+  model_->init(init_by_global_index(*mesh_, [&](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
+    reader.read_f32(s.name, g, n, o);  // each rank reads only its shard
+    for (std::size_t i = 0; i < n && !bad.found(); ++i)
+      if (!std::isfinite(o[i])) bad = NonFiniteAt{place.at(s.name).first, place.at(s.name).second, g + i, o[i]};
+  }));
+  bad = lowest_over_ranks(rt_.world(), bad);
+  if (bad.found()) {
+    const std::string name = model_->layout(bad.unit).slots()[static_cast<std::size_t>(bad.slot)].name;
+    STRATA_THROW(ErrorCode::kNonFinite, "--init {}: tensor '{}' holds {} at element {} (the first non-finite "
+                 "value of the file's parameters); initial weights must be finite", cfg_.init, name,
+                 std::isnan(bad.value) ? "NaN" : bad.value > 0 ? "inf" : "-inf", bad.element);
+  }
+}
+
+GptTrainer::~GptTrainer() = default;
+
+StepRecord GptTrainer::step(int step) {
+  auto t0 = std::chrono::steady_clock::now();
+  const int world = rt_.world_size(), A = cfg_.grad_accum;
+  const int dp = mesh_->dp().size(), dp_rank = mesh_->dp().rank();
+  double loss = 0;
+  gpt_->reset_tp_traffic();
+  const std::uint64_t rows_per_micro_batch = static_cast<std::uint64_t>(dp) * static_cast<std::uint64_t>(cfg_.batch);
+  std::uint64_t step_rows = 0;  // global rows this step consumes
+  if (executor_) {
+    // The step's rows (dp x batch, in micro-batches) through the schedule; the loss lives on the last stage.
+    const int M = cfg_.micro_batches();
+    stage_->begin_step(rows_done_, optimizer_->loss_scale() / static_cast<float>(M));
+    with_fit_advice([&] { executor_->run_step(*stage_); });
+    loss = part_.last ? stage_->loss_sum() / M : 0.0;
+    sum_tied_grads();
+    step_rows = rows_per_micro_batch;
+  } else {
+    for (int a = 0; a < A; ++a) {
+      model_->set_is_last_backward(a == A - 1);  // finish the reductions after the last micro-batch's backward
+      // The global rows of this micro-batch, this rank's share (the window rule of fill_batch, from the data position).
+      const std::uint64_t first = rows_done_ + static_cast<std::uint64_t>(a) * rows_per_micro_batch +
+                                  static_cast<std::uint64_t>(dp_rank) * static_cast<std::uint64_t>(cfg_.batch);
+      fill_rows(data_, first, cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
+      with_fit_advice([&] {
+        loss += gpt_->forward_backward(inputs_.data(), targets_.data(),
+                                       optimizer_->loss_scale() / static_cast<float>(A)) / A;
+      });
+    }
+    step_rows = static_cast<std::uint64_t>(A) * rows_per_micro_batch;
+  }
+  StepResult r = optimizer_->step(cfg_.lr_at(step), step);
+  rows_done_ += step_rows;
+  next_step_ = step + 1;
+  StepRecord rec;
+  rec.step = step;
+  // The tp ranks of a group hold the same loss; only the last stage of a pipeline holds one.
+  rec.loss = sum_over_ranks(rt_.world(), loss) / (world / cfg_.pp);
+  if (checkpointer_) {
+    checkpointer_->poll();
+    if (cfg_.checkpoint_every > 0 && (step + 1) % cfg_.checkpoint_every == 0) {
+      checkpointer_->save(next_step_, trainer_state());
+      saved_step_ = next_step_;
+    }
+    rec.checkpoint_ms = checkpointer_->last_save().step == step + 1 ? checkpointer_->last_save().stall_ms : 0;
+  }
+  rec.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  rec.grad_norm = r.grad_norm;
+  rec.tp_traffic = gpt_->tp_traffic();
+  rec.skipped = r.skipped;
+  rec.loss_scale = r.loss_scale;
+  return rec;
+}
+
+void GptTrainer::sum_tied_grads() {
+  if (!tied_) return;
+  ShardedParameters& params = model_->parameters();
+  params.wait_for_grads();
+  if (tied_unit_ < 0) return;
+  // Each end of the pair holds the same unit layout (the embeddings unit and its copy), so shard i of one is shard i
+  // of the other: the sum is the whole model's gradient of wte (and of wpe, which only the first stage uses).
+  const UnitShard shard = params.unit(tied_unit_);
+  Stream& stream = params.comm_stream();
+  params.stream().synchronize();
+  tied_->all_reduce(shard.grad, shard.grad, shard.numel(), DType::kF32, ReduceOp::kSum, stream);
+  params.wait(stream);
+}
+
+void GptTrainer::finish() {
+  if (!checkpointer_) return;
+  if (saved_step_ != next_step_) checkpointer_->save(next_step_, trainer_state());
+  saved_step_ = next_step_;
+  checkpointer_->wait();
+}
+
+nlohmann::json GptTrainer::trainer_state() const {
+  GptTrainerState s;
+  s.next_step = next_step_;
+  s.rows_done = rows_done_;
+  s.seed = cfg_.seed;  // training draws nothing at random after the init
+  s.world_size = rt_.world_size();
+  s.config = cfg_.to_json();
+  s.data = data_record_;
+  s.resume_notes = resume_notes_;
+  return s.to_json();
+}
+
+void GptTrainer::resume() {
+  // What the directory holds, as every rank reads it (they read the same files): what is loaded, what is passed over.
+  const ResumePlan plan = CheckpointDir(cfg_.checkpoint.dir).resume_plan();
+  STRATA_CHECK_CODE(ErrorCode::kIo, plan.refusal.empty(), "--resume: {}", plan.refusal);
+  resume_notes_ = plan.notes;
+  if (plan.step < 0) return;  // a new directory (or only interrupted saves, named in the notes): from step 0
+  // The weights, the moments and the optimizer's scalars, then where the data and the schedule stood.
+  const nlohmann::json state = checkpointer_->load(plan.step);
+  resumed_from_ = checkpointer_->last_load().step;
+  const std::string index = CheckpointDir(cfg_.checkpoint.dir).step_path(resumed_from_) + "/index.json";
+  std::vector<std::string> unknown;
+  const GptTrainerState s = GptTrainerState::parse(state, "checkpoint index " + index, &unknown);
+  for (const std::string& f : unknown)
+    resume_notes_.push_back(fmt::format("{}: trainer field {} is not one this train_gpt knows: ignored", index, f));
+  STRATA_CHECK_CODE(ErrorCode::kIo, s.next_step == resumed_from_,
+                    "checkpoint index {}: .state.trainer.next_step is {}, but the checkpoint is of step {}: the "
+                    "trainer state does not belong to it",
+                    index, s.next_step, resumed_from_);
+  // Heads do not change the weights' shapes (the load accepts them) but they change the model they make.
+  STRATA_CHECK_CODE(ErrorCode::kMismatch, !s.heads || *s.heads == cfg_.model.heads,
+                    "--resume: {} was trained with {} attention heads, this run has --heads {}: the same weights "
+                    "split into other heads are another model. Resume with --heads {}, or start from its weights "
+                    "(strata-ckpt export, then --init)",
+                    index, s.heads.value_or(0), cfg_.model.heads, s.heads.value_or(0));
+  if (s.data && !s.data->same_tokens(data_record_))
+    resume_notes_.push_back(fmt::format("the checkpoint was trained on {}; this run reads {}: its data position ({} "
+                                        "rows done) continues in other data",
+                                        s.data->describe(), data_record_.describe(), s.rows_done));
+  if (s.seq && *s.seq != cfg_.seq)
+    resume_notes_.push_back(fmt::format("the checkpoint counted its data position in rows of {} tokens; this run's "
+                                        "rows are {} (--seq): the rows done ({}) are counted in the new rows",
+                                        *s.seq, cfg_.seq, s.rows_done));
+  start_step_ = static_cast<int>(s.next_step);
+  next_step_ = start_step_;
+  rows_done_ = s.rows_done;
+  saved_step_ = start_step_;
+}
+
+namespace {
+
+void pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t offset, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (n < 0 && errno == EINTR) continue;
+    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "cannot write {}: {}", path, std::strerror(n < 0 ? errno : EIO));
+    p += n;
+    offset += static_cast<std::uint64_t>(n);
+    bytes -= static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+void GptTrainer::save(const std::string& path) {
+  // Every rank computes the same header; rank 0 writes it into this job's temporary (path.tmp.<job id>: never one
+  // another job saving to `path` uses) at its full size, then each rank writes the values it owns at their places, and
+  // rank 0 renames the file once every rank has flushed its part. The rename is the only commit: a save that fails
+  // anywhere removes the temporary.
+  // The whole model's parameters, whatever part of a pipeline this rank holds.
+  SafetensorsWriter writer;
+  std::map<std::string, std::size_t> declared;  // name -> index in declaration order
+  for (const UnitSpec& u : gpt_units(cfg_.model, cfg_.tp))
+    for (const SlotSpec& s : u.slots) {
+      const std::size_t index = declared.size();
+      declared[s.name] = index;
+      writer.declare(s.name, DType::kF32, s.tp.replicated() ? s.shape : s.tp.global_shape);
+    }
+  std::vector<std::uint64_t> offsets;  // per slot, in declaration order
+  const std::string head =
+      writer.header(nlohmann::json{{"format", "pt"}, {"written_by", "strata train_gpt"}}, &offsets);
+  const std::string tmp = tmp_path_for(path, rt_.job_id());
+  Communicator& world = rt_.world();
+  // Never a file of non-finite weights: checked before anything is written, so `path` stays as it was.
+  ShardedParameters& checked = model_->parameters();
+  checked.stream().synchronize();
+  const NonFiniteAt bad = lowest_over_ranks(world, find_nonfinite(checked, ShardValues::kMaster, true));
+  STRATA_CHECK_CODE(ErrorCode::kNonFinite, !bad.found(),
+                    "not saving {}: the weights are not finite: {} (the first such place on any rank); the file is "
+                    "left as it was", path, describe_nonfinite(checked, bad));
+  std::string error;
+  struct RemoveUnlessCommitted {
+    const std::string& tmp;
+    bool armed = false;
+    ~RemoveUnlessCommitted() {
+      if (armed) ::unlink(tmp.c_str());
+    }
+  } cleanup{tmp};
+  if (rt_.rank() == 0) {
+    cleanup.armed = true;  // the rank that creates it removes it
+    try {
+      const std::uint64_t end = head.size() + parameters_ * 4;
+      const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot create {}: {}", tmp, std::strerror(errno));
+      pwrite_all(fd, head.data(), head.size(), 0, tmp);
+      const bool sized = ::ftruncate(fd, static_cast<off_t>(end)) == 0;
+      ::close(fd);
+      STRATA_CHECK_CODE(ErrorCode::kIo, sized, "cannot size {} to {} bytes: {}", tmp, end, std::strerror(errno));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  all_agree(world, error.empty(), error, "saving " + path);
+  try {
+    const int tp_rank = mesh_->tp().rank();
+    ShardedParameters& params = model_->parameters();
+    params.stream().synchronize();
+    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CLOEXEC);
+    STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot open {}: {}", tmp, std::strerror(errno));
+    std::vector<float> host;
+    try {
+      for (int u = 0; u < model_->num_units(); ++u) {
+        if (part_.holds_tied_copy() && u == tied_unit_) continue;  // the first stage writes the tied weights
+        const UnitShard shard = params.unit(u);
+        for (const ShardSegment& seg : params.owned_segments(u)) {
+          const ParamSlot& slot = shard.layout->slots()[seg.slot];
+          if (slot.tp.replicated() && tp_rank != 0) continue;  // every tp rank holds it: the first writes it
+          const float* src = shard.master + seg.shard_begin;
+          if (params.device().kind() != DeviceKind::kCpu) {  // device memory: through the host
+            host.resize(seg.length);
+            params.device().copy_to_host(host.data(), src, seg.length * 4);
+            src = host.data();
+          }
+          // A tp slice's local runs land at their places in the global tensor (padding is not written).
+          for_each_global_run(slot.tp, tp_rank, cfg_.tp, seg.slot_begin, seg.length,
+                              [&](std::size_t local, std::size_t global, std::size_t n) {
+                                pwrite_all(fd, src + (local - seg.slot_begin), n * 4,
+                                           offsets[declared.at(slot.name)] + global * 4, tmp);
+                              });
+        }
+      }
+      STRATA_CHECK_CODE(ErrorCode::kIo, ::fsync(fd) == 0, "cannot flush {} to disk: {}", tmp, std::strerror(errno));
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    ::close(fd);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  all_agree(world, error.empty(), error, "saving " + path);
+  if (rt_.rank() == 0) {
+    try {
+      STRATA_CHECK_CODE(ErrorCode::kIo, ::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename {} to {}: {}", tmp,
+                        path, std::strerror(errno));
+      cleanup.armed = false;
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  all_agree(world, error.empty(), error, "saving " + path);
+}
+
+}  // namespace strata::gpt

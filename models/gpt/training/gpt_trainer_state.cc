@@ -1,0 +1,76 @@
+// GptTrainerState: its JSON form and schema; the data record's fingerprint.
+#include "models/gpt/training/gpt_trainer_state.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "core/json_schema.h"
+#include "runtime/checkpoint/chunk_file.h"
+
+namespace strata::gpt {
+namespace {
+
+constexpr std::uint64_t kFingerprintTokens = std::uint64_t{32} << 20;  // 64 MiB of tokens
+
+const JsonSchema& state_schema() {
+  using S = JsonSchema;
+  // The configuration is a record (a resume takes its flags): only what a resume compares is checked.
+  const S config =
+      S::object({optional("model", S::object({optional("heads", S::integer(1, 1 << 20))}, S::Unknown::kAllow)),
+                 optional("seq", S::integer(1, INT32_MAX))},
+                S::Unknown::kAllow);
+  static const S s = S::object(
+      {required("next_step", S::integer(0, INT32_MAX)), required("rows_done", S::integer(0, std::uint64_t{1} << 62)),
+       optional("rng", S::object({required("seed", S::integer(0, UINT64_MAX))})),
+       optional("world_size", S::integer(1, 1 << 24)), optional("config", config),
+       optional("data", S::object({required("source", S::string(4096)),
+                                   required("tokens", S::integer(0, std::uint64_t{1} << 62)),
+                                   required("fingerprint", S::string(64))})),
+       optional("resume_notes", S::array(S::string(), 64))},
+      S::Unknown::kReport);
+  return s;
+}
+
+}  // namespace
+
+GptDataRecord GptDataRecord::of(const TokenFile& data) {
+  const std::uint64_t n = std::min<std::uint64_t>(data.size(), kFingerprintTokens);
+  const std::uint32_t crc = crc32_of(data.tokens().data(), n * sizeof(std::uint16_t));
+  return GptDataRecord{data.path(), data.size(), fmt::format("crc32:{:08x}", crc)};
+}
+
+std::string GptDataRecord::describe() const { return fmt::format("{} ({} tokens, {})", source, tokens, fingerprint); }
+
+nlohmann::json GptTrainerState::to_json() const {
+  nlohmann::json j = {{"next_step", next_step}, {"rows_done", rows_done}};
+  if (seed) j["rng"] = {{"seed", *seed}};
+  if (world_size) j["world_size"] = *world_size;
+  if (!config.empty()) j["config"] = config;
+  if (data) j["data"] = {{"source", data->source}, {"tokens", data->tokens}, {"fingerprint", data->fingerprint}};
+  if (!resume_notes.empty()) j["resume_notes"] = resume_notes;
+  return j;
+}
+
+GptTrainerState GptTrainerState::parse(const nlohmann::json& j, const std::string& origin,
+                                       std::vector<std::string>* unknown) {
+  const std::vector<std::string> extra = state_schema().check(j, origin, ErrorCode::kIo, ".state.trainer");
+  if (unknown) *unknown = extra;
+  GptTrainerState s;
+  s.next_step = j["next_step"].get<std::int64_t>();
+  s.rows_done = j["rows_done"].get<std::uint64_t>();
+  if (j.contains("rng")) s.seed = j["rng"]["seed"].get<std::uint64_t>();
+  if (j.contains("world_size")) s.world_size = j["world_size"].get<int>();
+  if (j.contains("config")) {
+    s.config = j["config"];
+    if (s.config.contains("model") && s.config["model"].contains("heads"))
+      s.heads = s.config["model"]["heads"].get<int>();
+    if (s.config.contains("seq")) s.seq = s.config["seq"].get<int>();
+  }
+  if (j.contains("data")) s.data = GptDataRecord{j["data"]["source"], j["data"]["tokens"], j["data"]["fingerprint"]};
+  if (j.contains("resume_notes")) s.resume_notes = j["resume_notes"].get<std::vector<std::string>>();
+  return s;
+}
+
+}  // namespace strata::gpt
