@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -155,6 +156,107 @@ std::string parameters_text(const std::vector<float>& values) {
   return text;
 }
 
+// One step's forwards and backwards over this rank's part of the model: a pipeline schedule under --pp (the
+// library's executor over MlpPipelineStage), else the micro-batches in turn, over the tp group when one splits the
+// layers.
+class StepRunner {
+ public:
+  StepRunner(strata::ShardedModel& model, const strata::DeviceMesh& mesh, const strata::mlp::MlpConfig& cfg,
+             strata::LayerRange layers, int rows, int micro_batches, const std::string& pp_schedule,
+             bool sync_every_micro_batch, std::uint64_t seed)
+      : model_(model), cfg_(cfg), rows_(rows), micro_batches_(micro_batches), sync_every_(sync_every_micro_batch),
+        seed_(seed), split_(mesh.tp().size() > 1), tp_(mesh.device(), &mesh.tp(), false, rows, 1, cfg.hidden) {
+    if (mesh.pp().size() == 1) return;
+    schedule_ = std::make_unique<strata::PipelineSchedule>(strata::PipelineSchedule::build(
+        strata::parse_pipeline_schedule(pp_schedule), mesh.pp().size(), micro_batches));
+    schedule_->validate();
+    executor_ = std::make_unique<strata::PipelineExecutor>(*schedule_, mesh.pp());
+    stage_ = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp_, cfg, layers, rows, executor_->slots(), seed,
+                                                             sync_every_micro_batch);
+  }
+
+  // This rank's loss: the mean over its rows and the micro-batches (0 on a pipeline's stages but the last).
+  double run(const std::function<std::uint64_t(int)>& first_row, float grad_scale) {
+    if (stage_) {
+      stage_->begin_step(first_row, grad_scale);
+      executor_->run_step(*stage_);
+      return stage_->loss_sum() / micro_batches_;
+    }
+    double loss = 0;
+    for (int a = 0; a < micro_batches_; ++a) {
+      const bool last = a == micro_batches_ - 1;
+      model_.set_requires_gradient_sync(sync_every_ || last);
+      model_.set_is_last_backward(last);
+      auto data = strata::mlp::make_batch(cfg_, first_row(a), rows_, seed_);
+      loss += (split_ ? strata::mlp::forward_backward_tp(model_, tp_, cfg_, data, grad_scale)
+                      : strata::mlp::forward_backward(model_, cfg_, data, grad_scale)) /
+              micro_batches_;
+    }
+    return loss;
+  }
+
+ private:
+  strata::ShardedModel& model_;
+  const strata::mlp::MlpConfig& cfg_;
+  int rows_, micro_batches_;
+  bool sync_every_;
+  std::uint64_t seed_;
+  bool split_;
+  strata::TensorParallel tp_;
+  std::unique_ptr<strata::PipelineSchedule> schedule_;
+  std::unique_ptr<strata::PipelineExecutor> executor_;
+  std::unique_ptr<strata::mlp::MlpPipelineStage> stage_;
+};
+
+// Strata's AdamW over the whole model: the norm over the tp and pp groups too, each element counted once.
+std::unique_ptr<strata::ShardedAdamW> make_adamw(strata::ShardedModel& model, const strata::DeviceMesh& mesh, double lr,
+                                                 double weight_decay, double clip, strata::DType param_dtype) {
+  strata::AdamWConfig config;
+  config.lr = lr;
+  config.weight_decay = weight_decay;
+  strata::OptimizerOptions o;
+  o.grad_clip = clip;
+  o.dynamic_loss_scale = param_dtype == strata::DType::kF16;
+  o.norm_groups = strata::model_parallel_norm_groups(mesh);
+  o.counted = strata::counted_once(mesh);
+  return std::make_unique<strata::ShardedAdamW>(model, config, o);
+}
+
+// The output files checked (and created) on rank 0 and the input file opened, before the first step; every rank
+// stops with rank 0's error.
+void check_files(strata::Runtime& rt, const std::string& ledger_json, const std::string& params_out,
+                 const std::string& compare_params) {
+  std::string problem;
+  if (rt.rank() == 0) {
+    try {
+      if (!ledger_json.empty()) strata::check_output_file(ledger_json, "--ledger-json", strata::OutputKind::kDirect);
+      if (!params_out.empty()) strata::check_output_file(params_out, "--params-out", strata::OutputKind::kDirect);
+      if (!compare_params.empty()) strata::check_input_file(compare_params, "--compare-params");
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
+  strata::all_agree(rt.world(), problem.empty(), problem, "checking the output and input files");
+}
+
+// --params-out and --compare-params after the last step (collective; rank 0 writes and compares).
+void finish_parameters(strata::Runtime& rt, strata::ShardedModel& model, const strata::DeviceMesh& mesh,
+                       const strata::mlp::MlpConfig& cfg, const std::string& params_out,
+                       const std::string& compare_params, double tolerance) {
+  if (params_out.empty() && compare_params.empty()) return;
+  const std::vector<float> whole = whole_parameters(model, mesh, strata::mlp::mlp_units(cfg));
+  std::string mismatch;
+  if (rt.rank() == 0) {
+    try {
+      if (!params_out.empty()) strata::write_output_file(params_out, "--params-out", parameters_text(whole));
+      if (!compare_params.empty()) compare_parameters(whole, compare_params, tolerance);
+    } catch (const std::exception& e) {
+      mismatch = e.what();
+    }
+  }
+  strata::all_agree(rt.world(), mismatch.empty(), mismatch, "writing or comparing the parameters");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -224,17 +326,7 @@ int main(int argc, char** argv) {
          {"--grad-clip", v(grad_clip)}, {"--seed", v(seed)}, {"--no-reshard-after-forward", v(keep_params)},
          {"--ledger-json", ledger_json}});
     const int world = rt.world_size();
-    std::string problem;  // the output path, checked before the first step on the rank that writes it
-    if (rt.rank() == 0) {
-      try {
-        if (!ledger_json.empty()) strata::check_output_file(ledger_json, "--ledger-json", strata::OutputKind::kDirect);
-        if (!params_out.empty()) strata::check_output_file(params_out, "--params-out", strata::OutputKind::kDirect);
-        if (!compare_params.empty()) strata::check_input_file(compare_params, "--compare-params");
-      } catch (const std::exception& e) {
-        problem = e.what();
-      }
-    }
-    strata::all_agree(rt.world(), problem.empty(), problem, "checking the output and input files");
+    check_files(rt, ledger_json, params_out, compare_params);
     STRATA_CHECK(world % (tp_degree * pp_degree) == 0, "--tp {} x --pp {} must divide the {} ranks", tp_degree,
                  pp_degree, world);
     const int dp = world / (tp_degree * pp_degree);
@@ -260,46 +352,25 @@ int main(int argc, char** argv) {
     // Stages of pp ranks hold consecutive layers, groups of tp ranks split each layer; the rest is data-parallel:
     // dp_replicate groups, each sharding the state over dp / dp_replicate ranks.
     strata::DeviceMesh mesh(rt, strata::MeshDims{pp_degree, dp_replicate, -1, tp_degree});
-    const bool split = tp_degree > 1 || pp_degree > 1;
     const std::vector<strata::UnitSpec> all_units =
         tp_degree > 1 ? strata::mlp::mlp_units_tp(cfg, tp_degree) : strata::mlp::mlp_units(cfg);
     const strata::LayerRange layers = strata::mlp::mlp_stage_layers(cfg, pp_degree, mesh.pp().rank(), tp_degree);
     const std::vector<strata::UnitSpec> units(all_units.begin() + layers.first, all_units.begin() + layers.last);
     strata::ShardedModel model(mesh, units, opts);
-    if (split) {
+    if (tp_degree > 1 || pp_degree > 1) {
       model.init(strata::mlp::mlp_init_tp(mesh, seed));
     } else {
       model.init([&](const strata::ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
         strata::mlp::mlp_init(s, begin, count, out, seed);
       });
     }
-    std::unique_ptr<strata::PipelineSchedule> schedule;
-    std::unique_ptr<strata::PipelineExecutor> executor;
-    std::unique_ptr<strata::mlp::MlpPipelineStage> stage;
-    strata::TensorParallel tp(rt.device(), &mesh.tp(), false, rows, 1, cfg.hidden);
-    if (pp_degree > 1) {
-      schedule = std::make_unique<strata::PipelineSchedule>(strata::PipelineSchedule::build(
-          strata::parse_pipeline_schedule(pp_schedule), pp_degree, micro_batches));
-      schedule->validate();
-      executor = std::make_unique<strata::PipelineExecutor>(*schedule, mesh.pp());
-      stage = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp, cfg, layers, rows, executor->slots(), seed,
-                                                              accumulation == "reduce");
-    }
+    StepRunner runner(model, mesh, cfg, layers, rows, micro_batches, pp_schedule, accumulation == "reduce", seed);
     std::unique_ptr<strata::ShardedAdamW> adamw;
     std::unique_ptr<MomentumSgd> sgd;
-    if (optimizer == "adamw") {
-      strata::AdamWConfig config;
-      config.lr = lr;
-      config.weight_decay = weight_decay;
-      strata::OptimizerOptions o;
-      o.grad_clip = grad_clip;
-      o.dynamic_loss_scale = opts.mixed_precision.param_dtype == strata::DType::kF16;
-      o.norm_groups = strata::model_parallel_norm_groups(mesh);
-      o.counted = strata::counted_once(mesh);
-      adamw = std::make_unique<strata::ShardedAdamW>(model, config, o);
-    } else {
+    if (optimizer == "adamw")
+      adamw = make_adamw(model, mesh, lr, weight_decay, grad_clip, opts.mixed_precision.param_dtype);
+    else
       sgd = std::make_unique<MomentumSgd>(model, mesh, momentum, weight_decay, grad_clip);
-    }
 
     const std::size_t numel = strata::global_numel(all_units);
     if (rt.rank() == 0)
@@ -307,28 +378,14 @@ int main(int argc, char** argv) {
                   mesh.shape().describe().c_str(), model.num_units(), numel, optimizer.c_str(),
                   opts.describe().c_str());
     for (int step = 0; step < steps; ++step) {
-      double loss = 0;
       const float scale = adamw ? adamw->loss_scale() : 1.0f;
       // The same global rows at every layout: micro-batch a of this step, this data-parallel rank's share of it.
-      auto first_row = [&](int a) {
-        return (static_cast<std::uint64_t>(step) * micro_batches + a) * static_cast<std::uint64_t>(batch) +
-               static_cast<std::uint64_t>(mesh.dp().rank() * rows);
-      };
-      const float grad_scale = scale / static_cast<float>(micro_batches);
-      if (stage) {
-        stage->begin_step(first_row, grad_scale);
-        executor->run_step(*stage);
-        loss = stage->loss_sum() / micro_batches;
-      }
-      for (int a = 0; a < micro_batches && !stage; ++a) {
-        const bool last = a == micro_batches - 1;
-        model.set_requires_gradient_sync(accumulation == "reduce" || last);
-        model.set_is_last_backward(last);
-        auto data = strata::mlp::make_batch(cfg, first_row(a), rows, seed);
-        loss += (split ? strata::mlp::forward_backward_tp(model, tp, cfg, data, grad_scale)
-                       : strata::mlp::forward_backward(model, cfg, data, grad_scale)) /
-                micro_batches;
-      }
+      const double loss = runner.run(
+          [&](int a) {
+            return (static_cast<std::uint64_t>(step) * micro_batches + a) * static_cast<std::uint64_t>(batch) +
+                   static_cast<std::uint64_t>(mesh.dp().rank() * rows);
+          },
+          scale / static_cast<float>(micro_batches));
       double norm = 0;
       bool skipped = false;
       if (adamw) {
@@ -346,19 +403,7 @@ int main(int argc, char** argv) {
         std::printf("step %3d loss %.9f grad_norm %.9f%s\n", step, global, norm,
                     skipped ? " (skipped: non-finite gradients)" : "");
     }
-    if (!params_out.empty() || !compare_params.empty()) {
-      const std::vector<float> whole = whole_parameters(model, mesh, strata::mlp::mlp_units(cfg));
-      std::string mismatch;
-      if (rt.rank() == 0) {
-        try {
-          if (!params_out.empty()) strata::write_output_file(params_out, "--params-out", parameters_text(whole));
-          if (!compare_params.empty()) compare_parameters(whole, compare_params, params_tolerance);
-        } catch (const std::exception& e) {
-          mismatch = e.what();
-        }
-      }
-      strata::all_agree(rt.world(), mismatch.empty(), mismatch, "writing or comparing the parameters");
-    }
+    finish_parameters(rt, model, mesh, cfg, params_out, compare_params, params_tolerance);
     auto ledger = strata::MemoryLedger::gather(rt.device(), rt.world());
     if (rt.rank() == 0) {
       std::printf("memory ledger (%s):\n%s", opts.describe().c_str(), strata::MemoryLedger::table(ledger).c_str());
