@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "core/fd_io.h"
 #include "core/file_checks.h"
 
 namespace strata {
@@ -26,15 +27,7 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const void* data, std::size_t bytes) {
   STRATA_CHECK(fd_ >= 0 && !committed_, "write to '{}' after commit", path_);
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::write(fd_, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "cannot write '{}': {}", tmp_path_,
-                      n < 0 ? std::strerror(errno) : "no progress");
-    p += n;
-    bytes -= static_cast<std::size_t>(n);
-  }
+  write_all(fd_, data, bytes, "'" + tmp_path_ + "'");
 }
 
 void AtomicFile::commit() {

@@ -13,6 +13,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/fd_io.h"
 
 namespace strata {
 namespace {
@@ -86,15 +87,7 @@ std::string read_input_file(const std::string& path, const std::string& what, st
                     "{} '{}' has {} bytes, more than the {} such a file may have", what, path,
                     static_cast<std::uint64_t>(st.st_size), max_bytes);
   std::string bytes(static_cast<std::size_t>(st.st_size), '\0');
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
-    if (n < 0 && errno == EINTR) continue;
-    STRATA_CHECK_CODE(ErrorCode::kIo, n >= 0, "cannot read {} '{}': {}", what, path, std::strerror(errno));
-    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "{} '{}' ended at byte {} of {} while reading", what, path, done,
-                      bytes.size());
-    done += static_cast<std::size_t>(n);
-  }
+  pread_all(fd, bytes.data(), bytes.size(), 0, fmt::format("{} '{}'", what, path));
   return bytes;
 }
 

@@ -28,18 +28,6 @@ std::uint64_t available_memory_bytes() {
   return kib > 0 ? static_cast<std::uint64_t>(kib) * 1024 : machine_memory_bytes();
 }
 
-std::string bytes_text(std::uint64_t bytes) {
-  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 6) {
-    v /= 1024;
-    ++u;
-  }
-  if (u == 0) return fmt::format("{} bytes", bytes);
-  return fmt::format("{:.1f} {} ({} bytes)", v, units[u], bytes);
-}
-
 bool host_allocation_fits(std::uint64_t bytes, std::uint64_t in_use) {
   const std::uint64_t machine = machine_memory_bytes();
   return machine == 0 || (bytes <= machine && in_use <= machine - bytes);  // unknown: nothing to compare with

@@ -6,14 +6,14 @@
 #include <cstdint>
 #include <string>
 
+#include "core/byte_units.h"  // bytes_text, which its errors use
+
 namespace strata {
 
 // Physical memory of this machine (sysconf).
 std::uint64_t machine_memory_bytes();
 // MemAvailable of /proc/meminfo: what can be allocated without swapping; machine_memory_bytes() where unknown.
 std::uint64_t available_memory_bytes();
-// "100.0 GiB (107374182400 bytes)".
-std::string bytes_text(std::uint64_t bytes);
 // Whether `bytes`, on top of `in_use` bytes this process holds already, fit in the machine's physical memory (true
 // where its size is unknown).
 bool host_allocation_fits(std::uint64_t bytes, std::uint64_t in_use);

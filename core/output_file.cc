@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/fd_io.h"
 
 namespace strata {
 
@@ -45,16 +46,7 @@ OutputFile& OutputFile::operator=(OutputFile&& other) noexcept {
 
 void OutputFile::write(std::string_view text) {
   STRATA_CHECK_CODE(ErrorCode::kIo, fd_ >= 0, "{} '{}' is not open for writing", what_, path_);
-  const char* p = text.data();
-  std::size_t left = text.size();
-  while (left > 0) {
-    const ssize_t n = ::write(fd_, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "cannot write {} '{}': {}", what_, path_,
-                      std::strerror(n < 0 ? errno : EIO));
-    p += n;
-    left -= static_cast<std::size_t>(n);
-  }
+  write_all(fd_, text.data(), text.size(), fmt::format("{} '{}'", what_, path_));
 }
 
 void OutputFile::close() {

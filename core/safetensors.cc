@@ -18,6 +18,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/fd_io.h"
 #include "core/file_checks.h"
 
 namespace strata {
@@ -58,22 +59,6 @@ std::optional<std::uint64_t> checked_numel(const std::vector<std::int64_t>& shap
     n = *m;
   }
   return n;
-}
-
-// Reads exactly `bytes` at `offset`; a short read is an error (the file shrank after open).
-void pread_all(int fd, const std::string& path, void* out, std::size_t bytes, std::uint64_t offset) {
-  char* p = static_cast<char*>(out);
-  while (bytes > 0) {
-    ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    STRATA_CHECK_CODE(ErrorCode::kIo, n >= 0, "cannot read '{}' at byte {}: {}", path, offset, std::strerror(errno));
-    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0,
-                      "'{}' ends at byte {}, before the {} more bytes expected there (truncated?)", path, offset,
-                      bytes);
-    p += n;
-    bytes -= static_cast<std::size_t>(n);
-    offset += static_cast<std::uint64_t>(n);
-  }
 }
 
 // One non-negative integer of the header (a dimension or an offset); `what` names it in the error.
@@ -201,7 +186,7 @@ void SafetensorsReader::open(const std::string& path) {
                       "'{}' is {} bytes, shorter than the 8-byte header length of a safetensors file", path, file_size);
 
     unsigned char len_bytes[8];
-    pread_all(fd, path, len_bytes, 8, 0);
+    pread_all(fd, len_bytes, 8, 0, "'" + path + "'");
     std::uint64_t header_len = 0;
     for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
     STRATA_CHECK_CODE(ErrorCode::kIo, header_len <= kMaxHeaderBytes,
@@ -214,7 +199,7 @@ void SafetensorsReader::open(const std::string& path) {
     const std::uint64_t data_size = file_size - data_start_;
 
     std::string text(header_len, '\0');
-    pread_all(fd, path, text.data(), text.size(), 8);
+    pread_all(fd, text.data(), text.size(), 8, "'" + path + "'");
     // JSON objects may repeat a key (the last one wins); a weight file must not, so the parser reports them.
     // Nesting is bounded while parsing: a header nests 3 levels, and copying or printing a value nested thousands
     // deep recurses past the stack (nlohmann::json's parser itself does not recurse).
@@ -315,14 +300,14 @@ void SafetensorsReader::read_f32(const std::string& name, std::size_t element_be
   const std::size_t esize = dtype_size(t.dtype);
   const std::uint64_t offset = data_start_ + t.begin + element_begin * esize;
   switch (t.dtype) {
-    case DType::kF32: pread_all(fd_, path_, out, count * sizeof(float), offset); return;
+    case DType::kF32: pread_all(fd_, out, count * sizeof(float), offset, "'" + path_ + "'"); return;
     case DType::kBF16:
     case DType::kF16: {
       std::vector<std::uint16_t> buf(std::min(count, kChunkElements));
       const bool bf16 = t.dtype == DType::kBF16;
       for (std::size_t done = 0; done < count;) {
         std::size_t n = std::min(count - done, buf.size());
-        pread_all(fd_, path_, buf.data(), n * 2, offset + done * 2);
+        pread_all(fd_, buf.data(), n * 2, offset + done * 2, "'" + path_ + "'");
         for (std::size_t i = 0; i < n; ++i) out[done + i] = bf16 ? bf16_to_f32(buf[i]) : f16_to_f32(buf[i]);
         done += n;
       }
@@ -332,7 +317,7 @@ void SafetensorsReader::read_f32(const std::string& name, std::size_t element_be
       std::vector<double> buf(std::min(count, kChunkElements));
       for (std::size_t done = 0; done < count;) {
         std::size_t n = std::min(count - done, buf.size());
-        pread_all(fd_, path_, buf.data(), n * 8, offset + done * 8);
+        pread_all(fd_, buf.data(), n * 8, offset + done * 8, "'" + path_ + "'");
         for (std::size_t i = 0; i < n; ++i) out[done + i] = static_cast<float>(buf[i]);
         done += n;
       }

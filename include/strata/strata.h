@@ -29,6 +29,7 @@
 #include "runtime/tensor/global_elements.h"
 #include "runtime/tensor/parallel_linear.h"
 #include "runtime/tensor/tensor_parallel.h"
+#include "runtime/tensor/tied_parameters.h"
 #include "runtime/tensor/tp_kernels.h"
 #include "runtime/tensor/vocab_parallel.h"
 #include "runtime/optim/grad_norm.h"

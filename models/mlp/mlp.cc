@@ -3,16 +3,13 @@
 
 #include <cmath>
 
-#include "models/common/hash.h"
 #include "core/checked_math.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "runtime/sharding/flat_ops.h"
 
 namespace strata::mlp {
 namespace {
-
-using models::fnv1a;
-using models::splitmix64;
 
 // Uniform in [-1, 1), a pure function of its arguments.
 float uniform(std::uint64_t a, std::uint64_t b, std::uint64_t seed) {
@@ -174,9 +171,9 @@ void add_into(const TensorView& grad, const std::vector<float>& values) {
 namespace strata::mlp {
 
 double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale) {
-  STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.device().kind() == DeviceKind::kCpu,
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.resources().device().kind() == DeviceKind::kCpu,
                     "the MLP example computes on the host: run it on the CPU backend (device {})",
-                    model.device().name());
+                    model.resources().device().name());
   const int layers = cfg.num_layers();
   Activations acts;
   std::vector<float> x = batch.x;

@@ -143,9 +143,9 @@ std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> d
 
 double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,
                            float grad_scale) {
-  STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.device().kind() == DeviceKind::kCpu,
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.resources().device().kind() == DeviceKind::kCpu,
                     "the MLP example computes on the host: run it on the CPU backend (device {})",
-                    model.device().name());
+                    model.resources().device().name());
   STRATA_CHECK(tp.rows() == batch.rows, "the tp group was made for {} rows; the batch has {}", tp.rows(), batch.rows);
   MlpLayers layers(cfg, tp, 0, cfg.num_layers());
   Activations acts;

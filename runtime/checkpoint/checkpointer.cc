@@ -91,7 +91,7 @@ Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceM
   for (int u : part.copies)
     STRATA_CHECK(u >= 0 && u < model_.num_units(), "checkpoint part: copied unit {} of {}", u, model_.num_units());
   part.pp = mesh.pp().size();
-  if (part.whole.empty()) part.whole = model_.declaration();
+  if (part.whole.empty()) part.whole = model_.resources().declaration();
   part_ = std::move(part);
 }
 
@@ -105,9 +105,9 @@ Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communi
       options_(std::move(options)),
       dir_(options_.dir) {
   options_.validate();
-  part_.whole = model_.declaration();
+  part_.whole = model_.resources().declaration();
   // A slice saved at the wrong degree would land at wrong global places: the slot shapes must be this degree's.
-  for (const UnitSpec& u : model_.declaration())
+  for (const UnitSpec& u : model_.resources().declaration())
     for (const SlotSpec& s : u.slots)
       STRATA_CHECK(s.tp.replicated() || s.shape == s.tp.local_shape(tp_size_),
                    "checkpoints of unit '{}': slot '{}' ({}) has shape {}, not its slice at tensor-parallel degree {} "
@@ -116,7 +116,8 @@ Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communi
                    shape_string(s.tp.local_shape(tp_size_)));
   // Staging is host memory in a ledger: the device's own on the CPU backend (its memory is host memory), else a
   // page-locked host device of the checkpointer's.
-  if (model_.device().kind() != DeviceKind::kCpu) staging_device_ = create_host_device(model_.device());
+  Device& device = model_.resources().device();
+  if (device.kind() != DeviceKind::kCpu) staging_device_ = create_host_device(device);
   // One job owns a directory: two would replace and prune each other's checkpoints, both exiting 0.
   std::string error;
   if (world_.rank() == 0) {
@@ -165,7 +166,7 @@ std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(std::int64_t step) {
   // A copy in host staging when training goes on meanwhile or the state is not host memory: each piece's sources put
   // together there.
   Device& state = params.device();
-  Device& host = staging_device_ ? *staging_device_ : model_.device();
+  Device& host = staging_device_ ? *staging_device_ : model_.resources().device();
   if (options_.async || state.kind() != DeviceKind::kCpu) {
     std::uint64_t total = 0;
     for (const Staged::Piece& p : s->pieces) total += p.count * 4;
@@ -334,8 +335,8 @@ void Checkpointer::commit(Staged& s) {
       index.world_size = world_.size();
       index.units = global_declaration(part_.whole);
       index.block_bytes = options_.block_bytes;
-      const DataParallelGroups& g = model_.groups();
-      const ShardingOptions& o = model_.options();
+      const DataParallelGroups& g = model_.resources().groups();
+      const ShardingOptions& o = model_.resources().options();
       index.layout = {
           {"mesh", {{"pp", part_.pp}, {"dp_replicate", g.replicate->size()}, {"dp_shard", g.shard->size()},
                     {"tp", tp_size_}}},
@@ -409,7 +410,7 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
 
   ShardedParameters& params = model_.parameters();
   Device& state = params.device();
-  Device& host = staging_device_ ? *staging_device_ : model_.device();
+  Device& host = staging_device_ ? *staging_device_ : model_.resources().device();
   // Two bounded staging blocks: whole blocks as read (checksummed), and values on their way to device memory.
   Buffer block = host.allocate(index.block_bytes, MemCategory::kCheckpoint);
   Buffer values = state.kind() == DeviceKind::kCpu ? Buffer() : host.allocate(index.block_bytes, MemCategory::kCheckpoint);

@@ -14,6 +14,7 @@
 
 #include "core/env.h"
 #include "core/error.h"
+#include "core/fd_io.h"
 #include "core/file_checks.h"
 
 namespace strata {
@@ -33,30 +34,6 @@ bool fault_here(const char* kind, const std::string& path, int files_written) {
 }
 
 int g_data_files = 0;  // data files this process has started writing
-
-void write_all(int fd, const void* data, std::size_t bytes, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::write(fd, p, std::min<std::size_t>(bytes, std::size_t{1} << 30));
-    if (n < 0 && errno == EINTR) continue;
-    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "cannot write {}: {}", path, system_error(n < 0 ? errno : EIO));
-    p += n;
-    bytes -= static_cast<std::size_t>(n);
-  }
-}
-
-void read_all_at(int fd, void* out, std::size_t bytes, std::uint64_t offset, const std::string& path) {
-  char* p = static_cast<char*>(out);
-  while (bytes > 0) {
-    ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    STRATA_CHECK_CODE(ErrorCode::kIo, n >= 0, "cannot read {}: {}", path, system_error(errno));
-    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "{} ends at byte {}: the file is truncated", path, offset);
-    p += n;
-    offset += static_cast<std::uint64_t>(n);
-    bytes -= static_cast<std::size_t>(n);
-  }
-}
 
 }  // namespace
 
@@ -143,7 +120,7 @@ std::size_t ChunkReader::read_block(const ChunkRecord& chunk, const std::string&
                                     std::uint64_t block, void* staging) const {
   const std::uint64_t chunk_bytes = chunk.count * esz, lo = block * block_bytes_;
   const std::size_t len = static_cast<std::size_t>(std::min<std::uint64_t>(block_bytes_, chunk_bytes - lo));
-  read_all_at(fd_, staging, len, chunk.offset + lo, path_);
+  pread_all(fd_, staging, len, chunk.offset + lo, path_);
   bytes_read_ += len;
   const std::uint32_t crc = crc32_of(staging, len);
   STRATA_CHECK_CODE(ErrorCode::kIo, block < chunk.crc32.size() && crc == chunk.crc32[block],

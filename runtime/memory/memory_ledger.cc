@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/byte_units.h"
+
 namespace strata {
 
 LedgerRow MemoryLedger::local(const Device& device, int rank) {
@@ -56,7 +58,6 @@ std::vector<LedgerRow> MemoryLedger::gather(const Device& device, Communicator& 
 }
 
 std::string MemoryLedger::table(const std::vector<LedgerRow>& rows) {
-  auto mib = [](std::int64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   std::string out = fmt::format("{:>4}  {:<18} {:>12} {:>12} {:>14} {:>14}\n", "rank", "category", "current_MiB",
                                 "peak_MiB", "current_bytes", "peak_bytes");
   for (const LedgerRow& r : rows) {

@@ -53,9 +53,10 @@ ShardedAdamW::ShardedAdamW(ShardedModel& model, const AdamWConfig& config, const
       }
     }
   } catch (const Error& e) {
-    if (e.code() != ErrorCode::kOutOfMemory || model.device().memory_budget() == 0) throw;
+    if (e.code() != ErrorCode::kOutOfMemory || model.resources().device().memory_budget() == 0) throw;
     throw Error(ErrorCode::kOutOfMemory,
-                std::string(e.what()) + "\nmemory planner (Strata's own state): " + model.over_budget_advice(2));
+                std::string(e.what()) + "\nmemory planner (Strata's own state): " +
+                    model.resources().over_budget_advice(2));
   }
   kernel_ = create_adamw_kernel(dev);
   params_.stream().synchronize();

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -62,5 +63,15 @@ class ShardLayout {
 };
 
 std::size_t shape_numel(const std::vector<std::int64_t>& shape);
+
+// One unit's shard. Pointers are in the memory of the unit's state (ShardedParameters::device()) and stay valid
+// as long as the model.
+struct UnitShard {
+  const ShardLayout* layout = nullptr;  // the unit's slots (flags: trainable, weight_decay) and sizes
+  float* master = nullptr;              // [shard_numel] this rank's f32 master elements
+  float* grad = nullptr;                // [shard_numel] its gradients: averaged over dp, summed over micro-batches
+  std::span<const ShardSegment> segments;  // the slot runs inside the shard, in order (padding belongs to none)
+  std::size_t numel() const { return layout->shard_numel(); }
+};
 
 }  // namespace strata

@@ -3,8 +3,8 @@
 
 #include <cstring>
 
-#include "core/device_registry.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/logging.h"
 #include "core/tracer.h"
 #include "runtime/bootstrap/runtime.h"
@@ -12,14 +12,6 @@
 
 namespace strata {
 namespace {
-
-std::uint64_t fnv1a(const std::string& text, std::uint64_t h = 1469598103934665603ull) {
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string describe_unit(const UnitSpec& u) {
   std::string s = u.name + "{";
@@ -38,26 +30,63 @@ const char* state_name(TrainingState s) {
   return "?";
 }
 
+// Collective over dp: every rank declares the same units and options (rank 0's are the reference).
+void check_same_across_ranks(Device& device, Communicator& dp, const std::vector<UnitSpec>& specs,
+                             const ShardingOptions& options) {
+  // Each rank hashes its declaration (per unit, and the options); rank 0's is the reference.
+  std::vector<std::int64_t> mine;
+  mine.push_back(static_cast<std::int64_t>(fnv1a(options.describe())));
+  for (const UnitSpec& u : specs) mine.push_back(static_cast<std::int64_t>(fnv1a(describe_unit(u))));
+  // Exchanged through device memory (NCCL reads nothing else), copied in and out, on the compute stream.
+  Stream& stream = device.compute_stream();
+  const std::size_t n = static_cast<std::size_t>(dp.size());
+  auto all_gather_i64 = [&](const std::vector<std::int64_t>& values) {
+    Buffer send = device.allocate(values.size() * 8, MemCategory::kWorkspace);
+    Buffer recv = device.allocate(n * values.size() * 8, MemCategory::kWorkspace);
+    device.copy_from_host(send.data(), values.data(), values.size() * 8);
+    dp.all_gather(send.data(), recv.data(), values.size(), DType::kI64, stream);
+    stream.synchronize();
+    std::vector<std::int64_t> out(n * values.size());
+    device.copy_to_host(out.data(), recv.data(), out.size() * 8);
+    return out;
+  };
+  const std::int64_t my_count = static_cast<std::int64_t>(mine.size());
+  const std::vector<std::int64_t> counts = all_gather_i64({my_count});
+  for (std::size_t r = 0; r < n; ++r)
+    STRATA_CHECK_CODE(ErrorCode::kMismatch, counts[r] == my_count, "rank {} declares {} units but rank {} declares {}",
+                      dp.rank(), specs.size(), r, counts[r] - 1);
+  const std::vector<std::int64_t> all = all_gather_i64(mine);
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    std::vector<int> differ;
+    for (std::size_t r = 1; r < n; ++r)
+      if (all[r * mine.size() + k] != all[k]) differ.push_back(static_cast<int>(r));
+    if (differ.empty()) continue;
+    std::string what = k == 0 ? fmt::format("sharding options (this rank: {})", options.describe())
+                              : fmt::format("unit {} (this rank declares {})", k - 1, describe_unit(specs[k - 1]));
+    STRATA_THROW(ErrorCode::kMismatch, "ranks {} declare a different {} than rank 0", fmt::join(differ, ","), what);
+  }
+}
+
 }  // namespace
 
 ShardedModel::ShardedModel(Device& device, const DataParallelGroups& groups, std::vector<UnitSpec> units,
-                           const ShardingOptions& options)
-    : device_(device), groups_(groups), options_(options), specs_(std::move(units)) {
-  options_.validate();
-  STRATA_CHECK(!specs_.empty(), "a model needs at least one unit");
-  STRATA_CHECK(groups_.dp && groups_.shard && groups_.replicate,
+                           const ShardingOptions& options) {
+  options.validate();
+  STRATA_CHECK(!units.empty(), "a model needs at least one unit");
+  STRATA_CHECK(groups.dp && groups.shard && groups.replicate,
                "a sharded model needs its dp, dp_shard and dp_replicate groups (DataParallelGroups::of(mesh))");
-  check_same_across_ranks();
-  in_use_before_ = device.memory_stats().current_total();
+  check_same_across_ranks(device, *groups.dp, units, options);
+  const std::uint64_t in_use_before = device.memory_stats().current_total();
   try {
-    build();
+    resources_ = std::make_unique<ModelResources>(device, groups, units, options, in_use_before);
+    build_units();
   } catch (const Error& e) {
     if (e.code() != ErrorCode::kOutOfMemory || device.memory_budget() == 0) throw;
-    throw Error(ErrorCode::kOutOfMemory,
-                std::string(e.what()) + "\nmemory planner (Strata's own state): " + over_budget_advice(0));
+    throw Error(ErrorCode::kOutOfMemory, std::string(e.what()) + "\nmemory planner (Strata's own state): " +
+                                             model_fit_advice(device, units, options, groups, 0, in_use_before));
   }
-  logger("shard").info("sharded model: {} units, {}; shard group {} of {}", units_.size(), options_.describe(),
-                       comm_->shard_rank(), comm_->shard_size());
+  logger("shard").info("sharded model: {} units, {}; shard group {} of {}", units_.size(), options.describe(),
+                       resources_->comm().shard_rank(), resources_->comm().shard_size());
 }
 
 ShardedModel::ShardedModel(DeviceMesh& mesh, std::vector<UnitSpec> units, const ShardingOptions& options)
@@ -72,49 +101,23 @@ ShardedModel::ShardedModel(std::unique_ptr<DeviceMesh> mesh, std::vector<UnitSpe
 ShardedModel::ShardedModel(Runtime& runtime, std::vector<UnitSpec> units, const ShardingOptions& options)
     : ShardedModel(std::make_unique<DeviceMesh>(runtime, MeshDims{}), std::move(units), options) {}
 
-void ShardedModel::build() {
-  comm_ = std::make_unique<CommContext>(device_, groups_, options_.stage);
-  std::vector<UnitPlacement> placements;
-  std::vector<std::size_t> padded;
-  for (const UnitSpec& spec : specs_) {
-    ShardLayout layout(spec.slots, comm_->shard_size(), options_.align_elements);
-    placements.emplace_back(layout, options_);
-    padded.push_back(layout.padded_numel());
-  }
-  UnitResources resources;
-  if (StagePlan::from(options_).offload_optimizer) {
-    // Host memory gets its own Device, so its ledger is separate from the device's (on the CPU backend too).
-    host_ = create_host_device(device_);
-    upload_stream_ = device_.create_stream("upload");
-    resources.host = host_.get();
-    resources.upload = upload_stream_.get();
-  }
-  // Pools of largest-unit slots for the transient buffers; see docs/notes/prefetch.md.
-  for (const PoolPlan& p : plan_pools(placements, options_)) {
-    Device& where = p.memory == Memory::kHost ? *host_ : device_;
-    pools_.push_back(
-        std::make_unique<BufferPool>(where, unit_buffer_name(p.buffer), p.category, p.slot_bytes, p.initial_slots));
-    resources.pools[static_cast<std::size_t>(p.buffer)] = pools_.back().get();
-  }
-  ops_ = create_flat_ops(device_);
-  host_ops_ = create_host_flat_ops();
-  resources.ops = ops_.get();
-  resources.host_ops = host_ops_.get();
-  monitor_ = std::make_unique<StepMonitor>(device_, options_, padded, comm_->shard_size());
-  const int n = static_cast<int>(specs_.size());
-  for (const UnitSpec& spec : specs_)
-    units_.push_back(
-        std::make_unique<ShardedUnit>(spec.name, spec.slots, *comm_, options_, resources, monitor_->stats()));
-  protocol_.resize(specs_.size());
+void ShardedModel::build_units() {
+  ModelResources& r = *resources_;
+  const std::vector<UnitSpec>& specs = r.declaration();
+  const int n = static_cast<int>(specs.size());
+  for (const UnitSpec& spec : specs)
+    units_.push_back(std::make_unique<ShardedUnit>(spec.name, spec.slots, r.comm(), r.options(), r.for_units(),
+                                                   r.monitor().stats()));
+  protocol_.resize(specs.size());
   for (int i = 0; i < n; ++i) {
     UnitProtocol& p = protocol_[static_cast<std::size_t>(i)];
-    for (int k = 1; k <= options_.prefetch_depth; ++k) {
+    for (int k = 1; k <= r.options().prefetch_depth; ++k) {
       if (i + k < n) p.forward_prefetch.push_back(i + k);
       if (i - k >= 0) p.backward_prefetch.push_back(i - k);
     }
   }
   parameters_ = std::make_unique<ShardedParameters>(*this);
-  device_.compute_stream().synchronize();
+  r.device().compute_stream().synchronize();
 }
 
 ShardedModel::~ShardedModel() {
@@ -124,48 +127,6 @@ ShardedModel::~ShardedModel() {
 const ShardLayout& ShardedModel::layout(int i) const {
   check_unit(i, "layout");
   return units_[static_cast<std::size_t>(i)]->layout();
-}
-
-std::string ShardedModel::over_budget_advice(int optimizer_floats) const {
-  const std::uint64_t budget = device_.memory_budget();
-  return state_fit_advice(specs_, options_, DataParallelSizes{groups_.shard->size(), groups_.replicate->size()},
-                          optimizer_floats, budget > in_use_before_ ? budget - in_use_before_ : 0);
-}
-
-void ShardedModel::check_same_across_ranks() {
-  // Each rank hashes its declaration (per unit, and the options); rank 0's is the reference.
-  std::vector<std::int64_t> mine;
-  mine.push_back(static_cast<std::int64_t>(fnv1a(options_.describe())));
-  for (const UnitSpec& u : specs_) mine.push_back(static_cast<std::int64_t>(fnv1a(describe_unit(u))));
-  // Exchanged through device memory (NCCL reads nothing else), copied in and out, on the compute stream.
-  Communicator& dp = *groups_.dp;
-  Stream& stream = device_.compute_stream();
-  const std::size_t n = static_cast<std::size_t>(dp.size());
-  auto all_gather_i64 = [&](const std::vector<std::int64_t>& values) {
-    Buffer send = device_.allocate(values.size() * 8, MemCategory::kWorkspace);
-    Buffer recv = device_.allocate(n * values.size() * 8, MemCategory::kWorkspace);
-    device_.copy_from_host(send.data(), values.data(), values.size() * 8);
-    dp.all_gather(send.data(), recv.data(), values.size(), DType::kI64, stream);
-    stream.synchronize();
-    std::vector<std::int64_t> out(n * values.size());
-    device_.copy_to_host(out.data(), recv.data(), out.size() * 8);
-    return out;
-  };
-  const std::int64_t my_count = static_cast<std::int64_t>(mine.size());
-  const std::vector<std::int64_t> counts = all_gather_i64({my_count});
-  for (std::size_t r = 0; r < n; ++r)
-    STRATA_CHECK_CODE(ErrorCode::kMismatch, counts[r] == my_count, "rank {} declares {} units but rank {} declares {}",
-                      dp.rank(), specs_.size(), r, counts[r] - 1);
-  const std::vector<std::int64_t> all = all_gather_i64(mine);
-  for (std::size_t k = 0; k < mine.size(); ++k) {
-    std::vector<int> differ;
-    for (std::size_t r = 1; r < n; ++r)
-      if (all[r * mine.size() + k] != all[k]) differ.push_back(static_cast<int>(r));
-    if (differ.empty()) continue;
-    std::string what = k == 0 ? fmt::format("sharding options (this rank: {})", options_.describe())
-                              : fmt::format("unit {} (this rank declares {})", k - 1, describe_unit(specs_[k - 1]));
-    STRATA_THROW(ErrorCode::kMismatch, "ranks {} declare a different {} than rank 0", fmt::join(differ, ","), what);
-  }
 }
 
 void ShardedModel::check_unit(int i, const char* call) const {
@@ -178,30 +139,31 @@ void ShardedModel::init(const SlotInit& fill) {
     u->init(fill);
     u->finish_upload();
   }
-  monitor_->stats().reset();  // the initial publication is not part of a step
+  resources_->monitor().stats().reset();  // the initial publication is not part of a step
 }
 
 void ShardedModel::init_from_rank0(const std::function<void(const ParamSlot& slot, float* out)>& fill) {
-  Communicator& dp = *groups_.dp;
-  Stream& stream = device_.compute_stream();
+  Communicator& dp = *resources_->groups().dp;
+  Device& device = resources_->device();
+  Stream& stream = device.compute_stream();
   for (auto& u : units_) {
     const ShardLayout& layout = u->layout();
     std::vector<float> host(layout.numel());
-    Buffer full = device_.allocate(layout.numel() * 4, MemCategory::kWorkspace);
+    Buffer full = device.allocate(layout.numel() * 4, MemCategory::kWorkspace);
     if (dp.rank() == 0) {
       for (const ParamSlot& s : layout.slots()) fill(s, host.data() + s.offset);
-      device_.copy_from_host(full.data(), host.data(), host.size() * 4);
+      device.copy_from_host(full.data(), host.data(), host.size() * 4);
     }
     dp.broadcast(full.data(), full.data(), layout.numel(), DType::kF32, 0, stream);
     stream.synchronize();
-    device_.copy_to_host(host.data(), full.data(), host.size() * 4);
+    device.copy_to_host(host.data(), full.data(), host.size() * 4);
     const float* values = host.data();
     u->init([values](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
       std::memcpy(out, values + s.offset + begin, count * 4);
     });
     u->finish_upload();
   }
-  monitor_->stats().reset();
+  resources_->monitor().stats().reset();
 }
 
 void ShardedModel::set_forward_prefetch(int i, std::vector<int> units) {
@@ -226,17 +188,18 @@ const std::vector<TensorView>& ShardedModel::begin_forward(int i) {
   UnitProtocol& p = protocol_[static_cast<std::size_t>(i)];
   STRATA_CHECK(p.state == TrainingState::kIdle, "begin_forward({}): unit '{}' is already in {}", i, u.name(),
                state_name(p.state));
-  monitor_->mark_start();
+  resources_->monitor().mark_start();
   p.state = TrainingState::kForward;
   u.unshard();
   prefetch(p.forward_prefetch);  // the next units' all-gathers run while this one computes
-  monitor_->exposed([&] { u.wait_for_unshard(); });
-  monitor_->count_forward(i);
-  if (p.resharded) monitor_->count_gather(i);
+  const std::vector<TensorView>* params = nullptr;
+  resources_->monitor().exposed([&] { params = &u.wait_for_unshard(); });
+  resources_->monitor().count_forward(i);
+  if (p.resharded) resources_->monitor().count_gather(i);
   p.resharded = false;
   p.span_start_us = Tracer::global().enabled() ? Tracer::global().now_us() : 0;
   if (Tracer::global().has_range_hooks()) Tracer::global().push_range(("forward " + u.name()).c_str());
-  return u.params();
+  return *params;
 }
 
 void ShardedModel::end_forward(int i) {
@@ -249,8 +212,8 @@ void ShardedModel::end_forward(int i) {
   Tracer::global().pop_range();
   if (Tracer::global().enabled())
     Tracer::global().complete("forward " + u.name(), "compute", "compute", p.span_start_us, Tracer::global().now_us());
-  if (options_.reshard_after_forward) u.reshard();
-  p.resharded = options_.reshard_after_forward;
+  if (resources_->options().reshard_after_forward) u.reshard();
+  p.resharded = resources_->options().reshard_after_forward;
   p.state = TrainingState::kIdle;
 }
 
@@ -264,19 +227,21 @@ BackwardViews ShardedModel::begin_backward(int i) {
                i, u.name());
   STRATA_CHECK(p.state == TrainingState::kIdle, "begin_backward({}): unit '{}' is still in {}", i, u.name(),
                state_name(p.state));
-  monitor_->mark_start();
-  if (p.resharded) monitor_->count_gather(i);
+  resources_->monitor().mark_start();
+  if (p.resharded) resources_->monitor().count_gather(i);
   p.resharded = false;
   p.state = TrainingState::kBackward;
   u.unshard();
   prefetch(p.backward_prefetch);  // backward runs in reverse unit order by default
-  monitor_->exposed([&] {
-    u.wait_for_unshard();
-    u.prepare_grads();  // may wait for this unit's previous reduction
+  const std::vector<TensorView>* params = nullptr;
+  const std::vector<TensorView>* grads = nullptr;
+  resources_->monitor().exposed([&] {
+    params = &u.wait_for_unshard();
+    grads = &u.prepare_grads();  // may wait for this unit's previous reduction
   });
   p.span_start_us = Tracer::global().enabled() ? Tracer::global().now_us() : 0;
   if (Tracer::global().has_range_hooks()) Tracer::global().push_range(("backward " + u.name()).c_str());
-  return BackwardViews{u.params(), u.grads()};
+  return BackwardViews{*params, *grads};
 }
 
 void ShardedModel::end_backward(int i) {
@@ -289,10 +254,10 @@ void ShardedModel::end_backward(int i) {
   if (Tracer::global().enabled())
     Tracer::global().complete("backward " + u.name(), "compute", "compute", p.span_start_us, Tracer::global().now_us());
   u.reduce_grads(sync_grads_);
-  if (sync_grads_) monitor_->count_reduction(i);
+  if (sync_grads_) resources_->monitor().count_reduction(i);
   // At most two reductions in flight: wait for the previous unit's before moving on (bounds memory).
   if (last_reduced_ >= 0 && last_reduced_ != i)
-    monitor_->exposed([&] { units_[static_cast<std::size_t>(last_reduced_)]->finish_reduce(); });
+    resources_->monitor().exposed([&] { units_[static_cast<std::size_t>(last_reduced_)]->finish_reduce(); });
   last_reduced_ = sync_grads_ ? i : -1;
   if (reshard_after_backward_) u.reshard();
   p.resharded = reshard_after_backward_;
@@ -306,15 +271,10 @@ void ShardedModel::end_backward(int i) {
 }
 
 void ShardedModel::finish_reductions() {
-  monitor_->exposed([&] {
+  resources_->monitor().exposed([&] {
     for (auto& u : units_) u->finish_reduce();
   });
   last_reduced_ = -1;
-}
-
-std::vector<float> ShardedModel::gather_unit(int i) {
-  check_unit(i, "gather_unit");
-  return units_[static_cast<std::size_t>(i)]->gather_master();
 }
 
 }  // namespace strata

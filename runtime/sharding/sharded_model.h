@@ -13,6 +13,7 @@
 #include "collectives/communicator.h"
 #include "runtime/parallel/device_mesh.h"
 #include "runtime/sharding/comm_context.h"
+#include "runtime/sharding/model_resources.h"
 #include "runtime/sharding/sharded_parameters.h"
 #include "runtime/sharding/sharded_unit.h"
 #include "runtime/sharding/state_memory.h"
@@ -47,14 +48,9 @@ class ShardedModel {
   int num_units() const { return static_cast<int>(units_.size()); }
   // Unit i's flat layout: its slots (names, shapes, offsets) and shard sizes.
   const ShardLayout& layout(int i) const;
-  const ShardingOptions& options() const { return options_; }
-  // The units as declared (names, slots, shapes, flags).
-  const std::vector<UnitSpec>& declaration() const { return specs_; }
-  // The data-parallel groups the model shards and reduces over.
-  const DataParallelGroups& groups() const { return groups_; }
-  Device& device() const { return device_; }
-  // Offload: the host memory holding the master and gradient shards, with its own ledger; else nullptr.
-  Device* host_device() const { return host_.get(); }
+  // What describes the model (its declaration, options, groups and device; offload's host memory) and what its
+  // units share (the pools, streams and the step monitor, whose last_step_summary() the trainer reads).
+  ModelResources& resources() const { return *resources_; }
 
   // Each rank fills only its shard's elements of every slot.
   void init(const SlotInit& fill);
@@ -83,14 +79,6 @@ class ShardedModel {
   // What an optimizer updates: this rank's f32 shards and their gradients.
   ShardedParameters& parameters() { return *parameters_; }
 
-  // Collective: unit i's full f32 parameters (master values), for tests and checkpoints.
-  std::vector<float> gather_unit(int i);
-  // The last step's communication summary.
-  const StepSummary& last_step_summary() const { return monitor_->last(); }
-  // When the device budget is exceeded: the planner's advice for this model's state with an optimizer that keeps
-  // `optimizer_floats` f32 values per shard element, given the bytes in use before the model was built.
-  std::string over_budget_advice(int optimizer_floats) const;
-
  private:
   friend class ShardedParameters;
   struct UnitProtocol {
@@ -101,26 +89,15 @@ class ShardedModel {
     std::int64_t span_start_us = 0;
   };
   ShardedModel(std::unique_ptr<DeviceMesh> mesh, std::vector<UnitSpec> units, const ShardingOptions& options);
-  // The allocating part of the constructor (its kOutOfMemory gets the planner's advice appended).
-  void build();
+  // The units over the resources (the allocating part of the constructor).
+  void build_units();
   void check_unit(int i, const char* call) const;
-  void check_same_across_ranks();
   void prefetch(const std::vector<int>& units);
   // Waits for every reduction in flight (exposed communication).
   void finish_reductions();
 
-  std::unique_ptr<DeviceMesh> owned_mesh_;  // the Runtime constructor's
-  Device& device_;
-  DataParallelGroups groups_;
-  ShardingOptions options_;
-  std::vector<UnitSpec> specs_;
-  std::uint64_t in_use_before_ = 0;  // device bytes in use before the model allocated anything
-  std::unique_ptr<CommContext> comm_;
-  std::unique_ptr<Device> host_;  // offload only; declared before the pools and units that allocate from it
-  std::unique_ptr<Stream> upload_stream_;
-  std::vector<std::unique_ptr<BufferPool>> pools_;
-  std::unique_ptr<FlatOps> ops_, host_ops_;  // before the units, which use them
-  std::unique_ptr<StepMonitor> monitor_;
+  std::unique_ptr<DeviceMesh> owned_mesh_;     // the Runtime constructor's
+  std::unique_ptr<ModelResources> resources_;  // before the units, which use it
   std::vector<std::unique_ptr<ShardedUnit>> units_;
   std::vector<UnitProtocol> protocol_;
   std::unique_ptr<ShardedParameters> parameters_;

@@ -11,22 +11,29 @@ int ShardedParameters::num_units() const { return model_.num_units(); }
 
 UnitShard ShardedParameters::unit(int i) {
   model_.check_unit(i, "parameters().unit");
-  ShardedUnit& u = *model_.units_[static_cast<std::size_t>(i)];
-  return UnitShard{&u.layout(), u.master(), u.grad_shard(), u.segments()};
+  return model_.units_[static_cast<std::size_t>(i)]->shard();
 }
 
-Device& ShardedParameters::device() { return model_.host_ ? *model_.host_ : model_.device_; }
+Device& ShardedParameters::device() {
+  Device* host = model_.resources().host_device();
+  return host ? *host : model_.resources().device();
+}
 
 Stream& ShardedParameters::stream() { return device().compute_stream(); }
 
-FlatOps& ShardedParameters::ops() { return model_.host_ ? *model_.host_ops_ : *model_.ops_; }
+FlatOps& ShardedParameters::ops() {
+  const UnitResources& r = model_.resources().for_units();
+  return r.host ? *r.host_ops : *r.ops;
+}
 
-std::vector<Communicator*> ShardedParameters::partition_groups() const { return model_.comm_->partition_groups(); }
+std::vector<Communicator*> ShardedParameters::partition_groups() const {
+  return model_.resources().comm().partition_groups();
+}
 
-Stream& ShardedParameters::comm_stream() { return model_.comm_->reduce_scatter_stream(); }
+Stream& ShardedParameters::comm_stream() { return model_.resources().comm().reduce_scatter_stream(); }
 
 void ShardedParameters::wait_for_grads() {
-  model_.monitor_->mark_start();
+  model_.resources().monitor().mark_start();
   for (std::size_t i = 0; i < model_.units_.size(); ++i) {
     const TrainingState s = model_.protocol_[i].state;
     STRATA_CHECK(s == TrainingState::kIdle, "an optimizer step while unit '{}' is still in {}",
@@ -36,19 +43,17 @@ void ShardedParameters::wait_for_grads() {
 }
 
 void ShardedParameters::wait(Stream& stream) {
-  model_.monitor_->exposed([&] { stream.synchronize(); });
+  model_.resources().monitor().exposed([&] { stream.synchronize(); });
 }
 
 void ShardedParameters::begin_update(int i) {
   model_.check_unit(i, "parameters().begin_update");
-  model_.units_[static_cast<std::size_t>(i)]->prepare_update();
+  model_.units_[static_cast<std::size_t>(i)]->begin_update();
 }
 
 void ShardedParameters::end_update(int i) {
   model_.check_unit(i, "parameters().end_update");
-  ShardedUnit& u = *model_.units_[static_cast<std::size_t>(i)];
-  u.zero_grad_shard();
-  u.publish_params();
+  model_.units_[static_cast<std::size_t>(i)]->end_update();
   // Under offload, unit i's copy to the device runs while unit i+1 updates (at most two copies in flight).
   if (i > 0) model_.units_[static_cast<std::size_t>(i) - 1]->finish_upload();
 }
@@ -58,27 +63,35 @@ void ShardedParameters::zero_grads() {
 }
 
 void ShardedParameters::finish_step(std::int64_t steps_taken, bool updated) {
-  if (updated) model_.monitor_->exposed([&] { model_.units_.back()->finish_upload(); });
+  if (updated) model_.resources().monitor().exposed([&] { model_.units_.back()->finish_upload(); });
   // Forwards that had no backward (an evaluation pass) do not carry into the next step.
   // The update resharded every unit (prepare_update).
   for (auto& p : model_.protocol_) {
     p.forwards = 0;
     p.resharded = true;
   }
-  model_.monitor_->finish(steps_taken, updated);
+  model_.resources().monitor().finish(steps_taken, updated);
 }
 
 std::vector<ShardSegment> ShardedParameters::owned_segments(int i) const {
   model_.check_unit(i, "parameters().owned_segments");
-  const ShardedUnit& u = *model_.units_[static_cast<std::size_t>(i)];
-  if (model_.options_.stage != ZeroStage::kNone)
-    return model_.groups_.replicate->rank() == 0 ? u.segments() : std::vector<ShardSegment>{};
+  const ModelResources& r = model_.resources();
+  if (r.options().stage != ZeroStage::kNone) {
+    const std::span<const ShardSegment> mine = model_.units_[static_cast<std::size_t>(i)]->shard().segments;
+    return r.groups().replicate->rank() == 0 ? std::vector<ShardSegment>(mine.begin(), mine.end())
+                                             : std::vector<ShardSegment>{};
+  }
   // Stage 0: every rank holds the whole unit; split it over the dp group as a shard layout would.
-  const Communicator& dp = *model_.groups_.dp;
-  const ShardLayout split(model_.specs_[static_cast<std::size_t>(i)].slots, dp.size(), model_.options_.align_elements);
+  const Communicator& dp = *r.groups().dp;
+  const ShardLayout split(r.declaration()[static_cast<std::size_t>(i)].slots, dp.size(), r.options().align_elements);
   std::vector<ShardSegment> out = split.segments(dp.rank());
   for (ShardSegment& seg : out) seg.shard_begin = split.slots()[seg.slot].offset + seg.slot_begin;
   return out;
+}
+
+std::vector<float> ShardedParameters::gather_master(int i) {
+  model_.check_unit(i, "parameters().gather_master");
+  return model_.units_[static_cast<std::size_t>(i)]->gather_master();
 }
 
 }  // namespace strata

@@ -6,7 +6,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -17,15 +16,6 @@ namespace strata {
 
 class FlatOps;
 class ShardedModel;
-
-// One unit's shard. Pointers are in device() memory of the ShardedParameters and stay valid as long as the model.
-struct UnitShard {
-  const ShardLayout* layout = nullptr;  // the unit's slots (flags: trainable, weight_decay) and sizes
-  float* master = nullptr;              // [shard_numel] this rank's f32 master elements
-  float* grad = nullptr;                // [shard_numel] its gradients: averaged over dp, summed over micro-batches
-  std::span<const ShardSegment> segments;  // the slot runs inside the shard, in order (padding belongs to none)
-  std::size_t numel() const { return layout->shard_numel(); }
-};
 
 class ShardedParameters {
  public:
@@ -65,6 +55,9 @@ class ShardedParameters {
   // Waits for the last upload and closes the step's summary: `steps_taken` optimizer steps so far, `updated` false
   // for a skipped step.
   void finish_step(std::int64_t steps_taken, bool updated);
+
+  // Collective over the shard group: unit i's full f32 master values (numel elements), for tests and checkpoints.
+  std::vector<float> gather_master(int i);
 
  private:
   ShardedModel& model_;

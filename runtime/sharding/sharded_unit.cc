@@ -10,11 +10,17 @@
 
 namespace strata {
 
-BufferPool& UnitResources::pool(UnitBuffer b) const {
-  BufferPool* p = pools[static_cast<std::size_t>(b)];
-  STRATA_CHECK_CODE(ErrorCode::kInternal, p != nullptr, "no pool for the {} buffer", unit_buffer_name(b));
-  return *p;
+namespace {
+
+// The resources a unit of `name` needs under `plan`, checked before anything is allocated with them.
+const UnitResources& checked(const UnitResources& r, const StagePlan& plan, const std::string& name) {
+  STRATA_CHECK(r.ops && r.host_ops, "unit '{}': no flat operations given", name);
+  STRATA_CHECK(!plan.offload_optimizer || (r.host && r.upload),
+               "unit '{}': offload needs the host device and the upload stream", name);
+  return r;
 }
+
+}  // namespace
 
 ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, CommContext& comm,
                          const ShardingOptions& options, const UnitResources& resources, CommStats& stats)
@@ -27,41 +33,23 @@ ShardedUnit::ShardedUnit(std::string name, const std::vector<SlotSpec>& slots, C
       plan_(placement_.stage()),
       param_dtype_(options.mixed_precision.param_dtype),
       reduce_dtype_(options.mixed_precision.reduce_dtype),
-      resources_(resources),
+      resources_(checked(resources, plan_, name_)),
       stats_(stats),
-      state_(name_, plan_.params_sharded ? ParamState::kSharded : ParamState::kUnsharded) {
-  Device& dev = comm_.device();
-  STRATA_CHECK(resources_.ops && resources_.host_ops, "unit '{}': no flat operations given", name_);
-  STRATA_CHECK(!plan_.offload_optimizer || (resources_.host && resources_.upload),
-               "unit '{}': offload needs the host device and the upload stream", name_);
-  for (const BufferPlan& b : placement_.buffers()) {
-    if (b.lifetime != Lifetime::kPersistent) continue;
-    // Zeroed on its device's compute stream (synchronised below, before anything else reads).
-    Device& where = b.memory == Memory::kHost ? *resources_.host : dev;
-    Buffer owned = where.allocate(b.bytes(), b.category);
-    where.fill_zero(owned.data(), b.bytes(), where.compute_stream());
-    buffer(b.buffer).own(std::move(owned));
-  }
+      state_(name_, plan_.params_sharded ? ParamState::kSharded : ParamState::kUnsharded),
+      mem_(placement_, resources_, comm.device()) {
   if (!plan_.params_sharded) make_views(param_views_, buffer(UnitBuffer::kUnshardedParams).data(), param_dtype_);
   if (plan_.grads_persist) {
     make_views(grad_views_, buffer(UnitBuffer::kUnshardedGrads).data(), param_dtype_);
     state_.to(GradState::kHeld);
   }
-  unsharded_event_ = dev.create_event();
-  grads_ready_event_ = dev.create_event();
-  reduced_event_ = dev.create_event();
-  staged_event_ = dev.create_event();
-  upload_event_ = dev.create_event();
-  computed_event_ = dev.create_event();
-  dev.compute_stream().synchronize();  // the zero fills above, before init's copies (which no stream orders)
 }
 
 ShardedUnit::~ShardedUnit() {
   // Let queued work that refers to our buffers finish before they go (bounded; errors are reported by the step).
   try {
-    if (state_.grads() == GradState::kReducing) reduced_event_->synchronize();
-    if (state_.params() == ParamState::kGathering) unsharded_event_->synchronize();
-    if (state_.shard_write() == ShardWrite::kUploading) upload_event_->synchronize();
+    if (state_.grads() == GradState::kReducing) mem_.events.reduced->synchronize();
+    if (state_.params() == ParamState::kGathering) mem_.events.unsharded->synchronize();
+    if (state_.shard_write() == ShardWrite::kUploading) mem_.events.upload->synchronize();
   } catch (...) {
   }
 }
@@ -77,6 +65,8 @@ float* ShardedUnit::master() {
 }
 
 float* ShardedUnit::grad_shard() { return buffer(UnitBuffer::kGradShard).as<float>(); }
+
+UnitShard ShardedUnit::shard() { return UnitShard{&layout_, master(), grad_shard(), segments_}; }
 
 void* ShardedUnit::param_shard_ptr() {
   if (plan_.params_sharded) return buffer(UnitBuffer::kParamShard).data();
@@ -125,18 +115,18 @@ void ShardedUnit::upload_params() {
   }
   Stream& up = *resources_.upload;
   comm_.device().copy(param_shard_ptr(), src, bytes, up);
-  up.record(*upload_event_);
+  up.record(*mem_.events.upload);
   state_.to(ShardWrite::kUploading);
   stats_.to_device_bytes += bytes;
   if (!plan_.params_sharded && comm_.shard_size() > 1) {
     Stream& ag = comm_.all_gather_stream();
-    ag.wait(*upload_event_);
+    ag.wait(*mem_.events.upload);
     time_on(ag, [&] {
       comm_.shard_group().all_gather(param_shard_ptr(), buffer(UnitBuffer::kUnshardedParams).data(), S, param_dtype_,
                                      ag);
     });
     stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
-    ag.record(*unsharded_event_);
+    ag.record(*mem_.events.unsharded);
     if (state_.params() != ParamState::kGathering) state_.to(ParamState::kGathering);
   }
 }
@@ -152,20 +142,20 @@ void ShardedUnit::publish_params() {
                         state_device().compute_stream());
   if (plan_.params_sharded && !plan_.offload_params) {
     // The next gather reads the shard the compute stream just updated (the update, the cast): it waits for this.
-    compute.record(*computed_event_);
+    compute.record(*mem_.events.computed);
     if (state_.shard_write() != ShardWrite::kOnCompute) state_.to(ShardWrite::kOnCompute);
   }
   if (!plan_.params_sharded && comm_.shard_size() > 1) {
     // ZeRO-1/2: every rank updated its slice of the full parameters; gather the others' slices in place.
     Stream& ag = comm_.all_gather_stream();
-    compute.record(*computed_event_);
-    ag.wait(*computed_event_);
+    compute.record(*mem_.events.computed);
+    ag.wait(*mem_.events.computed);
     time_on(ag, [&] {
       comm_.shard_group().all_gather(param_shard_ptr(), buffer(UnitBuffer::kUnshardedParams).data(),
                                      layout_.shard_numel(), param_dtype_, ag);
     });
     stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
-    ag.record(*unsharded_event_);
+    ag.record(*mem_.events.unsharded);
     if (state_.params() != ParamState::kGathering) state_.to(ParamState::kGathering);
   }
 }
@@ -181,15 +171,15 @@ void ShardedUnit::unshard() {
     PooledBuffer& staged = buffer(UnitBuffer::kStagedShard);
     staged.borrow(resources_.pool(UnitBuffer::kStagedShard), &up);  // after the gather that last read this slot
     comm_.device().copy(staged.data(), send, bytes, up);
-    up.record(*staged_event_);
-    ag.wait(*staged_event_);
+    up.record(*mem_.events.staged);
+    ag.wait(*mem_.events.staged);
     send = staged.data();
     stats_.to_device_bytes += bytes;
   }
   switch (state_.shard_write()) {
-    case ShardWrite::kUploading: ag.wait(*upload_event_); break;  // the shard an update just sent up
+    case ShardWrite::kUploading: ag.wait(*mem_.events.upload); break;  // the shard an update just sent up
     case ShardWrite::kOnCompute:
-      ag.wait(*computed_event_);
+      ag.wait(*mem_.events.computed);
       state_.to(ShardWrite::kNone);
       break;
     case ShardWrite::kNone: break;
@@ -200,27 +190,28 @@ void ShardedUnit::unshard() {
     comm_.shard_group().all_gather(send, gathered.data(), layout_.shard_numel(), param_dtype_, ag);
   });
   stats_.all_gather_bytes += layout_.padded_numel() * dtype_size(param_dtype_);
-  ag.record(*unsharded_event_);
+  ag.record(*mem_.events.unsharded);
   state_.to(ParamState::kGathering);
   make_views(param_views_, gathered.data(), param_dtype_);
 }
 
-void ShardedUnit::wait_for_unshard() {
+const std::vector<TensorView>& ShardedUnit::wait_for_unshard() {
   STRATA_CHECK(state_.params() != ParamState::kSharded, "unit '{}': wait_for_unshard() before unshard()", name_);
   // An update's copy to the device that no gather follows (offload with a one-rank shard group): the compute stream
   // reads what it writes.
-  if (state_.shard_write() == ShardWrite::kUploading) comm_.device().compute_stream().wait(*upload_event_);
-  if (state_.params() != ParamState::kGathering) return;
-  comm_.device().compute_stream().wait(*unsharded_event_);
+  if (state_.shard_write() == ShardWrite::kUploading) comm_.device().compute_stream().wait(*mem_.events.upload);
+  if (state_.params() != ParamState::kGathering) return param_views_;
+  comm_.device().compute_stream().wait(*mem_.events.unsharded);
   state_.to(ParamState::kUnsharded);
   // The staged shard goes back to its pool; its next copy waits for this gather, which reads it.
   PooledBuffer& staged = buffer(UnitBuffer::kStagedShard);
   if (staged) staged.release(&comm_.all_gather_stream());
+  return param_views_;
 }
 
 void ShardedUnit::finish_upload() {
   if (state_.shard_write() != ShardWrite::kUploading) return;
-  upload_event_->synchronize();
+  mem_.events.upload->synchronize();
   state_.to(ShardWrite::kNone);
   buffer(UnitBuffer::kUploadSlot).release();
 }
@@ -234,16 +225,17 @@ void ShardedUnit::reshard() {
   state_.to(ParamState::kSharded);
 }
 
-void ShardedUnit::prepare_grads() {
+const std::vector<TensorView>& ShardedUnit::prepare_grads() {
   // A reduction of this unit's previous micro-batch may still read (and then zero or free) the buffer.
   finish_reduce();
-  if (state_.grads() == GradState::kHeld) return;
+  if (state_.grads() == GradState::kHeld) return grad_views_;
   PooledBuffer& grads = buffer(UnitBuffer::kUnshardedGrads);
   grads.borrow(resources_.pool(UnitBuffer::kUnshardedGrads));
   comm_.device().fill_zero(grads.data(), layout_.padded_numel() * dtype_size(param_dtype_),
                            comm_.device().compute_stream());
   make_views(grad_views_, grads.data(), param_dtype_);
   state_.to(GradState::kHeld);
+  return grad_views_;
 }
 
 void ShardedUnit::reduce_grads(bool sync) {
@@ -255,8 +247,8 @@ void ShardedUnit::reduce_grads(bool sync) {
   Stream& rs = comm_.reduce_scatter_stream();
   const std::size_t S = layout_.shard_numel(), P = layout_.padded_numel(), rsz = dtype_size(reduce_dtype_);
   PooledBuffer& grads = buffer(UnitBuffer::kUnshardedGrads);
-  dev.compute_stream().record(*grads_ready_event_);
-  rs.wait(*grads_ready_event_);
+  dev.compute_stream().record(*mem_.events.grads_ready);
+  rs.wait(*mem_.events.grads_ready);
 
   const void* src = grads.data();
   if (reduce_dtype_ != param_dtype_) {
@@ -288,13 +280,13 @@ void ShardedUnit::reduce_grads(bool sync) {
     resources_.ops->accumulate_f32(grad_shard(), out.data(), reduce_dtype_, S, rs);
   }
   if (plan_.grads_persist) dev.fill_zero(grads.data(), P * dtype_size(param_dtype_), rs);
-  rs.record(*reduced_event_);
+  rs.record(*mem_.events.reduced);
   state_.to(GradState::kReducing);
 }
 
 void ShardedUnit::finish_reduce() {
   if (state_.grads() != GradState::kReducing) return;
-  reduced_event_->synchronize();
+  mem_.events.reduced->synchronize();
   buffer(UnitBuffer::kReduceIn).release();
   buffer(UnitBuffer::kReduceOut).release();
   buffer(UnitBuffer::kGradReturn).release();
@@ -307,14 +299,19 @@ void ShardedUnit::finish_reduce() {
   }
 }
 
-void ShardedUnit::prepare_update() {
+void ShardedUnit::begin_update() {
   finish_upload();  // the previous update's copy may still read the master
   if (state_.params() == ParamState::kGathering) {  // a gather may still be sending this rank's slice
-    unsharded_event_->synchronize();
+    mem_.events.unsharded->synchronize();
     state_.to(ParamState::kUnsharded);
   }
   // ZeRO-3: a gathered copy left by a prefetch the trainer did not use would be stale after the update.
   if (plan_.params_sharded) reshard();
+}
+
+void ShardedUnit::end_update() {
+  zero_grad_shard();
+  publish_params();
 }
 
 void ShardedUnit::zero_grad_shard() {

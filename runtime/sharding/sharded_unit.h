@@ -15,6 +15,7 @@
 #include "runtime/sharding/buffer_pool.h"
 #include "runtime/sharding/comm_context.h"
 #include "runtime/sharding/shard_layout.h"
+#include "runtime/sharding/unit_buffers.h"
 #include "runtime/sharding/sharding_options.h"
 #include "runtime/sharding/unit_placement.h"
 #include "runtime/sharding/unit_state.h"
@@ -57,17 +58,6 @@ struct CommStats {
   }
 };
 
-// What one ShardedModel shares among its units: the pools of its pooled buffers, the element-wise operations, and
-// under offload the host memory and the upload stream.
-struct UnitResources {
-  std::array<BufferPool*, kNumUnitBuffers> pools{};  // by UnitBuffer; null for a buffer no unit pools
-  FlatOps* ops = nullptr;       // element-wise work on the device's memory (its streams)
-  FlatOps* host_ops = nullptr;  // ... on host memory, ordered on any stream
-  Device* host = nullptr;       // offload: host memory, with its own ledger
-  Stream* upload = nullptr;     // offload: the device stream that copies host -> device
-  BufferPool& pool(UnitBuffer b) const;
-};
-
 class ShardedUnit {
  public:
   // Allocates the persistent buffers of `placement` (zeroed); pooled ones are borrowed while in use.
@@ -79,10 +69,11 @@ class ShardedUnit {
 
   const std::string& name() const { return name_; }
   const ShardLayout& layout() const { return layout_; }
-  const UnitPlacement& placement() const { return placement_; }
   const UnitState& state() const { return state_; }
-  // The slot runs inside this rank's shard (ShardLayout::segments of its shard rank).
-  const std::vector<ShardSegment>& segments() const { return segments_; }
+  // The optimizer's side, on the f32 shard in the state memory (the device, or the host under offload): this rank's
+  // master elements, the reduced gradients (averaged over dp, summed over micro-batches) and the slot runs inside
+  // the shard (ShardLayout::segments of its shard rank).
+  UnitShard shard();
 
   // Fills this rank's master elements (all of them under stage 0), then publishes the parameters.
   void init(const SlotInit& fill);
@@ -90,32 +81,28 @@ class ShardedUnit {
   // Starts the all-gather of the parameters into a gathered-parameters slot on the all-gather stream (ZeRO-3; a
   // no-op when they are gathered already or persist).
   void unshard();
-  // The compute stream waits for the gather in flight, if any (CPU: the caller blocks, bounded).
-  void wait_for_unshard();
+  // The compute stream waits for the gather in flight, if any (CPU: the caller blocks, bounded). Returns the
+  // gathered parameters, valid until reshard() (the reference stays this unit's: empty while resharded).
+  const std::vector<TensorView>& wait_for_unshard();
   // ZeRO-3: returns the gathered parameters to their pool. Other stages: nothing.
   void reshard();
-  // Gathered parameters; valid between wait_for_unshard() and reshard().
-  const std::vector<TensorView>& params() const { return param_views_; }
 
-  // Takes (and zeroes) a gradient buffer if the unit holds none; the trainer adds into it. Waits for a reduction of
-  // the previous micro-batch that still reads it.
-  void prepare_grads();
-  const std::vector<TensorView>& grads() const { return grad_views_; }
+  // Takes (and zeroes) a gradient buffer if the unit holds none, and returns its views: the trainer adds into them.
+  // Waits for a reduction of the previous micro-batch that still reads it. The reference stays this unit's (empty
+  // once finish_reduce returned a transient buffer).
+  const std::vector<TensorView>& prepare_grads();
   // Reduces the unsharded gradients (average over the data-parallel ranks) into the f32 gradient shard, on the
   // reduce-scatter stream. With sync = false (no-sync accumulation) the gradients stay unsharded instead.
   void reduce_grads(bool sync);
   // Waits for the reduction in flight, if any, and returns what it no longer needs.
   void finish_reduce();
 
-  // The optimizer's side, on the f32 shard in the state memory (the device, or the host under offload).
-  float* master();      // this rank's f32 master elements [shard_numel]
-  float* grad_shard();  // the reduced f32 gradients, averaged over dp and summed over micro-batches
-  // The host waits until the master may be written: the previous upload read it, the refresh gather sent it.
-  void prepare_update();
+  // An update of the master: begin_update() waits on the host until it may be written (the previous upload read it,
+  // the refresh gather sent it); end_update() zeroes the gradient shard and makes the parameters match the master
+  // (the cast, the copy to the device under offload, and the all-gather refresh for stages 1-2).
+  void begin_update();
+  void end_update();
   void zero_grad_shard();
-  // Makes the parameters match the master after an update (the cast, the copy to the device under offload, and
-  // the all-gather refresh for stages 1-2).
-  void publish_params();
   // Offload: waits for publish_params' copy to the device and returns its staging slot.
   void finish_upload();
 
@@ -123,6 +110,9 @@ class ShardedUnit {
   std::vector<float> gather_master();
 
  private:
+  float* master();      // this rank's f32 master elements [shard_numel]
+  float* grad_shard();  // the reduced f32 gradients
+  void publish_params();  // end_update's (and init's) publication
   Device& state_device();  // where the master and the gradient shard live
   FlatOps& state_ops();    // the element-wise operations on that memory
   void* param_shard_ptr();  // this rank's slice of the parameters in param dtype
@@ -130,7 +120,7 @@ class ShardedUnit {
   void upload_params();  // publish_params under optimizer offload
   // Runs on `stream` around a collective: accumulates its wall time into stats_ (CPU streams).
   void time_on(Stream& stream, const std::function<void()>& enqueue_collective);
-  PooledBuffer& buffer(UnitBuffer b) { return buffers_[static_cast<std::size_t>(b)]; }
+  PooledBuffer& buffer(UnitBuffer b) { return mem_[b]; }
 
   std::string name_;
   CommContext& comm_;
@@ -144,13 +134,7 @@ class ShardedUnit {
   UnitResources resources_;
   CommStats& stats_;
   UnitState state_;
-  std::array<PooledBuffer, kNumUnitBuffers> buffers_;  // by UnitBuffer: owned (persistent) or borrowed (pooled)
-  std::unique_ptr<Event> unsharded_event_;    // a gather's end
-  std::unique_ptr<Event> grads_ready_event_;  // the compute stream's gradients, before their reduction
-  std::unique_ptr<Event> reduced_event_;      // a reduction's end
-  std::unique_ptr<Event> staged_event_;       // offload params: the shard's copy to the device
-  std::unique_ptr<Event> upload_event_;       // offload: publish_params' copy to the device
-  std::unique_ptr<Event> computed_event_;     // the compute stream's work before a collective reads it
+  UnitBuffers mem_;  // the buffers by UnitBuffer and the events ordering the streams' work on them
   std::vector<TensorView> param_views_;
   std::vector<TensorView> grad_views_;
 };

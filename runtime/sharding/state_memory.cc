@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/byte_units.h"
 #include "runtime/sharding/unit_placement.h"
 
 namespace strata {
@@ -67,7 +68,7 @@ StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const Shard
 std::string state_fit_advice(const std::vector<UnitSpec>& units, const ShardingOptions& o,
                              const DataParallelSizes& groups, int optimizer_floats, std::uint64_t budget) {
   auto size = [](std::uint64_t x) {
-    if (x >= (1u << 20)) return fmt::format("{:.1f} MiB", static_cast<double>(x) / (1024.0 * 1024.0));
+    if (x >= (1u << 20)) return fmt::format("{:.1f} MiB", mib(static_cast<double>(x)));
     if (x >= (1u << 10)) return fmt::format("{:.1f} KiB", static_cast<double>(x) / 1024.0);
     return fmt::format("{} bytes", x);
   };

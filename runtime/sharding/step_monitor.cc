@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/byte_units.h"
 #include "runtime/sharding/unit_placement.h"
 
 namespace strata {
 
 std::string StepSummary::describe() const {
-  auto mib = [](std::uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   return fmt::format(
       "step {}: {:.1f} ms (compute {:.1f}, communication {:.1f}, exposed {:.1f} = {:.1f}%); moved all_gather "
       "{:.2f} MiB (predicted {:.2f}), reduce_scatter {:.2f} MiB ({:.2f}), all_reduce {:.2f} MiB ({:.2f})",

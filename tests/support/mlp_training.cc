@@ -131,7 +131,7 @@ History sharded_training(const mlp::MlpConfig& cfg, const TrainSetup& setup, int
     h.norms.push_back(r.grad_norm);
   }
   for (int i = 0; i < model.num_units(); ++i) {
-    std::vector<float> full = model.gather_unit(i);
+    std::vector<float> full = model.parameters().gather_master(i);
     for (const ParamSlot& s : model.layout(i).slots())
       h.params[s.name] = std::vector<float>(full.begin() + static_cast<std::ptrdiff_t>(s.offset),
                                             full.begin() + static_cast<std::ptrdiff_t>(s.offset + s.numel));

@@ -7,7 +7,7 @@
 #include <cstring>
 #include <optional>
 
-#include "models/common/hash.h"
+#include "core/hash.h"
 #include "models/gpt/model/kernel_table.h"
 #include "runtime/tensor/parallel_linear.h"
 #include "runtime/tensor/vocab_parallel.h"
@@ -163,7 +163,6 @@ int block_unit(int layer) { return 1 + layer; }
 int final_norm_unit(const GptConfig& cfg) { return 1 + cfg.layers; }
 
 namespace {
-using models::splitmix64;
 double unit_uniform(std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 }  // namespace
 
@@ -181,7 +180,7 @@ void spec_init(const GptConfig& cfg, const ParamSlot& slot, std::size_t begin, s
   }
   double sigma = 0.02;
   if (ends("c_proj.weight")) sigma = 0.02 / std::sqrt(2.0 * cfg.layers);
-  std::uint64_t h = models::fnv1a(n);
+  std::uint64_t h = fnv1a(n);
   for (std::size_t k = 0; k < count; ++k) {
     // Box-Muller on two counter-based uniforms: element (begin + k) of this parameter, for this seed.
     std::uint64_t idx = begin + k;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "core/byte_units.h"
 #include "core/checked_math.h"
 #include "models/gpt/training/pool_replay.h"
 #include "runtime/parallel/pipeline_schedule.h"
@@ -167,7 +168,6 @@ CategoryBytes predict_host_memory(const TrainConfig& cfg, int world, int pp_rank
 }
 
 std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) {
-  auto mib = [](std::uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); };
   const std::uint64_t now = total(predict_step_memory(cfg, world));
   if (now <= budget)
     return fmt::format(

@@ -21,57 +21,10 @@
 #include "collectives/rank_values.h"
 #include "core/error.h"
 #include "core/env.h"
+#include "core/fd_io.h"
 #include "core/file_checks.h"
 
 namespace strata::gpt {
-
-nlohmann::json TrainConfig::to_json() const {
-  return {{"model", {{"layers", model.layers}, {"heads", model.heads}, {"embd", model.embd}, {"vocab", model.vocab},
-                     {"ctx", model.ctx}}},
-          {"seq", seq},
-          {"batch", batch},
-          {"grad_accum", grad_accum},
-          {"adamw", {{"lr", adamw.lr}, {"beta1", adamw.beta1}, {"beta2", adamw.beta2}, {"eps", adamw.eps},
-                     {"weight_decay", adamw.weight_decay}}},
-          {"warmup_steps", warmup_steps},
-          {"cosine_steps", cosine_steps},
-          {"zero_stage", static_cast<int>(sharding.stage)},
-          {"param_dtype", dtype_name(sharding.mixed_precision.param_dtype)},
-          {"compute_dtype", dtype_name(precision.matmul)},
-          {"reduce_dtype", dtype_name(sharding.mixed_precision.reduce_dtype)},
-          {"offload", offload_name(sharding.offload)},
-          {"dp_replicate", dp_replicate},
-          {"tp", tp},
-          {"sequence_parallel", sequence_parallel},
-          {"pp", pp},
-          {"pp_schedule", pipeline_schedule_name(pp_schedule)},
-          {"pp_virtual", pp_virtual},
-          {"microbatches", micro_batches()},
-          {"pp_keep_gathered", pp_keep_gathered},
-          {"grad_clip", optimizer.grad_clip},
-          {"recompute", recompute},
-          {"init", init},
-          {"seed", seed}};
-}
-
-double TrainConfig::lr_at(int step) const {
-  if (warmup_steps == 0 && cosine_steps == 0) return adamw.lr;
-  LrSchedule schedule{adamw.lr, cosine_steps > 0 ? adamw.lr / 10 : adamw.lr, warmup_steps, cosine_steps};
-  return schedule.at(step);
-}
-
-void TrainConfig::validate_pipeline() const {
-  STRATA_CHECK(pp >= 1, "--pp {} must be at least 1", pp);
-  STRATA_CHECK(microbatches >= 0, "--microbatches {} must be at least 1", microbatches);
-  STRATA_CHECK(!pipelined() || grad_accum == 1,
-               "--grad-accum {} with --microbatches {} (or --pp {}): use one of them (under a pipeline --batch is the "
-               "step's rows per data-parallel rank, split into --microbatches)", grad_accum, micro_batches(), pp);
-  STRATA_CHECK(pp_schedule != PipelineScheduleKind::kInterleaved || pp >= 2,
-               "--pp-schedule interleaved needs --pp 2 or more (got --pp {})", pp);
-  PipelineSchedule::check(pp_schedule, pp, micro_batches(), pp_virtual);
-  check_layers(model.layers, pp, pp_virtual);
-  micro_batch_size(batch, micro_batches());
-}
 
 template <typename Fn>
 void GptTrainer::with_fit_advice(Fn&& fn) {
@@ -111,7 +64,7 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   if (!cfg_.checkpoint.dir.empty()) {
     // A pipeline's checkpoint holds the whole model (it resumes at any pp); the tied copy is the first stage's.
     CheckpointPart whole{gpt_units(cfg_.model, cfg_.tp), {}, cfg_.pp};
-    if (part_.holds_tied_copy()) whole.copies.push_back(tied_unit_);
+    if (part_.holds_tied_copy()) whole.copies.push_back(tied_->unit());
     checkpointer_ = std::make_unique<Checkpointer>(*model_, *optimizer_, *mesh_, cfg_.checkpoint, std::move(whole));
     data_record_ = GptDataRecord::of(data_);  // once: its fingerprint reads up to 64 MiB of tokens
     if (cfg_.resume) resume();
@@ -133,14 +86,9 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
 }
 
 void GptTrainer::check_config() const {
-  cfg_.model.validate();
-  STRATA_CHECK(cfg_.seq >= 1 && cfg_.seq <= cfg_.model.ctx, "sequence length {} must be in [1, ctx {}]", cfg_.seq,
-               cfg_.model.ctx);
+  cfg_.validate(rt_.world_size());
   STRATA_CHECK(data_.max_token() < cfg_.model.vocab, "data token {} is outside the vocabulary of {}", data_.max_token(),
                cfg_.model.vocab);
-  cfg_.model.validate_tp(cfg_.tp, cfg_.sequence_parallel, cfg_.seq);
-  cfg_.validate_pipeline();
-  cfg_.model.validate_sizes(cfg_.micro_batch_rows(), cfg_.seq, cfg_.tp);
 }
 
 void GptTrainer::build_pipeline() {
@@ -161,17 +109,14 @@ void GptTrainer::build_pipeline() {
 void GptTrainer::parallelize() {
   const int P = cfg_.pp;
   const GptStageUnits places = stage_units(cfg_.model, part_);
-  tied_unit_ = P == 1 ? -1 : part_.first ? places.emb : places.head;
+  const int tied_unit = P == 1 ? -1 : part_.first ? places.emb : places.head;
   // The norm counts every element of the whole model once: a replicated slot on tp rank 0 only, the tied copy of
   // the embeddings never; the sums over the tp and pp groups join the data-parallel one. The non-finite check travels
   // with it, so all ranks agree.
   for (Communicator* g : model_parallel_norm_groups(*mesh_)) cfg_.optimizer.norm_groups.push_back(g);
-  cfg_.optimizer.counted = counted_once(*mesh_, part_.holds_tied_copy() ? tied_unit_ : -1);
-  if (P > 1) {
-    // The first and last stage of each pipeline (its pp group) pair up to sum the tied gradients.
-    const int pp_rank = mesh_->pp().rank();
-    tied_ = mesh_->pp().split(pp_rank == 0 || pp_rank == P - 1 ? 0 : -1, pp_rank, "tied_wte");
-  }
+  cfg_.optimizer.counted = counted_once(*mesh_, part_.holds_tied_copy() ? tied_unit : -1);
+  // The first and last stage of each pipeline (its pp group) hold the token embeddings, which are the LM head.
+  if (P > 1) tied_ = std::make_unique<TiedParameters>(*mesh_, std::vector<int>{0, P - 1}, tied_unit, "tied_wte");
   with_fit_advice([&] {
     model_ = std::make_unique<ShardedModel>(*mesh_, gpt_units(cfg_.model, cfg_.tp, part_), cfg_.sharding);
     optimizer_ = std::make_unique<ShardedAdamW>(*model_, cfg_.adamw, cfg_.optimizer);
@@ -226,7 +171,7 @@ GptTrainer::~GptTrainer() = default;
 
 StepRecord GptTrainer::step(int step) {
   auto t0 = std::chrono::steady_clock::now();
-  const int world = rt_.world_size(), A = cfg_.grad_accum;
+  const int A = cfg_.grad_accum;
   const int dp = mesh_->dp().size(), dp_rank = mesh_->dp().rank();
   double loss = 0;
   gpt_->reset_tp_traffic();
@@ -238,7 +183,7 @@ StepRecord GptTrainer::step(int step) {
     stage_->begin_step(rows_done_, optimizer_->loss_scale() / static_cast<float>(M));
     with_fit_advice([&] { executor_->run_step(*stage_); });
     loss = part_.last ? stage_->loss_sum() / M : 0.0;
-    sum_tied_grads();
+    if (tied_) tied_->sum_grads(model_->parameters());
     step_rows = rows_per_micro_batch;
   } else {
     for (int a = 0; a < A; ++a) {
@@ -259,8 +204,9 @@ StepRecord GptTrainer::step(int step) {
   next_step_ = step + 1;
   StepRecord rec;
   rec.step = step;
-  // The tp ranks of a group hold the same loss; only the last stage of a pipeline holds one.
-  rec.loss = sum_over_ranks(rt_.world(), loss) / (world / cfg_.pp);
+  // The mean over the data-parallel ranks (the tp ranks of a group hold the same loss), which the last stage of a
+  // pipeline holds and hands to the others along its pp group (they add 0).
+  rec.loss = sum_over_ranks(mesh_->pp(), sum_over_ranks(mesh_->dp(), loss) / dp);
   if (checkpointer_) {
     checkpointer_->poll();
     if (cfg_.checkpoint_every > 0 && (step + 1) % cfg_.checkpoint_every == 0) {
@@ -275,20 +221,6 @@ StepRecord GptTrainer::step(int step) {
   rec.skipped = r.skipped;
   rec.loss_scale = r.loss_scale;
   return rec;
-}
-
-void GptTrainer::sum_tied_grads() {
-  if (!tied_) return;
-  ShardedParameters& params = model_->parameters();
-  params.wait_for_grads();
-  if (tied_unit_ < 0) return;
-  // Each end of the pair holds the same unit layout (the embeddings unit and its copy), so shard i of one is shard i
-  // of the other: the sum is the whole model's gradient of wte (and of wpe, which only the first stage uses).
-  const UnitShard shard = params.unit(tied_unit_);
-  Stream& stream = params.comm_stream();
-  params.stream().synchronize();
-  tied_->all_reduce(shard.grad, shard.grad, shard.numel(), DType::kF32, ReduceOp::kSum, stream);
-  params.wait(stream);
 }
 
 void GptTrainer::finish() {
@@ -348,22 +280,6 @@ void GptTrainer::resume() {
   saved_step_ = start_step_;
 }
 
-namespace {
-
-void pwrite_all(int fd, const void* data, std::size_t bytes, std::uint64_t offset, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    ssize_t n = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
-    if (n < 0 && errno == EINTR) continue;
-    STRATA_CHECK_CODE(ErrorCode::kIo, n > 0, "cannot write {}: {}", path, std::strerror(n < 0 ? errno : EIO));
-    p += n;
-    offset += static_cast<std::uint64_t>(n);
-    bytes -= static_cast<std::size_t>(n);
-  }
-}
-
-}  // namespace
-
 void GptTrainer::save(const std::string& path) {
   // Every rank computes the same header; rank 0 writes it into this job's temporary (path.tmp.<job id>: never one
   // another job saving to `path` uses) at its full size, then each rank writes the values it owns at their places, and
@@ -422,7 +338,7 @@ void GptTrainer::save(const std::string& path) {
     std::vector<float> host;
     try {
       for (int u = 0; u < model_->num_units(); ++u) {
-        if (part_.holds_tied_copy() && u == tied_unit_) continue;  // the first stage writes the tied weights
+        if (part_.holds_tied_copy() && u == tied_->unit()) continue;  // the first stage writes the tied weights
         const UnitShard shard = params.unit(u);
         for (const ShardSegment& seg : params.owned_segments(u)) {
           const ParamSlot& slot = shard.layout->slots()[seg.slot];

@@ -8,6 +8,7 @@
 #include "models/gpt/model/gpt_model.h"
 #include "models/gpt/parallel/gpt_pipeline_stage.h"
 #include "models/gpt/training/gpt_trainer_state.h"
+#include "models/gpt/training/train_config.h"
 #include "models/gpt/data/token_data.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/checkpoint/checkpointer.h"
@@ -17,51 +18,9 @@
 #include "runtime/parallel/pipeline_executor.h"
 #include "runtime/parallel/pipeline_schedule.h"
 #include "runtime/sharding/sharded_model.h"
+#include "runtime/tensor/tied_parameters.h"
 
 namespace strata::gpt {
-
-struct TrainConfig {
-  GptConfig model;
-  int seq = 8;
-  int batch = 4;  // rows per data-parallel rank per micro-batch (the tp ranks of a group share them)
-  int grad_accum = 1;
-  AdamWConfig adamw{1e-3, 0.9, 0.95, 1e-8, 0.1};
-  // Learning rate per step: constant adamw.lr (the spec's default) unless warmup or cosine decay is asked for.
-  std::int64_t warmup_steps = 0;
-  std::int64_t cosine_steps = 0;  // > 0: cosine decay from adamw.lr to adamw.lr / 10 at this step
-  double lr_at(int step) const;
-  ShardingOptions sharding;
-  OptimizerOptions optimizer;  // clipping and loss scaling
-  int dp_replicate = 1;        // hybrid sharding: the state is sharded over world / (tp * dp_replicate) ranks
-  int tp = 1;                  // tensor-parallel degree (consecutive ranks); data parallelism is what is left
-  bool sequence_parallel = false;
-  // Pipeline parallelism (docs/pipeline-parallel.md): pp stages (the outermost mesh dimension), run by a schedule of
-  // `microbatches` micro-batches. With microbatches > 1, `batch` is the step's rows per data-parallel rank and each
-  // micro-batch takes batch / microbatches of them (also at pp 1: gradient accumulation through the schedule).
-  int pp = 1;
-  PipelineScheduleKind pp_schedule = PipelineScheduleKind::kOneFOneB;
-  int pp_virtual = 1;
-  int microbatches = 0;         // 0: pp (one per stage)
-  bool pp_keep_gathered = true;  // reduce once per step and keep ZeRO-3 units gathered between micro-batches
-  int micro_batches() const { return microbatches > 0 ? microbatches : pp; }
-  bool pipelined() const { return pp > 1 || micro_batches() > 1; }
-  // Rows of one micro-batch on a data-parallel rank, and micro-batches per step (a pipeline's or --grad-accum's).
-  int micro_batch_rows() const { return pipelined() ? batch / micro_batches() : batch; }
-  int micro_batches_per_step() const { return pipelined() ? micro_batches() : grad_accum; }
-  // kInvalidArgument naming the flags when the pipeline settings do not fit the model and the batch.
-  void validate_pipeline() const;
-  bool tp_kernels = false;     // the tensor-parallel data flow even at tp 1 (tests; GptParallel::tp_kernels)
-  bool recompute = false;
-  GptPrecision precision;  // f32, or bf16 products (train_gpt --compute-dtype)
-  std::string init;  // safetensors file; empty: the spec's distributions from `seed`
-  std::uint64_t seed = 1;
-  // Checkpoints (docs/checkpoint.md), when checkpoint.dir is set: one every `checkpoint_every` steps (0: none on the
-  // way) and one after the last step (finish()). `resume` continues from the directory's latest committed one.
-  CheckpointOptions checkpoint;
-  int checkpoint_every = 0;
-  bool resume = false;
-  nlohmann::json to_json() const;  // the configuration, for the record
-};
 
 struct StepRecord {
   int step = 0;
@@ -133,10 +92,7 @@ class GptTrainer {
   std::unique_ptr<PipelineSchedule> schedule_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<GptPipelineStage> stage_;
-  std::unique_ptr<Communicator> tied_;  // first and last stage of one pipeline (pp > 1): sums the tied wte's gradients
-  int tied_unit_ = -1;                  // this rank's unit in that pair
-  // Sums the embeddings' gradient shards over the first and last stage (the tie of wte and the LM head).
-  void sum_tied_grads();
+  std::unique_ptr<TiedParameters> tied_;  // pp > 1: wte on the first and last stage (the embeddings, the LM head)
   std::vector<std::int32_t> inputs_, targets_;
   std::size_t parameters_ = 0;
   std::uint64_t rows_done_ = 0;  // global rows consumed (the data position a checkpoint keeps)

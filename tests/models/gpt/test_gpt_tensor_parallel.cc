@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "collectives/rank_values.h"
-#include "models/common/hash.h"
 #include "models/gpt/training/gpt_trainer.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"

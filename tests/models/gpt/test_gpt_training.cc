@@ -175,7 +175,7 @@ TEST(GptTraining, PipelineMovesWhatItPredicts) {
     cfg.pp_keep_gathered = keep_gathered;
     GptTrainer trainer(runtime(), cfg, data);
     for (int step = 0; step < 2; ++step) trainer.step(step);
-    const StepSummary s = trainer.model().last_step_summary();
+    const StepSummary s = trainer.model().resources().last_step_summary();
     EXPECT_EQ(s.all_gather_bytes, s.predicted_all_gather_bytes) << "keep gathered " << keep_gathered;
     EXPECT_EQ(s.reduce_scatter_bytes, s.predicted_reduce_scatter_bytes) << "keep gathered " << keep_gathered;
     (keep_gathered ? keep : reshard) = s;
@@ -231,7 +231,8 @@ TEST(GptTraining, SavedWeightsLoadBack) {
     GptTrainer trainer(runtime(), cfg, data);
     for (int s = 0; s < 3; ++s) trainer.step(s);
     trainer.save(path);
-    for (int u = 0; u < trainer.model().num_units(); ++u) trained.push_back(trainer.model().gather_unit(u));
+    for (int u = 0; u < trainer.model().num_units(); ++u)
+      trained.push_back(trainer.model().parameters().gather_master(u));
   }
   MPI_Barrier(MPI_COMM_WORLD);
   SafetensorsReader reader(path);
@@ -242,7 +243,7 @@ TEST(GptTraining, SavedWeightsLoadBack) {
   cfg.sharding.stage = ZeroStage::kNone;  // loads at any stage and rank count
   GptTrainer loaded(runtime(), cfg, data);
   for (int u = 0; u < loaded.model().num_units(); ++u)
-    EXPECT_EQ(loaded.model().gather_unit(u), trained[static_cast<std::size_t>(u)]) << "unit " << u;
+    EXPECT_EQ(loaded.model().parameters().gather_master(u), trained[static_cast<std::size_t>(u)]) << "unit " << u;
   MPI_Barrier(MPI_COMM_WORLD);
   if (runtime().rank() == 0) std::filesystem::remove(path);
 }
@@ -298,10 +299,10 @@ void expect_step_as_predicted(const TrainConfig& cfg, const TokenFile& data, std
     trainer.step(0);
     for (std::size_t i = 0; i < kNumMemCategories; ++i) {
       peak[i] = dev.memory_stats().peak(static_cast<MemCategory>(i)) - before[i];
-      if (const Device* host = trainer.model().host_device())
+      if (const Device* host = trainer.model().resources().host_device())
         host_peak[i] = host->memory_stats().peak(static_cast<MemCategory>(i));
     }
-    EXPECT_EQ(trainer.model().host_device() != nullptr, cfg.sharding.offload != OffloadPolicy::kNone);
+    EXPECT_EQ(trainer.model().resources().host_device() != nullptr, cfg.sharding.offload != OffloadPolicy::kNone);
   }
   CategoryBytes predicted = predict_step_memory(cfg, world, pp_rank);
   predicted[static_cast<std::size_t>(MemCategory::kCommBuffer)] -= comm_in_place;

@@ -50,7 +50,7 @@ Snapshot snapshot(MlpRun& run) {
   ShardedParameters& params = run.model->parameters();
   params.stream().synchronize();
   for (int u = 0; u < run.model->num_units(); ++u) {
-    s.params.push_back(run.model->gather_unit(u));
+    s.params.push_back(run.model->parameters().gather_master(u));
     const UnitShard shard = params.unit(u);
     std::vector<float> m, v;
     for (const ShardSegment& seg : shard.segments) {  // host memory on the CPU backend, offloaded or not

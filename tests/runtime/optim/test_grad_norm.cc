@@ -47,7 +47,7 @@ void backward_with(ShardedModel& model, const std::function<float(int, const Par
     for (const TensorView& g : v.grads) {
       std::vector<float> values(g.numel());
       for (std::size_t i = 0; i < values.size(); ++i) values[i] = grad(u, *g.slot, i);
-      if (!values.empty()) model.device().copy_from_host(g.data, values.data(), values.size() * 4);
+      if (!values.empty()) model.resources().device().copy_from_host(g.data, values.data(), values.size() * 4);
     }
     model.end_backward(u);
   }

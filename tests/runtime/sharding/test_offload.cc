@@ -99,8 +99,8 @@ TEST(Offload, DeviceAndHostLedgersHoldExactlyWhatThePolicyPlacesThere) {
     ShardedAdamW optimizer(model, test_adamw());
     model.init(
         [](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
-    ASSERT_NE(model.host_device(), nullptr);
-    Device& host = *model.host_device();
+    ASSERT_NE(model.resources().host_device(), nullptr);
+    Device& host = *model.resources().host_device();
     EXPECT_EQ(host.name(), "host");
     const bool params_on_host = c.offload == OffloadPolicy::kOptimizerAndParams;
     for (int step = 0; step < 2; ++step) train_step(model, optimizer, step, 2);
@@ -143,7 +143,7 @@ TEST(Offload, CopiesPerStepEqualThePrediction) {
     model.init(
         [](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
     train_step(model, optimizer, 0, 2);
-    const StepSummary& s = model.last_step_summary();
+    const StepSummary& s = model.resources().last_step_summary();
     SCOPED_TRACE(s.describe());
     std::uint64_t sumS = 0;
     for (int u = 0; u < model.num_units(); ++u) sumS += model.layout(u).shard_numel();
@@ -169,10 +169,10 @@ TEST(Offload, NoAllocationInsideAStepAfterTheFirst) {
         [](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
     train_step(model, optimizer, 0, 2);
     const std::size_t dev_after = rt.device().memory_stats().allocations();
-    const std::size_t host_after = model.host_device()->memory_stats().allocations();
+    const std::size_t host_after = model.resources().host_device()->memory_stats().allocations();
     for (int step = 1; step < 4; ++step) train_step(model, optimizer, step, 2);
     EXPECT_EQ(rt.device().memory_stats().allocations(), dev_after) << offload_name(off);
-    EXPECT_EQ(model.host_device()->memory_stats().allocations(), host_after) << offload_name(off);
+    EXPECT_EQ(model.resources().host_device()->memory_stats().allocations(), host_after) << offload_name(off);
   }
 }
 

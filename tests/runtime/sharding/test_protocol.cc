@@ -138,10 +138,10 @@ TrainedRun train(const Protocol& p, int steps) {
     EXPECT_FALSE(r.skipped);
     run.history.losses.push_back(sum_over_ranks(rt.world(), loss) / world);
     run.history.norms.push_back(r.grad_norm);
-    run.summaries.push_back(model.last_step_summary());
+    run.summaries.push_back(model.resources().last_step_summary());
   }
   for (int i = 0; i < model.num_units(); ++i) {
-    const std::vector<float> full = model.gather_unit(i);
+    const std::vector<float> full = model.parameters().gather_master(i);
     for (const ParamSlot& s : model.layout(i).slots())
       run.history.params[s.name] = std::vector<float>(full.begin() + static_cast<std::ptrdiff_t>(s.offset),
                                                       full.begin() + static_cast<std::ptrdiff_t>(s.offset + s.numel));
@@ -223,7 +223,7 @@ TEST(Protocol, OutOfOrderCallsAreClearErrorsThatLeaveTheModelUsable) {
       expect_invalid([&] { model.begin_backward(n); }, units);
       expect_invalid([&] { model.end_backward(-1); }, units);
       expect_invalid([&] { model.layout(n); }, units);
-      expect_invalid([&] { model.gather_unit(n); }, units);
+      expect_invalid([&] { model.parameters().gather_master(n); }, units);
       expect_invalid([&] { model.parameters().unit(n); }, units);
       expect_invalid([&] { model.parameters().begin_update(-1); }, units);
       EXPECT_EQ(optimizer.steps_taken(), 0);

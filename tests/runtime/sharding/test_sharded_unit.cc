@@ -159,7 +159,13 @@ class UnitRig {
   void write_state(float* p, const std::vector<float>& v) {
     if (!v.empty()) state_device().copy_from_host(p, v.data(), v.size() * 4);
   }
-  std::vector<float> params_of_slot(std::size_t s) { return read_view(device(), unit_->params()[s]); }
+  std::vector<float> params_of_slot(std::size_t s) { return read_view(device(), params()[s]); }
+  // The unit's verbs that return its views, kept here so the checks can read them: the gathered parameters (valid
+  // until reshard, then empty) and the gradients the trainer adds into.
+  void wait_for_unshard() { params_ = &unit_->wait_for_unshard(); }
+  void prepare_grads() { grads_ = &unit_->prepare_grads(); }
+  const std::vector<TensorView>& params() const { return params_ ? *params_ : none_; }
+  const std::vector<TensorView>& grads() const { return grads_ ? *grads_ : none_; }
   Stream* upload() { return upload_.get(); }
 
  private:
@@ -172,11 +178,14 @@ class UnitRig {
   UnitResources resources_;
   CommStats stats_;
   std::unique_ptr<ShardedUnit> unit_;  // declared last: it goes first, returning its slots while the pools exist
+  const std::vector<TensorView>* params_ = nullptr;
+  const std::vector<TensorView>* grads_ = nullptr;
+  const std::vector<TensorView> none_;
 };
 
 // The gathered views hold every slot's full values of `version`.
 void expect_params(UnitRig& rig, int version, const std::string& when) {
-  const std::vector<TensorView>& views = rig.unit().params();
+  const std::vector<TensorView>& views = rig.params();
   EXPECT_EQ(views.size(), unit_slots().size()) << when;
   for (std::size_t s = 0; s < views.size(); ++s) {
     const ParamSlot& slot = *views[s].slot;
@@ -188,7 +197,7 @@ void expect_params(UnitRig& rig, int version, const std::string& when) {
 // Adds rank `rank`'s gradients of micro-batch `seed` into the unsharded gradient views.
 void add_grads(UnitRig& rig, int seed, int rank) {
   const std::size_t numel = rig.unit().layout().numel();
-  for (const TensorView& v : rig.unit().grads()) {
+  for (const TensorView& v : rig.grads()) {
     std::vector<float> g = read_view(rig.device(), v);
     for (std::size_t i = 0; i < g.size(); ++i) g[i] += grad_value(seed, rank, v.slot->offset + i, numel);
     write_view(rig.device(), v, g);
@@ -226,7 +235,7 @@ void check_verbs(CommContext& comm, const UnitCase& c) {
     EXPECT_EQ(asked[k].slot_begin, mine[k].slot_begin);
     EXPECT_EQ(asked[k].length, mine[k].length);
   }
-  expect_values("master", rig.read_state(u.master(), S),
+  expect_values("master", rig.read_state(u.shard().master, S),
                 [&](std::size_t k) { return offset + k < N ? param_value(0, offset + k) : 0.0f; });
 
   // unshard / wait_for_unshard: the concatenation of every rank's shard.
@@ -236,7 +245,7 @@ void check_verbs(CommContext& comm, const UnitCase& c) {
     EXPECT_EQ(u.state().params(), ParamState::kGathering);
     EXPECT_EQ(rig.stats().all_gather_bytes, gathered + P * psz);
   }
-  u.wait_for_unshard();
+  rig.wait_for_unshard();
   EXPECT_EQ(u.state().params(), ParamState::kUnsharded);
   expect_params(rig, 0, "after init");
   EXPECT_EQ(rig.in_use(UnitBuffer::kUnshardedParams), zero3 ? 1 : 0);
@@ -244,10 +253,10 @@ void check_verbs(CommContext& comm, const UnitCase& c) {
   expect_values("gather_master", u.gather_master(), [](std::size_t j) { return param_value(0, j); });
 
   // reduce_grads(sync) + finish_reduce: this rank's slice of the dp average.
-  u.prepare_grads();
+  rig.prepare_grads();
   EXPECT_EQ(u.state().grads(), GradState::kHeld);
   EXPECT_EQ(rig.in_use(UnitBuffer::kUnshardedGrads), grads_persist ? 0 : 1);
-  for (const TensorView& v : u.grads()) expect_values("prepared " + v.slot->name, read_view(rig.device(), v), zero);
+  for (const TensorView& v : rig.grads()) expect_values("prepared " + v.slot->name, read_view(rig.device(), v), zero);
   add_grads(rig, 1, rank);
   std::uint64_t reduced = reduce_bytes;
   u.reduce_grads(true);
@@ -259,57 +268,57 @@ void check_verbs(CommContext& comm, const UnitCase& c) {
        {UnitBuffer::kUnshardedGrads, UnitBuffer::kReduceIn, UnitBuffer::kReduceOut, UnitBuffer::kGradReturn})
     EXPECT_EQ(rig.in_use(b), 0) << unit_buffer_name(b) << " still borrowed after finish_reduce";
   auto want_one = [&](std::size_t k) { return reduced_value({1}, offset + k, N, c.reduce_dtype); };
-  expect_values("grad shard after one reduction", rig.read_state(u.grad_shard(), S), want_one);
+  expect_values("grad shard after one reduction", rig.read_state(u.shard().grad, S), want_one);
   if (grads_persist) {
-    for (const TensorView& v : u.grads()) expect_values("re-zeroed " + v.slot->name, read_view(rig.device(), v), zero);
+    for (const TensorView& v : rig.grads()) expect_values("re-zeroed " + v.slot->name, read_view(rig.device(), v), zero);
   } else {
-    EXPECT_TRUE(u.grads().empty());
+    EXPECT_TRUE(rig.grads().empty());
   }
 
   // A second reduction adds to the shard.
-  u.prepare_grads();
+  rig.prepare_grads();
   add_grads(rig, 2, rank);
   u.reduce_grads(true);
   u.finish_reduce();
-  expect_values("grad shard after two reductions", rig.read_state(u.grad_shard(), S),
+  expect_values("grad shard after two reductions", rig.read_state(u.shard().grad, S),
                 [&](std::size_t k) { return want_one(k) + reduced_value({2}, offset + k, N, c.reduce_dtype); });
 
   // zero_grad_shard; then no-sync: the gradients stay unsharded, the shard untouched, and the next sync reduces the
   // sum of both micro-batches.
   u.zero_grad_shard();
-  expect_values("zeroed grad shard", rig.read_state(u.grad_shard(), S), zero);
-  u.prepare_grads();
+  expect_values("zeroed grad shard", rig.read_state(u.shard().grad, S), zero);
+  rig.prepare_grads();
   add_grads(rig, 3, rank);
   reduced = reduce_bytes;
   u.reduce_grads(false);
   EXPECT_EQ(u.state().grads(), GradState::kHeld);
   EXPECT_EQ(reduce_bytes, reduced) << "a no-sync reduce_grads reduced";
   EXPECT_EQ(rig.in_use(UnitBuffer::kUnshardedGrads), grads_persist ? 0 : 1);
-  for (const TensorView& v : u.grads())
+  for (const TensorView& v : rig.grads())
     expect_values("unsharded after no-sync " + v.slot->name, read_view(rig.device(), v),
                   [&](std::size_t i) { return grad_value(3, rank, v.slot->offset + i, N); });
-  expect_values("shard after no-sync", rig.read_state(u.grad_shard(), S), zero);
-  u.prepare_grads();
+  expect_values("shard after no-sync", rig.read_state(u.shard().grad, S), zero);
+  rig.prepare_grads();
   add_grads(rig, 4, rank);
   u.reduce_grads(true);
   u.finish_reduce();
-  expect_values("grad shard after no-sync then sync", rig.read_state(u.grad_shard(), S), [&](std::size_t k) {
+  expect_values("grad shard after no-sync then sync", rig.read_state(u.shard().grad, S), [&](std::size_t k) {
     return reduced_value({3, 4}, offset + k, N, c.reduce_dtype);
   });
 
-  // An update: prepare_update, write the master, publish; the next gather (ZeRO-3) or the refresh gather (stages
+  // An update: begin_update, write the master, end_update (which publishes); the next gather (ZeRO-3) or the refresh gather (stages
   // 1-2) delivers the new values.
   u.zero_grad_shard();
-  u.prepare_update();
+  u.begin_update();
   if (zero3) {
-    EXPECT_EQ(u.state().params(), ParamState::kSharded) << "prepare_update keeps a stale gathered copy";
+    EXPECT_EQ(u.state().params(), ParamState::kSharded) << "begin_update keeps a stale gathered copy";
     EXPECT_EQ(rig.in_use(UnitBuffer::kUnshardedParams), 0);
   }
   std::vector<float> next(S);
   for (std::size_t k = 0; k < S; ++k) next[k] = offset + k < N ? param_value(1, offset + k) : 0.0f;
-  rig.write_state(u.master(), next);
+  rig.write_state(u.shard().master, next);
   const std::uint64_t before_publish = rig.stats().all_gather_bytes;
-  u.publish_params();
+  u.end_update();
   u.finish_upload();
   EXPECT_EQ(rig.in_use(UnitBuffer::kUploadSlot), 0);
   EXPECT_EQ(u.state().shard_write(),
@@ -317,7 +326,7 @@ void check_verbs(CommContext& comm, const UnitCase& c) {
   EXPECT_EQ(rig.stats().all_gather_bytes,
             before_publish + (!zero3 && comm.shard_size() > 1 ? P * psz : 0));  // stages 1-2 refresh
   u.unshard();
-  u.wait_for_unshard();
+  rig.wait_for_unshard();
   expect_params(rig, 1, "after the update");
   expect_values("updated master", u.gather_master(), [](std::size_t j) { return param_value(1, j); });
 
@@ -328,10 +337,10 @@ void check_verbs(CommContext& comm, const UnitCase& c) {
     EXPECT_EQ(in_use, 1);
     EXPECT_EQ(rig.in_use(UnitBuffer::kUnshardedParams), 0);
     EXPECT_EQ(u.state().params(), ParamState::kSharded);
-    EXPECT_TRUE(u.params().empty());
+    EXPECT_TRUE(rig.params().empty());
   } else {
     EXPECT_EQ(u.state().params(), ParamState::kUnsharded);
-    EXPECT_EQ(u.params().size(), unit_slots().size());
+    EXPECT_EQ(rig.params().size(), unit_slots().size());
   }
 }
 
@@ -370,9 +379,9 @@ TEST(ShardedUnit, EveryVerbMatchesTheReferenceUnderHybridSharding) {
   check_all_cases(mesh);
 }
 
-// Under optimizer offload, publish_params copies the master to the device on the upload stream. Where no gather
+// Under optimizer offload, end_update copies the master to the device on the upload stream. Where no gather
 // follows (stage 0, or stages 1-2 with a one-rank shard group) wait_for_unshard() itself orders the compute stream
-// after that copy, so params() shows the new values before finish_upload(). The upload stream is held busy so the copy
+// after that copy, so the gathered views show the new values before finish_upload(). The upload stream is held busy so the copy
 // is late.
 TEST(ShardedUnit, WaitForUnshardOrdersAfterTheUploadWithoutAGather) {
   DeviceMesh mesh(runtime(), MeshDims{1, 1, -1, 1});
@@ -389,16 +398,16 @@ TEST(ShardedUnit, WaitForUnshardOrdersAfterTheUploadWithoutAGather) {
       });
       u.finish_upload();
       u.unshard();
-      u.wait_for_unshard();
-      u.prepare_update();
+      rig.wait_for_unshard();
+      u.begin_update();
       const std::size_t S = l.shard_numel(), offset = l.shard_offset(comm.shard_rank());
       std::vector<float> next(S);
       for (std::size_t k = 0; k < S; ++k) next[k] = offset + k < l.numel() ? param_value(1, offset + k) : 0.0f;
-      rig.write_state(u.master(), next);
+      rig.write_state(u.shard().master, next);
       rig.upload()->enqueue_host([] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); });
-      u.publish_params();
+      u.end_update();
       u.unshard();
-      u.wait_for_unshard();
+      rig.wait_for_unshard();
       expect_params(rig, 1, "after wait_for_unshard, before finish_upload");
       u.finish_upload();
     }

@@ -124,7 +124,7 @@ TEST(Sharding, NonFiniteGradientOnOneRankSkipsTheStepOnAll) {
     ShardedModel model(rt, mlp::mlp_units(cfg), o);
     ShardedAdamW optimizer(model, test_adamw());
     model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
-    std::vector<float> before = model.gather_unit(1);
+    std::vector<float> before = model.parameters().gather_master(1);
     const int rows = kGlobalRows / rt.world_size();
     auto batch = mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed);
     // Forward and backward by hand so the last rank can poison one gradient element.
@@ -154,7 +154,7 @@ TEST(Sharding, NonFiniteGradientOnOneRankSkipsTheStepOnAll) {
     EXPECT_TRUE(r.skipped) << "stage " << stage;
     EXPECT_FALSE(std::isfinite(r.grad_norm));
     EXPECT_EQ(r.step, 0);
-    EXPECT_EQ(model.gather_unit(1), before) << "a skipped step changed the parameters";
+    EXPECT_EQ(model.parameters().gather_master(1), before) << "a skipped step changed the parameters";
     // Nothing is corrupted: the next, clean step trains normally.
     auto clean = mlp::make_batch(cfg, static_cast<std::uint64_t>(rt.rank() * rows), rows, kSeed);
     mlp::forward_backward(model, cfg, clean, 1.0f);
@@ -299,7 +299,8 @@ TEST(Sharding, InitFromRankZeroEqualsPerShardInit) {
     });
     EXPECT_EQ(calls > 0, rt.rank() == 0) << "only rank 0 fills";
     for (int u = 0; u < by_root.num_units(); ++u)
-      EXPECT_EQ(by_root.gather_unit(u), by_shard.gather_unit(u)) << "stage " << stage << " unit " << u;
+      EXPECT_EQ(by_root.parameters().gather_master(u), by_shard.parameters().gather_master(u))
+          << "stage " << stage << " unit " << u;
   }
 }
 
@@ -355,7 +356,7 @@ TEST(Sharding, BytesMovedEqualThePrediction) {
       ShardedAdamW optimizer(model, test_adamw());
       model.init([](const ParamSlot& s, std::size_t b, std::size_t n, float* out) { mlp::mlp_init(s, b, n, out, kSeed); });
       train_step(model, optimizer, 0, 2);
-      const StepSummary& s = model.last_step_summary();
+      const StepSummary& s = model.resources().last_step_summary();
       SCOPED_TRACE(s.describe());
       const std::size_t W = static_cast<std::size_t>(rt.world_size());
       std::uint64_t padded = 0;

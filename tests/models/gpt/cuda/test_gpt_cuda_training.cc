@@ -93,7 +93,7 @@ TEST(GptCudaTraining, CommunicationIsTimedWithEvents) {
   double comm_total = 0;
   for (int s = 0; s < 6; ++s) {
     trainer.step(s);
-    const StepSummary& sum = trainer.model().last_step_summary();
+    const StepSummary& sum = trainer.model().resources().last_step_summary();
     ASSERT_TRUE(std::isfinite(sum.comm_ms)) << "step " << s;
     ASSERT_TRUE(std::isfinite(sum.exposed_comm_ms)) << "step " << s;
     EXPECT_GE(sum.exposed_comm_ms, 0.0);

@@ -32,7 +32,7 @@ float value(const ParamSlot& s, std::size_t i) {
 
 // One step whose gradients are a known function of the parameters, written into the views from the host.
 void one_step(ShardedModel& model, ShardedAdamW& optimizer) {
-  Device& dev = model.device();
+  Device& dev = model.resources().device();
   for (int u = 0; u < model.num_units(); ++u) {
     model.begin_forward(u);
     model.end_forward(u);
@@ -109,7 +109,8 @@ TEST(CudaCheckpoint, SaveAndLoadAreBitwiseThroughHostStaging) {
         EXPECT_EQ(ck.load().value("next_step", -1), 2);
         EXPECT_EQ(opt_b.steps_taken(), 2);
         for (int u = 0; u < a.num_units(); ++u) {
-          EXPECT_EQ(b.gather_unit(u), a.gather_unit(u)) << "variant " << variant << " unit " << u;
+          EXPECT_EQ(b.parameters().gather_master(u), a.parameters().gather_master(u))
+              << "variant " << variant << " unit " << u;
           if (variant == 0) {
             EXPECT_EQ(moments(b, opt_b, u), moments(a, opt_a, u)) << "unit " << u;
           }

@@ -167,7 +167,7 @@ TEST(CudaShardedModel, OneStepEqualsTheHostArithmetic) {
       const float coef = static_cast<float>(std::min(1.0, 0.5 / (norm + 1e-6)));
       for (float& x : g) x *= coef;
       adamw_update(p.data(), g.data(), m.data(), v.data(), n0, adam, adam.lr, 1, true);
-      std::vector<float> got = model.gather_unit(0);
+      std::vector<float> got = model.parameters().gather_master(0);
       EXPECT_LE(test::max_abs(std::span<const float>(got.data(), n0), std::span<const float>(p.data(), n0)), 1e-6)
           << "w after one step";
       for (std::size_t i = 0; i < n1; ++i) EXPECT_EQ(got[n0 + i], b0[i]) << "b is not trainable";

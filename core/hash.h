@@ -1,11 +1,11 @@
-// Counter-based randomness for the examples: the splitmix64 finaliser and FNV-1a string hashing, so any rank can
+// Counter-based randomness for initialisers: the splitmix64 finaliser and FNV-1a string hashing, so any rank can
 // produce element k of any tensor without shared generator state.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-namespace strata::models {
+namespace strata {
 
 // splitmix64's output for state x (one increment, then the finaliser).
 inline std::uint64_t splitmix64(std::uint64_t x) {
@@ -21,4 +21,4 @@ inline std::uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
-}  // namespace strata::models
+}  // namespace strata

@@ -1,0 +1,70 @@
+// TrainConfig: the record a checkpoint keeps, the learning rate per step, and the checks of a run's layout.
+#include "models/gpt/training/train_config.h"
+
+#include "core/error.h"
+
+namespace strata::gpt {
+
+nlohmann::json TrainConfig::to_json() const {
+  return {{"model", {{"layers", model.layers}, {"heads", model.heads}, {"embd", model.embd}, {"vocab", model.vocab},
+                     {"ctx", model.ctx}}},
+          {"seq", seq},
+          {"batch", batch},
+          {"grad_accum", grad_accum},
+          {"adamw", {{"lr", adamw.lr}, {"beta1", adamw.beta1}, {"beta2", adamw.beta2}, {"eps", adamw.eps},
+                     {"weight_decay", adamw.weight_decay}}},
+          {"warmup_steps", warmup_steps},
+          {"cosine_steps", cosine_steps},
+          {"zero_stage", static_cast<int>(sharding.stage)},
+          {"param_dtype", dtype_name(sharding.mixed_precision.param_dtype)},
+          {"compute_dtype", dtype_name(precision.matmul)},
+          {"reduce_dtype", dtype_name(sharding.mixed_precision.reduce_dtype)},
+          {"offload", offload_name(sharding.offload)},
+          {"dp_replicate", dp_replicate},
+          {"tp", tp},
+          {"sequence_parallel", sequence_parallel},
+          {"pp", pp},
+          {"pp_schedule", pipeline_schedule_name(pp_schedule)},
+          {"pp_virtual", pp_virtual},
+          {"microbatches", micro_batches()},
+          {"pp_keep_gathered", pp_keep_gathered},
+          {"grad_clip", optimizer.grad_clip},
+          {"recompute", recompute},
+          {"init", init},
+          {"seed", seed}};
+}
+
+double TrainConfig::lr_at(int step) const {
+  if (warmup_steps == 0 && cosine_steps == 0) return adamw.lr;
+  LrSchedule schedule{adamw.lr, cosine_steps > 0 ? adamw.lr / 10 : adamw.lr, warmup_steps, cosine_steps};
+  return schedule.at(step);
+}
+
+void TrainConfig::validate(int world) const {
+  model.validate();
+  STRATA_CHECK(seq >= 1 && seq <= model.ctx, "--seq {} must be in [1, --ctx {}]", seq, model.ctx);
+  STRATA_CHECK(tp >= 1 && world % tp == 0, "--tp {} does not divide the world size {}", tp, world);
+  STRATA_CHECK(pp >= 1 && world % (tp * pp) == 0, "--pp {} x --tp {} does not divide the world size {}", pp, tp,
+               world);
+  model.validate_tp(tp, sequence_parallel, seq);
+  model.validate_sizes(batch, seq, tp);
+  validate_pipeline();
+  model.validate_sizes(micro_batch_rows(), seq, tp);
+  STRATA_CHECK(!resume || !checkpoint.dir.empty(), "--resume needs --checkpoint-dir");
+  STRATA_CHECK(checkpoint_every == 0 || !checkpoint.dir.empty(), "--checkpoint-every needs --checkpoint-dir");
+}
+
+void TrainConfig::validate_pipeline() const {
+  STRATA_CHECK(pp >= 1, "--pp {} must be at least 1", pp);
+  STRATA_CHECK(microbatches >= 0, "--microbatches {} must be at least 1", microbatches);
+  STRATA_CHECK(!pipelined() || grad_accum == 1,
+               "--grad-accum {} with --microbatches {} (or --pp {}): use one of them (under a pipeline --batch is the "
+               "step's rows per data-parallel rank, split into --microbatches)", grad_accum, micro_batches(), pp);
+  STRATA_CHECK(pp_schedule != PipelineScheduleKind::kInterleaved || pp >= 2,
+               "--pp-schedule interleaved needs --pp 2 or more (got --pp {})", pp);
+  PipelineSchedule::check(pp_schedule, pp, micro_batches(), pp_virtual);
+  check_layers(model.layers, pp, pp_virtual);
+  micro_batch_size(batch, micro_batches());
+}
+
+}  // namespace strata::gpt

@@ -1,0 +1,64 @@
+// TrainConfig: what one GPT training run is (model, batch, optimizer, sharding, tp/pp layout, checkpoints), and the
+// checks that it fits a job, made once before anything is allocated.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "models/gpt/model/gpt_model.h"
+#include "runtime/checkpoint/checkpointer.h"
+#include "runtime/optim/adamw.h"
+#include "runtime/optim/sharded_adamw.h"
+#include "runtime/parallel/pipeline_schedule.h"
+#include "runtime/sharding/sharding_options.h"
+
+namespace strata::gpt {
+
+struct TrainConfig {
+  GptConfig model;
+  int seq = 8;
+  int batch = 4;  // rows per data-parallel rank per micro-batch (the tp ranks of a group share them)
+  int grad_accum = 1;
+  AdamWConfig adamw{1e-3, 0.9, 0.95, 1e-8, 0.1};
+  // Learning rate per step: constant adamw.lr (the spec's default) unless warmup or cosine decay is asked for.
+  std::int64_t warmup_steps = 0;
+  std::int64_t cosine_steps = 0;  // > 0: cosine decay from adamw.lr to adamw.lr / 10 at this step
+  double lr_at(int step) const;
+  ShardingOptions sharding;
+  OptimizerOptions optimizer;  // clipping and loss scaling
+  int dp_replicate = 1;        // hybrid sharding: the state is sharded over world / (tp * dp_replicate) ranks
+  int tp = 1;                  // tensor-parallel degree (consecutive ranks); data parallelism is what is left
+  bool sequence_parallel = false;
+  // Pipeline parallelism (docs/pipeline-parallel.md): pp stages (the outermost mesh dimension), run by a schedule of
+  // `microbatches` micro-batches. With microbatches > 1, `batch` is the step's rows per data-parallel rank and each
+  // micro-batch takes batch / microbatches of them (also at pp 1: gradient accumulation through the schedule).
+  int pp = 1;
+  PipelineScheduleKind pp_schedule = PipelineScheduleKind::kOneFOneB;
+  int pp_virtual = 1;
+  int microbatches = 0;         // 0: pp (one per stage)
+  bool pp_keep_gathered = true;  // reduce once per step and keep ZeRO-3 units gathered between micro-batches
+  int micro_batches() const { return microbatches > 0 ? microbatches : pp; }
+  bool pipelined() const { return pp > 1 || micro_batches() > 1; }
+  // Rows of one micro-batch on a data-parallel rank, and micro-batches per step (a pipeline's or --grad-accum's).
+  int micro_batch_rows() const { return pipelined() ? batch / micro_batches() : batch; }
+  int micro_batches_per_step() const { return pipelined() ? micro_batches() : grad_accum; }
+  // Every check of the configuration against itself and a job of `world` ranks (kInvalidArgument naming the flags),
+  // before anything is allocated: GptTrainer's constructor calls it, once.
+  void validate(int world) const;
+  // The pipeline's part of it (the schedule, the layers and micro-batches), which the memory planner also needs.
+  void validate_pipeline() const;
+  bool tp_kernels = false;     // the tensor-parallel data flow even at tp 1 (tests; GptParallel::tp_kernels)
+  bool recompute = false;
+  GptPrecision precision;  // f32, or bf16 products (train_gpt --compute-dtype)
+  std::string init;  // safetensors file; empty: the spec's distributions from `seed`
+  std::uint64_t seed = 1;
+  // Checkpoints (docs/checkpoint.md), when checkpoint.dir is set: one every `checkpoint_every` steps (0: none on the
+  // way) and one after the last step (finish()). `resume` continues from the directory's latest committed one.
+  CheckpointOptions checkpoint;
+  int checkpoint_every = 0;
+  bool resume = false;
+  nlohmann::json to_json() const;  // the configuration, for the record
+};
+
+}  // namespace strata::gpt

@@ -1,0 +1,314 @@
+// train_gpt's flags: their definitions, the preset, the configuration the ranks agree on, the files, the TrainConfig.
+#include "models/gpt/training/train_flags.h"
+
+#include <filesystem>
+
+#include "collectives/rank_values.h"
+#include "core/error.h"
+#include "core/file_checks.h"
+#include "models/common/flag_checks.h"
+#include "models/gpt/training/gpt_presets.h"
+#include "runtime/parallel/node_layout.h"
+
+namespace strata::gpt {
+
+namespace {
+
+// The model's shape (a preset, or each dimension) and the rows of a step.
+void add_model_flags(CLI::App& app, TrainFlags& f) {
+  std::string presets;
+  for (const GptPreset& p : gpt_presets())
+    presets += fmt::format("{}{} ({} layers, {} heads, width {}, vocabulary {} padded to {}, sequence {})",
+                           presets.empty() ? "" : "; ", p.name, p.model.layers, p.model.heads, p.model.embd,
+                           p.vocab_tokens, p.model.vocab, p.seq);
+  app.add_option("--model", f.model_name,
+                 "a named model shape: " + presets +
+                     ". --layers, --heads, --embd, --vocab, --ctx and --seq given as well "
+                     "override it");
+  app.add_option("--peak-tflops", f.peak_tflops,
+                 "peak TFLOP/s of one device for the MFU figure (default: known for H100, H200 and A100 from the "
+                 "device's name; none on the CPU)")
+      ->check(flags::positive_real());
+  app.add_option("--layers", f.model.layers, "transformer blocks")->check(flags::positive_integer());
+  app.add_option("--heads", f.model.heads, "attention heads")->check(flags::positive_integer());
+  app.add_option("--embd", f.model.embd, "embedding width C (a multiple of --heads)")->check(flags::positive_integer());
+  app.add_option("--vocab", f.model.vocab, "vocabulary size (256 with --text)")->check(flags::integer(2, 65536));
+  app.add_option("--ctx", f.model.ctx, "positions in wpe")->check(flags::positive_integer());
+  app.add_option("--seq", f.seq, "sequence length T (<= --ctx)")->check(flags::positive_integer());
+  app.add_option("--batch", f.batch,
+                 "rows per data-parallel rank per micro-batch (with --microbatches or --pp: per step, split into the "
+                 "micro-batches)")
+      ->check(flags::positive_integer());
+}
+
+// The steps, the learning-rate schedule, AdamW and clipping.
+void add_optimizer_flags(CLI::App& app, TrainFlags& f) {
+  app.add_option("--steps", f.steps, "optimizer steps")->check(flags::non_negative_integer());
+  app.add_option("--lr", f.lr, "learning rate (constant unless --warmup / --cosine)")
+      ->check(flags::non_negative_real());
+  app.add_option("--warmup", f.warmup, "linear learning-rate warmup over this many steps")
+      ->check(flags::non_negative_integer());
+  app.add_flag("--cosine", f.cosine, "cosine decay of the learning rate to lr/10 at the last step");
+  app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (2-D parameters)")
+      ->check(flags::non_negative_real());
+  app.add_option("--beta1", f.beta1, "AdamW beta1")->check(flags::real(0.0, false, 1.0, true));
+  app.add_option("--beta2", f.beta2, "AdamW beta2")->check(flags::real(0.0, false, 1.0, true));
+  app.add_option("--eps", f.eps, "AdamW eps")->check(flags::positive_real());
+  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm clip (0: off)")->check(flags::non_negative_real());
+  app.add_option("--max-skipped-steps", f.max_skipped_steps,
+                 "stop with an error after this many steps in a row skipped for non-finite gradients (with f16, those "
+                 "at loss scale 1; 0: never stop)")
+      ->check(flags::non_negative_integer());
+}
+
+// The initial weights, the tokens and the final weights.
+void add_data_flags(CLI::App& app, TrainFlags& f) {
+  app.add_option("--seed", f.seed, "seed of the init (without --init) and of --make-data")
+      ->check(flags::unsigned_integer());
+  app.add_option("--init", f.init, "initial weights (safetensors, the spec's names)")->check(CLI::ExistingFile);
+  app.add_option("--save", f.save, "write the final weights here (safetensors, F32)");
+  auto* data = app.add_option("--data", f.data, "training tokens (flat uint16)")->check(CLI::ExistingFile);
+  auto* text = app.add_option("--text", f.text, "train a byte-level model (vocab 256) on this text file")
+                   ->check(CLI::ExistingFile);
+  data->excludes(text);
+  app.add_option("--make-data", f.make_data, "write the spec's synthetic tokens to this file and exit");
+  app.add_option("--tokens", f.tokens, "number of synthetic tokens (with --make-data, or without --data)")
+      ->check(flags::unsigned_integer(1));
+}
+
+// Sharding, tensor and pipeline parallelism, precision and recomputation.
+void add_layout_flags(CLI::App& app, TrainFlags& f) {
+  app.add_option("--zero-stage", f.zero_stage, "0 (DDP), 1, 2 or 3")->check(flags::integer(0, 3));
+  app.add_option("--dp-replicate", f.dp_replicate,
+                 "hybrid sharding: replicate the state across this many groups, each sharding it over the ranks / "
+                 "dp-replicate ranks of its group (1: shard over every rank)")
+      ->check(flags::positive_integer());
+  app.add_option("--dp-shard", f.dp_shard,
+                 "node: hybrid sharding by node, each node's ranks shard the state and the nodes replicate it "
+                 "(docs/multi-node.md)")
+      ->check(CLI::IsMember({"node"}));
+  app.add_option("--tp", f.tp,
+                 "tensor-parallel degree: each block's matmuls, the embedding and the loss split over this many "
+                 "consecutive ranks (data parallelism is the rest of the world)")
+      ->check(flags::positive_integer());
+  app.add_flag("--sequence-parallel", f.sequence_parallel,
+               "with --tp: LayerNorm and residual regions hold seq / tp positions per rank");
+  app.add_option(
+         "--pp", f.pp,
+         "pipeline stages: contiguous blocks per stage, the outermost mesh dimension (docs/pipeline-parallel.md)")
+      ->check(flags::positive_integer());
+  app.add_option("--pp-schedule", f.pp_schedule, "gpipe, 1f1b or interleaved");
+  app.add_option("--pp-virtual", f.pp_virtual, "model chunks per pipeline rank (interleaved schedule)")
+      ->check(flags::positive_integer());
+  app.add_option("--microbatches", f.microbatches,
+                 "split each step's --batch rows into this many micro-batches (default: --pp); a pipeline streams them")
+      ->check(flags::positive_integer());
+  app.add_flag("--pp-reshard", f.pp_reshard,
+               "under a pipeline, reduce and free each unit after every micro-batch instead of once per step");
+  app.add_flag("--verbose", f.verbose, "print the pipeline schedule of every rank");
+  app.add_option("--param-dtype", f.param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--compute-dtype", f.compute_dtype,
+                 "f32, bf16 (matmul and attention products on bf16 operands, f32 accumulation), or auto: bf16 with "
+                 "--param-dtype bf16, else f32")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(flags::positive_integer());
+  app.add_flag("--recompute", f.recompute, "keep only each block's input; recompute it in backward");
+}
+
+// The device, the run's outputs (metrics, trace, checkpoints), offload and the memory budget.
+void add_run_flags(CLI::App& app, TrainFlags& f) {
+  app.add_option("--backend", f.backend,
+                 "auto (the default, from STRATA_BACKEND): CUDA when every rank on a node has its own GPU, else cpu; "
+                 "or cpu, cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("--metrics", f.metrics, "write one JSON record per step to this file");
+  app.add_option("--prefetch", f.prefetch, "units gathered ahead (0: no prefetch)")->check(flags::integer(0, 8));
+  app.add_option("--trace", f.trace, "write a Chrome trace / Perfetto JSON of all ranks here (as STRATA_TRACE)");
+  app.add_flag("--no-progress", f.no_progress, "no progress bar on a terminal");
+  app.add_option("--offload", f.offload,
+                 "optimizer state (and parameter shards) in host memory: none, optimizer or "
+                 "optimizer+params (ZeRO-3)")
+      ->check(CLI::IsMember({"none", "optimizer", "optimizer+params"}));
+  app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                 "sharded checkpoints here (docs/checkpoint.md); one after the last step, and with --checkpoint-every");
+  app.add_option("--checkpoint-every", f.checkpoint_every, "also checkpoint every N steps")
+      ->check(flags::non_negative_integer());
+  app.add_flag("--checkpoint-async", f.checkpoint_async, "write checkpoints in the background while training goes on");
+  app.add_option("--keep-checkpoints", f.keep_checkpoints, "committed checkpoints to keep (older ones go)")
+      ->check(flags::positive_integer());
+  app.add_option("--stop-at", f.stop_at,
+                 "stop after this many steps of the --steps schedule, as a job whose time runs out (a checkpoint is "
+                 "written there); --resume continues")
+      ->check(flags::non_negative_integer());
+  app.add_flag("--resume", f.resume,
+               "continue from the latest committed checkpoint in --checkpoint-dir (without one, "
+               "start fresh)");
+  app.add_option("--device-memory", f.device_memory,
+                 "device memory budget per rank, e.g. 200MiB (as STRATA_DEVICE_MEMORY): going over it is an error "
+                 "with the ledger and the planner's advice");
+}
+
+// The size in bytes of a file, as text ("missing" when it cannot be read), so ranks compare their data, not only its
+// path.
+std::string file_size_text(const std::string& path) {
+  std::error_code ec;
+  auto bytes = std::filesystem::file_size(path, ec);
+  return ec ? std::string("missing") : std::to_string(bytes);
+}
+
+}  // namespace
+
+void add_train_flags(CLI::App& app, TrainFlags& f) {
+  add_model_flags(app, f);
+  add_optimizer_flags(app, f);
+  add_data_flags(app, f);
+  add_layout_flags(app, f);
+  add_run_flags(app, f);
+}
+
+int apply_preset(const CLI::App& app, TrainFlags& f) {
+  if (f.model_name.empty()) return f.model.vocab;
+  const GptPreset& p = find_gpt_preset(f.model_name);
+  auto unset = [&](const char* flag) { return app.get_option(flag)->count() == 0; };
+  if (unset("--layers")) f.model.layers = p.model.layers;
+  if (unset("--heads")) f.model.heads = p.model.heads;
+  if (unset("--embd")) f.model.embd = p.model.embd;
+  if (unset("--vocab")) f.model.vocab = p.model.vocab;
+  if (unset("--ctx")) f.model.ctx = p.model.ctx;
+  if (unset("--seq")) f.seq = p.seq;
+  return unset("--vocab") ? p.vocab_tokens : f.model.vocab;
+}
+
+std::vector<ConfigField> effective_configuration(const TrainFlags& f) {
+  auto num = [](auto v) { return fmt::format("{}", v); };
+  auto on = [](bool b) { return std::string(b ? "on" : "off"); };
+  std::vector<strata::ConfigField> c = {{"program", "train_gpt"},
+                                        {"--model", f.model_name},
+                                        {"--peak-tflops", num(f.peak_tflops)},
+                                        {"--layers", num(f.model.layers)},
+                                        {"--heads", num(f.model.heads)},
+                                        {"--embd", num(f.model.embd)},
+                                        {"--vocab", num(f.model.vocab)},
+                                        {"--ctx", num(f.model.ctx)},
+                                        {"--seq", num(f.seq)},
+                                        {"--batch", num(f.batch)},
+                                        {"--grad-accum", num(f.grad_accum)},
+                                        {"--steps", num(f.steps)},
+                                        {"--stop-at", num(f.stop_at)},
+                                        {"--lr", num(f.lr)},
+                                        {"--warmup", num(f.warmup)},
+                                        {"--cosine", on(f.cosine)},
+                                        {"--weight-decay", num(f.weight_decay)},
+                                        {"--beta1", num(f.beta1)},
+                                        {"--beta2", num(f.beta2)},
+                                        {"--eps", num(f.eps)},
+                                        {"--grad-clip", num(f.grad_clip)},
+                                        {"--seed", num(f.seed)},
+                                        {"--max-skipped-steps", num(f.max_skipped_steps)},
+                                        {"--param-dtype", f.param_dtype},
+                                        {"--compute-dtype", f.compute_dtype},
+                                        {"--reduce-dtype", f.reduce_dtype},
+                                        {"--zero-stage", num(f.zero_stage)},
+                                        {"--tp", num(f.tp)},
+                                        {"--sequence-parallel", on(f.sequence_parallel)},
+                                        {"--pp", num(f.pp)},
+                                        {"--pp-schedule", f.pp_schedule},
+                                        {"--pp-virtual", num(f.pp_virtual)},
+                                        {"--microbatches", num(f.microbatches)},
+                                        {"--pp-reshard", on(f.pp_reshard)},
+                                        {"--dp-replicate", num(f.dp_replicate)},
+                                        {"--dp-shard", f.dp_shard},
+                                        {"--prefetch", num(f.prefetch)},
+                                        {"--offload", f.offload},
+                                        {"--recompute", on(f.recompute)},
+                                        {"--init", f.init},
+                                        {"--init size", f.init.empty() ? "" : file_size_text(f.init)},
+                                        {"--data", f.data},
+                                        {"--data size", f.data.empty() ? "" : file_size_text(f.data)},
+                                        {"--text", f.text},
+                                        {"--text size", f.text.empty() ? "" : file_size_text(f.text)},
+                                        {"--tokens", f.data.empty() && f.text.empty() ? num(f.tokens) : ""},
+                                        {"--checkpoint-dir", f.checkpoint_dir},
+                                        {"--checkpoint-every", num(f.checkpoint_every)},
+                                        {"--keep-checkpoints", num(f.keep_checkpoints)},
+                                        {"--checkpoint-async", on(f.checkpoint_async)},
+                                        {"--resume", on(f.resume)},
+                                        {"--save", f.save},
+                                        {"--metrics", f.metrics},
+                                        {"--trace", f.trace},
+                                        {"--backend", f.backend},
+                                        {"--device-memory", f.device_memory}};
+  return c;
+}
+
+void check_run_files(const TrainFlags& f, Runtime& rt) {
+  std::string problem;
+  try {
+    if (!f.init.empty()) check_input_file(f.init, "--init");
+    if (!f.data.empty()) check_input_file(f.data, "--data");
+    if (!f.text.empty()) check_input_file(f.text, "--text");
+    // The checkpoint directory first: it is created now, as the run would, which may make --save's directory.
+    if (!f.checkpoint_dir.empty()) prepare_output_dir(f.checkpoint_dir, "--checkpoint-dir");
+    if (!f.save.empty()) check_output_file(f.save, "--save", OutputKind::kReplaced);  // every rank writes its part
+    if (rt.rank() == 0 && !f.metrics.empty()) check_output_file(f.metrics, "--metrics", OutputKind::kDirect);
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  all_agree(rt.world(), problem.empty(), problem, "checking the files of the run");
+}
+
+TokenFile open_tokens(const TrainFlags& f, int data_vocab) {
+  const int vocab = f.text.empty() ? f.model.vocab : 256;
+  if (!f.text.empty()) return TokenFile::from_text(f.text, f.seq);
+  if (!f.data.empty()) return TokenFile::open(f.data, f.seq, vocab);
+  return TokenFile::from_tokens(synthetic_tokens(f.tokens, data_vocab, f.seed), f.seq, vocab, "<synthetic>");
+}
+
+TrainConfig train_config(const TrainFlags& f, Runtime& rt) {
+  TrainConfig cfg;
+  cfg.model = f.model;
+  if (!f.text.empty()) cfg.model.vocab = 256;  // bytes
+  cfg.seq = f.seq;
+  cfg.batch = f.batch;
+  cfg.grad_accum = f.grad_accum;
+  cfg.adamw = AdamWConfig{f.lr, f.beta1, f.beta2, f.eps, f.weight_decay};
+  cfg.warmup_steps = f.warmup;
+  cfg.cosine_steps = f.cosine ? f.steps : 0;
+  cfg.optimizer.grad_clip = f.grad_clip;
+  cfg.optimizer.max_skipped_steps = f.max_skipped_steps;
+  cfg.sharding.stage = zero_stage_from_int(f.zero_stage);
+  cfg.sharding.mixed_precision = {parse_dtype(f.param_dtype), parse_dtype(f.reduce_dtype)};
+  cfg.sharding.prefetch_depth = f.prefetch;
+  cfg.sharding.offload = offload_from_name(f.offload);
+  cfg.optimizer.dynamic_loss_scale = cfg.sharding.mixed_precision.param_dtype == DType::kF16;
+  cfg.precision.matmul =
+      f.compute_dtype == "auto" ? (f.param_dtype == "bf16" ? DType::kBF16 : DType::kF32) : parse_dtype(f.compute_dtype);
+  cfg.dp_replicate = f.dp_replicate;
+  if (f.dp_shard == "node") {
+    STRATA_CHECK(f.dp_replicate == 1, "--dp-shard node sets the replicas (one per node); drop --dp-replicate {}",
+                 f.dp_replicate);
+    cfg.dp_replicate = node_aligned_dims(rt.node_of_rank(), f.pp, f.tp).dp_replicate;
+  }
+  // The library runs sequence parallelism at tp 1 too (the tensor-parallel data flow on one rank, the tests' oracle);
+  // train_gpt asks for a real split.
+  STRATA_CHECK(!f.sequence_parallel || f.tp > 1, "--sequence-parallel needs --tp 2 or more");
+  cfg.tp = f.tp;
+  cfg.sequence_parallel = f.sequence_parallel;
+  cfg.pp = f.pp;
+  cfg.pp_schedule = parse_pipeline_schedule(f.pp_schedule);
+  cfg.pp_virtual = f.pp_virtual;
+  cfg.microbatches = f.microbatches;
+  cfg.pp_keep_gathered = !f.pp_reshard;
+  cfg.recompute = f.recompute;
+  cfg.init = f.init;
+  cfg.seed = f.seed;
+  cfg.checkpoint.dir = f.checkpoint_dir;
+  cfg.checkpoint.keep = f.keep_checkpoints;
+  cfg.checkpoint.async = f.checkpoint_async;
+  cfg.checkpoint_every = f.checkpoint_every;
+  cfg.resume = f.resume;
+  return cfg;
+}
+
+}  // namespace strata::gpt
