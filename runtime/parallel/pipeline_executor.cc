@@ -9,12 +9,20 @@
 namespace strata {
 
 PipelineExecutor::PipelineExecutor(const PipelineSchedule& schedule, Communicator& pp, PipelineFaults faults)
-    : schedule_(schedule), pp_(pp), faults_(faults) {
+    : schedule_(schedule), pp_(&pp), me_(pp.rank()), faults_(faults) {
   STRATA_CHECK(pp.size() == schedule.pp(), "the pp group has {} ranks; the {} schedule is for {}", pp.size(),
                pipeline_schedule_name(schedule.kind()), schedule.pp());
   stream_ = pp.device().create_stream("p2p");
   computed_ = pp.device().create_event();
-  slots_ = std::max(1, schedule.max_in_flight(pp.rank()));
+  slots_ = std::max(1, schedule.max_in_flight(me_));
+  slot_of_.assign(static_cast<std::size_t>(schedule.micro_batches() * schedule.virtual_stages()), -1);
+}
+
+PipelineExecutor::PipelineExecutor(const PipelineSchedule& schedule, int pp_rank)
+    : schedule_(schedule), pp_(nullptr), me_(pp_rank) {
+  STRATA_CHECK(pp_rank >= 0 && pp_rank < schedule.pp(), "a rehearsal of pp rank {}: the {} schedule has {} ranks",
+               pp_rank, pipeline_schedule_name(schedule.kind()), schedule.pp());
+  slots_ = std::max(1, schedule.max_in_flight(me_));
   slot_of_.assign(static_cast<std::size_t>(schedule.micro_batches() * schedule.virtual_stages()), -1);
 }
 
@@ -25,7 +33,7 @@ int PipelineExecutor::slot_for(int micro_batch, int chunk, bool create) {
   if (slot < 0) {
     STRATA_CHECK(create, "pipeline: micro-batch {} of chunk {} has no activations (its forward has not run)",
                  micro_batch, chunk);
-    STRATA_CHECK(!free_.empty(), "pipeline: more than {} micro-batches in flight on pp rank {}", slots_, pp_.rank());
+    STRATA_CHECK(!free_.empty(), "pipeline: more than {} micro-batches in flight on pp rank {}", slots_, me_);
     slot = free_.back();
     free_.pop_back();
   }
@@ -33,7 +41,7 @@ int PipelineExecutor::slot_for(int micro_batch, int chunk, bool create) {
 }
 
 void PipelineExecutor::run_step(PipelineStage& stage) {
-  const int P = schedule_.pp(), me = pp_.rank();
+  const int P = schedule_.pp(), me = me_;
   const std::vector<PipelineAction>& list = schedule_.actions(me);
   std::fill(slot_of_.begin(), slot_of_.end(), -1);
   free_.clear();
@@ -47,7 +55,7 @@ void PipelineExecutor::run_step(PipelineStage& stage) {
       last_backward[static_cast<std::size_t>(list[i].virtual_stage / P)] = i;
   for (const PipelineStep& step : schedule_.steps(me)) {
     if (step.transfer) {
-      transfer(stage, step.actions);
+      if (pp_) transfer(stage, step.actions);
       continue;
     }
     const PipelineAction& a = step.actions.front();
@@ -73,13 +81,13 @@ void PipelineExecutor::transfer(PipelineStage& stage, const std::vector<Pipeline
   const int P = schedule_.pp();
   const std::size_t count = stage.boundary_count();
   const DType dtype = stage.boundary_dtype();
-  const bool drop_sends = faults_.drop_sends_of_pp_rank == pp_.rank();
+  const bool drop_sends = faults_.drop_sends_of_pp_rank == me_;
   std::vector<P2POp> ops;
   std::string waits;  // what this group waits for, for a timeout's message
   for (const PipelineAction& a : group) {
     const bool send = a.kind == PipelineActionKind::kSendActivation || a.kind == PipelineActionKind::kSendGrad;
     if (send && drop_sends) continue;
-    const int world_peer = pp_.world_ranks().empty() ? -1 : pp_.world_ranks()[static_cast<std::size_t>(a.peer)];
+    const int world_peer = pp_->world_ranks().empty() ? -1 : pp_->world_ranks()[static_cast<std::size_t>(a.peer)];
     waits += fmt::format("{}{} (world rank {}, micro-batch {})", waits.empty() ? "" : "; ", a.describe(), world_peer,
                          a.micro_batch);
     switch (a.kind) {
@@ -105,14 +113,14 @@ void PipelineExecutor::transfer(PipelineStage& stage, const std::vector<Pipeline
   if (ops.empty()) return;
   ++groups_;
   // The activations and gradients sent were computed on the compute stream.
-  pp_.device().compute_stream().record(*computed_);
+  pp_->device().compute_stream().record(*computed_);
   stream_->wait(*computed_);
   try {
-    pp_.batch_send_recv(ops, *stream_);
+    pp_->batch_send_recv(ops, *stream_);
     stream_->synchronize();
   } catch (const Error& e) {
     throw Error(e.code(), fmt::format("{}\npipeline: pp rank {} of {} ({} schedule) was transferring: {}", e.what(),
-                                      pp_.rank(), P, pipeline_schedule_name(schedule_.kind()), waits));
+                                      me_, P, pipeline_schedule_name(schedule_.kind()), waits));
   }
 }
 

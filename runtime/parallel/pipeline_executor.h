@@ -45,6 +45,11 @@ class PipelineExecutor {
  public:
   // `pp`: the pipeline group (rank i of it runs the schedule's list i). The schedule must be validated.
   PipelineExecutor(const PipelineSchedule& schedule, Communicator& pp, PipelineFaults faults = {});
+  // A rehearsal of pp rank `pp_rank`, with no group: run_step runs that rank's forwards and backwards in its list's
+  // order, with the slots and last-of-chunk marks a real step gives them, and skips every transfer (the stage's
+  // inputs hold whatever its buffers held). One process so replays what any rank of the pipeline holds at each point
+  // of its step (the GPT memory planner counts its pools so).
+  PipelineExecutor(const PipelineSchedule& schedule, int pp_rank);
   ~PipelineExecutor();
 
   // Activation slots this rank needs: the most (micro-batch, chunk) pairs in flight.
@@ -62,7 +67,8 @@ class PipelineExecutor {
   int slot_for(int micro_batch, int chunk, bool create);
 
   const PipelineSchedule& schedule_;
-  Communicator& pp_;
+  Communicator* pp_;  // null in a rehearsal
+  int me_;            // the pp rank whose list runs
   PipelineFaults faults_;
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<Event> computed_;

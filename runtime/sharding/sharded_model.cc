@@ -85,7 +85,7 @@ ShardedModel::ShardedModel(Device& device, const DataParallelGroups& groups, std
     throw Error(ErrorCode::kOutOfMemory, std::string(e.what()) + "\nmemory planner (Strata's own state): " +
                                              model_fit_advice(device, units, options, groups, 0, in_use_before));
   }
-  logger("shard").info("sharded model: {} units, {}; shard group {} of {}", units_.size(), options.describe(),
+  logger("shard").debug("sharded model: {} units, {}; shard group {} of {}", units_.size(), options.describe(),
                        resources_->comm().shard_rank(), resources_->comm().shard_size());
 }
 

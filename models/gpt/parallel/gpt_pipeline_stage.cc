@@ -35,4 +35,20 @@ void GptPipelineStage::before_backward(int, int, bool last_of_chunk) {
 
 void GptPipelineStage::backward(int, int chunk, int slot) { gpt_.backward_chunk(chunk, slot); }
 
+void set_chunk_prefetch(ShardedModel& model, const GptStageUnits& units, int depth) {
+  if (units.chunks() <= 1) return;
+  for (int c = 0; c < units.chunks(); ++c) {
+    const int first = units.first[static_cast<std::size_t>(c)], end = units.first[static_cast<std::size_t>(c) + 1];
+    for (int i = first; i < end; ++i) {
+      std::vector<int> ahead, behind;
+      for (int k = 1; k <= depth; ++k) {
+        if (i + k < end) ahead.push_back(i + k);
+        if (i - k >= first) behind.push_back(i - k);
+      }
+      model.set_forward_prefetch(i, ahead);
+      model.set_backward_prefetch(i, behind);
+    }
+  }
+}
+
 }  // namespace strata::gpt

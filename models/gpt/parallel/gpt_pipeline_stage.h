@@ -47,4 +47,9 @@ class GptPipelineStage : public PipelineStage {
   std::vector<std::int32_t> inputs_, targets_;
 };
 
+// Prefetch within each chunk of a part of several chunks (interleaved): a unit's forward (backward) gathers the next
+// (previous) `depth` units of its own chunk only, since the next chunk's units are needed only after other stages have
+// run. A part of one chunk keeps ShardedModel's default lists.
+void set_chunk_prefetch(ShardedModel& model, const GptStageUnits& units, int depth);
+
 }  // namespace strata::gpt

@@ -7,7 +7,7 @@
 
 #include "core/byte_units.h"
 #include "core/checked_math.h"
-#include "models/gpt/training/pool_replay.h"
+#include "models/gpt/training/pipeline_rehearsal.h"
 #include "runtime/parallel/pipeline_schedule.h"
 #include "runtime/memory/memory_planner.h"
 #include "runtime/sharding/shard_layout.h"
@@ -29,7 +29,7 @@ struct PipelineView {
   ShardingOptions sharding;
   int rows = 0;                  // per micro-batch
   int slots = 1;
-  PoolPeaks pools;  // gathered and unsharded-gradient slots in use at once along the rank's list
+  PoolPeaks pools;  // gathered and unsharded-gradient slots the rank's step holds (rehearse_pools)
 };
 
 PipelineView pipeline_view(const TrainConfig& cfg, int pp_rank) {
@@ -43,8 +43,7 @@ PipelineView pipeline_view(const TrainConfig& cfg, int pp_rank) {
   v.part = GptStagePart::of_rank(cfg.model, cfg.pp, cfg.pp_virtual, pp_rank, v.slots);
   v.rows = cfg.micro_batch_rows();
   if (cfg.pp_keep_gathered) v.sharding.reshard_after_forward = false;
-  v.pools = replay_pools(s.actions(pp_rank), cfg.pp, stage_units(cfg.model, v.part), cfg.sharding.prefetch_depth,
-                         cfg.pp_keep_gathered);
+  v.pools = rehearse_pools(cfg, pp_rank);
   return v;
 }
 
@@ -81,7 +80,7 @@ CategoryBytes predict_step_memory(const TrainConfig& cfg, int world, int pp_rank
   const std::uint64_t slot_bytes = std::max<std::uint64_t>(max_p * dtype_size(o.mixed_precision.param_dtype), 64);
   const std::uint64_t gathers = static_cast<std::uint64_t>(o.prefetch_depth) + 1;
   if (piped) {
-    // The protocol replayed along the rank's schedule: the pools grow to the most slots in use at once.
+    // The rank's step rehearsed through the real protocol: the pools grow to the most slots in use at once.
     if (plan.params_sharded)
       at(MemCategory::kUnshardedParams) += (std::max(view.pools.params, gathers) - gathers) * slot_bytes;
     if (!plan.grads_persist)

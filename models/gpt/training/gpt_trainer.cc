@@ -121,20 +121,7 @@ void GptTrainer::parallelize() {
     model_ = std::make_unique<ShardedModel>(*mesh_, gpt_units(cfg_.model, cfg_.tp, part_), cfg_.sharding);
     optimizer_ = std::make_unique<ShardedAdamW>(*model_, cfg_.adamw, cfg_.optimizer);
   });
-  if (part_.chunks.size() <= 1) return;
-  // Prefetch within a chunk only: the next chunk's units are needed only after other stages have run.
-  for (int c = 0; c < places.chunks(); ++c) {
-    const int first = places.first[static_cast<std::size_t>(c)], end = places.first[static_cast<std::size_t>(c) + 1];
-    for (int i = first; i < end; ++i) {
-      std::vector<int> ahead, behind;
-      for (int k = 1; k <= cfg_.sharding.prefetch_depth; ++k) {
-        if (i + k < end) ahead.push_back(i + k);
-        if (i - k >= first) behind.push_back(i - k);
-      }
-      model_->set_forward_prefetch(i, ahead);
-      model_->set_backward_prefetch(i, behind);
-    }
-  }
+  set_chunk_prefetch(*model_, places, cfg_.sharding.prefetch_depth);
 }
 
 void GptTrainer::init_from_file() {

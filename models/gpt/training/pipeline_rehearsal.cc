@@ -1,0 +1,51 @@
+// rehearse_pools: one pipeline rank's step of a GPT of width 1, run through the real protocol, its pools counted.
+#include "models/gpt/training/pipeline_rehearsal.h"
+
+#include "collectives/self_communicator.h"
+#include "core/cpu_device.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "models/gpt/data/token_data.h"
+#include "models/gpt/model/gpt_model.h"
+#include "models/gpt/parallel/gpt_pipeline_stage.h"
+#include "runtime/parallel/pipeline_executor.h"
+#include "runtime/parallel/pipeline_schedule.h"
+#include "runtime/sharding/sharded_model.h"
+
+namespace strata::gpt {
+
+PoolPeaks rehearse_pools(const TrainConfig& cfg, int pp_rank) {
+  STRATA_CHECK(cfg.pipelined(), "rehearse_pools: the configuration has no pipeline");
+  // Width, heads, vocabulary and sequence change the sizes of the slots, not how many are in use: the units, their
+  // order and the calls on them depend on the layers, the schedule and the options only.
+  const GptConfig tiny{cfg.model.layers, 1, 1, 2, 1};
+  const int seq = 1, rows = 1;
+  const PipelineSchedule schedule =
+      PipelineSchedule::build(cfg.pp_schedule, cfg.pp, cfg.micro_batches(), cfg.pp_virtual);
+  PipelineExecutor executor(schedule, pp_rank);
+  const GptStagePart part = GptStagePart::of_rank(tiny, cfg.pp, cfg.pp_virtual, pp_rank, executor.slots());
+
+  CpuDevice device(env().timeout_s, "rehearsal");
+  SelfCommunicator self(device, "rehearsal");
+  ShardingOptions options = cfg.sharding;
+  if (cfg.pp_keep_gathered) options.reshard_after_forward = false;  // as GptTrainer::build_pipeline
+  ShardedModel model(device, DataParallelGroups{&self, &self, &self}, gpt_units(tiny, 1, part), options);
+  set_chunk_prefetch(model, stage_units(tiny, part), options.prefetch_depth);
+  GptParallel parallel;
+  parallel.tp = &self;
+  GptModel gpt(tiny, model, device, rows, seq, cfg.recompute, parallel, part, cfg.precision);
+  const TokenFile data = TokenFile::from_tokens(synthetic_tokens(64, tiny.vocab, 1), seq, tiny.vocab, "<rehearsal>");
+  GptPipelineStage stage(gpt, model, data, rows, seq, 1, 0, cfg.pp_keep_gathered);
+  stage.begin_step(0, 1.0f);
+  executor.run_step(stage);
+  model.parameters().wait_for_grads();
+
+  const UnitResources& pools = model.resources().for_units();
+  auto slots = [&](UnitBuffer b) -> std::uint64_t {
+    const BufferPool* p = pools.pools[static_cast<std::size_t>(b)];
+    return p ? static_cast<std::uint64_t>(p->slots()) : 0;
+  };
+  return PoolPeaks{slots(UnitBuffer::kUnshardedParams), slots(UnitBuffer::kUnshardedGrads)};
+}
+
+}  // namespace strata::gpt
