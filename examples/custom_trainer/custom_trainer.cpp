@@ -2,11 +2,12 @@
 // Strata's ShardedAdamW or with a momentum SGD written here against the model's shard views (the optimizer is the
 // trainer's choice), with --tp its layers split over a tensor-parallel group by the library's column- and
 // row-parallel products (models/mlp/mlp_tensor_parallel.h), and with --pp its layers in pipeline stages run by the
-// library's PipelineExecutor (models/mlp/mlp_pipeline_stage.h). Prints the loss per step and the memory ledger; can write
-// the whole model's parameters (--params-out) or check them against such a file (--compare-params). See
+// library's PipelineExecutor (models/mlp/mlp_pipeline_stage.h). Prints the loss per step and the memory ledger; can
+// write the whole model's parameters (--params-out) or check them against such a file (--compare-params). See
 // docs/embedding.md.
-#include <CLI/CLI.hpp>
+#include <strata/strata.h>  // the public API, as an embedder outside this tree includes it
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -14,8 +15,6 @@
 #include <map>
 #include <memory>
 #include <sstream>
-
-#include <strata/strata.h>  // the public API, as an embedder outside this tree includes it
 
 #include "core/checked_math.h"
 #include "models/common/flag_checks.h"
@@ -115,10 +114,9 @@ std::vector<float> whole_parameters(strata::ShardedModel& model, const strata::D
       std::vector<float> local(v.numel());
       strata::convert(v.data, v.dtype, local.data(), strata::DType::kF32, v.numel());
       float* whole = all.data() + offset.at(v.slot->name);
-      strata::for_each_global_run(split, tp.rank(), tp.size(), 0, local.size(),
-                                  [&](std::size_t l, std::size_t g, std::size_t n) {
-                                    std::copy_n(local.data() + l, n, whole + g);
-                                  });
+      strata::for_each_global_run(
+          split, tp.rank(), tp.size(), 0, local.size(),
+          [&](std::size_t l, std::size_t g, std::size_t n) { std::copy_n(local.data() + l, n, whole + g); });
     }
     model.end_forward(u);
   }
@@ -142,8 +140,10 @@ void compare_parameters(const std::vector<float>& got, const std::string& path, 
   double worst = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double d = std::abs(got[i] - want[i]);
-    STRATA_CHECK(d <= tolerance, "--compare-params {}: parameter element {} is {:.9g}, the file's {:.9g} (difference "
-                 "{:.3g} > {:.3g})", path, i, got[i], want[i], d, tolerance);
+    STRATA_CHECK(d <= tolerance,
+                 "--compare-params {}: parameter element {} is {:.9g}, the file's {:.9g} (difference "
+                 "{:.3g} > {:.3g})",
+                 path, i, got[i], want[i], d, tolerance);
     worst = std::max(worst, d);
   }
   std::printf("parameters: %zu values within %.3g of %s (largest difference %.3g)\n", got.size(), tolerance,
@@ -164,11 +164,17 @@ class StepRunner {
   StepRunner(strata::ShardedModel& model, const strata::DeviceMesh& mesh, const strata::mlp::MlpConfig& cfg,
              strata::LayerRange layers, int rows, int micro_batches, const std::string& pp_schedule,
              bool sync_every_micro_batch, std::uint64_t seed)
-      : model_(model), cfg_(cfg), rows_(rows), micro_batches_(micro_batches), sync_every_(sync_every_micro_batch),
-        seed_(seed), split_(mesh.tp().size() > 1), tp_(mesh.device(), &mesh.tp(), false, rows, 1, cfg.hidden) {
+      : model_(model),
+        cfg_(cfg),
+        rows_(rows),
+        micro_batches_(micro_batches),
+        sync_every_(sync_every_micro_batch),
+        seed_(seed),
+        split_(mesh.tp().size() > 1),
+        tp_(mesh.device(), &mesh.tp(), false, rows, 1, cfg.hidden) {
     if (mesh.pp().size() == 1) return;
-    schedule_ = std::make_unique<strata::PipelineSchedule>(strata::PipelineSchedule::build(
-        strata::parse_pipeline_schedule(pp_schedule), mesh.pp().size(), micro_batches));
+    schedule_ = std::make_unique<strata::PipelineSchedule>(
+        strata::PipelineSchedule::build(strata::parse_pipeline_schedule(pp_schedule), mesh.pp().size(), micro_batches));
     schedule_->validate();
     executor_ = std::make_unique<strata::PipelineExecutor>(*schedule_, mesh.pp());
     stage_ = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp_, cfg, layers, rows, executor_->slots(), seed,
@@ -257,11 +263,8 @@ void finish_parameters(strata::Runtime& rt, strata::ShardedModel& model, const s
   strata::all_agree(rt.world(), mismatch.empty(), mismatch, "writing or comparing the parameters");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"Train a small MLP regression with Strata's sharding runtime"};
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags override
+// The command line.
+struct Flags {
   int zero_stage = 3, steps = 20, batch = 24, micro_batches = 1, dp_replicate = 1, tp_degree = 1, pp_degree = 1;
   int hidden = 64, hidden_layers = 3;
   std::string param_dtype = "f32", reduce_dtype = "f32", accumulation = "reduce", ledger_json, optimizer = "adamw";
@@ -269,131 +272,164 @@ int main(int argc, char** argv) {
   double lr = 1e-2, weight_decay = 0.01, grad_clip = 1.0, momentum = 0.9, params_tolerance = 1e-5;
   std::uint64_t seed = 1;
   bool keep_params = false;
-  app.add_option("--zero-stage", zero_stage, "0 (DDP), 1, 2 or 3 (full shard)")->check(flags::integer(0, 3));
-  app.add_option("--steps", steps, "optimizer steps")->check(flags::positive_integer());
-  app.add_option("--param-dtype", param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
-  app.add_option("--reduce-dtype", reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_option("--batch", batch, "rows per micro-batch over all ranks (each rank takes batch / ranks)")
+};
+
+void add_flags(CLI::App& app, Flags& f) {
+  app.add_option("--zero-stage", f.zero_stage, "0 (DDP), 1, 2 or 3 (full shard)")->check(flags::integer(0, 3));
+  app.add_option("--steps", f.steps, "optimizer steps")->check(flags::positive_integer());
+  app.add_option("--param-dtype", f.param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--batch", f.batch, "rows per micro-batch over all ranks (each rank takes batch / ranks)")
       ->check(flags::positive_integer());
-  app.add_option("--grad-accum,--microbatches", micro_batches,
+  app.add_option("--grad-accum,--microbatches", f.micro_batches,
                  "micro-batches per step (under --pp, the pipeline's micro-batches)")
       ->check(flags::positive_integer());
-  app.add_option("--accumulation", accumulation, "reduce (every micro-batch) or no-sync (only the last)")
+  app.add_option("--accumulation", f.accumulation, "reduce (every micro-batch) or no-sync (only the last)")
       ->check(CLI::IsMember({"reduce", "no-sync"}));
-  app.add_option("--dp-replicate", dp_replicate,
+  app.add_option("--dp-replicate", f.dp_replicate,
                  "hybrid sharding: replicate the state across this many groups, each sharding it over ranks / "
                  "dp-replicate ranks")
       ->check(flags::positive_integer());
-  app.add_option("--tp", tp_degree,
+  app.add_option("--tp", f.tp_degree,
                  "tensor parallelism: split the layers over groups of this many ranks (Megatron's column / row "
                  "pairs); the data-parallel ranks are ranks / tp")
       ->check(flags::positive_integer());
-  app.add_option("--pp", pp_degree, "pipeline parallelism: consecutive layers in this many stages")
+  app.add_option("--pp", f.pp_degree, "pipeline parallelism: consecutive layers in this many stages")
       ->check(flags::positive_integer());
-  app.add_option("--pp-schedule", pp_schedule, "gpipe or 1f1b")->check(CLI::IsMember({"gpipe", "1f1b"}));
-  app.add_option("--params-out", params_out, "write the whole model's parameters at the end (one value a line)");
-  app.add_option("--compare-params", compare_params,
+  app.add_option("--pp-schedule", f.pp_schedule, "gpipe or 1f1b")->check(CLI::IsMember({"gpipe", "1f1b"}));
+  app.add_option("--params-out", f.params_out, "write the whole model's parameters at the end (one value a line)");
+  app.add_option("--compare-params", f.compare_params,
                  "at the end, check the whole model's parameters against a --params-out file (fails over "
                  "--params-tolerance)");
-  app.add_option("--params-tolerance", params_tolerance, "largest absolute difference --compare-params accepts")
+  app.add_option("--params-tolerance", f.params_tolerance, "largest absolute difference --compare-params accepts")
       ->check(flags::non_negative_real());
-  app.add_option("--optimizer", optimizer, "adamw (Strata's ShardedAdamW) or sgd (momentum SGD written here)")
+  app.add_option("--optimizer", f.optimizer, "adamw (Strata's ShardedAdamW) or sgd (momentum SGD written here)")
       ->check(CLI::IsMember({"adamw", "sgd"}));
-  app.add_option("--momentum", momentum, "SGD momentum")->check(flags::real(0.0, false, 1.0, false));
-  app.add_option("--hidden", hidden, "hidden width")->check(flags::positive_integer());
-  app.add_option("--layers", hidden_layers, "hidden layers")->check(flags::positive_integer());
-  app.add_option("--lr", lr, "learning rate")->check(flags::non_negative_real());
-  app.add_option("--weight-decay", weight_decay, "weight decay (decoupled for AdamW, added to the gradient for SGD)")
+  app.add_option("--momentum", f.momentum, "SGD momentum")->check(flags::real(0.0, false, 1.0, false));
+  app.add_option("--hidden", f.hidden, "hidden width")->check(flags::positive_integer());
+  app.add_option("--layers", f.hidden_layers, "hidden layers")->check(flags::positive_integer());
+  app.add_option("--lr", f.lr, "learning rate")->check(flags::non_negative_real());
+  app.add_option("--weight-decay", f.weight_decay, "weight decay (decoupled for AdamW, added to the gradient for SGD)")
       ->check(flags::non_negative_real());
-  app.add_option("--grad-clip", grad_clip, "global gradient-norm clip (0: off)")->check(flags::non_negative_real());
-  app.add_option("--seed", seed, "init and data seed")->check(flags::unsigned_integer());
-  app.add_flag("--no-reshard-after-forward", keep_params, "ZeRO-3: keep gathered parameters for backward");
-  app.add_option("--ledger-json", ledger_json, "write the memory ledger of every rank as JSON");
+  app.add_option("--grad-clip", f.grad_clip, "global gradient-norm clip (0: off)")->check(flags::non_negative_real());
+  app.add_option("--seed", f.seed, "init and data seed")->check(flags::unsigned_integer());
+  app.add_flag("--no-reshard-after-forward", f.keep_params, "ZeRO-3: keep gathered parameters for backward");
+  app.add_option("--ledger-json", f.ledger_json, "write the memory ledger of every rank as JSON");
+}
+
+// The configuration every rank must run (strata::check_config_agreement).
+std::vector<strata::ConfigField> configuration(const Flags& f) {
+  auto v = [](auto x) { return fmt::format("{}", x); };
+  return {{"program", "custom_trainer"},
+          {"--zero-stage", v(f.zero_stage)},
+          {"--steps", v(f.steps)},
+          {"--param-dtype", f.param_dtype},
+          {"--reduce-dtype", f.reduce_dtype},
+          {"--batch", v(f.batch)},
+          {"--grad-accum", v(f.micro_batches)},
+          {"--accumulation", f.accumulation},
+          {"--dp-replicate", v(f.dp_replicate)},
+          {"--tp", v(f.tp_degree)},
+          {"--pp", v(f.pp_degree)},
+          {"--pp-schedule", f.pp_schedule},
+          {"--params-out", f.params_out},
+          {"--compare-params", f.compare_params},
+          {"--params-tolerance", v(f.params_tolerance)},
+          {"--optimizer", f.optimizer},
+          {"--momentum", v(f.momentum)},
+          {"--hidden", v(f.hidden)},
+          {"--layers", v(f.hidden_layers)},
+          {"--lr", v(f.lr)},
+          {"--weight-decay", v(f.weight_decay)},
+          {"--grad-clip", v(f.grad_clip)},
+          {"--seed", v(f.seed)},
+          {"--no-reshard-after-forward", v(f.keep_params)},
+          {"--ledger-json", f.ledger_json}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Train a small MLP regression with Strata's sharding runtime"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // later flags override
+  Flags flags;
+  add_flags(app, flags);
   CLI11_PARSE(app, argc, argv);
 
   return strata::run_main([&] {
     strata::Runtime rt(&argc, &argv);
-    auto v = [](auto x) { return fmt::format("{}", x); };  // every rank must run this configuration
-    strata::check_config_agreement(
-        {{"program", "custom_trainer"}, {"--zero-stage", v(zero_stage)}, {"--steps", v(steps)},
-         {"--param-dtype", param_dtype}, {"--reduce-dtype", reduce_dtype}, {"--batch", v(batch)},
-         {"--grad-accum", v(micro_batches)}, {"--accumulation", accumulation}, {"--dp-replicate", v(dp_replicate)},
-         {"--tp", v(tp_degree)}, {"--pp", v(pp_degree)}, {"--pp-schedule", pp_schedule},
-         {"--params-out", params_out}, {"--compare-params", compare_params},
-         {"--params-tolerance", v(params_tolerance)},
-         {"--optimizer", optimizer}, {"--momentum", v(momentum)}, {"--hidden", v(hidden)},
-         {"--layers", v(hidden_layers)}, {"--lr", v(lr)}, {"--weight-decay", v(weight_decay)},
-         {"--grad-clip", v(grad_clip)}, {"--seed", v(seed)}, {"--no-reshard-after-forward", v(keep_params)},
-         {"--ledger-json", ledger_json}});
+    strata::check_config_agreement(configuration(flags));  // every rank must run this configuration
+    const Flags& f = flags;
     const int world = rt.world_size();
-    check_files(rt, ledger_json, params_out, compare_params);
-    STRATA_CHECK(world % (tp_degree * pp_degree) == 0, "--tp {} x --pp {} must divide the {} ranks", tp_degree,
-                 pp_degree, world);
-    const int dp = world / (tp_degree * pp_degree);
-    STRATA_CHECK(batch % dp == 0, "--batch {} rows must divide among the {} data-parallel ranks", batch, dp);
-    const int rows = batch / dp;
+    check_files(rt, f.ledger_json, f.params_out, f.compare_params);
+    STRATA_CHECK(world % (f.tp_degree * f.pp_degree) == 0, "--tp {} x --pp {} must divide the {} ranks", f.tp_degree,
+                 f.pp_degree, world);
+    const int dp = world / (f.tp_degree * f.pp_degree);
+    STRATA_CHECK(f.batch % dp == 0, "--batch {} rows must divide among the {} data-parallel ranks", f.batch, dp);
+    const int rows = f.batch / dp;
     strata::mlp::MlpConfig cfg;
     cfg.in = 16;
-    cfg.hidden = hidden;
+    cfg.hidden = f.hidden;
     cfg.out = 4;
-    cfg.hidden_layers = hidden_layers;
+    cfg.hidden_layers = f.hidden_layers;
     cfg.validate_sizes(rows);  // before any allocation: --hidden and --layers multiply
     // The data rows a run draws: the row index of the last one must not wrap around.
-    strata::checked_product("rows drawn (--steps x --grad-accum x --batch)", steps, micro_batches, batch);
+    strata::checked_product("rows drawn (--steps x --grad-accum x --batch)", f.steps, f.micro_batches, f.batch);
 
     strata::ShardingOptions opts;
-    opts.stage = strata::zero_stage_from_int(zero_stage);
-    opts.mixed_precision.param_dtype = strata::parse_dtype(param_dtype);
-    opts.mixed_precision.reduce_dtype = strata::parse_dtype(reduce_dtype);
-    opts.reshard_after_forward = !keep_params;
-    STRATA_CHECK(optimizer == "adamw" || opts.mixed_precision.param_dtype != strata::DType::kF16,
+    opts.stage = strata::zero_stage_from_int(f.zero_stage);
+    opts.mixed_precision.param_dtype = strata::parse_dtype(f.param_dtype);
+    opts.mixed_precision.reduce_dtype = strata::parse_dtype(f.reduce_dtype);
+    opts.reshard_after_forward = !f.keep_params;
+    STRATA_CHECK(f.optimizer == "adamw" || opts.mixed_precision.param_dtype != strata::DType::kF16,
                  "--optimizer sgd has no loss scaling: use --param-dtype f32 or bf16");
 
     // Stages of pp ranks hold consecutive layers, groups of tp ranks split each layer; the rest is data-parallel:
     // dp_replicate groups, each sharding the state over dp / dp_replicate ranks.
-    strata::DeviceMesh mesh(rt, strata::MeshDims{pp_degree, dp_replicate, -1, tp_degree});
+    strata::DeviceMesh mesh(rt, strata::MeshDims{f.pp_degree, f.dp_replicate, -1, f.tp_degree});
     const std::vector<strata::UnitSpec> all_units =
-        tp_degree > 1 ? strata::mlp::mlp_units_tp(cfg, tp_degree) : strata::mlp::mlp_units(cfg);
-    const strata::LayerRange layers = strata::mlp::mlp_stage_layers(cfg, pp_degree, mesh.pp().rank(), tp_degree);
+        f.tp_degree > 1 ? strata::mlp::mlp_units_tp(cfg, f.tp_degree) : strata::mlp::mlp_units(cfg);
+    const strata::LayerRange layers = strata::mlp::mlp_stage_layers(cfg, f.pp_degree, mesh.pp().rank(), f.tp_degree);
     const std::vector<strata::UnitSpec> units(all_units.begin() + layers.first, all_units.begin() + layers.last);
     strata::ShardedModel model(mesh, units, opts);
-    if (tp_degree > 1 || pp_degree > 1) {
-      model.init(strata::mlp::mlp_init_tp(mesh, seed));
+    if (f.tp_degree > 1 || f.pp_degree > 1) {
+      model.init(strata::mlp::mlp_init_tp(mesh, f.seed));
     } else {
       model.init([&](const strata::ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
-        strata::mlp::mlp_init(s, begin, count, out, seed);
+        strata::mlp::mlp_init(s, begin, count, out, f.seed);
       });
     }
-    StepRunner runner(model, mesh, cfg, layers, rows, micro_batches, pp_schedule, accumulation == "reduce", seed);
+    StepRunner runner(model, mesh, cfg, layers, rows, f.micro_batches, f.pp_schedule, f.accumulation == "reduce",
+                      f.seed);
     std::unique_ptr<strata::ShardedAdamW> adamw;
     std::unique_ptr<MomentumSgd> sgd;
-    if (optimizer == "adamw")
-      adamw = make_adamw(model, mesh, lr, weight_decay, grad_clip, opts.mixed_precision.param_dtype);
+    if (f.optimizer == "adamw")
+      adamw = make_adamw(model, mesh, f.lr, f.weight_decay, f.grad_clip, opts.mixed_precision.param_dtype);
     else
-      sgd = std::make_unique<MomentumSgd>(model, mesh, momentum, weight_decay, grad_clip);
+      sgd = std::make_unique<MomentumSgd>(model, mesh, f.momentum, f.weight_decay, f.grad_clip);
 
     const std::size_t numel = strata::global_numel(all_units);
     if (rt.rank() == 0)
       std::printf("custom_trainer: %d ranks (%s), %d units, %zu parameters, optimizer %s; %s\n", world,
-                  mesh.shape().describe().c_str(), model.num_units(), numel, optimizer.c_str(),
+                  mesh.shape().describe().c_str(), model.num_units(), numel, f.optimizer.c_str(),
                   opts.describe().c_str());
-    for (int step = 0; step < steps; ++step) {
+    for (int step = 0; step < f.steps; ++step) {
       const float scale = adamw ? adamw->loss_scale() : 1.0f;
       // The same global rows at every layout: micro-batch a of this step, this data-parallel rank's share of it.
       const double loss = runner.run(
           [&](int a) {
-            return (static_cast<std::uint64_t>(step) * micro_batches + a) * static_cast<std::uint64_t>(batch) +
+            return (static_cast<std::uint64_t>(step) * f.micro_batches + a) * static_cast<std::uint64_t>(f.batch) +
                    static_cast<std::uint64_t>(mesh.dp().rank() * rows);
           },
-          scale / static_cast<float>(micro_batches));
+          scale / static_cast<float>(f.micro_batches));
       double norm = 0;
       bool skipped = false;
       if (adamw) {
-        const strata::StepResult r = adamw->step(lr, step);
+        const strata::StepResult r = adamw->step(f.lr, step);
         norm = r.grad_norm;
         skipped = r.skipped;
       } else {
-        norm = sgd->step(lr);
+        norm = sgd->step(f.lr);
         skipped = std::isnan(norm);
       }
       // The reported loss is the mean over the data-parallel ranks (each rank's is the mean over its rows; the tp
@@ -403,12 +439,12 @@ int main(int argc, char** argv) {
         std::printf("step %3d loss %.9f grad_norm %.9f%s\n", step, global, norm,
                     skipped ? " (skipped: non-finite gradients)" : "");
     }
-    finish_parameters(rt, model, mesh, cfg, params_out, compare_params, params_tolerance);
+    finish_parameters(rt, model, mesh, cfg, f.params_out, f.compare_params, f.params_tolerance);
     auto ledger = strata::MemoryLedger::gather(rt.device(), rt.world());
     if (rt.rank() == 0) {
       std::printf("memory ledger (%s):\n%s", opts.describe().c_str(), strata::MemoryLedger::table(ledger).c_str());
-      if (!ledger_json.empty())  // every write checked: kIo naming the file and the system error
-        strata::write_output_file(ledger_json, "--ledger-json", strata::MemoryLedger::json(ledger));
+      if (!f.ledger_json.empty())  // every write checked: kIo naming the file and the system error
+        strata::write_output_file(f.ledger_json, "--ledger-json", strata::MemoryLedger::json(ledger));
     }
     rt.finish();  // the trace, if on: a failed write is an error
     return 0;
