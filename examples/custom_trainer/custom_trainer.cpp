@@ -16,7 +16,6 @@
 #include <memory>
 #include <sstream>
 
-#include "core/checked_math.h"
 #include "models/common/flag_checks.h"
 #include "models/mlp/mlp.h"
 #include "models/mlp/mlp_pipeline_stage.h"

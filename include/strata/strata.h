@@ -2,10 +2,11 @@
 // It exports the runtime (start-up, the device and communicator seams, the device mesh), the sharded model with its
 // options and views, tensor parallelism (the tp collectives, column- and row-parallel products, the vocabulary-
 // parallel embedding and loss, the split of a parameter and the counting of a split model), pipeline parallelism (the
-// schedules, the executor and its stage interface), the optimizer, the memory ledger and planner, and checkpoints.
-// Everything else is internal.
+// schedules, the executor and its stage interface, parameters tied across stages), the optimizer, the memory ledger
+// and planner, checkpoints, and overflow-checked sizes (checked_math.h). Everything else is internal.
 #pragma once
 
+#include "core/checked_math.h"
 #include "core/config.h"
 #include "core/device.h"
 #include "core/dtype.h"
