@@ -14,7 +14,7 @@
 
 #include "core/host_memory.h"
 #include "core/tool_main.h"
-#include "models/common/flag_checks.h"
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "runtime/optim/adamw.h"
 
 namespace {

@@ -26,7 +26,7 @@
 #include "core/host_memory.h"
 #include "core/file_checks.h"
 #include "core/output_file.h"
-#include "models/common/flag_checks.h"
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 
 namespace strata {
 namespace {

@@ -20,7 +20,7 @@
 #include "core/error.h"
 #include "core/file_checks.h"
 #include "core/tool_main.h"
-#include "models/common/flag_checks.h"
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "core/atomic_file.h"
 #include "models/gpt/model/gpt_model.h"
 #include "models/gpt/training/gpt_trainer_state.h"

@@ -13,7 +13,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/tool_main.h"
-#include "models/common/flag_checks.h"
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "runtime/memory/memory_planner.h"
 #include "runtime/memory/step_simulator.h"
 

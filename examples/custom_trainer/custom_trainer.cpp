@@ -16,7 +16,7 @@
 #include <memory>
 #include <sstream>
 
-#include "models/common/flag_checks.h"
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "models/mlp/mlp.h"
 #include "models/mlp/mlp_pipeline_stage.h"
 #include "models/mlp/mlp_tensor_parallel.h"

@@ -6,7 +6,7 @@
 #include "collectives/rank_values.h"
 #include "core/error.h"
 #include "core/file_checks.h"
-#include "models/common/flag_checks.h"
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "models/gpt/training/gpt_presets.h"
 #include "runtime/parallel/node_layout.h"
 

@@ -1,7 +1,8 @@
 // A trainer outside Strata's tree, through the public header only: one unit of two parameters fitted to a target by
 // least squares, sharded over the ranks; then a two-layer network split over a tensor-parallel group of every rank
 // (a column-parallel layer, tanh, a row-parallel layer) with its own kernels. Prints the losses and "consumer: ok"
-// when both fell.
+// when both fell. Its one flag goes through the installed CLI11 validators.
+#include <strata/flag_checks.h>
 #include <strata/strata.h>
 
 #include <cmath>
@@ -107,6 +108,10 @@ std::pair<double, double> fit_tensor_parallel(strata::Runtime& rt, strata::Devic
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App app{"consumer: a sharded fit and a tp network through the installed package"};
+  int steps = 30;
+  app.add_option("--steps", steps, "fit steps")->check(strata::flags::integer(10, 1000));
+  CLI11_PARSE(app, argc, argv);
   return strata::run_main([&] {
     strata::Runtime rt(&argc, &argv);
     strata::DeviceMesh mesh(rt, strata::MeshDims{});  // every rank shards the state
@@ -120,7 +125,7 @@ int main(int argc, char** argv) {
       std::memset(out, 0, count * 4);
     });
     double first = 0, last = 0;
-    for (int step = 0; step < 30; ++step) {
+    for (int step = 0; step < steps; ++step) {
       // loss = mean over elements of (p - target)^2 / 2, target[i] = 1 + i / 10; the gradient is (p - target) / n.
       const std::vector<strata::TensorView>& p = model.begin_forward(0);
       double loss = 0;

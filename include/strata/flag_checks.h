@@ -4,8 +4,8 @@
 // digits)" and accept NaN for a "non-negative" double. These parse the text themselves and reject, with the value:
 //   --eps: must be a finite number > 0, got 0
 //   --layers: must be an integer from 1 to 2147483647, got 0
-// (CLI11 puts the flag's name and ": " in front). Header-only: tools, examples and models include it; core does not
-// (core does not depend on CLI11).
+// (CLI11 puts the flag's name and ": " in front). Header-only, installed beside strata.h for trainers that parse their
+// flags with CLI11 (`#include <strata/flag_checks.h>`); strata.h does not include it, so the library needs no CLI11.
 #pragma once
 
 #include <CLI/CLI.hpp>
