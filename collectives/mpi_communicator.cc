@@ -4,6 +4,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <vector>
 
 #include "collectives/host_reduce.h"
 #include "collectives/mpi_util.h"
@@ -44,6 +45,14 @@ bool on_one_node(MPI_Comm comm, int size) {
   STRATA_CHECK_MPI(rc);
   return node_size == size;
 }
+
+// What a running collective's lazy hang-report entries refer to; it lives on the stream thread's stack for the
+// operation's duration, so the entry's function captures one pointer (no allocation).
+struct OpRef {
+  const MpiCommunicator* comm;
+  const OpDesc* desc;
+  const std::string* what;
+};
 
 int as_int(std::size_t count, const char* op) {
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, count <= static_cast<std::size_t>(INT_MAX),
@@ -129,9 +138,11 @@ void MpiCommunicator::launch(Stream& stream, const OpDesc& desc,
   if (Tracer::global().enabled())
     args = fmt::format(R"("seq":{},"count":{},"dtype":"{}","group":"{}")", desc.seq, desc.count,
                        dtype_name(desc.dtype), name());
-  stream.enqueue_host([this, &lane, desc, what, args, track = stream.name(), body = std::move(body)] {
-    InFlightScope scope(what);
-    PeerWaitScope peers(peer_wait(desc, what));
+  stream.enqueue_bounded([this, &lane, desc, what, args, track = stream.name(), body = std::move(body)] {
+    // Registered without formatting: the hang report describes the operation only if it is asked for.
+    InFlightScope scope(&what);
+    const OpRef op{this, &desc, &what};
+    PeerWaitScope peers([&op] { return op.comm->peer_wait(*op.desc, *op.what); });
     TraceSpan span(op_kind_name(desc.kind), "comm", track, args);
     if (options().validate) validate(lane, desc, what);
     body(lane, what);
@@ -252,23 +263,33 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count
   std::size_t me = static_cast<std::size_t>(rank());
   launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
     if (count == 0) return;
-    // Reduce-scatter of equal chunks (the input padded to n * chunk), then an all-gather of the reduced chunks.
-    // Reserved on the shared-memory path too, for the ledger (see reduce_scatter).
-    char* buf = static_cast<char*>(staging(lane, 2 * n * chunk * esz));
+    // Rank r owns the elements [part(r), part(r + 1)): an all-to-all brings it every rank's copy of them, it reduces
+    // them in rank order into its own part of `recv`, and an all-gather in place fills the other parts. No copy of
+    // the whole buffer, in place or not (send's part r has gone out before recv's part r is written). The staging
+    // is reserved at its former size, 2 n chunk elements, on every path: the memory planner models this backend's
+    // comm_buffer by it (see reduce_scatter).
+    char* gathered = static_cast<char*>(staging(lane, 2 * n * chunk * esz));
     if (lane.shm) return lane.shm->all_reduce(send, recv, count, dtype, op, what);
-    char* padded = buf;
-    char* gathered = buf + n * chunk * esz;
-    std::memcpy(padded, send, count * esz);
-    std::memset(padded + count * esz, 0, (n * chunk - count) * esz);
+    auto part = [&](std::size_t r) { return static_cast<int>(r * count / n); };
+    const int mine = part(me + 1) - part(me);
+    std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
+    for (std::size_t r = 0; r < n; ++r) {
+      send_counts[r] = part(r + 1) - part(r);
+      send_displs[r] = part(r);
+      recv_counts[r] = mine;
+      recv_displs[r] = static_cast<int>(r) * mine;
+    }
     MPI_Datatype t = mpi_datatype(dtype);
     MPI_Request req;
-    int c = static_cast<int>(chunk);
-    STRATA_CHECK_MPI(MPI_Ialltoall(padded, c, t, gathered, c, t, lane.comm, &req));
+    STRATA_CHECK_MPI(MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), t, gathered, recv_counts.data(),
+                                    recv_displs.data(), t, lane.comm, &req));
     mpi_wait(req, options().timeout_s, what);
-    reduce_chunks(gathered, n, chunk, chunk, dtype, op, padded + me * chunk * esz);
-    STRATA_CHECK_MPI(MPI_Iallgather(MPI_IN_PLACE, c, t, padded, c, t, lane.comm, &req));
+    char* out = static_cast<char*>(recv);
+    reduce_chunks(gathered, n, static_cast<std::size_t>(mine), static_cast<std::size_t>(mine), dtype, op,
+                  out + static_cast<std::size_t>(part(me)) * esz);
+    STRATA_CHECK_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, t, out, send_counts.data(), send_displs.data(), t, lane.comm,
+                                     &req));
     mpi_wait(req, options().timeout_s, what);
-    std::memcpy(recv, padded, count * esz);
   });
 }
 
@@ -335,7 +356,7 @@ void MpiCommunicator::batch_send_recv(const std::vector<P2POp>& ops, Stream& str
   logger("comm").trace("enqueue {}", what);
   std::string args;
   if (Tracer::global().enabled()) args = fmt::format(R"("ops":{},"group":"{}")", ops.size(), name());
-  stream.enqueue_host([this, ops, descs, whats, what, args, track = stream.name()] {
+  stream.enqueue_bounded([this, ops, descs, whats, what, args, track = stream.name()] {
     std::vector<std::unique_ptr<InFlightScope>> scopes;
     std::vector<std::unique_ptr<PeerWaitScope>> peers;
     for (std::size_t i = 0; i < whats.size(); ++i) {

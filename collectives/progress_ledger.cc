@@ -33,15 +33,24 @@ std::uint64_t ProgressLedger::add_wait(PeerWait wait) {
   return id;
 }
 
+std::uint64_t ProgressLedger::add_wait(std::function<PeerWait()> describe) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::uint64_t id = next_id_++;
+  lazy_waits_.emplace(id, std::move(describe));
+  return id;
+}
+
 void ProgressLedger::remove_wait(std::uint64_t id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  waits_.erase(id);
+  if (waits_.erase(id) == 0) lazy_waits_.erase(id);
 }
 
 std::vector<PeerWait> ProgressLedger::waits() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  std::map<std::uint64_t, PeerWait> all = waits_;  // oldest first: ids in the order of registration
+  for (const auto& [id, describe] : lazy_waits_) all.emplace(id, describe());
   std::vector<PeerWait> out;
-  for (const auto& [id, w] : waits_) out.push_back(w);
+  for (auto& [id, w] : all) out.push_back(std::move(w));
   return out;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -38,6 +39,8 @@ class ProgressLedger {
   void reset();  // a new Runtime: counts start again
 
   std::uint64_t add_wait(PeerWait wait);
+  // A wait described only when waits() is asked (a report): `describe` must stay callable until remove_wait.
+  std::uint64_t add_wait(std::function<PeerWait()> describe);
   void remove_wait(std::uint64_t id);
   std::vector<PeerWait> waits() const;  // oldest first
 
@@ -46,12 +49,16 @@ class ProgressLedger {
   ProgressCounters counters_;
   std::uint64_t next_id_ = 1;
   std::map<std::uint64_t, PeerWait> waits_;
+  std::map<std::uint64_t, std::function<PeerWait()>> lazy_waits_;
 };
 
 // RAII registration of one wait in the ledger.
 class PeerWaitScope {
  public:
   explicit PeerWaitScope(PeerWait wait) : id_(ProgressLedger::global().add_wait(std::move(wait))) {}
+  // Described on demand: a collective registers its wait without formatting anything.
+  explicit PeerWaitScope(std::function<PeerWait()> describe)
+      : id_(ProgressLedger::global().add_wait(std::move(describe))) {}
   ~PeerWaitScope() { ProgressLedger::global().remove_wait(id_); }
   PeerWaitScope(const PeerWaitScope&) = delete;
   PeerWaitScope& operator=(const PeerWaitScope&) = delete;

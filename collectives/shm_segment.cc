@@ -127,6 +127,7 @@ std::unique_ptr<ShmSegment> ShmSegment::create(MPI_Comm comm, double timeout_s, 
   }
   seg->direct_ = PeerBlocks::probe(comm, timeout_s, what);
   seg->inputs_.resize(static_cast<std::size_t>(n));
+  seg->outputs_.resize(static_cast<std::size_t>(n));
   return seg;
 }
 
@@ -181,23 +182,32 @@ void ShmSegment::end_step() {
   ++step_;
 }
 
-bool ShmSegment::open_inputs(const void* send, std::size_t bytes, const std::string& what) {
+bool ShmSegment::open_inputs(const void* send, std::size_t bytes, const std::string& what, const void* recv,
+                             std::size_t recv_bytes) {
   ++direct_op_;
-  InputRef& mine = header(rank_).input;
-  auto ref = SharedHostMemory::find(send, bytes);
-  mine.shared = ref ? 1 : 0;
-  if (ref) mine.block = *ref;
+  auto publish = [](InputRef& mine, const void* at, std::size_t len) {
+    auto ref = SharedHostMemory::find(at, len);
+    mine.shared = ref ? 1 : 0;
+    if (ref) mine.block = *ref;
+  };
+  publish(header(rank_).input, send, bytes);
+  if (recv) publish(header(rank_).output, recv, recv_bytes);
   header(rank_).ready.value.store(direct_op_, std::memory_order_release);
   wait_peers(&Header::ready, direct_op_, what);
   bool all = true;
-  for (int p = 0; p < size_; ++p) all = all && header(p).input.shared != 0;
+  for (int p = 0; p < size_; ++p)
+    all = all && header(p).input.shared != 0 && (!recv || header(p).output.shared != 0);
   if (!all) {
     close_inputs(what);  // nobody reads; this only keeps every InputRef until its peers have looked at it
     return false;
   }
-  for (int p = 0; p < size_; ++p)
-    inputs_[static_cast<std::size_t>(p)] =
-        p == rank_ ? static_cast<const char*>(send) : peers_.map(p, header(p).input.block, bytes, what);
+  for (int p = 0; p < size_; ++p) {
+    const std::size_t i = static_cast<std::size_t>(p);
+    inputs_[i] = p == rank_ ? static_cast<const char*>(send) : peers_.map(p, header(p).input.block, bytes, what);
+    if (recv)
+      outputs_[i] =
+          p == rank_ ? static_cast<const char*>(recv) : peers_.map(p, header(p).output.block, recv_bytes, what);
+  }
   return true;
 }
 
@@ -279,10 +289,70 @@ void ShmSegment::reduce_scatter(const void* send, void* recv, std::size_t recv_c
 
 void ShmSegment::all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
                             const std::string& what) {
-  // Every rank reduces the whole buffer from the published pieces: one write and one read of each piece per rank, no
-  // second exchange; the pieces are read from cache, so the memory traffic is that of one copy.
   const char* src = static_cast<const char*>(send);
   char* dst = static_cast<char*>(recv);
+  const std::size_t bytes = count * dtype_size(dtype), n = static_cast<std::size_t>(size_);
+  if (direct_ && bytes >= n * kPiece && open_inputs(send, bytes, what, recv, bytes))
+    return all_reduce_direct(dst, count, dtype, op, what);
+  if (bytes < kHalvesBytes) return all_reduce_whole(src, dst, count, dtype, op, what);
+  all_reduce_in_halves(src, dst, count, dtype, op, what);
+}
+
+void ShmSegment::all_reduce_direct(char* dst, std::size_t count, DType dtype, ReduceOp op, const std::string& what) {
+  // Rank r owns the elements [part(r), part(r + 1)): it reduces them from every rank's input in rank order into its
+  // own output, and once every rank has, copies the other parts from their owners' outputs. In place each rank
+  // writes only its own part of its own buffer, which no peer reads in the first half.
+  const std::size_t esz = dtype_size(dtype), n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
+  auto part = [&](std::size_t r) { return r * count / n; };
+  const std::size_t step = kPiece / esz;
+  std::vector<const void*> pieces(n);
+  for (std::size_t off = part(me); off < part(me + 1); off += step) {
+    const std::size_t len = std::min(step, part(me + 1) - off);
+    for (std::size_t q = 0; q < n; ++q) pieces[q] = inputs_[q] + off * esz;
+    reduce_pieces(pieces.data(), n, len, dtype, op, dst + off * esz);  // in place: dst aliases pieces[me]
+  }
+  header(rank_).reduced.value.store(direct_op_, std::memory_order_release);
+  wait_peers(&Header::reduced, direct_op_, what);
+  auto copy_out = count * esz >= kStreamBytes ? copy_streaming : copy_plain;
+  for (std::size_t k = 1; k < n; ++k) {
+    const std::size_t p = (me + k) % n;
+    copy_out(dst + part(p) * esz, outputs_[p] + part(p) * esz, (part(p + 1) - part(p)) * esz);
+  }
+  stream_fence();
+  end_direct(what);
+}
+
+void ShmSegment::all_reduce_in_halves(const char* src, char* dst, std::size_t count, DType dtype, ReduceOp op,
+                                      const std::string& what) {
+  // Each stretch of n * per elements is a reduce-scatter step (rank r reduces the r-th `per` of it) and then an
+  // all-gather step of the reduced parts: every rank reduces 1/n of the buffer instead of all of it. In place, a
+  // part that the all-gather overwrites was copied into the slot in the first step.
+  const std::size_t esz = dtype_size(dtype), n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
+  const std::size_t per = std::max<std::size_t>(1, kPiece / (n * esz));
+  std::vector<const void*> pieces(n);
+  for (std::size_t off = 0; off < count; off += n * per) {
+    auto begin = [&](std::size_t r) { return off + std::min(r * per, count - off); };
+    auto len = [&](std::size_t r) { return begin(r + 1) - begin(r); };
+    char* mine = begin_write(what);
+    for (std::size_t r = 0; r < n; ++r)
+      if (r != me) std::memcpy(mine + r * per * esz, src + begin(r) * esz, len(r) * esz);
+    publish_and_wait(what);
+    for (std::size_t q = 0; q < n; ++q)
+      pieces[q] = q == me ? src + begin(me) * esz : buffer(static_cast<int>(q), step_) + me * per * esz;
+    reduce_pieces(pieces.data(), n, len(me), dtype, op, dst + begin(me) * esz);  // in place: dst aliases pieces[me]
+    end_step();
+    std::memcpy(begin_write(what), dst + begin(me) * esz, len(me) * esz);
+    publish_and_wait(what);
+    for (std::size_t p = 0; p < n; ++p)
+      if (p != me) std::memcpy(dst + begin(p) * esz, buffer(static_cast<int>(p), step_), len(p) * esz);
+    end_step();
+  }
+}
+
+void ShmSegment::all_reduce_whole(const char* src, char* dst, std::size_t count, DType dtype, ReduceOp op,
+                                  const std::string& what) {
+  // One exchange, then every rank reduces the whole buffer from the published pieces: for small buffers one wait
+  // costs more than reducing n times as much.
   const std::size_t esz = dtype_size(dtype), n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
   const std::size_t per = kPiece / esz;
   std::vector<const void*> pieces(n);

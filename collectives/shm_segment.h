@@ -27,16 +27,22 @@ namespace strata {
 // streaming stores (they skip the read-for-ownership of each line). See docs/architecture.md ("Intra-node shared
 // memory") and docs/benchmarks.md (collectives).
 //
+// all_reduce from kHalvesBytes is a reduce-scatter step then an all-gather step per stretch of the buffer, so each
+// rank reduces 1/n of it; below that one exchange, and every rank reduces the whole buffer (one wait, not two).
+//
 // One copy instead of two: when every rank's input of an all_gather or reduce_scatter of at least kPiece bytes per
-// rank lies in shared host memory (core/shared_host_memory.h: the CPU device puts parameters, gradients and
-// communication buffers there), each rank reads its peers' inputs where they lie (PeerBlocks) and the slots carry
-// nothing. The ranks first publish where their input is and wait for each other ("ready"); if any input is not
+// rank (for an all_reduce of n * kPiece bytes or more, its input and its output) lies in shared host memory
+// (core/shared_host_memory.h: the CPU device puts parameters, gradients and communication buffers there), each rank
+// reads its peers' inputs where they lie (PeerBlocks) and the slots carry nothing. A direct all_reduce has rank r
+// reduce the r-th part from every input into its own output, then ("reduced") copy the other parts from their
+// owners' outputs. The ranks first publish where their input is and wait for each other ("ready"); if any input is not
 // shared, all of them take the slot path. At the end each rank says it is done reading and waits for the others
 // ("done"), since a caller may overwrite its input as soon as the call returns.
 //
 // Waits spin briefly, then yield, then sleep in short steps; each is bounded by the timeout and runs the WaitHooks
 // pollers every 5 ms (a peer that left the job ends the wait with the side channel's error), as mpi_wait does.
-// A segment is used by one thread at a time (its lane's stream thread).
+// A segment is used by one thread at a time: whichever runs its lane's stream (the stream's own thread, or a caller of
+// synchronize() that runs the queued work itself, core/cpu_device.h).
 //
 // The memory is a POSIX shared-memory object that group rank 0 creates and unlinks as soon as every rank has mapped
 // it (so nothing is left to clean, whatever happens later), not an MPI_Win_allocate_shared window: MPI_Win_free is
@@ -47,6 +53,9 @@ class ShmSegment {
  public:
   static constexpr std::size_t kPiece = 256 << 10;  // bytes per rank per step
   static constexpr std::size_t kDepth = 4;          // buffers per slot
+  // all_reduce of at least this many bytes goes as a reduce-scatter then an all-gather (each rank reduces 1/n of the
+  // buffer); below it, one exchange and every rank reduces the whole buffer.
+  static constexpr std::size_t kHalvesBytes = 64 << 10;
 
   // Collective over `comm`, whose ranks must all share this node's memory (MPI_COMM_TYPE_SHARED); every exchange is
   // bounded by `timeout_s`. Returns nullptr on every rank, after a warning, when some rank cannot create or map the
@@ -80,9 +89,11 @@ class ShmSegment {
   struct Header {
     Counter published;  // steps whose piece is in this slot
     Counter consumed;   // steps this rank has read from every peer
-    Counter ready;      // direct operations whose InputRef is set
+    Counter ready;      // direct operations whose InputRef (and OutputRef) is set
+    Counter reduced;    // direct all_reduces whose part this rank has reduced into its output
     Counter done;       // direct operations whose inputs this rank has finished reading
     InputRef input;
+    InputRef output;    // a direct all_reduce's output, where peers read the reduced parts
   };
   static constexpr std::size_t kHeaderBytes = 4096;  // keeps the buffers page-aligned
   static_assert(sizeof(Header) <= kHeaderBytes, "the slot header must fit before the buffers");
@@ -97,14 +108,22 @@ class ShmSegment {
   void publish_and_wait(const std::string& what);
   // Marks step_ consumed by this rank and moves to the next step.
   void end_step();
-  // Direct operation `direct_op_ + 1`: publishes where `send` (`bytes` of input) lies and returns true, with
-  // inputs_[r] set to rank r's input as mapped here, when every rank's input is in shared host memory. Otherwise
-  // (after the done exchange) false, on every rank alike.
-  bool open_inputs(const void* send, std::size_t bytes, const std::string& what);
+  // Direct operation `direct_op_ + 1`: publishes where `send` (`bytes` of input) lies, and `recv` (`recv_bytes`)
+  // when it is not null, and returns true, with inputs_[r] (and outputs_[r]) set to rank r's buffers as mapped here,
+  // when every rank's are in shared host memory. Otherwise (after the done exchange) false, on every rank alike.
+  bool open_inputs(const void* send, std::size_t bytes, const std::string& what, const void* recv = nullptr,
+                   std::size_t recv_bytes = 0);
   // Says this rank is done reading its peers' inputs and waits until they all are.
   void close_inputs(const std::string& what);
   // close_inputs, and counts a direct operation done.
   void end_direct(const std::string& what);
+  // all_reduce's three ways: the peers' inputs read in place, a reduce-scatter then an all-gather through the slots,
+  // and (small buffers) one exchange after which every rank reduces the whole buffer.
+  void all_reduce_direct(char* dst, std::size_t count, DType dtype, ReduceOp op, const std::string& what);
+  void all_reduce_in_halves(const char* src, char* dst, std::size_t count, DType dtype, ReduceOp op,
+                            const std::string& what);
+  void all_reduce_whole(const char* src, char* dst, std::size_t count, DType dtype, ReduceOp op,
+                        const std::string& what);
   // Waits until counter `which` of every peer reaches `target` (bounded, see the class comment).
   void wait_peers(Counter Header::*which, std::uint64_t target, const std::string& what);
 
@@ -123,6 +142,7 @@ class ShmSegment {
   std::atomic<std::uint64_t> direct_done_{0};
   PeerBlocks peers_;
   std::vector<const char*> inputs_;
+  std::vector<const char*> outputs_;
 };
 
 }  // namespace strata

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "core/backoff.h"
 #include "core/error.h"
@@ -16,6 +17,8 @@
 namespace strata {
 namespace {
 constexpr std::size_t kHostAlignment = 64;
+// How long an idle stream thread polls for new work before it sleeps.
+constexpr auto kIdlePoll = std::chrono::microseconds(50);
 
 }  // namespace
 
@@ -105,49 +108,72 @@ CpuStream::~CpuStream() {
   worker_.join();
 }
 
-void CpuStream::push(std::function<void()> fn, bool always_run) {
+void CpuStream::push(std::function<void()> fn, bool always_run, bool bounded) {
   if (!threaded_) {
     fn();  // inline: exceptions reach the caller directly
     return;
   }
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    queue_.push_back(Task{std::move(fn), always_run});
+    queue_.push_back(Task{std::move(fn), always_run, bounded});
+    wake = sleeping_;
   }
-  cv_.notify_all();
+  pushed_.fetch_add(1, std::memory_order_release);
+  if (wake) cv_.notify_all();
 }
 
 void CpuStream::run() {
   std::unique_lock<std::mutex> lock(mutex_);
+  auto ready = [&] { return stopping_ || (!queue_.empty() && !running_); };
   for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping and drained
-    Task task = std::move(queue_.front());
-    queue_.pop_front();
-    bool failed = failure_ != nullptr;
-    lock.unlock();
-    if (!failed || task.always_run) {
-      try {
-        task.fn();
-      } catch (const std::exception& e) {
-        lock.lock();
-        if (!failure_) {
-          failure_ = std::current_exception();
-          failure_message_ = e.what();
-          const auto* strata_error = dynamic_cast<const Error*>(&e);
-          failure_code_ = strata_error ? strata_error->code() : ErrorCode::kInternal;
-        }
-        lock.unlock();
-      }
+    if (!ready()) {
+      // Idle: look for new work for a moment (yielding the core to whoever needs it) before sleeping, since waking
+      // a sleeping thread costs more than the small collective that usually comes next.
+      const std::uint64_t seen = pushed_.load(std::memory_order_acquire);
+      lock.unlock();
+      const auto until = std::chrono::steady_clock::now() + kIdlePoll;
+      while (pushed_.load(std::memory_order_acquire) == seen && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+      lock.lock();
+      sleeping_ = true;
+      cv_.wait(lock, ready);
+      sleeping_ = false;
     }
-    lock.lock();
-    cv_.notify_all();
+    if (queue_.empty()) return;  // stopping and drained
+    run_front(lock);
   }
+}
+
+void CpuStream::run_front(std::unique_lock<std::mutex>& lock) {
+  Task task = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = true;
+  bool failed = failure_ != nullptr;
+  lock.unlock();
+  if (!failed || task.always_run) {
+    try {
+      task.fn();
+    } catch (const std::exception& e) {
+      lock.lock();
+      if (!failure_) {
+        failure_ = std::current_exception();
+        failure_message_ = e.what();
+        const auto* strata_error = dynamic_cast<const Error*>(&e);
+        failure_code_ = strata_error ? strata_error->code() : ErrorCode::kInternal;
+      }
+      lock.unlock();
+    }
+  }
+  lock.lock();
+  running_ = false;
 }
 
 std::string CpuStream::failure_text() const { return failure_ ? failure_message_ : std::string(); }
 
-void CpuStream::enqueue_host(std::function<void()> fn) { push(std::move(fn), false); }
+void CpuStream::enqueue_host(std::function<void()> fn) { push(std::move(fn), false, false); }
+
+void CpuStream::enqueue_bounded(std::function<void()> fn) { push(std::move(fn), false, true); }
 
 void CpuStream::record(Event& event) {
   std::shared_ptr<CpuEventState> e = static_cast<CpuEvent&>(event).state();
@@ -167,7 +193,7 @@ void CpuStream::record(Event& event) {
         }
         e->complete(generation, failure, code);
       },
-      true);
+      true, true);
 }
 
 void CpuStream::wait(Event& event) {
@@ -175,14 +201,28 @@ void CpuStream::wait(Event& event) {
   std::uint64_t generation = e->armed();
   if (generation == 0) return;  // never recorded: nothing to wait for (as cudaStreamWaitEvent)
   std::string waiter = "stream '" + name() + "'";
-  push([e, generation, waiter] { e->wait_for(generation, waiter.c_str()); }, false);
+  push([e, generation, waiter] { e->wait_for(generation, waiter.c_str()); }, false, true);
 }
 
 void CpuStream::synchronize() {
   if (!threaded_) return;
+  {
+    // The caller would only wait: while the worker is not running a task, the caller runs the queued ones itself, in
+    // order, and skips the two thread wake-ups of a hand-off (a small collective costs less than one of them).
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!running_ && !queue_.empty() && queue_.front().bounded) run_front(lock);
+    if (!running_ && queue_.empty()) {
+      std::exception_ptr failure;
+      std::swap(failure, failure_);
+      failure_message_.clear();
+      lock.unlock();
+      if (failure) std::rethrow_exception(failure);
+      return;
+    }
+  }
   auto done = std::make_shared<CpuEventState>(device().timeout_s());
   std::uint64_t generation = done->arm();
-  push([done, generation] { done->complete(generation, "", ErrorCode::kInternal); }, true);
+  push([done, generation] { done->complete(generation, "", ErrorCode::kInternal); }, true, true);
   std::string waiter = "host synchronize of stream '" + name() + "'";
   done->wait_for(generation, waiter.c_str());
   std::exception_ptr failure;
@@ -210,11 +250,11 @@ std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEv
 void CpuDevice::copy(void* dst, const void* src, std::size_t bytes, Stream& stream) {
   if (bytes == 0) return;
   if (&stream == compute_.get() || !Tracer::global().enabled()) {
-    stream.enqueue_host([=] { std::memcpy(dst, src, bytes); });
+    stream.enqueue_bounded([=] { std::memcpy(dst, src, bytes); });
     return;
   }
   // A copy on a side stream (offload's uploads, gradient shards coming back) is a span on that stream's track.
-  stream.enqueue_host([=, track = stream.name()] {
+  stream.enqueue_bounded([=, track = stream.name()] {
     TraceSpan span("copy", "copy", track, fmt::format(R"("bytes":{})", bytes));
     std::memcpy(dst, src, bytes);
   });
@@ -222,7 +262,7 @@ void CpuDevice::copy(void* dst, const void* src, std::size_t bytes, Stream& stre
 
 void CpuDevice::fill_zero(void* dst, std::size_t bytes, Stream& stream) {
   if (bytes == 0) return;
-  stream.enqueue_host([=] { std::memset(dst, 0, bytes); });
+  stream.enqueue_bounded([=] { std::memset(dst, 0, bytes); });
 }
 
 void CpuDevice::copy_to_host(void* host_dst, const void* dev_src, std::size_t bytes) {

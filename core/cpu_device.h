@@ -1,6 +1,7 @@
 // CpuDevice: host memory; streams are ordered task queues run by their own thread (the compute stream runs inline).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -67,14 +68,19 @@ class CpuStream : public Stream {
   void wait(Event& event) override;
   void synchronize() override;
   void enqueue_host(std::function<void()> fn) override;
+  void enqueue_bounded(std::function<void()> fn) override;
 
  private:
   struct Task {
     std::function<void()> fn;
     bool always_run;  // event completions run even after a failure, carrying it
+    bool bounded;     // synchronize() may run it on the caller's thread (its waits end by the timeout)
   };
-  void push(std::function<void()> fn, bool always_run);
+  void push(std::function<void()> fn, bool always_run, bool bounded);
   void run();
+  // Pops the front task and runs it on this thread with `lock` released, recording its failure; `lock` is held on
+  // entry and on return.
+  void run_front(std::unique_lock<std::mutex>& lock);
   std::string failure_text() const;
 
   bool threaded_;
@@ -82,6 +88,9 @@ class CpuStream : public Stream {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stopping_ = false;
+  bool running_ = false;           // a task is running (on the worker, or on a thread in synchronize())
+  bool sleeping_ = false;          // the worker waits on cv_ (push wakes it only then)
+  std::atomic<std::uint64_t> pushed_{0};  // tasks pushed so far, which the idle worker polls
   std::exception_ptr failure_;     // first failure since the last synchronize()
   std::string failure_message_;
   ErrorCode failure_code_ = ErrorCode::kInternal;

@@ -51,6 +51,9 @@ class Stream {
   virtual void synchronize() = 0;
   // Runs `fn` on the host in stream order. Exceptions are captured and rethrown by synchronize().
   virtual void enqueue_host(std::function<void()> fn) = 0;
+  // enqueue_host for work whose every wait is bounded by the device timeout (collectives, copies): a CPU stream may
+  // run it on the thread that calls synchronize() while its own thread is idle, sparing the hand-off.
+  virtual void enqueue_bounded(std::function<void()> fn) { enqueue_host(std::move(fn)); }
   // cudaStream_t for CUDA streams; nullptr on the CPU.
   virtual void* native_handle() { return nullptr; }
 

@@ -17,7 +17,14 @@ InFlightTable& InFlightTable::global() {
 std::uint64_t InFlightTable::add(std::string description) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::uint64_t id = next_id_++;
-  entries_.emplace(id, Entry{std::move(description), std::chrono::steady_clock::now()});
+  entries_.emplace(id, Entry{std::move(description), nullptr, std::chrono::steady_clock::now()});
+  return id;
+}
+
+std::uint64_t InFlightTable::add(const std::string* description) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::uint64_t id = next_id_++;
+  entries_.emplace(id, Entry{std::string(), description, std::chrono::steady_clock::now()});
   return id;
 }
 
@@ -38,7 +45,7 @@ std::string InFlightTable::describe() const {
   std::string out;
   for (const auto& [id, e] : entries_) {
     double age = std::chrono::duration<double>(now - e.since).count();
-    out += fmt::format("  {} (for {:.1f} s)\n", e.description, age);
+    out += fmt::format("  {} (for {:.1f} s)\n", e.borrowed ? *e.borrowed : e.description, age);
   }
   return out;
 }

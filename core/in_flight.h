@@ -14,6 +14,9 @@ class InFlightTable {
   static InFlightTable& global();
 
   std::uint64_t add(std::string description);
+  // The same with a description that `*description` holds, read only when the table is printed: the caller keeps
+  // the string alive and unchanged until remove(), and registering formats and copies nothing.
+  std::uint64_t add(const std::string* description);
   void remove(std::uint64_t id);
   // One line per entry, oldest first: "  all_gather seq=12 count=1024 dtype=f32 group=world(2) for 3.2 s".
   std::string describe() const;
@@ -22,6 +25,7 @@ class InFlightTable {
  private:
   struct Entry {
     std::string description;
+    const std::string* borrowed;  // when not null, the description
     std::chrono::steady_clock::time_point since;
   };
   mutable std::mutex mutex_;
@@ -33,6 +37,8 @@ class InFlightTable {
 class InFlightScope {
  public:
   explicit InFlightScope(std::string description) : id_(InFlightTable::global().add(std::move(description))) {}
+  // Borrows `*description`, which must outlive the scope (a collective's own `what`).
+  explicit InFlightScope(const std::string* description) : id_(InFlightTable::global().add(description)) {}
   ~InFlightScope() { InFlightTable::global().remove(id_); }
   InFlightScope(const InFlightScope&) = delete;
   InFlightScope& operator=(const InFlightScope&) = delete;

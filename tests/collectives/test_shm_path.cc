@@ -65,15 +65,18 @@ CommOptions with_shm(bool on) {
 enum class Op { kAllGather, kReduceScatter, kAllReduce };
 
 // Runs `op` on `comm` from identical rough inputs and returns the output bytes (collective).
+// `shared`: the buffers in a category the CPU device puts in shared host memory (from its minimum size), so large
+// ones are read where they lie; otherwise private, so every byte goes through the slots.
 std::vector<char> run(Communicator& comm, Stream& stream, Op op, DType t, ReduceOp rop, std::size_t count,
-                      bool in_place) {
+                      bool in_place, bool shared = true) {
   Device& dev = comm.device();
   const std::size_t n = static_cast<std::size_t>(comm.size()), me = static_cast<std::size_t>(comm.rank());
   const std::size_t esz = dtype_size(t);
   const std::size_t in_elems = op == Op::kReduceScatter ? n * count : count;
   const std::size_t out_elems = op == Op::kAllGather ? n * count : count;
-  Buffer in = dev.allocate(std::max<std::size_t>(in_elems, out_elems) * esz, MemCategory::kOther);
-  Buffer out = dev.allocate(out_elems * esz, MemCategory::kOther);
+  const MemCategory category = shared ? MemCategory::kOther : MemCategory::kActivations;
+  Buffer in = dev.allocate(std::max<std::size_t>(in_elems, out_elems) * esz, category);
+  Buffer out = dev.allocate(out_elems * esz, category);
   std::memset(out.data(), 0xab, out.bytes());
   char* send = in.as<char>();
   char* recv = out.as<char>();
@@ -120,7 +123,9 @@ TEST(ShmPath, OnForGroupsOnOneNodeUnlessDisabled) {
 }
 
 // The shared-memory path against the MPI path on the same inputs: every byte equal, for every op, dtype and
-// reduction, out of place and in place, at counts of one step, several steps and more steps than buffers.
+// reduction, out of place and in place, at counts of one step, several steps and more steps than buffers. all_reduce
+// runs its three ways: the whole buffer reduced on every rank (small), a reduce-scatter then an all-gather through
+// the slots (private buffers from ShmSegment::kHalvesBytes), and inputs and outputs read in place (shared ones).
 TEST(ShmPath, BitwiseEqualToMpiPath) {
   Device& dev = runtime().device();
   MpiCommunicator on(dev, MPI_COMM_WORLD, "shm_on", with_shm(true));
@@ -133,12 +138,16 @@ TEST(ShmPath, BitwiseEqualToMpiPath) {
         if (op == Op::kAllGather && rop != ReduceOp::kSum) continue;
         for (std::size_t count : shm_counts(t, on.size())) {
           for (bool in_place : {false, true}) {
-            std::vector<char> a = run(on, *stream, op, t, rop, count, in_place);
-            std::vector<char> b = run(off, *stream, op, t, rop, count, in_place);
-            bool same = a == b;
-            if (!same && differing++ < 5)
-              ADD_FAILURE() << op_name(op) << " " << dtype_name(t) << " " << reduce_op_name(rop) << " count " << count
-                            << " in_place " << in_place << ": the shared-memory path differs from the MPI path";
+            for (bool shared : {true, false}) {
+              if (!shared && op != Op::kAllReduce) continue;
+              std::vector<char> a = run(on, *stream, op, t, rop, count, in_place, shared);
+              std::vector<char> b = run(off, *stream, op, t, rop, count, in_place, shared);
+              bool same = a == b;
+              if (!same && differing++ < 5)
+                ADD_FAILURE() << op_name(op) << " " << dtype_name(t) << " " << reduce_op_name(rop) << " count "
+                              << count << " in_place " << in_place << " shared " << shared
+                              << ": the shared-memory path differs from the MPI path";
+            }
           }
         }
       }
@@ -259,6 +268,48 @@ TEST(ShmPath, ReadsSharedInputsInPlace) {
   EXPECT_EQ(wrong, 0);
   // Four operations a round, every one direct.
   EXPECT_EQ(comm.shm_direct_operations(), 4u * (PeerBlocks::kMaxPerPeer + 8));
+}
+
+// An all_reduce whose input and output lie in shared host memory on every rank reads its peers' buffers in place:
+// exact sums, in place and out of place, at a count that does not divide by the ranks; one rank with a private
+// output sends every rank through the slots, with the same results.
+TEST(ShmPath, AllReduceReadsSharedBuffersInPlace) {
+  Device& dev = runtime().device();
+  MpiCommunicator comm(dev, MPI_COMM_WORLD, "shm_ar_direct", with_shm(true));
+  if (comm.size() == 1 || !env().shm || !env().shm_in_place)
+    GTEST_SKIP() << "one rank, or STRATA_SHM or STRATA_SHM_IN_PLACE 0";
+  auto s = dev.create_stream("ar_direct");
+  const int n = comm.size(), me = comm.rank();
+  // f32, enough for the direct path (n * kPiece bytes) and for shared host memory
+  const std::size_t count =
+      std::max(static_cast<std::size_t>(n) * ShmSegment::kPiece, SharedHostMemory::kMinBytes) / 4 + 77;
+  Buffer in = dev.allocate(count * 4, MemCategory::kUnshardedGrads);
+  Buffer out = dev.allocate(count * 4, MemCategory::kUnshardedGrads);
+  std::vector<float> private_out(count);
+  int wrong = 0;
+  auto check = [&](const float* got, int seed) {
+    for (std::size_t i = 0; i < count; ++i) {
+      float want = 0;
+      for (int r = 0; r < n; ++r) want += static_cast<float>(verifiable_int(seed, r, i));
+      wrong += got[i] != want;
+    }
+  };
+  int seed = 40;
+  for (bool in_place : {false, true}) {
+    fill_verifiable(in.data(), count, DType::kF32, seed, me);
+    float* recv = in_place ? in.as<float>() : out.as<float>();
+    comm.all_reduce(in.data(), recv, count, DType::kF32, ReduceOp::kSum, *s);
+    s->synchronize();
+    check(recv, seed++);
+  }
+  EXPECT_EQ(comm.shm_direct_operations(), 2u);
+  fill_verifiable(in.data(), count, DType::kF32, seed, me);
+  float* recv = me == n - 1 ? private_out.data() : out.as<float>();
+  comm.all_reduce(in.data(), recv, count, DType::kF32, ReduceOp::kSum, *s);
+  s->synchronize();
+  check(recv, seed);
+  EXPECT_EQ(comm.shm_direct_operations(), 2u);
+  EXPECT_EQ(wrong, 0);
 }
 
 // One rank's input in private memory: every rank takes the slots, with exact results.

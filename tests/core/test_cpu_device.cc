@@ -58,13 +58,61 @@ TEST(CpuDevice, StreamRunsTasksInOrderOnItsOwnThread) {
   CpuDevice dev(10.0);
   auto s = dev.create_stream("work");
   std::vector<int> order;
+  std::atomic<bool> done{false};
   std::thread::id worker;
   for (int i = 0; i < 100; ++i) s->enqueue_host([&order, i] { order.push_back(i); });
-  s->enqueue_host([&worker] { worker = std::this_thread::get_id(); });
+  s->enqueue_host([&] {
+    worker = std::this_thread::get_id();
+    done = true;
+  });
+  // Without a synchronize the stream's own thread runs the work.
+  while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   s->synchronize();
   ASSERT_EQ(order.size(), 100u);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
   EXPECT_NE(worker, std::this_thread::get_id());
+}
+
+// synchronize() may run bounded work on the caller's thread, but never out of order, never beside a task the
+// stream's thread is running, and never an enqueue_host task.
+TEST(CpuDevice, SynchronizeRunsQueuedBoundedWorkInOrder) {
+  CpuDevice dev(10.0);
+  auto s = dev.create_stream("steal");
+  std::atomic<bool> release{false};
+  std::atomic<int> running{0}, overlapped{0};
+  std::vector<int> order;
+  auto task = [&](int i) {
+    if (running.fetch_add(1) != 0) ++overlapped;
+    order.push_back(i);
+    running.fetch_sub(1);
+  };
+  s->enqueue_bounded([&] {  // holds the stream's thread until everything is queued
+    while (!release) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    task(0);
+  });
+  for (int i = 1; i < 200; ++i) s->enqueue_bounded([&task, i] { task(i); });
+  std::thread::id unbounded_on;
+  s->enqueue_host([&] { unbounded_on = std::this_thread::get_id(); });
+  for (int i = 200; i < 300; ++i) s->enqueue_bounded([&task, i] { task(i); });
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    release = true;
+  });
+  s->synchronize();
+  releaser.join();
+  ASSERT_EQ(order.size(), 300u);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(order[static_cast<std::size_t>(i)], i);
+  EXPECT_EQ(overlapped.load(), 0);
+  EXPECT_NE(unbounded_on, std::this_thread::get_id());
+  // On an idle stream a bounded task's failure still reaches synchronize and skips the work after it.
+  bool ran_after = false;
+  s->enqueue_bounded([] { STRATA_THROW(ErrorCode::kInternal, "stolen boom"); });
+  s->enqueue_bounded([&] { ran_after = true; });
+  EXPECT_THROW(s->synchronize(), Error);
+  EXPECT_FALSE(ran_after);
+  s->enqueue_bounded([&] { ran_after = true; });
+  s->synchronize();
+  EXPECT_TRUE(ran_after);
 }
 
 TEST(CpuDevice, ComputeStreamRunsInline) {
