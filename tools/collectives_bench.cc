@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <iostream>
@@ -52,6 +53,22 @@ double bus_factor(BenchOp op, int n) {
     case BenchOp::kAllGather:
     case BenchOp::kReduceScatter: return static_cast<double>(n - 1) / n;
     case BenchOp::kAllReduce: return 2.0 * (n - 1) / n;
+    case BenchOp::kBroadcast: return 1.0;
+  }
+  return 1.0;
+}
+
+// The memory bound of each collective, as a multiple of the memcpy rate m (bytes copied per second by one rank
+// while every rank copies): the bytes a rank must read and write at least, for a buffer of `size` S on n ranks, are
+// all_gather 2(n-1)/n S (each peer's piece read and written once), reduce_scatter (n+1)/n S (all n parts of its
+// share read, its share written), all_reduce their sum (3n-1)/n S, broadcast 2S; a memcpy of B bytes moves 2B.
+// Dividing nccl-tests' busbw formula by the time those bytes take at m gives busbw's ceiling.
+double bound_factor(BenchOp op, int n) {
+  const double r = n;
+  switch (op) {
+    case BenchOp::kAllGather: return 1.0;
+    case BenchOp::kReduceScatter: return 2.0 * (r - 1) / (r + 1);
+    case BenchOp::kAllReduce: return 4.0 * (r - 1) / (3 * r - 1);
     case BenchOp::kBroadcast: return 1.0;
   }
   return 1.0;
@@ -259,6 +276,7 @@ struct Row {
   double time_us = 0, algbw = 0, busbw = 0;
   std::optional<long long> wrong;  // absent with --check 0
   std::optional<double> mpi_time_us, mpi_busbw;
+  std::optional<double> memcpy_gbs, bound_gbs;  // CPU backend: memcpy of `bytes` on every rank at once, busbw's ceiling
 };
 
 class Bench {
@@ -305,6 +323,11 @@ class Bench {
     row.time_us = sec * 1e6;
     row.algbw = sec > 0 ? static_cast<double>(s.bytes) / sec / 1e9 : 0;
     row.busbw = row.algbw * bus_factor(op, n_);
+    if (dev_.kind() == DeviceKind::kCpu && s.bytes > 0) {
+      double csec = time_loop([&] { copy_once(s.bytes); }, [] {});
+      row.memcpy_gbs = static_cast<double>(s.bytes) / csec / 1e9;
+      row.bound_gbs = *row.memcpy_gbs * bound_factor(op, n_);
+    }
     if (o_.check) row.wrong = check(op, t, s, rop, seed + 1);
     if (std::optional<MPI_Op> mop = baseline_op(op, t, s)) {
       double msec = time_loop([&] { issue_plain(op, t, s, *mop); }, [] {});
@@ -322,6 +345,12 @@ class Bench {
     if (!is_reduction(op)) return MPI_OP_NULL;
     if (t == DType::kBF16 || t == DType::kF16) return std::nullopt;
     return o_.reduce == ReduceOp::kMax ? MPI_MAX : MPI_SUM;
+  }
+
+  // One memcpy of `bytes` between the benchmark's own (host) buffers, every rank at once in time_loop.
+  void copy_once(std::size_t bytes) {
+    std::memcpy(recv_.data(), send_.data(), bytes);
+    asm volatile("" : : "r"(recv_.data()) : "memory");  // the copy is not dead code
   }
 
   void fill_input(DType t, const Shape& s, int seed) {
@@ -439,7 +468,7 @@ void print_table_header(BenchOp op, bool baseline) {
   fmt::print("#\n# {}\n#{:>11} {:>12} {:>5} {:>6} {:>10} {:>12} {:>12} {:>7}", bench_op_name(op), "size", "count",
              "type", "redop", "time(us)", "algbw(GB/s)", "busbw(GB/s)", "#wrong");
   if (baseline) fmt::print(" {:>10} {:>6}", "mpi_busbw", "ratio");
-  fmt::print("\n");
+  fmt::print(" {:>8} {:>8}\n", "bound", "of_bound");
 }
 
 void print_row(const Row& r, ReduceOp rop, bool baseline) {
@@ -451,7 +480,9 @@ void print_row(const Row& r, ReduceOp rop, bool baseline) {
     fmt::print(" {:>10} {:>6}", has ? fmt::format("{:.2f}", *r.mpi_busbw) : "-",
                has && *r.mpi_busbw > 0 ? fmt::format("{:.2f}", r.busbw / *r.mpi_busbw) : "-");
   }
-  fmt::print("\n");
+  bool bounded = r.bound_gbs && *r.bound_gbs > 0;
+  fmt::print(" {:>8} {:>8}\n", bounded ? fmt::format("{:.2f}", *r.bound_gbs) : "-",
+             bounded ? fmt::format("{:.2f}", r.busbw / *r.bound_gbs) : "-");
   std::fflush(stdout);
 }
 
@@ -473,7 +504,10 @@ Json row_json(const Row& r, const Runtime& rt, ReduceOp rop) {
           {"wrong", opt(r.wrong)},
           {"mpi_time_us", opt(r.mpi_time_us)},
           {"mpi_busbw_gbs", opt(r.mpi_busbw)},
-          {"ratio", ratio ? Json(r.busbw / *r.mpi_busbw) : Json(nullptr)}};
+          {"ratio", ratio ? Json(r.busbw / *r.mpi_busbw) : Json(nullptr)},
+          {"memcpy_gbs", opt(r.memcpy_gbs)},
+          {"bound_gbs", opt(r.bound_gbs)},
+          {"of_bound", r.bound_gbs && *r.bound_gbs > 0 ? Json(r.busbw / *r.bound_gbs) : Json(nullptr)}};
 }
 
 int run_bench(Runtime& rt, const BenchOptions& o) {

@@ -48,6 +48,7 @@ struct Options {
   std::size_t min_bytes = 1024, max_bytes = 64u << 20, step = 2;
   int iters = 20, warmup = 5;
   bool thread_multiple = false;  // --thread-multiple: MPI_Init_thread(MPI_THREAD_MULTIPLE), as the Strata Runtime
+  bool in_place = false;         // --in-place: all_reduce with MPI_IN_PLACE (Open MPI takes other algorithms)
   std::string op = "all";        // --op all_gather | reduce_scatter | all_reduce | all
 };
 
@@ -59,6 +60,10 @@ bool parse(int argc, char** argv, Options& o) {
     if (a == "-h" || a == "--help") return false;
     if (a == "--thread-multiple") {
       o.thread_multiple = true;
+      continue;
+    }
+    if (a == "--in-place") {
+      o.in_place = true;
       continue;
     }
     if (!(v = value())) return false;
@@ -169,8 +174,10 @@ int main(int argc, char** argv) {
             });
             break;
           case kAllReduce:
-            sec = time_loop(
-                o, [&] { CHECK_MPI(MPI_Allreduce(send.data(), recv.data(), c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD)); });
+            sec = time_loop(o, [&] {
+              CHECK_MPI(MPI_Allreduce(o.in_place ? MPI_IN_PLACE : send.data(), recv.data(), c, MPI_FLOAT, MPI_SUM,
+                                      MPI_COMM_WORLD));
+            });
             break;
         }
       }

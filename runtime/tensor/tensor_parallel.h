@@ -19,10 +19,12 @@
 namespace strata {
 
 // Bytes and calls per step of each kind of tp collective (the buffer sizes: an all-reduce's buffer, an all-gather's
-// output, a reduce-scatter's input).
+// output, a reduce-scatter's input), and on the CPU backend the seconds spent in them (they run inline on the
+// compute stream there, so the host's clock times the collectives themselves; 0 on CUDA, where they are enqueued).
 struct TpTraffic {
   std::uint64_t all_reduce_bytes = 0, all_gather_bytes = 0, reduce_scatter_bytes = 0;
   std::uint64_t calls = 0;
+  double cpu_seconds = 0;
   std::uint64_t total() const { return all_reduce_bytes + all_gather_bytes + reduce_scatter_bytes; }
 };
 
@@ -67,6 +69,7 @@ class TensorParallel {
   int B_, T_;
   Buffer staging_;
   TpTraffic traffic_;
+  bool timed_;  // the CPU backend: collectives on the compute stream run inline, so their time is the host's
 };
 
 }  // namespace strata
