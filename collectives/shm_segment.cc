@@ -182,10 +182,10 @@ void ShmSegment::end_step() {
   ++step_;
 }
 
-bool ShmSegment::open_inputs(const void* send, std::size_t bytes, const std::string& what, const void* recv,
-                             std::size_t recv_bytes) {
+bool ShmSegment::open_buffers(const void* send, std::size_t bytes, const std::string& what, const void* recv,
+                              std::size_t recv_bytes) {
   ++direct_op_;
-  auto publish = [](InputRef& mine, const void* at, std::size_t len) {
+  auto publish = [](BufferRef& mine, const void* at, std::size_t len) {
     auto ref = SharedHostMemory::find(at, len);
     mine.shared = ref ? 1 : 0;
     if (ref) mine.block = *ref;
@@ -195,10 +195,9 @@ bool ShmSegment::open_inputs(const void* send, std::size_t bytes, const std::str
   header(rank_).ready.value.store(direct_op_, std::memory_order_release);
   wait_peers(&Header::ready, direct_op_, what);
   bool all = true;
-  for (int p = 0; p < size_; ++p)
-    all = all && header(p).input.shared != 0 && (!recv || header(p).output.shared != 0);
+  for (int p = 0; p < size_; ++p) all = all && header(p).input.shared != 0 && (!recv || header(p).output.shared != 0);
   if (!all) {
-    close_inputs(what);  // nobody reads; this only keeps every InputRef until its peers have looked at it
+    close_buffers(what);  // nobody reads; this only keeps every BufferRef until its peers have looked at it
     return false;
   }
   for (int p = 0; p < size_; ++p) {
@@ -211,13 +210,13 @@ bool ShmSegment::open_inputs(const void* send, std::size_t bytes, const std::str
   return true;
 }
 
-void ShmSegment::close_inputs(const std::string& what) {
+void ShmSegment::close_buffers(const std::string& what) {
   header(rank_).done.value.store(direct_op_, std::memory_order_release);
   wait_peers(&Header::done, direct_op_, what);
 }
 
 void ShmSegment::end_direct(const std::string& what) {
-  close_inputs(what);
+  close_buffers(what);
   direct_done_.fetch_add(1, std::memory_order_relaxed);
 }
 
@@ -227,7 +226,7 @@ void ShmSegment::all_gather(const void* send, void* recv, std::size_t bytes, con
   const std::size_t me = static_cast<std::size_t>(rank_), n = static_cast<std::size_t>(size_);
   const bool in_place = src == dst + me * bytes;
   auto copy_out = n * bytes >= kStreamBytes ? copy_streaming : copy_plain;
-  if (direct_ && bytes >= kPiece && open_inputs(send, bytes, what)) {
+  if (direct_ && bytes >= kPiece && open_buffers(send, bytes, what)) {
     // Piece by piece, every rank starting with its own input: a piece one rank reads from memory the other reads
     // moments later from the shared cache.
     for (std::size_t off = 0; off < bytes; off += kPiece) {
@@ -262,7 +261,7 @@ void ShmSegment::reduce_scatter(const void* send, void* recv, std::size_t recv_c
   const std::size_t esz = dtype_size(dtype), n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
   const std::size_t per = std::max<std::size_t>(1, kPiece / (n * esz));  // elements per destination per step
   std::vector<const void*> pieces(n);
-  if (direct_ && recv_count * esz >= kPiece && open_inputs(send, n * recv_count * esz, what)) {
+  if (direct_ && recv_count * esz >= kPiece && open_buffers(send, n * recv_count * esz, what)) {
     // Our part of every rank's input, read where it lies, reduced in rank order as below.
     const std::size_t step = kPiece / esz;
     for (std::size_t off = 0; off < recv_count; off += step) {
@@ -292,7 +291,7 @@ void ShmSegment::all_reduce(const void* send, void* recv, std::size_t count, DTy
   const char* src = static_cast<const char*>(send);
   char* dst = static_cast<char*>(recv);
   const std::size_t bytes = count * dtype_size(dtype), n = static_cast<std::size_t>(size_);
-  if (direct_ && bytes >= n * kPiece && open_inputs(send, bytes, what, recv, bytes))
+  if (direct_ && bytes >= n * kPiece && open_buffers(send, bytes, what, recv, bytes))
     return all_reduce_direct(dst, count, dtype, op, what);
   if (bytes < kHalvesBytes) return all_reduce_whole(src, dst, count, dtype, op, what);
   all_reduce_in_halves(src, dst, count, dtype, op, what);

@@ -82,18 +82,18 @@ class ShmSegment {
     std::atomic<std::uint64_t> value;
     char pad[64 - sizeof(std::atomic<std::uint64_t>)];
   };
-  struct alignas(64) InputRef {  // where this rank's input of the current direct operation lies
+  struct alignas(64) BufferRef {  // where one of this rank's buffers of the current direct operation lies
     SharedBlockRef block;
     std::uint32_t shared;  // 0: not in shared host memory
   };
   struct Header {
     Counter published;  // steps whose piece is in this slot
     Counter consumed;   // steps this rank has read from every peer
-    Counter ready;      // direct operations whose InputRef (and OutputRef) is set
+    Counter ready;      // direct operations whose BufferRefs are set
     Counter reduced;    // direct all_reduces whose part this rank has reduced into its output
-    Counter done;       // direct operations whose inputs this rank has finished reading
-    InputRef input;
-    InputRef output;    // a direct all_reduce's output, where peers read the reduced parts
+    Counter done;       // direct operations whose buffers this rank has finished reading
+    BufferRef input;
+    BufferRef output;  // a direct all_reduce's output, where peers read the reduced parts
   };
   static constexpr std::size_t kHeaderBytes = 4096;  // keeps the buffers page-aligned
   static_assert(sizeof(Header) <= kHeaderBytes, "the slot header must fit before the buffers");
@@ -111,11 +111,11 @@ class ShmSegment {
   // Direct operation `direct_op_ + 1`: publishes where `send` (`bytes` of input) lies, and `recv` (`recv_bytes`)
   // when it is not null, and returns true, with inputs_[r] (and outputs_[r]) set to rank r's buffers as mapped here,
   // when every rank's are in shared host memory. Otherwise (after the done exchange) false, on every rank alike.
-  bool open_inputs(const void* send, std::size_t bytes, const std::string& what, const void* recv = nullptr,
-                   std::size_t recv_bytes = 0);
-  // Says this rank is done reading its peers' inputs and waits until they all are.
-  void close_inputs(const std::string& what);
-  // close_inputs, and counts a direct operation done.
+  bool open_buffers(const void* send, std::size_t bytes, const std::string& what, const void* recv = nullptr,
+                    std::size_t recv_bytes = 0);
+  // Says this rank is done reading its peers' buffers and waits until they all are.
+  void close_buffers(const std::string& what);
+  // close_buffers, and counts a direct operation done.
   void end_direct(const std::string& what);
   // all_reduce's three ways: the peers' inputs read in place, a reduce-scatter then an all-gather through the slots,
   // and (small buffers) one exchange after which every rank reduces the whole buffer.

@@ -1,34 +1,12 @@
 // TensorParallel: sums, maxima, and the sequence gather / scatter of a tensor-parallel group.
 #include "runtime/tensor/tensor_parallel.h"
 
-#include <chrono>
-
 #include "core/error.h"
 
 namespace strata {
-namespace {
-
-// Adds the host time of its scope to `*seconds` when `on`.
-class ScopeTimer {
- public:
-  ScopeTimer(bool on, double* seconds) : seconds_(on ? seconds : nullptr) {
-    if (seconds_) start_ = std::chrono::steady_clock::now();
-  }
-  ~ScopeTimer() {
-    if (seconds_) *seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  }
-  ScopeTimer(const ScopeTimer&) = delete;
-  ScopeTimer& operator=(const ScopeTimer&) = delete;
-
- private:
-  double* seconds_;
-  std::chrono::steady_clock::time_point start_;
-};
-
-}  // namespace
 
 TensorParallel::TensorParallel(Device& device, Communicator* group, bool sequence_parallel, int B, int T, int C)
-    : device_(device), group_(group), sp_(sequence_parallel), B_(B), T_(T), timed_(device.kind() == DeviceKind::kCpu) {
+    : device_(device), group_(group), sp_(sequence_parallel), B_(B), T_(T), timer_(device) {
   if (group_) {
     size_ = group_->size();
     rank_ = group_->rank();
@@ -41,16 +19,16 @@ TensorParallel::TensorParallel(Device& device, Communicator* group, bool sequenc
 
 void TensorParallel::sum(float* x, std::size_t n) {
   if (size_ == 1 || n == 0) return;
-  ScopeTimer timer(timed_, &traffic_.cpu_seconds);
-  group_->all_reduce(x, x, n, DType::kF32, ReduceOp::kSum, device_.compute_stream());
+  Stream& s = device_.compute_stream();
+  timer_.span(s, [&] { group_->all_reduce(x, x, n, DType::kF32, ReduceOp::kSum, s); });
   traffic_.all_reduce_bytes += n * sizeof(float);
   ++traffic_.calls;
 }
 
 void TensorParallel::max(float* x, std::size_t n) {
   if (size_ == 1 || n == 0) return;
-  ScopeTimer timer(timed_, &traffic_.cpu_seconds);
-  group_->all_reduce(x, x, n, DType::kF32, ReduceOp::kMax, device_.compute_stream());
+  Stream& s = device_.compute_stream();
+  timer_.span(s, [&] { group_->all_reduce(x, x, n, DType::kF32, ReduceOp::kMax, s); });
   traffic_.all_reduce_bytes += n * sizeof(float);
   ++traffic_.calls;
 }
@@ -65,10 +43,7 @@ const float* TensorParallel::to_full(const float* local, float* full, int C) {
     return full;
   }
   float* gathered = B_ == 1 ? full : staging_.as<float>();
-  {
-    ScopeTimer timer(timed_, &traffic_.cpu_seconds);
-    group_->all_gather(local, gathered, count, DType::kF32, s);
-  }
+  timer_.span(s, [&] { group_->all_gather(local, gathered, count, DType::kF32, s); });
   traffic_.all_gather_bytes += count * size_ * sizeof(float);
   ++traffic_.calls;
   if (B_ > 1)  // [tp][B][T/tp][C] -> [B][tp][T/tp][C]
@@ -100,8 +75,7 @@ float* TensorParallel::reduce_partial(float* partial, float* local, int C) {
                      partial + (static_cast<std::size_t>(b) * size_ + r) * piece, piece * sizeof(float), s);
     send = staged;
   }
-  ScopeTimer timer(timed_, &traffic_.cpu_seconds);
-  group_->reduce_scatter(send, local, count, DType::kF32, ReduceOp::kSum, s);
+  timer_.span(s, [&] { group_->reduce_scatter(send, local, count, DType::kF32, ReduceOp::kSum, s); });
   traffic_.reduce_scatter_bytes += count * size_ * sizeof(float);
   ++traffic_.calls;
   return local;

@@ -15,16 +15,17 @@
 
 #include "collectives/communicator.h"
 #include "core/device.h"
+#include "core/event_timer.h"
 
 namespace strata {
 
 // Bytes and calls per step of each kind of tp collective (the buffer sizes: an all-reduce's buffer, an all-gather's
-// output, a reduce-scatter's input), and on the CPU backend the seconds spent in them (they run inline on the
-// compute stream there, so the host's clock times the collectives themselves; 0 on CUDA, where they are enqueued).
+// output, a reduce-scatter's input), and the milliseconds spent in them, from events around each on the compute
+// stream (core/event_timer.h: the GPU's time on CUDA; on the CPU, where they run inline, the caller's wall time).
 struct TpTraffic {
   std::uint64_t all_reduce_bytes = 0, all_gather_bytes = 0, reduce_scatter_bytes = 0;
   std::uint64_t calls = 0;
-  double cpu_seconds = 0;
+  double comm_ms = 0;
   std::uint64_t total() const { return all_reduce_bytes + all_gather_bytes + reduce_scatter_bytes; }
 };
 
@@ -56,8 +57,16 @@ class TensorParallel {
   // place (returns `partial`).
   float* reduce_partial(float* partial, float* local, int C);
 
-  const TpTraffic& traffic() const { return traffic_; }
-  void reset_traffic() { traffic_ = {}; }
+  // Folds in the time of the collectives that have completed (on CUDA, synchronize the compute stream first to count
+  // them all).
+  const TpTraffic& traffic() {
+    traffic_.comm_ms += timer_.collect();
+    return traffic_;
+  }
+  void reset_traffic() {
+    timer_.collect();  // spans of the last step that were not counted stay out of the next one
+    traffic_ = {};
+  }
   // Bytes of staging this object holds (the permutation buffer; 0 without sequence parallelism or with B == 1).
   std::size_t staging_bytes() const { return staging_.bytes(); }
 
@@ -69,7 +78,7 @@ class TensorParallel {
   int B_, T_;
   Buffer staging_;
   TpTraffic traffic_;
-  bool timed_;  // the CPU backend: collectives on the compute stream run inline, so their time is the host's
+  EventTimer timer_;
 };
 
 }  // namespace strata

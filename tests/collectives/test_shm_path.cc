@@ -243,14 +243,19 @@ int gather_and_scatter_wrong(MpiCommunicator& comm, Stream& s, float* inputs, fl
   return wrong;
 }
 
+// Why `comm` cannot read its peers' buffers in place (for a test's skip), or nullptr when it can.
+const char* no_direct_path(const Communicator& comm) {
+  const bool direct = comm.size() > 1 && env().shm && env().shm_in_place;
+  return direct ? nullptr : "one rank, or STRATA_SHM or STRATA_SHM_IN_PLACE 0";
+}
+
 // Inputs in shared host memory are read where they lie (one copy); the results are exact, in place and out of place,
 // with fresh buffers every round (a peer's freed block must not be read through a stale mapping: its descriptor
 // number comes back for the next block), and more rounds than PeerBlocks keeps mappings.
 TEST(ShmPath, ReadsSharedInputsInPlace) {
   Device& dev = runtime().device();
   MpiCommunicator comm(dev, MPI_COMM_WORLD, "shm_direct", with_shm(true));
-  if (comm.size() == 1 || !env().shm || !env().shm_in_place)
-    GTEST_SKIP() << "one rank, or STRATA_SHM or STRATA_SHM_IN_PLACE 0";
+  if (const char* why = no_direct_path(comm)) GTEST_SKIP() << why;
   auto s = dev.create_stream("direct");
   const std::size_t n = static_cast<std::size_t>(comm.size());
   const std::size_t count = ShmSegment::kPiece + 77;  // f32: four steps and a part, above SharedHostMemory::kMinBytes
@@ -276,8 +281,7 @@ TEST(ShmPath, ReadsSharedInputsInPlace) {
 TEST(ShmPath, AllReduceReadsSharedBuffersInPlace) {
   Device& dev = runtime().device();
   MpiCommunicator comm(dev, MPI_COMM_WORLD, "shm_ar_direct", with_shm(true));
-  if (comm.size() == 1 || !env().shm || !env().shm_in_place)
-    GTEST_SKIP() << "one rank, or STRATA_SHM or STRATA_SHM_IN_PLACE 0";
+  if (const char* why = no_direct_path(comm)) GTEST_SKIP() << why;
   auto s = dev.create_stream("ar_direct");
   const int n = comm.size(), me = comm.rank();
   // f32, enough for the direct path (n * kPiece bytes) and for shared host memory

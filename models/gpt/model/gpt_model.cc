@@ -679,7 +679,7 @@ std::size_t GptModel::activation_bytes_kept() const {
   return total;
 }
 
-const TpTraffic& GptModel::tp_traffic() const { return impl_->tp.traffic(); }
+const TpTraffic& GptModel::tp_traffic() { return impl_->tp.traffic(); }
 void GptModel::reset_tp_traffic() { impl_->tp.reset_traffic(); }
 
 }  // namespace strata::gpt

@@ -129,7 +129,7 @@ class GptModel {
   // Bytes of activations this model keeps for backward at its peak (as allocated, category kActivations).
   std::size_t activation_bytes_kept() const;
   // The tp collectives' traffic since construction or the last reset.
-  const TpTraffic& tp_traffic() const;
+  const TpTraffic& tp_traffic();
   void reset_tp_traffic();
 
  private:

@@ -188,9 +188,7 @@ void RunLog::record_metrics(int step, const StepRecord& r, const StepSummary& co
                                 {"tp_all_reduce_bytes", r.tp_traffic.all_reduce_bytes},
                                 {"tp_all_gather_bytes", r.tp_traffic.all_gather_bytes},
                                 {"tp_reduce_scatter_bytes", r.tp_traffic.reduce_scatter_bytes},
-                                {"tp_cpu_comm_ms", rt_.backend() == DeviceKind::kCpu
-                                                       ? nlohmann::json(r.tp_traffic.cpu_seconds * 1e3)
-                                                       : nlohmann::json()},
+                                {"tp_comm_ms", r.tp_traffic.comm_ms},
                                 {"predicted_tp_bytes", tp_predicted_.total()}}
                      .dump() +
                  "\n");
