@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   int stage = 3;
   std::string param_dtype = "bf16", reduce_dtype = "f32", offload = "none", device_memory = "80GB";
   bool no_tiled = false, json = false;
+  std::string recompute = "none";
+  int recompute_every = 1;
   app.add_option("--params", in.model.params, "total parameters (default: from layers/hidden/vocab/seq)")
       ->check(flags::non_negative_real());
   app.add_option("--layers", in.model.layers, "transformer layers")->required()->check(flags::positive_integer());
@@ -49,7 +51,13 @@ int main(int argc, char** argv) {
       ->check(flags::positive_integer());
   app.add_option("--param-dtype", param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_flag("--recompute", in.recompute, "full activation recomputation");
+  app.add_option("--recompute", recompute,
+                 "what each layer keeps for its backward: none; full (alone: the layer's input only); attention (the "
+                 "attention core recomputed); mlp (the GELU recomputed); offload (its activations in host memory); a "
+                 "comma-separated kind per layer; auto: the least recomputation that fits --device-memory")
+      ->expected(0, 1);
+  app.add_option("--recompute-every", recompute_every, "--recompute's kind on every K-th layer only")
+      ->check(flags::positive_integer());
   app.add_flag("--no-tiled-attention", no_tiled, "attention that holds the s x s scores");
   app.add_option("--prefetch", in.prefetch_depth, "units gathered ahead")->check(flags::integer(0, 8));
   app.add_option("--offload", offload, "none, optimizer or optimizer+params")
@@ -146,7 +154,9 @@ int main(int argc, char** argv) {
       }
       microbatches = static_cast<int>(global_batch / per_step);
     }
+    in.recompute = strata::RecomputePolicy::parse(recompute.empty() ? "full" : recompute, recompute_every);
     in.validate();  // every cross-field check, naming the flags, before any arithmetic
+    if (in.recompute.automatic) in.recompute = strata::choose_plan_recompute(in);
     auto print_model = [&] {
       std::printf("model: %.2fB parameters, %d layers, hidden %d, %d heads, seq %d, micro-batch %d\n",
                   in.model.count() / 1e9, in.model.layers, in.model.hidden, in.model.heads, in.model.seq,
@@ -169,7 +179,7 @@ int main(int argc, char** argv) {
                   "recompute %s\n", in.layout.dp, in.layout.dp_replicate, in.layout.tp,
                   in.layout.sequence_parallel ? " (sequence parallel)" : "", in.layout.pp, schedule.c_str(),
                   pred.microbatches, virtual_stages > 1 ? fmt::format(", {} virtual", virtual_stages).c_str() : "",
-                  stage, dp_from.c_str(), in.recompute ? "on" : "off");
+                  stage, dp_from.c_str(), in.recompute.describe(in.model.layers).c_str());
       std::printf("cluster: %s (%s)\n\n", cluster.name.c_str(), cluster_file.c_str());
       std::printf("%s", pred.table().c_str());
       std::printf("device memory %.1f GB: %s\n", cluster.hbm_bytes / 1e9, pred.fits ? "FITS" : "DOES NOT FIT");
@@ -185,7 +195,14 @@ int main(int argc, char** argv) {
                 "attention %s, offload %s%s\n\n",
                 in.layout.dp, in.layout.tp, in.layout.sequence_parallel ? " (sequence parallel)" : "", in.layout.pp,
                 stage, param_dtype.c_str(), reduce_dtype.c_str(),
-                in.recompute ? "on" : "off", in.tiled_attention ? "on" : "off", offload.c_str(), dp_from.c_str());
+                in.recompute.describe(in.model.layers).c_str(), in.tiled_attention ? "on" : "off", offload.c_str(),
+                dp_from.c_str());
+    if (in.recompute.count(strata::BlockRecompute::kNone, in.model.layers) < in.model.layers)
+      std::printf("recompute: --recompute %s%s runs %.4g FLOPs again per micro-batch on a device (%.1f%% more than the "
+                  "step's 6 x parameters x tokens)\n\n", in.recompute.flags(in.model.layers).c_str(),
+                  in.recompute.automatic ? " (auto's choice)" : "", p.recompute_flops,
+                  100 * p.recompute_flops /
+                      (6 * in.model.count_per_rank(in.layout.tp) / in.layout.pp * in.model.seq * in.micro_batch));
     std::printf("%s\n", p.table().c_str());
     std::printf("device memory %.1f GB: %s\n", in.hardware.device_memory / 1e9, p.fits ? "FITS" : "DOES NOT FIT");
     if (!p.fits) std::printf("cheapest change that fits: %s\n", p.advice.c_str());

@@ -35,6 +35,7 @@
 #include "runtime/tensor/vocab_parallel.h"
 #include "runtime/optim/grad_norm.h"
 #include "runtime/optim/sharded_adamw.h"
+#include "runtime/memory/activation_offload.h"
 #include "runtime/memory/memory_ledger.h"
 #include "runtime/memory/memory_planner.h"
 #include "runtime/checkpoint/checkpointer.h"

@@ -38,6 +38,7 @@ void PlanInput::validate() const {
                "--layers {}, --hidden {}, --heads {} and --seq {} must each be at least 1", m.layers, m.hidden, m.heads,
                m.seq);
   STRATA_CHECK(m.vocab >= 0, "--vocab {} must be >= 0", m.vocab);
+  recompute.validate(m.layers);
   STRATA_CHECK(std::isfinite(m.params) && m.params >= 0, "--params {} must be a finite number >= 0 (0: from the "
                "dimensions)", m.params);
   STRATA_CHECK(m.hidden % m.heads == 0, "--heads {} must divide --hidden {} (each head has hidden / heads channels)",
@@ -90,14 +91,54 @@ int ParallelLayout::shard_size() const {
   return dp / dp_replicate;
 }
 
-double activation_bytes_per_layer(const PlanInput& in) {
+double activation_bytes_of(const PlanInput& in, BlockRecompute kind) {
   const double s = in.model.seq, b = in.micro_batch, h = in.model.hidden, a = in.model.heads, t = in.layout.tp;
   const double width = static_cast<double>(dtype_size(in.precision.param_dtype)) / 2.0;  // the formulas are 16-bit
   // Sequence parallelism splits the regions tensor parallelism leaves whole (and the layer input) along the sequence.
   const double sp = in.layout.sequence_parallel ? t : 1.0;
-  if (in.recompute) return 2 * s * b * h * width / sp;
-  double per_token = 10 / sp + 24 / t + (in.tiled_attention ? 0.0 : 5 * a * s / (h * t));
+  const double scores = in.tiled_attention ? 0.0 : 5 * a * s / (h * t);
+  const double all = 10 / sp + 24 / t + scores;
+  double per_token = all;
+  switch (kind) {
+    case BlockRecompute::kNone:
+    case BlockRecompute::kOffload: break;
+    case BlockRecompute::kFull: per_token = 2 / sp; break;
+    case BlockRecompute::kMlp: per_token = all - 8 / t; break;
+    case BlockRecompute::kAttention: per_token = all - scores - 2 / t; break;
+  }
   return s * b * h * per_token * width;
+}
+
+namespace {
+// The layers of one pipeline stage (the first: planner figures are the first stage's, which 1F1B loads most).
+int stage_layers(const PlanInput& in) { return std::max(1, in.model.layers / std::max(1, in.layout.pp)); }
+}  // namespace
+
+double activation_bytes_per_layer(const PlanInput& in) {
+  const int n = stage_layers(in);
+  double sum = 0;
+  for (int l = 0; l < n; ++l) {
+    const BlockRecompute kind = in.recompute.at(l);
+    sum += kind == BlockRecompute::kOffload ? 0.0 : activation_bytes_of(in, kind);
+  }
+  return sum / n;
+}
+
+double recompute_flops_per_token(const PlanInput& in, BlockRecompute kind) {
+  const double h = in.model.hidden, s = in.model.seq, t = in.layout.tp;
+  switch (kind) {
+    case BlockRecompute::kFull: return 2 * in.model.layer_per_rank(in.layout.tp) + 4 * h * s / t;
+    case BlockRecompute::kAttention: return 4 * h * s / t;
+    default: return 0;
+  }
+}
+
+double recompute_forward_fraction(const PlanInput& in) {
+  const int n = stage_layers(in);
+  const double forward = recompute_flops_per_token(in, BlockRecompute::kFull);
+  double sum = 0;
+  for (int l = 0; l < n; ++l) sum += recompute_flops_per_token(in, in.recompute.at(l)) / forward;
+  return sum / n;
 }
 
 namespace {
@@ -136,8 +177,19 @@ MemoryPlan compute(const PlanInput& in) {
   // The logits of the whole sequence (gathered before the head under sequence parallelism), vocabulary-parallel.
   const double head = static_cast<double>(in.model.seq) * in.micro_batch * in.model.vocab * (psz + 4) / L.tp;
   p.activations = layers_here * activation_bytes_per_layer(in) * in_flight + head;
+  const int offloaded = in.recompute.count(BlockRecompute::kOffload, stage_layers(in));
+  if (offloaded > 0) {  // the offloaded layers in host memory, two of them staged on the device
+    const double layer_acts = activation_bytes_of(in, BlockRecompute::kOffload);
+    p.host += layers_here / stage_layers(in) * offloaded * layer_acts * in_flight;
+    p.activations += 2 * layer_acts;
+  }
+  {
+    double rerun = 0;
+    for (int l = 0; l < stage_layers(in); ++l) rerun += recompute_flops_per_token(in, in.recompute.at(l));
+    p.recompute_flops = rerun * layers_here / stage_layers(in) * static_cast<double>(in.model.seq) * in.micro_batch;
+  }
   if (in.offload != OffloadPolicy::kNone) {
-    p.host = p.master + p.optim_state + p.grad_shard;
+    p.host += p.master + p.optim_state + p.grad_shard;
     p.master = p.optim_state = p.grad_shard = 0;
     if (in.offload == OffloadPolicy::kOptimizerAndParams && L.stage == ZeroStage::kParameters) {
       p.host += p.params;
@@ -151,7 +203,7 @@ MemoryPlan compute(const PlanInput& in) {
   const Hardware& hw = in.hardware;
   if (hw.peak_tflops > 0) {
     double tokens = static_cast<double>(in.model.seq) * in.micro_batch;
-    double flops = (in.recompute ? 8.0 : 6.0) * psi * tokens;
+    double flops = 6.0 * psi * tokens + 2.0 * psi * tokens * recompute_forward_fraction(in);
     p.step_compute_s = flops / (hw.peak_tflops * 1e12 * hw.efficiency);
   }
   if (hw.link_gbs > 0 && L.dp > 1) {
@@ -179,29 +231,37 @@ std::vector<PlanChange> fit_changes(const PlanInput& in) {
   if (in.layout.tp > 1 && !in.layout.sequence_parallel && in.model.seq % in.layout.tp == 0)
     add("turn on sequence parallelism (--sequence-parallel)",
         [](PlanInput& c) { c.layout.sequence_parallel = true; });
-  if (!in.recompute) add("turn on activation recomputation (--recompute)", [](PlanInput& c) { c.recompute = true; });
+  // Recomputation, cheapest first: the GELU's output alone (no matrix products again), then every layer whole.
+  if (!in.recompute.any())
+    add("recompute the MLP's GELU (--recompute mlp)",
+        [](PlanInput& c) { c.recompute = RecomputePolicy::uniform(BlockRecompute::kMlp); });
+  if (!in.recompute.any() && !in.tiled_attention)
+    add("recompute the attention core (--recompute attention)",
+        [](PlanInput& c) { c.recompute = RecomputePolicy::uniform(BlockRecompute::kAttention); });
+  if (in.recompute != RecomputePolicy::full())
+    add("turn on activation recomputation (--recompute)", [](PlanInput& c) { c.recompute = RecomputePolicy::full(); });
   if (in.layout.stage != ZeroStage::kParameters)
     add("shard parameters too (--zero-stage 3)", [](PlanInput& c) { c.layout.stage = ZeroStage::kParameters; });
-  if (!in.recompute && in.layout.stage != ZeroStage::kParameters)
+  if (in.recompute != RecomputePolicy::full() && in.layout.stage != ZeroStage::kParameters)
     add("--zero-stage 3 and --recompute", [](PlanInput& c) {
       c.layout.stage = ZeroStage::kParameters;
-      c.recompute = true;
+      c.recompute = RecomputePolicy::full();
     });
   if (in.offload == OffloadPolicy::kNone)
     add("offload the optimizer to host memory (--recompute and --offload optimizer)", [](PlanInput& c) {
       c.offload = OffloadPolicy::kOptimizer;
-      c.recompute = true;
+      c.recompute = RecomputePolicy::full();
     });
   if (in.offload == OffloadPolicy::kNone && in.layout.stage != ZeroStage::kParameters)
     add("--zero-stage 3, --recompute and --offload optimizer", [](PlanInput& c) {
       c.layout.stage = ZeroStage::kParameters;
-      c.recompute = true;
+      c.recompute = RecomputePolicy::full();
       c.offload = OffloadPolicy::kOptimizer;
     });
   if (in.offload != OffloadPolicy::kOptimizerAndParams)
     add("--zero-stage 3, --recompute and --offload optimizer+params", [](PlanInput& c) {
       c.layout.stage = ZeroStage::kParameters;
-      c.recompute = true;
+      c.recompute = RecomputePolicy::full();
       c.offload = OffloadPolicy::kOptimizerAndParams;
     });
   // Tensor and pipeline parallelism on the same devices: the data-parallel degree shrinks to keep dp x tp x pp. A
@@ -215,7 +275,7 @@ std::vector<PlanChange> fit_changes(const PlanInput& in) {
             c.layout.tp = tp;
             c.layout.dp /= f;
             if (c.layout.dp % c.layout.dp_replicate != 0) c.layout.dp_replicate = 1;
-            c.recompute = true;
+            c.recompute = RecomputePolicy::full();
           });
   }
   for (int f = 2; in.layout.dp % f == 0; f *= 2) {
@@ -226,10 +286,40 @@ std::vector<PlanChange> fit_changes(const PlanInput& in) {
             c.layout.pp = pp;
             c.layout.dp /= f;
             if (c.layout.dp % c.layout.dp_replicate != 0) c.layout.dp_replicate = 1;
-            c.recompute = true;
+            c.recompute = RecomputePolicy::full();
           });
   }
   return changes;
+}
+
+RecomputePolicy choose_plan_recompute(const PlanInput& in) {
+  const int n = stage_layers(in);
+  std::vector<int> blocks;
+  for (int l = 0; l < n; ++l) blocks.push_back(l);
+  const std::vector<BlockRecompute> kinds = {BlockRecompute::kNone, BlockRecompute::kMlp, BlockRecompute::kAttention,
+                                             BlockRecompute::kFull, BlockRecompute::kOffload};
+  // The planner's arithmetic reads the first n layers: try the pattern over n, then repeat it on every stage.
+  auto whole = [&](const RecomputePolicy& stage) {
+    std::vector<BlockRecompute> layers(static_cast<std::size_t>(in.model.layers));
+    for (int l = 0; l < in.model.layers; ++l) layers[static_cast<std::size_t>(l)] = stage.at(l % n);
+    RecomputePolicy p = RecomputePolicy::of(layers);
+    p.automatic = true;
+    return p;
+  };
+  auto trial = [&](const RecomputePolicy& candidate, int) -> std::optional<RecomputeCost> {
+    PlanInput c = in;
+    c.recompute = whole(candidate);
+    const MemoryPlan p = compute(c);
+    if (!p.fits) return std::nullopt;
+    const double gelu = 4.0 * in.model.hidden / in.layout.tp * in.model.seq * in.micro_batch;
+    return RecomputeCost{p.recompute_flops,
+                         2 * c.recompute.count(BlockRecompute::kOffload, n) *
+                             activation_bytes_of(c, BlockRecompute::kOffload),
+                         gelu * c.recompute.count(BlockRecompute::kMlp, n), p.total};
+  };
+  int failed = -1;
+  const RecomputePolicy chosen = choose_recompute(n, {blocks}, kinds, trial, &failed);
+  return whole(failed >= 0 ? RecomputePolicy::full() : chosen);
 }
 
 MemoryPlan plan_memory(const PlanInput& in) {
@@ -264,7 +354,8 @@ std::string MemoryPlan::json() const {
                    {"master", master},     {"optim_state", optim_state}, {"unsharded", unsharded},
                    {"comm_buffers", comm_buffers}, {"activations", activations}, {"host", host},
                    {"total", total},       {"fits", fits},             {"advice", advice},
-                   {"step_compute_s", step_compute_s}, {"step_comm_s", step_comm_s}};
+                   {"step_compute_s", step_compute_s}, {"step_comm_s", step_comm_s},
+                   {"recompute_flops", recompute_flops}};
   return j.dump();
 }
 

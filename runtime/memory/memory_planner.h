@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "runtime/memory/recompute_policy.h"
 #include "runtime/sharding/sharding_options.h"
 
 namespace strata {
@@ -58,7 +59,9 @@ struct PlanInput {
   ParallelLayout layout;
   MixedPrecisionPolicy precision{DType::kBF16, DType::kF32};
   int micro_batch = 1;
-  bool recompute = false;        // full activation recomputation: keep each layer's input only
+  // What each layer keeps for its backward (recompute_policy.h): none, selective (mlp, attention), full (the layer's
+  // input only), offload (all of it, in host memory), per layer or on every K-th one.
+  RecomputePolicy recompute;
   bool tiled_attention = true;   // memory-efficient attention: no s x s score matrix
   int prefetch_depth = 1;
   OffloadPolicy offload = OffloadPolicy::kNone;
@@ -84,7 +87,8 @@ struct MemoryPlan {
   double unsharded = 0;         // gathered units in flight (ZeRO-3: prefetch depth + 1 layers)
   double comm_buffers = 0;      // reduction staging (two layers' worth)
   double activations = 0;       // per the activation policy
-  double host = 0;              // what offload moves to host memory
+  double host = 0;              // what offload moves to host memory (optimizer state, parameters, activations)
+  double recompute_flops = 0;   // per rank per micro-batch: what recomputation runs again (model FLOPs exclude it)
   double total = 0;             // device total
   bool fits = false;
   std::string advice;           // when it does not fit: the cheapest change found that makes it fit
@@ -97,11 +101,28 @@ struct MemoryPlan {
 // s b h (34 + 5 a s / h); with tensor parallelism t, s b h (10 + 24/t + 5 a s / (h t)) (the 10 s b h of the LayerNorm
 // inputs and dropout masks stay whole on every rank); with sequence parallelism too, s b h (34 + 5 a s / h) / t.
 // Tiled attention drops the 5 a s^2 b score term; full recomputation keeps 2 s b h (the layer input), 2 s b h / t under
-// sequence parallelism. A planner's figure for a Megatron-style model: a given trainer's buffers differ (train_gpt
-// has its own exact prediction, models/gpt/training/gpt_memory.h).
+// sequence parallelism. Selective recomputation of the MLP drops the GELU's output (8 s b h / t); of the attention
+// core, the scores (5 a s^2 b / t, without tiling) and the core's output (2 s b h / t), which Strata's tiled kernel
+// rebuilds with them. Offload keeps nothing on the device (two layers' staging aside: plan_memory adds it). Averaged
+// over the layers of in.recompute. A planner's figure for a Megatron-style model: a given trainer's buffers differ
+// (train_gpt has its own exact prediction, models/gpt/training/gpt_memory.h).
 double activation_bytes_per_layer(const PlanInput& in);
+// The same for one layer of kind `kind` (kOffload: what it moves to host memory).
+double activation_bytes_of(const PlanInput& in, BlockRecompute kind);
+// Matrix-product FLOPs per token one layer of kind `kind` runs again in its backward, on one rank of the tp group:
+// full: its forward (2 x its parameters + 4 h s, QK^T and AV); attention: the core (4 h s); mlp and offload: none
+// (the GELU is element-wise). / tp.
+double recompute_flops_per_token(const PlanInput& in, BlockRecompute kind);
+// The extra forward compute of recomputation as a fraction of the layers' forward (0: none, 1: every layer full).
+double recompute_forward_fraction(const PlanInput& in);
 
 MemoryPlan plan_memory(const PlanInput& in);
+
+// --recompute auto in the planner: a kind per layer for the first pipeline stage's layers (strata::choose_recompute),
+// the same pattern on every stage, whose plan fits the device memory with the fewest FLOPs run again, then the fewest
+// bytes offloaded. When nothing fits: full recomputation (plan_memory's advice then names the next change). The
+// result has automatic set.
+RecomputePolicy choose_plan_recompute(const PlanInput& in);
 
 // One change to a plan's input, described with strata-plan's (and train_gpt's) flags.
 struct PlanChange {

@@ -266,7 +266,7 @@ StepPrediction simulate_step(const SimInput& input) {
   const double score_bytes = in.plan.tiled_attention ? 0.0 : kScoreBytes * m.heads * s;
   const double layer_mem = (c.elementwise_bytes * h + score_bytes) * tokens_mb / T;
   const double layer_s = layer_flops / flop_rate + layer_mem / mem_rate;
-  const double c_f = layer_s / 3, c_b = 2 * layer_s / 3 + (in.plan.recompute ? layer_s / 3 : 0);
+  const double c_f = layer_s / 3, c_b = 2 * layer_s / 3 + recompute_forward_fraction(in.plan) * layer_s / 3;
   const double head_s = 6 * V_vocab * h * tokens_mb / T / flop_rate;  // the tied LM head on the last stage
 
   // Tensor parallelism: each layer all-reduces its activations twice forward and twice backward (a reduce-scatter
@@ -275,7 +275,10 @@ StepPrediction simulate_step(const SimInput& input) {
   const double act_bytes = tokens_mb * h * psz;
   const double tp_one =
       L.sequence_parallel ? 2 * ring_all_gather_s(act_bytes, T, tp_g.link) : all_reduce_s(act_bytes, T, tp_g.link);
-  const double tp_layer = (in.plan.recompute ? 6 : 4) * tp_one;
+  const double full_share =
+      static_cast<double>(in.plan.recompute.count(BlockRecompute::kFull, std::max(1, m.layers / std::max(1, P)))) /
+      std::max(1, m.layers / std::max(1, P));
+  const double tp_layer = (4 + 2 * full_share) * tp_one;
 
   // Pipeline: one activation forward and one gradient backward per micro-batch and chunk boundary.
   const GroupLink pp_g = group_link(c, T * S * R, P);

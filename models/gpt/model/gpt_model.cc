@@ -3,12 +3,15 @@
 #include "models/gpt/model/gpt_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
 
 #include "core/hash.h"
+#include "models/gpt/model/block_activations.h"
 #include "models/gpt/model/kernel_table.h"
+#include "runtime/memory/activation_offload.h"
 #include "runtime/tensor/parallel_linear.h"
 #include "runtime/tensor/vocab_parallel.h"
 #include "core/checked_math.h"
@@ -250,17 +253,26 @@ class UnitF32 {
   std::vector<bool> scratch_;
 };
 
-// Everything a block's backward needs from its forward. Under sequence parallelism the LayerNorm outputs, their
-// statistics, x_mid and the block input are this rank's rows; the backward gathers ln1 and ln2 again for the
+// Everything a block's backward needs from its forward (block_activations.h names them), as far as a block keeps
+// it: an activation its recomputation gives up has no buffer here. Under sequence parallelism the LayerNorm outputs,
+// their statistics, x_mid and the block input are this rank's rows; the backward gathers ln1 and ln2 again for the
 // column-parallel matmuls (as Megatron-LM does), so no [N, C] activation is kept.
 struct BlockActs {
-  Buffer ln1, ln1_mean, ln1_rstd, qkv, atty, lse, x_mid, ln2, ln2_mean, ln2_rstd, fch, fch_gelu;
+  std::array<Buffer, kNumBlockActs> kept;
+};
+
+// Where one block's forward writes each activation and its backward reads it: its own buffer, the shared set a
+// recomputation rebuilds, or the staging set of activation offload.
+struct BlockViews {
+  std::array<float*, kNumBlockActs> at{};
+  float* operator[](int a) const { return at[static_cast<std::size_t>(a)]; }
 };
 
 // One micro-batch in flight through one chunk: what its backward needs from its forward.
 struct MicroActs {
   std::vector<Buffer> x_in;     // per layer of the chunk: the block input [Nl, C]; the last is the chunk's output
-  std::vector<BlockActs> acts;  // per layer (none under recompute: one shared set is rebuilt)
+  std::vector<BlockActs> acts;  // per layer of the chunk
+  std::vector<int> offload_id;  // per layer of the chunk: its set in the ActivationOffload (-1: none)
   Buffer lnf, lnf_mean, lnf_rstd, logits, losses;  // the last stage
   Buffer tokens_in, tokens_tgt;                    // the micro-batch's tokens [N] in the device's memory
 };
@@ -281,7 +293,7 @@ struct GptModel::Impl {
   Device& dev;
   std::unique_ptr<GptKernels> k;  // every kernel, zeroing, conversion and copy goes through it
   int B, T, N;
-  bool recompute;
+  RecomputePolicy recompute;
   TensorParallel tp;
   // Tensor-parallel data flow: at tp 1 (unless asked for) the plain kernels run exactly as before it existed.
   bool tpk;
@@ -298,7 +310,8 @@ struct GptModel::Impl {
   std::vector<int> unit_of_layer;       // the ShardedModel unit of each layer this rank holds (-1: elsewhere)
   int u_emb = -1, u_lnf = -1, u_head = -1;  // the embeddings, ln_f and the unit whose wte is the LM head
   std::vector<MicroActs> micro;   // per slot
-  std::vector<BlockActs> shared;  // recompute: the one set every block rebuilds
+  BlockActs rebuilt;              // what the blocks' recomputations rebuild in their backward (one set for all)
+  std::unique_ptr<ActivationOffload> offload;  // the blocks whose activations wait in host memory
   Buffer attproj, fcproj;         // forward scratch [N, C]: a row-parallel product (partial under tp)
   Buffer reduced;                 // SP: a row-parallel product reduced into this rank's rows [Nl, C]
   Buffer ln_full;                 // SP: a LayerNorm's output gathered whole [N, C], for a column-parallel matmul
@@ -308,12 +321,15 @@ struct GptModel::Impl {
   Buffer dnext;                   // pipeline: the gradient of a chunk's output, received from the next stage
   std::unique_ptr<UnitF32> emb, unit;
 
-  Impl(const GptConfig& c, ShardedModel& m, Device& d, int b, int t, bool rc, const GptParallel& par,
+  Impl(const GptConfig& c, ShardedModel& m, Device& d, int b, int t, const RecomputePolicy& rc, const GptParallel& par,
        const GptStagePart& stage_part, const GptPrecision& precision)
       : cfg(c), model(m), dev(d), k(make_gpt_kernels(d, precision.matmul)), B(b), T(t), N(b * t), recompute(rc),
         tp(d, par.tp, par.sequence_parallel, b, t, c.embd), part(stage_part) {
     const int P = tp.size();
     cfg.validate_tp(P, par.sequence_parallel, T);
+    recompute.validate(cfg.layers);
+    STRATA_CHECK(!recompute.automatic || !recompute.per_layer.empty(), "--recompute auto is chosen by the trainer "
+                 "from the memory budget; GptModel takes the chosen kind per block");
     tpk = P > 1 || par.tp_kernels || par.sequence_parallel;
     sp = par.sequence_parallel;
     Nl = tp.local_rows();
@@ -354,20 +370,43 @@ struct GptModel::Impl {
     auto bytes = [](std::size_t floats) { return checked_mul<std::size_t>(floats, 4, "buffer bytes (4 x floats)"); };
     auto act = [&](std::size_t floats) { return dev.allocate(bytes(floats), MemCategory::kActivations); };
     auto work = [&](std::size_t floats) { return dev.allocate(bytes(floats), MemCategory::kWorkspace); };
-    auto block_acts = [&](MemCategory kind) {
-      auto a = [&](std::size_t floats) { return dev.allocate(bytes(floats), kind); };
-      return BlockActs{a(nl * C), a(nl), a(nl), a(n * 3 * cl), a(n * cl), a(static_cast<std::size_t>(B) * NHl * T),
-                       a(nl * C), a(nl * C), a(nl), a(nl), a(n * 4 * cl), a(n * 4 * cl)};
+    std::array<std::size_t, kNumBlockActs> act_bytes{};
+    for (int a = 0; a < kNumBlockActs; ++a)
+      act_bytes[static_cast<std::size_t>(a)] = bytes(act_floats(a, n, nl, C, cl, static_cast<std::size_t>(NHl),
+                                                                static_cast<std::size_t>(T)));
+    // What the blocks at each position of a chunk keep (the union over the chunks: one set of buffers serves the
+    // position in every chunk), which positions offload, and what any recomputation here rebuilds.
+    std::vector<ActMask> keep(static_cast<std::size_t>(widest), 0);
+    std::vector<bool> offloads(static_cast<std::size_t>(widest), false);
+    ActMask rebuild = 0;
+    for (const LayerRange& r : part.chunks) {
+      for (int l = r.first; l < r.last; ++l) {
+        const BlockRecompute kind = recompute.at(l);
+        const std::size_t local = static_cast<std::size_t>(l - r.first);
+        keep[local] |= kAllActs & ~dropped_by(kind);
+        if (kind == BlockRecompute::kOffload) offloads[local] = true;
+        else rebuild |= dropped_by(kind);
+      }
+    }
+    auto block_acts = [&](ActMask mask, MemCategory kind) {
+      BlockActs set;
+      for (int a = 0; a < kNumBlockActs; ++a)
+        if (mask & act_bit(a)) set.kept[static_cast<std::size_t>(a)] = dev.allocate(act_bytes[static_cast<std::size_t>(a)], kind);
+      return set;
     };
     micro.resize(static_cast<std::size_t>(part.slots));
-    for (MicroActs& mb : micro)
+    int offloaded = 0;
+    for (MicroActs& mb : micro) {
       for (int l = 0; l <= widest; ++l) mb.x_in.push_back(act(nl * C));
-    if (recompute) {
-      shared.push_back(block_acts(MemCategory::kWorkspace));
-    } else {
-      for (MicroActs& mb : micro)
-        for (int l = 0; l < widest; ++l) mb.acts.push_back(block_acts(MemCategory::kActivations));
+      for (int l = 0; l < widest; ++l) {
+        mb.acts.push_back(block_acts(keep[static_cast<std::size_t>(l)], MemCategory::kActivations));
+        mb.offload_id.push_back(offloads[static_cast<std::size_t>(l)] ? offloaded++ : -1);
+      }
     }
+    rebuilt = block_acts(rebuild, MemCategory::kWorkspace);
+    if (offloaded > 0)
+      offload = std::make_unique<ActivationOffload>(dev, std::vector<std::size_t>(act_bytes.begin(), act_bytes.end()),
+                                                    offloaded);
     attproj = work(n * C);
     fcproj = work(n * C);
     if (sp) {
@@ -420,8 +459,27 @@ struct GptModel::Impl {
   }
   bool has_embeddings(int chunk) const { return part.first && chunk == 0; }
   bool has_head(int chunk) const { return part.last && chunk == static_cast<int>(part.chunks.size()) - 1; }
-  BlockActs& acts_for(MicroActs& mb, int local) {
-    return recompute ? shared[0] : mb.acts[static_cast<std::size_t>(local)];
+  // Where block `local` of a chunk (kind `kind`) keeps its activations; `set`: its offload staging set.
+  BlockViews views(MicroActs& mb, int local, BlockRecompute kind, int set) {
+    BlockViews v;
+    const ActMask dropped = dropped_by(kind);
+    for (int a = 0; a < kNumBlockActs; ++a) {
+      const std::size_t i = static_cast<std::size_t>(a);
+      if (kind == BlockRecompute::kOffload) v.at[i] = static_cast<float*>(offload->staging(set, a));
+      else if (dropped & act_bit(a)) v.at[i] = rebuilt.kept[i].as<float>();
+      else v.at[i] = mb.acts[static_cast<std::size_t>(local)].kept[i].as<float>();
+    }
+    return v;
+  }
+  // Before a block's backward: what its recomputation gave up, rebuilt from what it kept (bitwise as the forward).
+  void rebuild(MicroActs& mb, int local, BlockRecompute kind, const BlockViews& a, const UnitF32& p) {
+    switch (kind) {
+      case BlockRecompute::kFull: block_forward(mb, local, p, a); break;
+      case BlockRecompute::kAttention: k->attention_forward(a[kActAtty], a[kActLse], a[kActQkv], B, T, Cl, NHl); break;
+      case BlockRecompute::kMlp: k->gelu_forward(a[kActFchGelu], a[kActFch], static_cast<std::size_t>(N) * 4 * Cl); break;
+      case BlockRecompute::kNone:
+      case BlockRecompute::kOffload: break;
+    }
   }
 
   // LayerNorm of this rank's rows of x into `out` ([Nl, C]); returns it whole ([N, C]: gathered along the sequence
@@ -443,25 +501,24 @@ struct GptModel::Impl {
   }
 
   // Block `local` of a chunk: x_in[local] to x_in[local + 1].
-  void block_forward(MicroActs& mb, int local, const UnitF32& p) {
+  void block_forward(MicroActs& mb, int local, const UnitF32& p, const BlockViews& a) {
     const int C = cfg.embd;
     const std::size_t nlC = static_cast<std::size_t>(Nl) * C;
-    BlockActs& a = acts_for(mb, local);
     const float* x = mb.x_in[static_cast<std::size_t>(local)].as<float>();
     float* out = mb.x_in[static_cast<std::size_t>(local) + 1].as<float>();
-    k->layernorm_forward(a.ln1.as<float>(), a.ln1_mean.as<float>(), a.ln1_rstd.as<float>(), x, p.p(kLn1W),
+    k->layernorm_forward(a[kActLn1], a[kActLn1Mean], a[kActLn1Rstd], x, p.p(kLn1W),
                          p.p(kLn1B), Nl, C);
-    qkv_lin->forward(a.qkv.as<float>(), a.ln1.as<float>(), ln_full.as<float>(), p.p(kAttnW), p.p(kAttnB));
-    k->attention_forward(a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(), B, T, Cl, NHl);
-    const float* proj = row_parallel(*proj_lin, attproj.as<float>(), a.atty.as<float>(), p.p(kProjW), p.p(kProjB));
-    k->residual_forward(a.x_mid.as<float>(), x, proj, nlC);
-    k->layernorm_forward(a.ln2.as<float>(), a.ln2_mean.as<float>(), a.ln2_rstd.as<float>(), a.x_mid.as<float>(),
+    qkv_lin->forward(a[kActQkv], a[kActLn1], ln_full.as<float>(), p.p(kAttnW), p.p(kAttnB));
+    k->attention_forward(a[kActAtty], a[kActLse], a[kActQkv], B, T, Cl, NHl);
+    const float* proj = row_parallel(*proj_lin, attproj.as<float>(), a[kActAtty], p.p(kProjW), p.p(kProjB));
+    k->residual_forward(a[kActXmid], x, proj, nlC);
+    k->layernorm_forward(a[kActLn2], a[kActLn2Mean], a[kActLn2Rstd], a[kActXmid],
                          p.p(kLn2W), p.p(kLn2B), Nl, C);
-    fc_lin->forward(a.fch.as<float>(), a.ln2.as<float>(), ln_full.as<float>(), p.p(kFcW), p.p(kFcB));
-    k->gelu_forward(a.fch_gelu.as<float>(), a.fch.as<float>(), static_cast<std::size_t>(N) * 4 * Cl);
+    fc_lin->forward(a[kActFch], a[kActLn2], ln_full.as<float>(), p.p(kFcW), p.p(kFcB));
+    k->gelu_forward(a[kActFchGelu], a[kActFch], static_cast<std::size_t>(N) * 4 * Cl);
     const float* mlp =
-        row_parallel(*fcproj_lin, fcproj.as<float>(), a.fch_gelu.as<float>(), p.p(kFcProjW), p.p(kFcProjB));
-    k->residual_forward(out, a.x_mid.as<float>(), mlp, nlC);
+        row_parallel(*fcproj_lin, fcproj.as<float>(), a[kActFchGelu], p.p(kFcProjW), p.p(kFcProjB));
+    k->residual_forward(out, a[kActXmid], mlp, nlC);
   }
 
   // The gradient of the LM head's input, summed over tp into this rank's rows (dln holds this rank's partial
@@ -472,31 +529,30 @@ struct GptModel::Impl {
   }
 
   // dres holds d(block output) on entry and d(block input) on exit (this rank's rows).
-  void block_backward(MicroActs& mb, int local, const UnitF32& p) {
+  void block_backward(MicroActs& mb, int local, const UnitF32& p, const BlockViews& a) {
     const int C = cfg.embd;
     const std::size_t N4 = static_cast<std::size_t>(N) * 4 * Cl;
-    BlockActs& a = acts_for(mb, local);
     const float* x = mb.x_in[static_cast<std::size_t>(local)].as<float>();
     float* d = dres.as<float>();
     // The row-parallel c_proj: its output gradient is whole on every tp rank (gathered under SP), so the bias's
     // gradient is the whole one and equal across the tp ranks.
     float* dfull_p = dfull.as<float>();
-    fcproj_lin->backward(dfch_gelu.as<float>(), dfull_p, p.g(kFcProjW), p.g(kFcProjB), d, a.fch_gelu.as<float>(),
+    fcproj_lin->backward(dfch_gelu.as<float>(), dfull_p, p.g(kFcProjW), p.g(kFcProjB), d, a[kActFchGelu],
                          p.p(kFcProjW));
     k->zero(dfch.data(), N4 * 4);
-    k->gelu_backward(dfch.as<float>(), a.fch.as<float>(), dfch_gelu.as<float>(), N4);
+    k->gelu_backward(dfch.as<float>(), a[kActFch], dfch_gelu.as<float>(), N4);
     const float* dln2 = fc_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(kFcW), p.g(kFcB),
-                                         dfch.as<float>(), whole(a.ln2.as<float>()), p.p(kFcW));
-    k->layernorm_backward(d, p.g(kLn2W), p.g(kLn2B), dln2, a.x_mid.as<float>(), p.p(kLn2W), a.ln2_mean.as<float>(),
-                          a.ln2_rstd.as<float>(), Nl, C);
-    proj_lin->backward(datty.as<float>(), dfull_p, p.g(kProjW), p.g(kProjB), d, a.atty.as<float>(), p.p(kProjW));
+                                         dfch.as<float>(), whole(a[kActLn2]), p.p(kFcW));
+    k->layernorm_backward(d, p.g(kLn2W), p.g(kLn2B), dln2, a[kActXmid], p.p(kLn2W), a[kActLn2Mean],
+                          a[kActLn2Rstd], Nl, C);
+    proj_lin->backward(datty.as<float>(), dfull_p, p.g(kProjW), p.g(kProjB), d, a[kActAtty], p.p(kProjW));
     k->zero(dqkv.data(), static_cast<std::size_t>(N) * 3 * Cl * 4);
-    k->attention_backward(dqkv.as<float>(), datty.as<float>(), a.atty.as<float>(), a.lse.as<float>(), a.qkv.as<float>(),
+    k->attention_backward(dqkv.as<float>(), datty.as<float>(), a[kActAtty], a[kActLse], a[kActQkv],
                           B, T, Cl, NHl);
     const float* dln1 = qkv_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(kAttnW), p.g(kAttnB),
-                                          dqkv.as<float>(), whole(a.ln1.as<float>()), p.p(kAttnW));
-    k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), dln1, x, p.p(kLn1W), a.ln1_mean.as<float>(),
-                          a.ln1_rstd.as<float>(), Nl, C);
+                                          dqkv.as<float>(), whole(a[kActLn1]), p.p(kAttnW));
+    k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), dln1, x, p.p(kLn1W), a[kActLn1Mean],
+                          a[kActLn1Rstd], Nl, C);
   }
 
   // Forward of one chunk for the micro-batch in `slot`. The first stage embeds `in` (N host tokens, uploaded to
@@ -524,10 +580,13 @@ struct GptModel::Impl {
       }
     }
     for (int l = r.first; l < r.last; ++l) {
-      const int u = unit_of_layer[static_cast<std::size_t>(l)];
+      const int u = unit_of_layer[static_cast<std::size_t>(l)], local = l - r.first;
+      const BlockRecompute kind = recompute.at(l);
+      const int set = kind == BlockRecompute::kOffload ? offload->begin_forward() : -1;
       unit->load(model.begin_forward(u));
-      block_forward(mb, l - r.first, *unit);
+      block_forward(mb, local, *unit, views(mb, local, kind, set));
       model.end_forward(u);
+      if (set >= 0) offload->end_forward(set, mb.offload_id[static_cast<std::size_t>(local)]);
     }
     double loss = 0;
     if (last) {
@@ -590,14 +649,24 @@ struct GptModel::Impl {
       dev.copy(dres.data(), dnext.data(), static_cast<std::size_t>(Nl) * C * 4, dev.compute_stream());
     }
     for (int l = r.last - 1; l >= r.first; --l) {
-      const int u = unit_of_layer[static_cast<std::size_t>(l)];
+      const int u = unit_of_layer[static_cast<std::size_t>(l)], local = l - r.first;
+      const BlockRecompute kind = recompute.at(l);
+      const int set =
+          kind == BlockRecompute::kOffload ? offload->begin_backward(mb.offload_id[static_cast<std::size_t>(local)]) : -1;
+      for (int m = l - 1; set >= 0 && m >= r.first; --m) {  // the next offloaded block's copy overlaps this one
+        if (recompute.at(m) != BlockRecompute::kOffload) continue;
+        offload->prefetch(mb.offload_id[static_cast<std::size_t>(m - r.first)]);
+        break;
+      }
       BackwardViews bv = model.begin_backward(u);
       unit->load(bv.params);
-      if (recompute) block_forward(mb, l - r.first, *unit);  // only x_in was kept; rebuild the block's activations
+      const BlockViews a = views(mb, local, kind, set);
+      rebuild(mb, local, kind, a, *unit);
       unit->open_grads(bv.grads, block_tp_summed);
-      block_backward(mb, l - r.first, *unit);
+      block_backward(mb, local, *unit, a);
       unit->close_grads(bv.grads, tp, block_tp_summed);
       model.end_backward(u);
+      if (set >= 0) offload->end_backward(set);
     }
     if (first) {
       if (!tpk) {
@@ -613,7 +682,8 @@ struct GptModel::Impl {
   }
 };
 
-GptModel::GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, bool recompute,
+GptModel::GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T,
+                   const RecomputePolicy& recompute,
                    const GptParallel& parallel, const GptStagePart& part, const GptPrecision& precision)
     : impl_(std::make_unique<Impl>(checked(cfg, B, T, parallel), model, device, B, T, recompute, parallel, part,
                                    precision)) {}
@@ -671,12 +741,17 @@ std::size_t GptModel::activation_bytes_kept() const {
   for (const MicroActs& mb : impl_->micro) {
     for (const Buffer& b : mb.x_in) total += b.bytes();
     for (const BlockActs& a : mb.acts)
-      for (const Buffer* b : {&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.atty, &a.lse, &a.x_mid, &a.ln2, &a.ln2_mean,
-                              &a.ln2_rstd, &a.fch, &a.fch_gelu})
-        total += b->bytes();
+      for (const Buffer& b : a.kept) total += b.bytes();
     for (const Buffer* b : {&mb.lnf, &mb.lnf_mean, &mb.lnf_rstd, &mb.logits, &mb.losses}) total += b->bytes();
   }
   return total;
+}
+
+const Device* GptModel::activation_host() const { return impl_->offload ? &impl_->offload->host() : nullptr; }
+
+GptModel::OffloadTraffic GptModel::offload_traffic() const {
+  if (!impl_->offload) return {};
+  return {impl_->offload->bytes_out(), impl_->offload->bytes_in()};
 }
 
 const TpTraffic& GptModel::tp_traffic() { return impl_->tp.traffic(); }

@@ -9,6 +9,7 @@
 
 #include "collectives/communicator.h"
 #include "core/device.h"
+#include "runtime/memory/recompute_policy.h"
 #include "runtime/tensor/tensor_parallel.h"
 #include "runtime/parallel/pipeline_schedule.h"
 #include "runtime/sharding/sharded_model.h"
@@ -95,10 +96,10 @@ struct GptPrecision {
 
 class GptModel {
  public:
-  // B rows of T tokens per micro-batch on this rank. recompute: keep only each block's input and recompute its
-  // forward during its backward.
-  // `part`: the stages this rank runs (pipeline parallelism); `model` holds gpt_units(cfg, tp, part).
-  GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, bool recompute,
+  // B rows of T tokens per micro-batch on this rank. recompute: what each block keeps for its backward and what it
+  // recomputes or offloads instead (block_activations.h has what each kind gives up; automatic is the trainer's to
+  // resolve). `part`: the stages this rank runs (pipeline parallelism); `model` holds gpt_units(cfg, tp, part).
+  GptModel(const GptConfig& cfg, ShardedModel& model, Device& device, int B, int T, const RecomputePolicy& recompute,
            const GptParallel& parallel = {}, const GptStagePart& part = {}, const GptPrecision& precision = {});
   ~GptModel();
 
@@ -128,6 +129,13 @@ class GptModel {
 
   // Bytes of activations this model keeps for backward at its peak (as allocated, category kActivations).
   std::size_t activation_bytes_kept() const;
+  // Activation offload's host memory (its own ledger), or nullptr when no block offloads; the bytes it has copied out
+  // to host memory and back since construction.
+  const Device* activation_host() const;
+  struct OffloadTraffic {
+    std::uint64_t out = 0, in = 0;
+  };
+  OffloadTraffic offload_traffic() const;
   // The tp collectives' traffic since construction or the last reset.
   const TpTraffic& tp_traffic();
   void reset_tp_traffic();

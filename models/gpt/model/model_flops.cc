@@ -18,6 +18,22 @@ ModelFlops ModelFlops::of(const GptConfig& cfg, int seq) {
   return f;
 }
 
+std::uint64_t ModelFlops::recompute_per_token(const GptConfig& cfg, int seq, BlockRecompute kind) {
+  const std::uint64_t C = static_cast<std::uint64_t>(cfg.embd), s = static_cast<std::uint64_t>(seq);
+  const std::uint64_t block = 12 * C * C + 13 * C;
+  switch (kind) {
+    case BlockRecompute::kFull: return 2 * block + 4 * C * s;
+    case BlockRecompute::kAttention: return 4 * C * s;
+    default: return 0;
+  }
+}
+
+std::uint64_t ModelFlops::recompute_per_token(const GptConfig& cfg, int seq, const RecomputePolicy& policy) {
+  std::uint64_t total = 0;
+  for (int l = 0; l < cfg.layers; ++l) total += recompute_per_token(cfg, seq, policy.at(l));
+  return total;
+}
+
 double known_peak_tflops(const std::string& device_name, DType compute_dtype, std::string* what) {
   // Dense (no sparsity) rates from NVIDIA's data sheets, SXM parts: bf16/f16 on tensor cores, and f32 on the CUDA
   // cores (what an f32 GEMM without TF32 runs on).

@@ -17,6 +17,11 @@ struct ModelFlops {
   // The FLOPs of one token of training at sequence length `seq`: PaLM's (appendix B) and nanoGPT's count. Model
   // FLOPs, not hardware FLOPs: recomputation and the causal mask's skipped half do not change it.
   static ModelFlops of(const GptConfig& cfg, int seq);
+  // The matrix-product FLOPs per token that recomputation runs again in the backward, counted the same way (the whole
+  // model's, not one tp rank's): a full block its forward (2 x its parameters + 4 x width x seq), an attention block
+  // its core (4 x width x seq); the GELU (mlp) and offload none. Hardware FLOPs beside the model's, never in MFU.
+  static std::uint64_t recompute_per_token(const GptConfig& cfg, int seq, const RecomputePolicy& policy);
+  static std::uint64_t recompute_per_token(const GptConfig& cfg, int seq, BlockRecompute kind);
 };
 
 // A device's dense peak in TFLOP/s for the dtype its matmuls compute in, from its name (CUDA's device name: H100,

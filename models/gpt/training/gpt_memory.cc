@@ -7,6 +7,8 @@
 
 #include "core/byte_units.h"
 #include "core/checked_math.h"
+#include "models/gpt/model/block_activations.h"
+#include "models/gpt/model/model_flops.h"
 #include "models/gpt/training/pipeline_rehearsal.h"
 #include "runtime/parallel/pipeline_schedule.h"
 #include "runtime/memory/memory_planner.h"
@@ -45,6 +47,53 @@ PipelineView pipeline_view(const TrainConfig& cfg, int pp_rank) {
   if (cfg.pp_keep_gathered) v.sharding.reshard_after_forward = false;
   v.pools = rehearse_pools(cfg, pp_rank);
   return v;
+}
+
+// The blocks' activations on a rank, in floats, as GptModel allocates them (block_activations.h): at each position of
+// its chunks, what the blocks there keep (the union over the chunks), per micro-batch slot; the one set its
+// recomputations rebuild; and for activation offload, the host sets (per slot and offloading position) and the two
+// device staging sets.
+struct BlockFloats {
+  std::uint64_t kept = 0, rebuilt = 0, host = 0, staging = 0;
+};
+
+BlockFloats block_floats(const TrainConfig& cfg, const GptStagePart& part, std::uint64_t N, std::uint64_t Nl,
+                         std::uint64_t slots) {
+  const std::uint64_t C = static_cast<std::uint64_t>(cfg.model.embd), P = static_cast<std::uint64_t>(cfg.tp);
+  const std::uint64_t Cl = C / P, Hl = static_cast<std::uint64_t>(cfg.model.heads) / P;
+  const std::uint64_t T = static_cast<std::uint64_t>(cfg.seq);
+  auto floats = [&](ActMask mask) {
+    std::uint64_t n = 0;
+    for (int a = 0; a < kNumBlockActs; ++a)
+      if (mask & act_bit(a)) n += act_floats(a, N, Nl, C, Cl, Hl, T);
+    return n;
+  };
+  const std::vector<LayerRange> chunks = part.chunks.empty() ? std::vector<LayerRange>{{0, cfg.model.layers}}
+                                                             : part.chunks;
+  std::vector<ActMask> keep;
+  std::vector<bool> offloads;
+  ActMask rebuild = 0;
+  for (const LayerRange& r : chunks) {
+    for (int l = r.first; l < r.last; ++l) {
+      const std::size_t local = static_cast<std::size_t>(l - r.first);
+      if (keep.size() <= local) {
+        keep.resize(local + 1, 0);
+        offloads.resize(local + 1, false);
+      }
+      const BlockRecompute kind = cfg.recompute.at(l);
+      keep[local] |= kAllActs & ~dropped_by(kind);
+      if (kind == BlockRecompute::kOffload) offloads[local] = true;
+      else rebuild |= dropped_by(kind);
+    }
+  }
+  BlockFloats b;
+  for (std::size_t i = 0; i < keep.size(); ++i) {
+    b.kept += slots * floats(keep[i]);
+    if (offloads[i]) b.host += slots * floats(kAllActs);
+  }
+  b.rebuilt = floats(rebuild);
+  if (b.host > 0) b.staging = 2 * floats(kAllActs);
+  return b;
 }
 
 // The MPI backend's staging for an all-reduce of n elements of esz bytes over g ranks (mpi_communicator.cc).
@@ -106,24 +155,24 @@ CategoryBytes predict_step_memory(const TrainConfig& cfg, int world, int pp_rank
     for (const LayerRange& r : part.chunks) L = std::max<std::uint64_t>(L, static_cast<std::uint64_t>(r.count()));
   }
   const std::uint64_t slots = static_cast<std::uint64_t>(view.slots);
-  const std::uint64_t Cl = C / P, Hl = static_cast<std::uint64_t>(cfg.model.heads) / P;
+  const std::uint64_t Cl = C / P;
   const std::uint64_t Vl = static_cast<std::uint64_t>(vocab_per_rank(cfg.model, cfg.tp));
-  // ln1, ln2 [Nl, C]; qkv, attention out, MLP pre- and post-GELU [N, 12 Cl]; lse [N, Hl]; x_mid [Nl, C]; four
-  // LayerNorm statistics [Nl].
-  const std::uint64_t block = 2 * Nl * C + 12 * N * Cl + N * Hl + Nl * C + 4 * Nl;
-  // Per slot: block inputs and the chunk's output [Nl, C] x (L + 1), the blocks; on the last stage ln_f [Nl, C] and its
+  // Per block, as its recomputation kind keeps them (block_floats): ln1, ln2 [Nl, C]; qkv, attention out, MLP pre-
+  // and post-GELU [N, 12 Cl]; lse [N, Hl]; x_mid [Nl, C]; four LayerNorm statistics [Nl].
+  const BlockFloats blocks = block_floats(cfg, part, N, Nl, slots);
+  // Per slot: block inputs and the chunk's output [Nl, C] x (L + 1); on the last stage ln_f [Nl, C] and its
   // statistics, the vocabulary-parallel logits [N, Vl], the losses [N].
   const std::uint64_t head = part.last ? Nl * C + 2 * Nl + N * Vl + N : 0;
-  at(MemCategory::kActivations) = 4 * slots * ((L + 1) * Nl * C + (cfg.recompute ? 0 : L * block) + head);
+  at(MemCategory::kActivations) = 4 * (slots * ((L + 1) * Nl * C + head) + blocks.kept);
   // Workspace: f32 parameters and gradients of the embeddings (or the head's copy) and of the largest other unit; the
   // forward scratch (two [N, C]); under SP the reduced rows [Nl, C], a gathered LayerNorm output [N, C], a gathered
   // gradient [N, C] and a reduced one [Nl, C]; on the last stage the loss's row maxima and statistics [3N] with the tp
-  // kernels; the backward scratch ([Nl, C] + [N, C] + [N, 12 Cl]); the block's activations under recomputation; the
-  // gradient received from the next stage [Nl, C] (a pipeline, unless every chunk ends in the loss); per slot the
-  // int32 input tokens [N] (first stage) and target tokens [N] (last stage).
+  // kernels; the backward scratch ([Nl, C] + [N, C] + [N, 12 Cl]); what recomputation rebuilds and activation
+  // offload's two staging sets; the gradient received from the next stage [Nl, C] (a pipeline, unless every chunk
+  // ends in the loss); per slot the int32 input tokens [N] (first stage) and target tokens [N] (last stage).
   const bool receives_grads = piped && !(part.last && part.chunks.size() == 1);
   const std::uint64_t scratch = 2 * N * C + (sp ? 2 * Nl * C + 2 * N * C : 0) + (tp_kernels && part.last ? 3 * N : 0) +
-                                Nl * C + N * C + 12 * N * Cl + (cfg.recompute ? block : 0) +
+                                Nl * C + N * C + 12 * N * Cl + blocks.rebuilt + blocks.staging +
                                 (receives_grads ? Nl * C : 0) + slots * N * ((part.first ? 1 : 0) + (part.last ? 1 : 0));
   at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * max_other_p + scratch);
   // TensorParallel's staging for the sequence permutation (SP with B > 1): [B, T, C].
@@ -166,8 +215,16 @@ CategoryBytes predict_host_memory(const TrainConfig& cfg, int world, int pp_rank
   return predict_state_memory(gpt_units(cfg.model, cfg.tp, view.part), view.sharding, groups(cfg, world), 2).host;
 }
 
-std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) {
-  const std::uint64_t now = total(predict_step_memory(cfg, world));
+std::uint64_t predict_offloaded_activations(const TrainConfig& cfg, int pp_rank) {
+  const PipelineView view = pipeline_view(cfg, pp_rank);
+  const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);
+  const std::uint64_t N = static_cast<std::uint64_t>(view.rows) * static_cast<std::uint64_t>(cfg.seq);
+  const std::uint64_t Nl = cfg.sequence_parallel ? N / P : N;
+  return 4 * block_floats(cfg, view.part, N, Nl, static_cast<std::uint64_t>(view.slots)).host;
+}
+
+std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget, int pp_rank) {
+  const std::uint64_t now = total(predict_step_memory(cfg, world, pp_rank));
   if (now <= budget)
     return fmt::format(
         "the prediction for this configuration ({:.1f} MiB per rank) is within the budget of {:.1f} "
@@ -194,7 +251,7 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget) 
     c.sharding.offload = change.in.offload;
     c.recompute = change.in.recompute;
     c.sequence_parallel = change.in.layout.sequence_parallel;
-    const std::uint64_t need = total(predict_step_memory(c, world));
+    const std::uint64_t need = total(predict_step_memory(c, world, pp_rank));
     if (need <= budget)
       return fmt::format(
           "predicted {:.1f} MiB per rank against the {:.1f} MiB of the budget left to training; the cheapest change "
@@ -216,10 +273,12 @@ TpTraffic predict_tp_traffic(const TrainConfig& cfg) {
   // Micro-batches per step; under a pipeline each stage runs its own layers' share of them.
   const std::uint64_t A = static_cast<std::uint64_t>(cfg.micro_batches_per_step());
   const std::uint64_t L = static_cast<std::uint64_t>(cfg.model.layers);
-  // Per micro-batch: the embedding (1), two row-parallel outputs per block in the forward (again under
+  // Blocks that run their whole forward again (only full recomputation has collectives in what it reruns).
+  const std::uint64_t R = static_cast<std::uint64_t>(cfg.recompute.count(BlockRecompute::kFull, cfg.model.layers));
+  // Per micro-batch: the embedding (1), two row-parallel outputs per block in the forward (again under full
   // recomputation), the LM head's input gradient (1) and two column-parallel input gradients per block; the loss's
   // row maxima, sums and target logits (3N floats).
-  const std::uint64_t reductions = 1 + 2 * L + (cfg.recompute ? 2 * L : 0) + 1 + 2 * L;
+  const std::uint64_t reductions = 1 + 2 * L + 2 * R + 1 + 2 * L;
   if (!cfg.sequence_parallel) {
     t.all_reduce_bytes = checked_product("tp all-reduce bytes (--grad-accum x 4 x per micro-batch floats)", A, 4,
                                          reductions * N * C + 3 * N);
@@ -231,13 +290,56 @@ TpTraffic predict_tp_traffic(const TrainConfig& cfg) {
   // backward, the output gradient before each row-parallel matmul (2L) and before the embedding's (1), and the
   // LayerNorm outputs again, which are kept on this rank's rows, for the column-parallel matmuls and the LM head
   // (2L + 1). The replicated parameters' gradients (LayerNorms, wpe) are summed over tp.
-  const std::uint64_t gathers = 2 * L + (cfg.recompute ? 2 * L : 0) + 1 + 2 * L + 1 + 2 * L + 1;
+  const std::uint64_t gathers = 2 * L + 2 * R + 1 + 2 * L + 1 + 2 * L + 1;
   t.reduce_scatter_bytes = checked_product("tp reduce-scatter bytes (--grad-accum x 4 x floats)", A, 4,
                                            reductions * N * C);
   t.all_gather_bytes = checked_product("tp all-gather bytes (--grad-accum x 4 x floats)", A, 4, gathers * N * C);
   t.all_reduce_bytes = A * 4 * (3 * N + L * 4 * C + 2 * C + static_cast<std::uint64_t>(cfg.model.ctx) * C);
   t.calls = A * (reductions + gathers + 2 + 4 * L + 2 + 1);
   return t;
+}
+
+RecomputePolicy choose_recompute(const TrainConfig& cfg, int world, std::uint64_t budget, std::string* error) {
+  std::vector<std::vector<int>> stages;
+  if (!cfg.pipelined()) {
+    stages.emplace_back();
+    for (int l = 0; l < cfg.model.layers; ++l) stages.back().push_back(l);
+  } else {
+    for (int r = 0; r < cfg.pp; ++r) {
+      stages.emplace_back();
+      for (const LayerRange& c : GptStagePart::of_rank(cfg.model, cfg.pp, cfg.pp_virtual, r, 1).chunks)
+        for (int l = c.first; l < c.last; ++l) stages.back().push_back(l);
+    }
+  }
+  const std::vector<BlockRecompute> kinds = {BlockRecompute::kNone, BlockRecompute::kMlp, BlockRecompute::kAttention,
+                                             BlockRecompute::kFull, BlockRecompute::kOffload};
+  auto trial = [&](const RecomputePolicy& p, int stage) -> std::optional<RecomputeCost> {
+    TrainConfig c = cfg;
+    c.recompute = p;
+    const std::uint64_t need = total(predict_step_memory(c, world, stage));
+    if (need > budget) return std::nullopt;
+    RecomputeCost cost;
+    for (int l : stages[static_cast<std::size_t>(stage)])
+      cost.flops += static_cast<double>(ModelFlops::recompute_per_token(cfg.model, cfg.seq, p.at(l)));
+    cost.offload_bytes = 2.0 * static_cast<double>(predict_offloaded_activations(c, stage));
+    for (int l : stages[static_cast<std::size_t>(stage)])  // the GELU's output [N, 4C / tp] written again
+      if (p.at(l) == BlockRecompute::kMlp)
+        cost.elementwise += 4.0 * cfg.model.embd / cfg.tp * cfg.seq * cfg.micro_batch_rows();
+    cost.memory = static_cast<double>(need);
+    return cost;
+  };
+  int failed = -1;
+  RecomputePolicy chosen = strata::choose_recompute(cfg.model.layers, stages, kinds, trial, &failed);
+  if (failed >= 0 && error) {
+    TrainConfig c = cfg;
+    c.recompute = RecomputePolicy::full();
+    *error = fmt::format(
+        "--recompute auto: no recomputation or activation offload of the blocks{} fits the {} bytes per rank left "
+        "to training (full recomputation of every block: {} bytes predicted); {}",
+        cfg.pipelined() ? fmt::format(" of pipeline stage {}", failed) : std::string(), budget,
+        total(predict_step_memory(c, world, failed)), fit_advice(c, world, budget, failed));
+  }
+  return chosen;
 }
 
 std::string prediction_table(const CategoryBytes& predicted, const CategoryBytes& measured) {

@@ -24,11 +24,20 @@ using strata::total;
 CategoryBytes predict_step_memory(const TrainConfig& cfg, int world, int pp_rank = 0);
 // The same for the host memory offload uses (all zero without offload).
 CategoryBytes predict_host_memory(const TrainConfig& cfg, int world, int pp_rank = 0);
+// The host bytes of activation offload (GptModel::activation_host()'s ledger, category kActivations): every offloaded
+// block's activations for each micro-batch the rank keeps in flight; 0 when no block offloads.
+std::uint64_t predict_offloaded_activations(const TrainConfig& cfg, int pp_rank = 0);
 
 // When `budget` device bytes per rank (what the device budget leaves to training) are too few: the first of the
 // planner's changes (fit_changes, cheapest first) that this trainer supports and whose exact prediction fits, as
 // "what: N MiB per rank predicted", or why none does.
-std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget);
+std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget, int pp_rank = 0);
+
+// --recompute auto: a kind per block (none, mlp, attention, full, offload; strata::choose_recompute's search, each
+// pipeline stage on its own blocks) whose predicted step memory fits `budget` bytes per rank with the fewest FLOPs
+// run again, then the fewest bytes offloaded. When nothing fits: an empty policy and *error says so, with the
+// planner's cheapest change beyond recomputation (fit_advice).
+RecomputePolicy choose_recompute(const TrainConfig& cfg, int world, std::uint64_t budget, std::string* error);
 
 // The MPI backend's staging for the tensor-parallel group on a rank (part of predict_step_memory's comm_buffer; all
 // zero at tp 1): the lane of the device's compute stream, which GptModel's collectives use, and the lane of the

@@ -44,6 +44,7 @@ void GptTrainer::with_fit_advice(Fn&& fn) {
 GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenFile& data)
     : rt_(runtime), cfg_(config), data_(data), baseline_bytes_(runtime.device().memory_stats().current_total()) {
   check_config();
+  if (cfg_.recompute.automatic && cfg_.recompute.per_layer.empty()) choose_recompute();
   // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
   set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
   mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{cfg_.pp, cfg_.dp_replicate, -1, cfg_.tp});
@@ -89,6 +90,22 @@ void GptTrainer::check_config() const {
   cfg_.validate(rt_.world_size());
   STRATA_CHECK(data_.max_token() < cfg_.model.vocab, "data token {} is outside the vocabulary of {}", data_.max_token(),
                cfg_.model.vocab);
+}
+
+void GptTrainer::choose_recompute() {
+  const std::uint64_t budget = rt_.device().memory_budget();
+  STRATA_CHECK(budget > 0, "--recompute auto chooses from the device budget: give --device-memory (or "
+               "STRATA_DEVICE_MEMORY)");
+  const std::vector<double> baselines = all_gather_values(rt_.world(), static_cast<double>(baseline_bytes_));
+  const std::uint64_t most = static_cast<std::uint64_t>(*std::max_element(baselines.begin(), baselines.end()));
+  std::uint64_t left = budget > most ? budget - most : 0;
+  // 1% stays free for what the step's prediction does not hold: the run's own reporting (the summary gathers every
+  // rank's ledger on the device) and, on CUDA, the allocator's rounding.
+  left -= left / 100;
+  std::string error;
+  RecomputePolicy chosen = gpt::choose_recompute(cfg_, rt_.world_size(), left, &error);
+  STRATA_CHECK_CODE(ErrorCode::kOutOfMemory, !chosen.per_layer.empty(), "{}", error);
+  cfg_.recompute = std::move(chosen);
 }
 
 void GptTrainer::build_pipeline() {

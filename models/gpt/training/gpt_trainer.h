@@ -50,6 +50,8 @@ class GptTrainer {
   // After the last step: a checkpoint of where the trainer stands (unless it is the one just written or loaded), and
   // any save in flight committed.
   void finish();
+  // The configuration as run: --recompute auto's choice made (a kind per block).
+  const TrainConfig& config() const { return cfg_; }
   ShardedModel& model() { return *model_; }
   ShardedAdamW& optimizer() { return *optimizer_; }
   Checkpointer* checkpointer() { return checkpointer_.get(); }
@@ -58,6 +60,7 @@ class GptTrainer {
   // The pipeline schedule (pipelined() runs only), and this rank's part of the model.
   const PipelineSchedule* schedule() const { return schedule_.get(); }
   const GptStagePart& stage_part() const { return part_; }
+  // The GPT's forward and backward on this rank (its activations, their offload, the tp traffic).
   GptModel& gpt() { return *gpt_; }
   // Collective: writes the weights under the spec's names as one F32 safetensors file. Each value is written once,
   // by the rank that owns it, at its place in the file (a shared file system): no rank gathers the model.
@@ -71,6 +74,9 @@ class GptTrainer {
   // rank's part of a pipeline, the parallelize step (norm groups, counted mask, the tied pair, the sharded model and
   // optimizer, prefetch within chunks), and weights from --init.
   void check_config() const;
+  // --recompute auto: the kind of each block, from 99% of the budget the rank with the least of it has left (every
+  // rank makes the same choice); kOutOfMemory with the planner's cheapest change when nothing fits.
+  void choose_recompute();
   void build_pipeline();
   void parallelize();
   void init_from_file();

@@ -33,7 +33,10 @@ PoolPeaks rehearse_pools(const TrainConfig& cfg, int pp_rank) {
   set_chunk_prefetch(model, stage_units(tiny, part), options.prefetch_depth);
   GptParallel parallel;
   parallel.tp = &self;
-  GptModel gpt(tiny, model, device, rows, seq, cfg.recompute, parallel, part, cfg.precision);
+  // Recomputation changes no unit's calls: an automatic policy not chosen yet rehearses as none.
+  const RecomputePolicy recompute =
+      cfg.recompute.automatic && cfg.recompute.per_layer.empty() ? RecomputePolicy{} : cfg.recompute;
+  GptModel gpt(tiny, model, device, rows, seq, recompute, parallel, part, cfg.precision);
   const TokenFile data = TokenFile::from_tokens(synthetic_tokens(64, tiny.vocab, 1), seq, tiny.vocab, "<rehearsal>");
   GptPipelineStage stage(gpt, model, data, rows, seq, 1, 0, cfg.pp_keep_gathered);
   stage.begin_step(0, 1.0f);

@@ -29,7 +29,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"microbatches", micro_batches()},
           {"pp_keep_gathered", pp_keep_gathered},
           {"grad_clip", optimizer.grad_clip},
-          {"recompute", recompute},
+          {"recompute", recompute.flags(model.layers)},
           {"init", init},
           {"seed", seed}};
 }
@@ -50,6 +50,7 @@ void TrainConfig::validate(int world) const {
   model.validate_sizes(batch, seq, tp);
   validate_pipeline();
   model.validate_sizes(micro_batch_rows(), seq, tp);
+  recompute.validate(model.layers);
   STRATA_CHECK(!resume || !checkpoint.dir.empty(), "--resume needs --checkpoint-dir");
   STRATA_CHECK(checkpoint_every == 0 || !checkpoint.dir.empty(), "--checkpoint-every needs --checkpoint-dir");
 }

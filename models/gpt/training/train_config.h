@@ -49,7 +49,9 @@ struct TrainConfig {
   // The pipeline's part of it (the schedule, the layers and micro-batches), which the memory planner also needs.
   void validate_pipeline() const;
   bool tp_kernels = false;     // the tensor-parallel data flow even at tp 1 (tests; GptParallel::tp_kernels)
-  bool recompute = false;
+  // What each block keeps for its backward (runtime/memory/recompute_policy.h). automatic: the trainer chooses a kind
+  // per block from the device budget (GptTrainer's constructor) before the model is built.
+  RecomputePolicy recompute;
   GptPrecision precision;  // f32, or bf16 products (train_gpt --compute-dtype)
   std::string init;  // safetensors file; empty: the spec's distributions from `seed`
   std::uint64_t seed = 1;

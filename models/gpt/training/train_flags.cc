@@ -113,7 +113,15 @@ void add_layout_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(flags::positive_integer());
-  app.add_flag("--recompute", f.recompute, "keep only each block's input; recompute it in backward");
+  app.add_option("--recompute", f.recompute,
+                 "what each block keeps for its backward: none; full (alone: keep only the block's input and run it "
+                 "again in backward); attention (recompute the attention core); mlp (recompute the GELU); offload (its "
+                 "activations in host memory, prefetched back); a comma-separated kind per block; or auto (with "
+                 "--device-memory: the least extra compute that fits, chosen per block)")
+      ->expected(0, 1);
+  app.add_option("--recompute-every", f.recompute_every,
+                 "apply --recompute's kind to every K-th block only (blocks K, 2K, ... counting from 1)")
+      ->check(flags::positive_integer());
 }
 
 // The device, the run's outputs (metrics, trace, checkpoints), offload and the memory budget.
@@ -221,7 +229,8 @@ std::vector<ConfigField> effective_configuration(const TrainFlags& f) {
                                         {"--dp-shard", f.dp_shard},
                                         {"--prefetch", num(f.prefetch)},
                                         {"--offload", f.offload},
-                                        {"--recompute", on(f.recompute)},
+                                        {"--recompute", f.recompute.empty() ? "full" : f.recompute},
+                                        {"--recompute-every", num(f.recompute_every)},
                                         {"--init", f.init},
                                         {"--init size", f.init.empty() ? "" : file_size_text(f.init)},
                                         {"--data", f.data},
@@ -300,7 +309,10 @@ TrainConfig train_config(const TrainFlags& f, Runtime& rt) {
   cfg.pp_virtual = f.pp_virtual;
   cfg.microbatches = f.microbatches;
   cfg.pp_keep_gathered = !f.pp_reshard;
-  cfg.recompute = f.recompute;
+  cfg.recompute = RecomputePolicy::parse(f.recompute.empty() ? "full" : f.recompute, f.recompute_every);
+  STRATA_CHECK(!cfg.recompute.automatic || !f.device_memory.empty(),
+               "--recompute auto chooses from the device budget: give --device-memory (or use none, mlp, attention, "
+               "full or offload)");
   cfg.init = f.init;
   cfg.seed = f.seed;
   cfg.checkpoint.dir = f.checkpoint_dir;

@@ -22,7 +22,9 @@ struct TrainFlags {
   std::uint64_t seed = 1, tokens = 1 << 16;
   std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32",
                                                                    compute_dtype = "auto";
-  bool recompute = false, no_progress = false, sequence_parallel = false;
+  bool no_progress = false, sequence_parallel = false;
+  std::string recompute = "none";  // given without a value: "" (full)
+  int recompute_every = 1;
   int prefetch = 1, warmup = 0;
   bool cosine = false;
   std::string trace, offload = "none", device_memory;

@@ -32,6 +32,18 @@ std::string compute_text(const TrainConfig& cfg, DeviceKind backend) {
   return "compute bf16 (f32 accumulation; cuBLAS bf16 GEMMs)";
 }
 
+// ", recompute full (+33.1% FLOPs run again beside the model's)"; after --recompute auto, the list it chose too.
+std::string recompute_text(const TrainConfig& cfg) {
+  const RecomputePolicy& r = cfg.recompute;
+  if (!r.any()) return "";
+  const double extra = static_cast<double>(ModelFlops::recompute_per_token(cfg.model, cfg.seq, r)) /
+                       static_cast<double>(ModelFlops::of(cfg.model, cfg.seq).per_token);
+  std::string text = fmt::format(", recompute {} (+{:.1f}% FLOPs run again beside the model's)",
+                                 r.describe(cfg.model.layers), 100 * extra);
+  if (r.automatic) text += fmt::format("; --recompute auto chose --recompute {}", r.flags(cfg.model.layers));
+  return text;
+}
+
 void print_pipeline(const TrainFlags& f, const TrainConfig& cfg, GptTrainer& trainer, const PipelineSchedule& sched) {
   std::string stages;
   const auto ranges = split_layers(cfg.model.layers, f.pp, f.pp_virtual);
@@ -116,7 +128,7 @@ void print_run_banner(const TrainFlags& f, const TrainConfig& cfg, GptTrainer& t
       "%s%s\n",
       cfg.model.describe().c_str(), trainer.parameters(), trainer.mesh().dp().size(), cfg.micro_batch_rows(), cfg.seq,
       cfg.micro_batches_per_step(), trainer.model().resources().options().describe().c_str(),
-      compute_text(cfg, rt.backend()).c_str(), cfg.recompute ? ", recompute" : "");
+      compute_text(cfg, rt.backend()).c_str(), recompute_text(trainer.config()).c_str());
   if (cfg.tp > 1)
     std::printf("train_gpt: tensor parallel %d%s; %s\n", cfg.tp,
                 cfg.sequence_parallel ? " with sequence parallelism" : "", trainer.mesh().describe().c_str());
@@ -258,6 +270,17 @@ nlohmann::json RunLog::summary() const {
                   {"load_bytes_rank0", ckpt->last_load().bytes}};
   }
   const bool mfu = throughput_.has_peak() && mean_ms > 0;
+  // Recomputation and activation offload on rank 0: the policy as run, the FLOPs per token it runs again beside the
+  // model's, activation offload's host peak and the bytes it copied out and back over the run.
+  const TrainConfig& run = trainer_.config();
+  const GptModel::OffloadTraffic moved = trainer_.gpt().offload_traffic();
+  const Device* acts_host = trainer_.gpt().activation_host();
+  const nlohmann::json recompute = {
+      {"policy", run.recompute.flags(run.model.layers)},
+      {"flops_per_token", ModelFlops::recompute_per_token(run.model, run.seq, run.recompute)},
+      {"offload_host_bytes", acts_host ? acts_host->memory_stats().peak(MemCategory::kActivations) : 0},
+      {"offload_bytes_out", moved.out},
+      {"offload_bytes_in", moved.in}};
   return nlohmann::json{
       {"final_loss", final_loss_},
       {"mean_step_ms", mean_ms},
@@ -276,6 +299,7 @@ nlohmann::json RunLog::summary() const {
       {"zero_stage", f_.zero_stage},
       {"parameters", trainer_.parameters()},
       {"offload", f_.offload},
+      {"recompute", recompute},
       {"resume", resume_record},
       {"checkpoint", checkpoint}};
 }

@@ -15,6 +15,7 @@
 #include "models/gpt/training/gpt_trainer.h"
 #include "core/safetensors.h"
 #include "runtime/memory/memory_planner.h"
+#include "tests/support/gpt_memory_checks.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"
 
@@ -27,6 +28,7 @@ const std::string kData = test::data_dir();
 constexpr double kBf16ParamsLossBar = 2e-5;  // Bf16ParametersKeepAnF32MasterAsThePyTorchReferenceDoes derives both
 constexpr double kBf16ParamsNormBar = 2e-3;
 using test::expect_reference;
+using test::expect_step_as_predicted;
 using test::load_json;
 using test::max_rel;
 using test::reference_config;
@@ -196,7 +198,7 @@ TEST(GptTraining, RecomputeGivesTheSameLosses) {
   auto ref = load_json(kData + "gpt_tiny_ref.json");
   TrainConfig cfg = reference_config(ref, runtime().world_size());
   std::vector<double> plain = run(cfg, 5);
-  cfg.recompute = true;
+  cfg.recompute = RecomputePolicy::full();
   std::vector<double> recomputed = run(cfg, 5);
   EXPECT_EQ(plain, recomputed) << "recomputation runs the same kernels on the same inputs: results are bitwise equal";
 }
@@ -275,48 +277,6 @@ TEST(GptTraining, ActivationsGrowLinearlyWithSequenceLength) {
 namespace strata::gpt {
 namespace {
 
-// Every category of a prediction within 2% of the ledger's.
-void expect_close(const CategoryBytes& predicted, const CategoryBytes& measured, const char* where) {
-  for (std::size_t i = 0; i < kNumMemCategories; ++i) {
-    double p = static_cast<double>(predicted[i]), m = static_cast<double>(measured[i]);
-    EXPECT_LE(std::abs(p - m), 0.02 * std::max(p, m)) << where << " " << mem_category_name(static_cast<MemCategory>(i))
-                                                      << "\n" << prediction_table(predicted, measured);
-  }
-}
-
-// A trainer's first step on `data` (collective); expects its device and host peaks, over what was in use before it,
-// to be the predicted ones, less `comm_in_place` bytes of comm_buffer a longer-lived communicator already holds.
-void expect_step_as_predicted(const TrainConfig& cfg, const TokenFile& data, std::uint64_t comm_in_place = 0) {
-  Device& dev = runtime().device();
-  const int world = runtime().world_size();
-  const int pp_rank = runtime().rank() / (world / cfg.pp);
-  CategoryBytes before{}, peak{}, host_peak{};
-  for (std::size_t i = 0; i < kNumMemCategories; ++i)
-    before[i] = dev.memory_stats().current(static_cast<MemCategory>(i));
-  {
-    GptTrainer trainer(runtime(), cfg, data);
-    dev.memory_stats().reset_peaks();
-    trainer.step(0);
-    for (std::size_t i = 0; i < kNumMemCategories; ++i) {
-      peak[i] = dev.memory_stats().peak(static_cast<MemCategory>(i)) - before[i];
-      if (const Device* host = trainer.model().resources().host_device())
-        host_peak[i] = host->memory_stats().peak(static_cast<MemCategory>(i));
-    }
-    EXPECT_EQ(trainer.model().resources().host_device() != nullptr, cfg.sharding.offload != OffloadPolicy::kNone);
-  }
-  CategoryBytes predicted = predict_step_memory(cfg, world, pp_rank);
-  predicted[static_cast<std::size_t>(MemCategory::kCommBuffer)] -= comm_in_place;
-  expect_close(predicted, peak, "device");
-  expect_close(predict_host_memory(cfg, world, pp_rank), host_peak, "host");
-  if (runtime().rank() == 0 && cfg.tp > 1)
-    std::printf("tp %d%s x dp %d, ZeRO %d, recompute %d, accum %d, %s, offload %s: predicted%s / measured\n%s",
-                cfg.tp, cfg.sequence_parallel ? " (SP)" : "", world / cfg.tp, static_cast<int>(cfg.sharding.stage),
-                cfg.recompute, cfg.grad_accum, dtype_name(cfg.sharding.mixed_precision.param_dtype),
-                offload_name(cfg.sharding.offload),
-                comm_in_place ? fmt::format(" (comm_buffer less {} in place)", comm_in_place).c_str() : "",
-                prediction_table(predicted, peak).c_str());
-}
-
 // The planner's arithmetic for our own GPT against the ledger: every category within 2% after the first step,
 // for ZeRO 0-3, recomputation on and off, f32 and bf16, and (without recomputation) each offload policy, on the
 // device and on the host.
@@ -333,7 +293,7 @@ TEST(GptMemory, PredictedEqualsMeasuredInEveryCategory) {
         cfg.model = GptConfig{2, 2, 32, 64, 16};
         cfg.seq = 16;
         cfg.batch = 4 / world;
-        cfg.recompute = recompute;
+        if (recompute) cfg.recompute = RecomputePolicy::full();
         cfg.sharding.stage = zero_stage_from_int(stage);
         cfg.sharding.mixed_precision.param_dtype = pdt;
         SCOPED_TRACE(fmt::format("stage {} recompute {} {} offload {}", stage, recompute, dtype_name(pdt),
@@ -381,7 +341,7 @@ TEST(GptMemory, PredictedEqualsMeasuredUnderPipelineParallelism) {
     cfg.pp_schedule = c.kind;
     cfg.pp_virtual = c.virtual_stages;
     cfg.pp_keep_gathered = c.keep;
-    cfg.recompute = c.recompute;
+    if (c.recompute) cfg.recompute = RecomputePolicy::full();
     cfg.sharding.stage = zero_stage_from_int(c.stage);
     SCOPED_TRACE(fmt::format("pp {} ({} x {}, {} micro-batches{}) x tp {} x dp {}, ZeRO {}, recompute {}", c.pp,
                              pipeline_schedule_name(c.kind), c.virtual_stages, c.micro_batches,
@@ -428,7 +388,7 @@ TEST(GptMemory, PredictedEqualsMeasuredUnderTensorParallelism) {
     cfg.tp = c.tp;
     cfg.sequence_parallel = c.sp;
     cfg.sharding.stage = zero_stage_from_int(c.stage);
-    cfg.recompute = c.recompute;
+    if (c.recompute) cfg.recompute = RecomputePolicy::full();
     cfg.grad_accum = c.accum;
     cfg.sharding.mixed_precision.param_dtype = c.param_dtype;
     cfg.sharding.offload = c.offload;
@@ -437,17 +397,10 @@ TEST(GptMemory, PredictedEqualsMeasuredUnderTensorParallelism) {
   // A tp group as wide as the world is the runtime's world communicator (DeviceMesh reuses it), whose compute-stream
   // staging outlives each trainer: grown once here beyond what any case needs, it is in place before each step, and
   // the cases spanning the world expect that lane's bytes outside their peak.
-  Device& dev = runtime().device();
   std::uint64_t world_lane = 0;
   for (const Case& c : cases)
     if (world > 1 && c.tp == world) world_lane = std::max(world_lane, predict_tp_staging(config(c)).compute);
-  if (world_lane > 0) {
-    Buffer grow = dev.allocate(world_lane, MemCategory::kWorkspace);
-    dev.fill_zero(grow.data(), world_lane, dev.compute_stream());
-    runtime().world().all_reduce(grow.data(), grow.data(), world_lane / 4, DType::kF32, ReduceOp::kSum,
-                                 dev.compute_stream());
-    dev.compute_stream().synchronize();
-  }
+  test::grow_world_lane(world_lane);
   TokenFile data = TokenFile::from_tokens(synthetic_tokens(4096, vocab, 3), 16, vocab);
   int ran = 0;
   for (const Case& c : cases) {
@@ -480,7 +433,7 @@ TEST(GptMemory, PredictedEqualsMeasuredUnderTensorParallelism) {
   cfg.tp = 2;
   cfg.sharding.stage = ZeroStage::kNone;
   TrainConfig fixed = cfg;
-  fixed.recompute = true;
+  fixed.recompute = RecomputePolicy::full();
   const std::uint64_t room = total(predict_step_memory(fixed, world)) * 102 / 100;
   ASSERT_LT(room, total(predict_step_memory(cfg, world))) << "the test's premise";
   const std::string advice = fit_advice(cfg, world, room);
@@ -501,7 +454,7 @@ TEST(GptMemory, OverBudgetErrorNamesAChangeThatFits) {
   const std::size_t saved = dev.memory_budget();
   const std::uint64_t need = total(predict_step_memory(cfg, world));
   TrainConfig fixed = cfg;  // a budget with 2% to spare for recomputation, the cheapest change
-  fixed.recompute = true;
+  fixed.recompute = RecomputePolicy::full();
   const std::uint64_t room = total(predict_step_memory(fixed, world)) * 102 / 100;
   ASSERT_LT(room, need) << "the test's premise";
   dev.set_memory_budget(dev.memory_stats().current_total() + room);
@@ -531,7 +484,8 @@ TEST(GptMemory, OverBudgetErrorNamesAChangeThatFits) {
   // The advice names flags; follow it.
   TrainConfig advised = cfg;
   if (advice.find("--zero-stage 3") != std::string::npos) advised.sharding.stage = ZeroStage::kParameters;
-  if (advice.find("--recompute") != std::string::npos) advised.recompute = true;
+  if (advice.find("--recompute mlp") != std::string::npos) advised.recompute = RecomputePolicy::uniform(BlockRecompute::kMlp);
+  else if (advice.find("--recompute") != std::string::npos) advised.recompute = RecomputePolicy::full();
   if (advice.find("--offload optimizer+params") != std::string::npos)
     advised.sharding.offload = OffloadPolicy::kOptimizerAndParams;
   else if (advice.find("--offload optimizer") != std::string::npos)

@@ -54,7 +54,7 @@ TEST(MemoryPlanner, ActivationFormulas) {
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 34 * s * b * h);
   in.layout.tp = 4;
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), s * b * h * (10 + 24.0 / 4));
-  in.recompute = true;
+  in.recompute = RecomputePolicy::full();
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 2 * s * b * h);
 }
 
@@ -132,13 +132,13 @@ TEST(MemoryPlanner, SequenceParallelismDividesEveryActivationTerm) {
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), s * b * h * (34 + 5 * a * s / h) / t);
   in.tiled_attention = true;
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 34 * s * b * h / t);
-  in.recompute = true;
+  in.recompute = RecomputePolicy::full();
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 2 * s * b * h / t);
   in.layout.sequence_parallel = false;
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 2 * s * b * h);
   in.layout.tp = 1;  // sequence parallelism over one rank changes nothing
   in.layout.sequence_parallel = true;
-  in.recompute = false;
+  in.recompute = RecomputePolicy{};
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 34 * s * b * h);
 }
 
