@@ -34,7 +34,11 @@ struct PipelineView {
   PoolPeaks pools;  // gathered and unsharded-gradient slots the rank's step holds (rehearse_pools)
 };
 
-PipelineView pipeline_view(const TrainConfig& cfg, int pp_rank) {
+// `pools`: the rank's pool peaks when already rehearsed (they depend on the schedule and the options, not on
+// recomputation: --recompute auto's search rehearses once per stage); `rehearse` false: not wanted (the host
+// memory and the offloaded activations need the part only).
+PipelineView pipeline_view(const TrainConfig& cfg, int pp_rank, const PoolPeaks* pools = nullptr,
+                           bool rehearse = true) {
   PipelineView v;
   v.sharding = cfg.sharding;
   v.rows = cfg.batch;
@@ -45,7 +49,8 @@ PipelineView pipeline_view(const TrainConfig& cfg, int pp_rank) {
   v.part = GptStagePart::of_rank(cfg.model, cfg.pp, cfg.pp_virtual, pp_rank, v.slots);
   v.rows = cfg.micro_batch_rows();
   if (cfg.pp_keep_gathered) v.sharding.reshard_after_forward = false;
-  v.pools = rehearse_pools(cfg, pp_rank);
+  if (pools) v.pools = *pools;
+  else if (rehearse) v.pools = rehearse_pools(cfg, pp_rank);
   return v;
 }
 
@@ -103,8 +108,17 @@ std::uint64_t all_reduce_staging(std::uint64_t n, std::uint64_t g, std::uint64_t
 
 }  // namespace
 
+namespace {
+CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const PoolPeaks* pools);
+}  // namespace
+
 CategoryBytes predict_step_memory(const TrainConfig& cfg, int world, int pp_rank) {
-  const PipelineView view = pipeline_view(cfg, pp_rank);
+  return predict_step(cfg, world, pp_rank, nullptr);
+}
+
+namespace {
+CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const PoolPeaks* pools) {
+  const PipelineView view = pipeline_view(cfg, pp_rank, pools);
   const GptStagePart& part = view.part;
   const bool piped = !part.chunks.empty();
   // Bounds every product below (each term is at most a few times a size it checked) so none of them wraps around.
@@ -190,6 +204,7 @@ CategoryBytes predict_step_memory(const TrainConfig& cfg, int world, int pp_rank
   }
   return b;
 }
+}  // namespace
 
 TpStaging predict_tp_staging(const TrainConfig& cfg) {
   TpStaging s;
@@ -211,12 +226,12 @@ TpStaging predict_tp_staging(const TrainConfig& cfg) {
 }
 
 CategoryBytes predict_host_memory(const TrainConfig& cfg, int world, int pp_rank) {
-  const PipelineView view = pipeline_view(cfg, pp_rank);
+  const PipelineView view = pipeline_view(cfg, pp_rank, nullptr, false);
   return predict_state_memory(gpt_units(cfg.model, cfg.tp, view.part), view.sharding, groups(cfg, world), 2).host;
 }
 
 std::uint64_t predict_offloaded_activations(const TrainConfig& cfg, int pp_rank) {
-  const PipelineView view = pipeline_view(cfg, pp_rank);
+  const PipelineView view = pipeline_view(cfg, pp_rank, nullptr, false);
   const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);
   const std::uint64_t N = static_cast<std::uint64_t>(view.rows) * static_cast<std::uint64_t>(cfg.seq);
   const std::uint64_t Nl = cfg.sequence_parallel ? N / P : N;
@@ -313,10 +328,17 @@ RecomputePolicy choose_recompute(const TrainConfig& cfg, int world, std::uint64_
   }
   const std::vector<BlockRecompute> kinds = {BlockRecompute::kNone, BlockRecompute::kMlp, BlockRecompute::kAttention,
                                              BlockRecompute::kFull, BlockRecompute::kOffload};
+  std::vector<PoolPeaks> pools;  // rehearsed once per stage: recomputation does not change them
+  for (int r = 0; cfg.pipelined() && r < cfg.pp; ++r) {
+    TrainConfig c = cfg;
+    c.recompute = RecomputePolicy{};
+    pools.push_back(rehearse_pools(c, r));
+  }
   auto trial = [&](const RecomputePolicy& p, int stage) -> std::optional<RecomputeCost> {
     TrainConfig c = cfg;
     c.recompute = p;
-    const std::uint64_t need = total(predict_step_memory(c, world, stage));
+    const std::uint64_t need =
+        total(predict_step(c, world, stage, pools.empty() ? nullptr : &pools[static_cast<std::size_t>(stage)]));
     if (need > budget) return std::nullopt;
     RecomputeCost cost;
     for (int l : stages[static_cast<std::size_t>(stage)])

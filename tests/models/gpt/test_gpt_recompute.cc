@@ -236,6 +236,45 @@ TEST(GptRecompute, AutoFitsThreeBudgetsAndRefusesOneBelowAll) {
   EXPECT_NE(message.find("the cheapest change that fits: "), std::string::npos) << message;
 }
 
+// Under a pipeline each stage chooses for its own blocks: with one budget for all ranks, 2% above what the lighter
+// stage needs keeping everything, that stage keeps everything and the heavier one (1F1B keeps 2 micro-batches on the
+// first stage) recomputes or offloads; every rank's choice fits and trains.
+TEST(GptRecompute, AutoChoosesPerPipelineStage) {
+  Device& dev = runtime().device();
+  const int world = runtime().world_size();
+  TrainConfig cfg;
+  if (!config_for(Layout::kPipeline, world, &cfg)) GTEST_SKIP() << "pp 2 needs an even world";
+  cfg.seq = 32;
+  cfg.model.ctx = 32;
+  const std::uint64_t need0 = total(predict_step_memory(cfg, world, 0)), need1 = total(predict_step_memory(cfg, world, 1));
+  const int light = need0 < need1 ? 0 : 1;
+  const std::uint64_t room = std::min(need0, need1) * 102 / 100;
+  ASSERT_GT(std::max(need0, need1), room) << "the test's premise: the stages differ by more than 2%";
+  TrainConfig automatic = cfg;
+  automatic.recompute = RecomputePolicy::parse("auto");
+  const TokenFile data = tokens(cfg.seq);
+  const std::size_t saved = dev.memory_budget();
+  dev.set_memory_budget(dev.memory_stats().current_total() + room);
+  RecomputePolicy chosen;
+  EXPECT_NO_THROW({
+    GptTrainer trainer(runtime(), automatic, data);
+    chosen = trainer.config().recompute;
+    trainer.step(0);
+    trainer.step(1);
+  }) << "the chosen policy went over the budget";
+  dev.set_memory_budget(saved);
+  ASSERT_EQ(chosen.per_layer.size(), 4u);
+  const int first_of_light = light == 0 ? 0 : 2;
+  for (int l = first_of_light; l < first_of_light + 2; ++l)
+    EXPECT_EQ(chosen.at(l), BlockRecompute::kNone) << "the lighter stage " << light << ": " << chosen.flags(4);
+  const int first_of_heavy = light == 0 ? 2 : 0;
+  EXPECT_TRUE(chosen.at(first_of_heavy) != BlockRecompute::kNone || chosen.at(first_of_heavy + 1) != BlockRecompute::kNone)
+      << "the heavier stage " << 1 - light << ": " << chosen.flags(4);
+  TrainConfig c = cfg;
+  c.recompute = chosen;
+  for (int r = 0; r < 2; ++r) EXPECT_LE(total(predict_step_memory(c, world, r)), room - room / 100) << "stage " << r;
+}
+
 // Recomputed FLOPs: a full block reruns its forward (2 x its parameters + 4 C T per token), the attention core
 // 4 C T, the GELU and offload none; 8 / 6 of the model's matrix products under full recomputation, attention aside.
 TEST(GptRecompute, RecomputedFlopsAreCountedBesideTheModels) {
