@@ -33,7 +33,9 @@ class ActivationOffload {
   int begin_backward(int block);
   void end_backward(int set);
   // Where activation `act` of staging set `set` lives on the device.
-  void* staging(int set, int act) const { return staging_[static_cast<std::size_t>(set)][static_cast<std::size_t>(act)].data(); }
+  void* staging(int set, int act) const {
+    return staging_[static_cast<std::size_t>(set)][static_cast<std::size_t>(act)].data();
+  }
 
   Device& host() const { return *host_; }
   // Bytes copied to and from host memory since construction.

@@ -391,7 +391,8 @@ struct GptModel::Impl {
     auto block_acts = [&](ActMask mask, MemCategory kind) {
       BlockActs set;
       for (int a = 0; a < kNumBlockActs; ++a)
-        if (mask & act_bit(a)) set.kept[static_cast<std::size_t>(a)] = dev.allocate(act_bytes[static_cast<std::size_t>(a)], kind);
+        if (mask & act_bit(a))
+          set.kept[static_cast<std::size_t>(a)] = dev.allocate(act_bytes[static_cast<std::size_t>(a)], kind);
       return set;
     };
     micro.resize(static_cast<std::size_t>(part.slots));
@@ -476,7 +477,9 @@ struct GptModel::Impl {
     switch (kind) {
       case BlockRecompute::kFull: block_forward(mb, local, p, a); break;
       case BlockRecompute::kAttention: k->attention_forward(a[kActAtty], a[kActLse], a[kActQkv], B, T, Cl, NHl); break;
-      case BlockRecompute::kMlp: k->gelu_forward(a[kActFchGelu], a[kActFch], static_cast<std::size_t>(N) * 4 * Cl); break;
+      case BlockRecompute::kMlp:
+        k->gelu_forward(a[kActFchGelu], a[kActFch], static_cast<std::size_t>(N) * 4 * Cl);
+        break;
       case BlockRecompute::kNone:
       case BlockRecompute::kOffload: break;
     }
@@ -651,8 +654,8 @@ struct GptModel::Impl {
     for (int l = r.last - 1; l >= r.first; --l) {
       const int u = unit_of_layer[static_cast<std::size_t>(l)], local = l - r.first;
       const BlockRecompute kind = recompute.at(l);
-      const int set =
-          kind == BlockRecompute::kOffload ? offload->begin_backward(mb.offload_id[static_cast<std::size_t>(local)]) : -1;
+      const int id = mb.offload_id[static_cast<std::size_t>(local)];
+      const int set = kind == BlockRecompute::kOffload ? offload->begin_backward(id) : -1;
       for (int m = l - 1; set >= 0 && m >= r.first; --m) {  // the next offloaded block's copy overlaps this one
         if (recompute.at(m) != BlockRecompute::kOffload) continue;
         offload->prefetch(mb.offload_id[static_cast<std::size_t>(m - r.first)]);

@@ -88,7 +88,7 @@ test::Trajectory train(const TrainConfig& cfg, int steps) {
 TEST(GptRecompute, EveryPolicyIsBitwiseEqualToKeepingEverything) {
   const int world = runtime().world_size();
   int ran = 0;
-  for (Layout layout : {Layout::kData, Layout::kTensor, Layout::kPipeline}) {
+  for (Layout layout : {Layout::kData, Layout::kTensor, Layout::kPipeline, Layout::kInterleaved}) {
     TrainConfig cfg;
     if (!config_for(layout, world, &cfg)) continue;
     const test::Trajectory plain = train(cfg, 3);
@@ -246,7 +246,8 @@ TEST(GptRecompute, AutoChoosesPerPipelineStage) {
   if (!config_for(Layout::kPipeline, world, &cfg)) GTEST_SKIP() << "pp 2 needs an even world";
   cfg.seq = 32;
   cfg.model.ctx = 32;
-  const std::uint64_t need0 = total(predict_step_memory(cfg, world, 0)), need1 = total(predict_step_memory(cfg, world, 1));
+  const std::uint64_t need0 = total(predict_step_memory(cfg, world, 0));
+  const std::uint64_t need1 = total(predict_step_memory(cfg, world, 1));
   const int light = need0 < need1 ? 0 : 1;
   const std::uint64_t room = std::min(need0, need1) * 102 / 100;
   ASSERT_GT(std::max(need0, need1), room) << "the test's premise: the stages differ by more than 2%";
@@ -268,7 +269,8 @@ TEST(GptRecompute, AutoChoosesPerPipelineStage) {
   for (int l = first_of_light; l < first_of_light + 2; ++l)
     EXPECT_EQ(chosen.at(l), BlockRecompute::kNone) << "the lighter stage " << light << ": " << chosen.flags(4);
   const int first_of_heavy = light == 0 ? 2 : 0;
-  EXPECT_TRUE(chosen.at(first_of_heavy) != BlockRecompute::kNone || chosen.at(first_of_heavy + 1) != BlockRecompute::kNone)
+  EXPECT_TRUE(chosen.at(first_of_heavy) != BlockRecompute::kNone ||
+              chosen.at(first_of_heavy + 1) != BlockRecompute::kNone)
       << "the heavier stage " << 1 - light << ": " << chosen.flags(4);
   TrainConfig c = cfg;
   c.recompute = chosen;

@@ -484,8 +484,10 @@ TEST(GptMemory, OverBudgetErrorNamesAChangeThatFits) {
   // The advice names flags; follow it.
   TrainConfig advised = cfg;
   if (advice.find("--zero-stage 3") != std::string::npos) advised.sharding.stage = ZeroStage::kParameters;
-  if (advice.find("--recompute mlp") != std::string::npos) advised.recompute = RecomputePolicy::uniform(BlockRecompute::kMlp);
-  else if (advice.find("--recompute") != std::string::npos) advised.recompute = RecomputePolicy::full();
+  if (advice.find("--recompute mlp") != std::string::npos)
+    advised.recompute = RecomputePolicy::uniform(BlockRecompute::kMlp);
+  else if (advice.find("--recompute") != std::string::npos)
+    advised.recompute = RecomputePolicy::full();
   if (advice.find("--offload optimizer+params") != std::string::npos)
     advised.sharding.offload = OffloadPolicy::kOptimizerAndParams;
   else if (advice.find("--offload optimizer") != std::string::npos)

@@ -32,7 +32,8 @@ TEST(RecomputePolicy, ParsesEveryKindEveryKthBlockAndAList) {
 }
 
 TEST(RecomputePolicy, RefusesWhatItCannotRun) {
-  for (const char* bad : {"selective", "", "full,", "full,,none", "FULL"}) EXPECT_THROW(RecomputePolicy::parse(bad), Error) << bad;
+  for (const char* bad : {"selective", "", "full,", "full,,none", "FULL"})
+    EXPECT_THROW(RecomputePolicy::parse(bad), Error) << bad;
   EXPECT_THROW(RecomputePolicy::parse("full", 0), Error);
   EXPECT_THROW(RecomputePolicy::parse("auto", 2), Error);
   EXPECT_THROW(RecomputePolicy::parse("full,none", 2), Error);
@@ -59,7 +60,9 @@ TEST(RecomputePolicy, NamesParseBackToThePolicy) {
 // Made-up blocks: each keeps 10 bytes, mlp 7, attention 8, full 1, against a budget; FLOPs again: attention 1, full 3
 // per block; an mlp block rewrites 1 element. The search keeps the cheapest fitting mix, per stage.
 TEST(RecomputePolicy, AutoSearchKeepsTheCheapestMixThatFits) {
-  auto bytes = [](K k) { return k == K::kNone ? 10.0 : k == K::kMlp ? 7.0 : k == K::kAttention ? 8.0 : k == K::kFull ? 1.0 : 2.0; };
+  auto bytes = [](K k) {
+    return k == K::kNone ? 10.0 : k == K::kMlp ? 7.0 : k == K::kAttention ? 8.0 : k == K::kFull ? 1.0 : 2.0;
+  };
   auto flops = [](K k) { return k == K::kAttention ? 1.0 : k == K::kFull ? 3.0 : 0.0; };
   const std::vector<std::vector<int>> stages = {{0, 1, 2, 3}, {4, 5}};
   const std::vector<K> recompute_only = {K::kNone, K::kMlp, K::kAttention, K::kFull};
