@@ -84,6 +84,25 @@ test::Trajectory train(const TrainConfig& cfg, int steps) {
   return t;
 }
 
+// --recompute auto for `cfg` with `room` bytes of device budget left to the trainer (collective): the policy it chose,
+// after two steps that must stay within the budget.
+RecomputePolicy auto_within(const TrainConfig& cfg, std::uint64_t room, const TokenFile& data) {
+  Device& dev = runtime().device();
+  TrainConfig automatic = cfg;
+  automatic.recompute = RecomputePolicy::parse("auto");
+  const std::size_t saved = dev.memory_budget();
+  dev.set_memory_budget(dev.memory_stats().current_total() + room);
+  RecomputePolicy chosen;
+  EXPECT_NO_THROW({
+    GptTrainer trainer(runtime(), automatic, data);
+    chosen = trainer.config().recompute;
+    trainer.step(0);
+    trainer.step(1);
+  }) << "the chosen policy went over the budget";
+  dev.set_memory_budget(saved);
+  return chosen;
+}
+
 // Recomputation reruns the same kernels on the same inputs, and offload copies bytes: nothing may change by a bit.
 TEST(GptRecompute, EveryPolicyIsBitwiseEqualToKeepingEverything) {
   const int world = runtime().world_size();
@@ -194,15 +213,7 @@ TEST(GptRecompute, AutoFitsThreeBudgetsAndRefusesOneBelowAll) {
   double last_flops = -1;
   for (std::uint64_t room : {plain + plain / 50, (plain + full) / 2, full + full / 50}) {
     SCOPED_TRACE(fmt::format("budget {} bytes (plain {}, full recomputation {})", room, plain, full));
-    dev.set_memory_budget(dev.memory_stats().current_total() + room);
-    RecomputePolicy chosen;
-    EXPECT_NO_THROW({
-      GptTrainer trainer(runtime(), automatic, data);
-      chosen = trainer.config().recompute;
-      trainer.step(0);
-      trainer.step(1);
-    }) << "the chosen policy went over the budget";
-    dev.set_memory_budget(saved);
+    const RecomputePolicy chosen = auto_within(cfg, room, data);
     ASSERT_EQ(chosen.per_layer.size(), 4u);
     EXPECT_TRUE(chosen.automatic);
     TrainConfig c = cfg;
@@ -240,7 +251,6 @@ TEST(GptRecompute, AutoFitsThreeBudgetsAndRefusesOneBelowAll) {
 // stage needs keeping everything, that stage keeps everything and the heavier one (1F1B keeps 2 micro-batches on the
 // first stage) recomputes or offloads; every rank's choice fits and trains.
 TEST(GptRecompute, AutoChoosesPerPipelineStage) {
-  Device& dev = runtime().device();
   const int world = runtime().world_size();
   TrainConfig cfg;
   if (!config_for(Layout::kPipeline, world, &cfg)) GTEST_SKIP() << "pp 2 needs an even world";
@@ -251,19 +261,7 @@ TEST(GptRecompute, AutoChoosesPerPipelineStage) {
   const int light = need0 < need1 ? 0 : 1;
   const std::uint64_t room = std::min(need0, need1) * 102 / 100;
   ASSERT_GT(std::max(need0, need1), room) << "the test's premise: the stages differ by more than 2%";
-  TrainConfig automatic = cfg;
-  automatic.recompute = RecomputePolicy::parse("auto");
-  const TokenFile data = tokens(cfg.seq);
-  const std::size_t saved = dev.memory_budget();
-  dev.set_memory_budget(dev.memory_stats().current_total() + room);
-  RecomputePolicy chosen;
-  EXPECT_NO_THROW({
-    GptTrainer trainer(runtime(), automatic, data);
-    chosen = trainer.config().recompute;
-    trainer.step(0);
-    trainer.step(1);
-  }) << "the chosen policy went over the budget";
-  dev.set_memory_budget(saved);
+  const RecomputePolicy chosen = auto_within(cfg, room, tokens(cfg.seq));
   ASSERT_EQ(chosen.per_layer.size(), 4u);
   const int first_of_light = light == 0 ? 0 : 2;
   for (int l = first_of_light; l < first_of_light + 2; ++l)
