@@ -11,6 +11,7 @@ ActivationOffload::ActivationOffload(Device& device, std::vector<std::size_t> si
       stream_(device.create_stream("activation offload")), computed_(device.create_event()) {
   STRATA_CHECK(blocks >= 1 && !sizes_.empty(), "activation offload of {} blocks of {} activations", blocks,
                sizes_.size());
+  for (std::size_t bytes : sizes_) set_bytes_ += bytes;
   host_sets_.resize(static_cast<std::size_t>(blocks));
   for (std::vector<Buffer>& set : host_sets_)
     for (std::size_t bytes : sizes_) set.push_back(host_->allocate(bytes, MemCategory::kActivations));
@@ -46,11 +47,7 @@ void ActivationOffload::end_forward(int set, int block) {
   stream_->wait(*computed_);
   std::vector<Buffer>& host = host_sets_[static_cast<std::size_t>(block)];
   for (std::size_t a = 0; a < sizes_.size(); ++a) dev_.copy(host[a].data(), staging_[s][a].data(), sizes_[a], *stream_);
-  bytes_out_ += [&] {
-    std::uint64_t n = 0;
-    for (std::size_t b : sizes_) n += b;
-    return n;
-  }();
+  bytes_out_ += set_bytes_;
   stream_->record(*free_[s]);
   // This forward's activations replace the block's earlier ones: a set still holding those is stale.
   for (int& held : holds_)
@@ -68,10 +65,8 @@ void ActivationOffload::copy_in(int set, int block) {
   const auto s = static_cast<std::size_t>(set);
   stream_->wait(*free_[s]);
   const std::vector<Buffer>& host = host_sets_[static_cast<std::size_t>(block)];
-  for (std::size_t a = 0; a < sizes_.size(); ++a) {
-    dev_.copy(staging_[s][a].data(), host[a].data(), sizes_[a], *stream_);
-    bytes_in_ += sizes_[a];
-  }
+  for (std::size_t a = 0; a < sizes_.size(); ++a) dev_.copy(staging_[s][a].data(), host[a].data(), sizes_[a], *stream_);
+  bytes_in_ += set_bytes_;
   stream_->record(*loaded_[s]);
   holds_[s] = block;
 }

@@ -49,6 +49,7 @@ class ActivationOffload {
 
   Device& dev_;
   std::vector<std::size_t> sizes_;
+  std::uint64_t set_bytes_ = 0;  // the sum of sizes_: one block's activations
   std::unique_ptr<Device> host_;
   std::unique_ptr<Stream> stream_;
   std::vector<std::vector<Buffer>> host_sets_;                 // [block][act]

@@ -183,11 +183,8 @@ MemoryPlan compute(const PlanInput& in) {
     p.host += layers_here / stage_layers(in) * offloaded * layer_acts * in_flight;
     p.activations += 2 * layer_acts;
   }
-  {
-    double rerun = 0;
-    for (int l = 0; l < stage_layers(in); ++l) rerun += recompute_flops_per_token(in, in.recompute.at(l));
-    p.recompute_flops = rerun * layers_here / stage_layers(in) * static_cast<double>(in.model.seq) * in.micro_batch;
-  }
+  p.recompute_flops = recompute_forward_fraction(in) * recompute_flops_per_token(in, BlockRecompute::kFull) *
+                      layers_here * static_cast<double>(in.model.seq) * in.micro_batch;
   if (in.offload != OffloadPolicy::kNone) {
     p.host += p.master + p.optim_state + p.grad_shard;
     p.master = p.optim_state = p.grad_shard = 0;
@@ -296,8 +293,6 @@ RecomputePolicy choose_plan_recompute(const PlanInput& in) {
   const int n = stage_layers(in);
   std::vector<int> blocks;
   for (int l = 0; l < n; ++l) blocks.push_back(l);
-  const std::vector<BlockRecompute> kinds = {BlockRecompute::kNone, BlockRecompute::kMlp, BlockRecompute::kAttention,
-                                             BlockRecompute::kFull, BlockRecompute::kOffload};
   // The planner's arithmetic reads the first n layers: try the pattern over n, then repeat it on every stage.
   auto whole = [&](const RecomputePolicy& stage) {
     std::vector<BlockRecompute> layers(static_cast<std::size_t>(in.model.layers));
@@ -318,7 +313,7 @@ RecomputePolicy choose_plan_recompute(const PlanInput& in) {
                          gelu * c.recompute.count(BlockRecompute::kMlp, n), p.total};
   };
   int failed = -1;
-  const RecomputePolicy chosen = choose_recompute(n, {blocks}, kinds, trial, &failed);
+  const RecomputePolicy chosen = choose_recompute(n, {blocks}, every_block_recompute(), trial, &failed);
   return whole(failed >= 0 ? RecomputePolicy::full() : chosen);
 }
 

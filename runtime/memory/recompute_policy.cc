@@ -20,11 +20,15 @@ const char* block_recompute_name(BlockRecompute kind) {
   return "?";
 }
 
+std::vector<BlockRecompute> every_block_recompute() {
+  std::vector<BlockRecompute> kinds;
+  for (int k = 0; k < kNumBlockRecompute; ++k) kinds.push_back(static_cast<BlockRecompute>(k));
+  return kinds;
+}
+
 BlockRecompute parse_block_recompute(const std::string& text, const char* flag) {
-  for (int k = 0; k < kNumBlockRecompute; ++k) {
-    const auto kind = static_cast<BlockRecompute>(k);
+  for (BlockRecompute kind : every_block_recompute())
     if (text == block_recompute_name(kind)) return kind;
-  }
   STRATA_THROW(ErrorCode::kInvalidArgument,
                "{} {}: a block's recomputation is none, mlp (the GELU), attention (the attention core), full or "
                "offload (its activations in host memory)", flag, text.empty() ? "''" : text);
@@ -105,8 +109,9 @@ std::string RecomputePolicy::describe(int layers) const {
   }
   std::string out;
   int kinds = 0;
-  for (int k = kNumBlockRecompute - 1; k >= 0; --k) {
-    const auto kind_k = static_cast<BlockRecompute>(k);
+  const std::vector<BlockRecompute> all = every_block_recompute();
+  for (auto it = all.rbegin(); it != all.rend(); ++it) {
+    const BlockRecompute kind_k = *it;
     const int n = count(kind_k, layers);
     if (n == 0) continue;
     ++kinds;

@@ -22,6 +22,8 @@ inline constexpr int kNumBlockRecompute = 5;
 
 // "none", "mlp", "attention", "full", "offload".
 const char* block_recompute_name(BlockRecompute kind);
+// Every kind, in the order above (what --recompute auto chooses among).
+std::vector<BlockRecompute> every_block_recompute();
 // kInvalidArgument naming the value and the choices for anything else (`flag` names the option in the message).
 BlockRecompute parse_block_recompute(const std::string& text, const char* flag = "--recompute");
 

@@ -275,9 +275,8 @@ StepPrediction simulate_step(const SimInput& input) {
   const double act_bytes = tokens_mb * h * psz;
   const double tp_one =
       L.sequence_parallel ? 2 * ring_all_gather_s(act_bytes, T, tp_g.link) : all_reduce_s(act_bytes, T, tp_g.link);
-  const double full_share =
-      static_cast<double>(in.plan.recompute.count(BlockRecompute::kFull, std::max(1, m.layers / std::max(1, P)))) /
-      std::max(1, m.layers / std::max(1, P));
+  const int stage_n = std::max(1, m.layers / std::max(1, P));  // the planner's first stage
+  const double full_share = static_cast<double>(in.plan.recompute.count(BlockRecompute::kFull, stage_n)) / stage_n;
   const double tp_layer = (4 + 2 * full_share) * tp_one;
 
   // Pipeline: one activation forward and one gradient backward per micro-batch and chunk boundary.

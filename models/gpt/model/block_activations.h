@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "runtime/memory/recompute_policy.h"
+#include "runtime/parallel/pipeline_schedule.h"
 
 namespace strata::gpt {
 
@@ -47,5 +49,15 @@ inline std::uint64_t act_floats(int a, std::uint64_t N, std::uint64_t Nl, std::u
     default: return 0;
   }
 }
+
+// What the blocks of a rank keep, by position in its chunks (one set of buffers serves a position in every chunk, so
+// it keeps the union of what the blocks there keep), which positions offload, and what any of its recomputations
+// rebuilds (one set for all blocks). GptModel allocates by it; gpt_memory.cc counts by it.
+struct PositionPlan {
+  std::vector<ActMask> keep;
+  std::vector<bool> offloads;
+  ActMask rebuilt = 0;
+};
+PositionPlan plan_positions(const std::vector<LayerRange>& chunks, const RecomputePolicy& policy);
 
 }  // namespace strata::gpt

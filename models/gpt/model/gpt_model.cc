@@ -374,20 +374,7 @@ struct GptModel::Impl {
     for (int a = 0; a < kNumBlockActs; ++a)
       act_bytes[static_cast<std::size_t>(a)] = bytes(act_floats(a, n, nl, C, cl, static_cast<std::size_t>(NHl),
                                                                 static_cast<std::size_t>(T)));
-    // What the blocks at each position of a chunk keep (the union over the chunks: one set of buffers serves the
-    // position in every chunk), which positions offload, and what any recomputation here rebuilds.
-    std::vector<ActMask> keep(static_cast<std::size_t>(widest), 0);
-    std::vector<bool> offloads(static_cast<std::size_t>(widest), false);
-    ActMask rebuild = 0;
-    for (const LayerRange& r : part.chunks) {
-      for (int l = r.first; l < r.last; ++l) {
-        const BlockRecompute kind = recompute.at(l);
-        const std::size_t local = static_cast<std::size_t>(l - r.first);
-        keep[local] |= kAllActs & ~dropped_by(kind);
-        if (kind == BlockRecompute::kOffload) offloads[local] = true;
-        else rebuild |= dropped_by(kind);
-      }
-    }
+    const PositionPlan plan = plan_positions(part.chunks, recompute);  // plan.keep has `widest` positions
     auto block_acts = [&](ActMask mask, MemCategory kind) {
       BlockActs set;
       for (int a = 0; a < kNumBlockActs; ++a)
@@ -400,11 +387,11 @@ struct GptModel::Impl {
     for (MicroActs& mb : micro) {
       for (int l = 0; l <= widest; ++l) mb.x_in.push_back(act(nl * C));
       for (int l = 0; l < widest; ++l) {
-        mb.acts.push_back(block_acts(keep[static_cast<std::size_t>(l)], MemCategory::kActivations));
-        mb.offload_id.push_back(offloads[static_cast<std::size_t>(l)] ? offloaded++ : -1);
+        mb.acts.push_back(block_acts(plan.keep[static_cast<std::size_t>(l)], MemCategory::kActivations));
+        mb.offload_id.push_back(plan.offloads[static_cast<std::size_t>(l)] ? offloaded++ : -1);
       }
     }
-    rebuilt = block_acts(rebuild, MemCategory::kWorkspace);
+    rebuilt = block_acts(plan.rebuilt, MemCategory::kWorkspace);
     if (offloaded > 0)
       offload = std::make_unique<ActivationOffload>(dev, std::vector<std::size_t>(act_bytes.begin(), act_bytes.end()),
                                                     offloaded);

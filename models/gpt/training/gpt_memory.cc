@@ -75,28 +75,13 @@ BlockFloats block_floats(const TrainConfig& cfg, const GptStagePart& part, std::
   };
   const std::vector<LayerRange> chunks = part.chunks.empty() ? std::vector<LayerRange>{{0, cfg.model.layers}}
                                                              : part.chunks;
-  std::vector<ActMask> keep;
-  std::vector<bool> offloads;
-  ActMask rebuild = 0;
-  for (const LayerRange& r : chunks) {
-    for (int l = r.first; l < r.last; ++l) {
-      const std::size_t local = static_cast<std::size_t>(l - r.first);
-      if (keep.size() <= local) {
-        keep.resize(local + 1, 0);
-        offloads.resize(local + 1, false);
-      }
-      const BlockRecompute kind = cfg.recompute.at(l);
-      keep[local] |= kAllActs & ~dropped_by(kind);
-      if (kind == BlockRecompute::kOffload) offloads[local] = true;
-      else rebuild |= dropped_by(kind);
-    }
-  }
+  const PositionPlan plan = plan_positions(chunks, cfg.recompute);
   BlockFloats b;
-  for (std::size_t i = 0; i < keep.size(); ++i) {
-    b.kept += slots * floats(keep[i]);
-    if (offloads[i]) b.host += slots * floats(kAllActs);
+  for (std::size_t i = 0; i < plan.keep.size(); ++i) {
+    b.kept += slots * floats(plan.keep[i]);
+    if (plan.offloads[i]) b.host += slots * floats(kAllActs);
   }
-  b.rebuilt = floats(rebuild);
+  b.rebuilt = floats(plan.rebuilt);
   if (b.host > 0) b.staging = 2 * floats(kAllActs);
   return b;
 }
@@ -326,8 +311,6 @@ RecomputePolicy choose_recompute(const TrainConfig& cfg, int world, std::uint64_
         for (int l = c.first; l < c.last; ++l) stages.back().push_back(l);
     }
   }
-  const std::vector<BlockRecompute> kinds = {BlockRecompute::kNone, BlockRecompute::kMlp, BlockRecompute::kAttention,
-                                             BlockRecompute::kFull, BlockRecompute::kOffload};
   std::vector<PoolPeaks> pools;  // rehearsed once per stage: recomputation does not change them
   for (int r = 0; cfg.pipelined() && r < cfg.pp; ++r) {
     TrainConfig c = cfg;
@@ -341,17 +324,18 @@ RecomputePolicy choose_recompute(const TrainConfig& cfg, int world, std::uint64_
         total(predict_step(c, world, stage, pools.empty() ? nullptr : &pools[static_cast<std::size_t>(stage)]));
     if (need > budget) return std::nullopt;
     RecomputeCost cost;
-    for (int l : stages[static_cast<std::size_t>(stage)])
+    const double gelu = 4.0 * cfg.model.embd / cfg.tp * cfg.seq * cfg.micro_batch_rows();  // [N, 4C / tp]
+    for (int l : stages[static_cast<std::size_t>(stage)]) {
       cost.flops += static_cast<double>(ModelFlops::recompute_per_token(cfg.model, cfg.seq, p.at(l)));
+      if (p.at(l) == BlockRecompute::kMlp) cost.elementwise += gelu;
+    }
     cost.offload_bytes = 2.0 * static_cast<double>(predict_offloaded_activations(c, stage));
-    for (int l : stages[static_cast<std::size_t>(stage)])  // the GELU's output [N, 4C / tp] written again
-      if (p.at(l) == BlockRecompute::kMlp)
-        cost.elementwise += 4.0 * cfg.model.embd / cfg.tp * cfg.seq * cfg.micro_batch_rows();
     cost.memory = static_cast<double>(need);
     return cost;
   };
   int failed = -1;
-  RecomputePolicy chosen = strata::choose_recompute(cfg.model.layers, stages, kinds, trial, &failed);
+  RecomputePolicy chosen =
+      strata::choose_recompute(cfg.model.layers, stages, every_block_recompute(), trial, &failed);
   if (failed >= 0 && error) {
     TrainConfig c = cfg;
     c.recompute = RecomputePolicy::full();
