@@ -72,8 +72,10 @@ verdict() {  # verdict PART PASS|FAIL DETAIL
 
 # ---- The tests under ASan + UBSan -----------------------------------------------------------------------------
 t0=$SECONDS
-if ! cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$gxx" -DSTRATA_CUDA=OFF \
-       -DSTRATA_SANITIZE=ON; then
+# -O1 -g1 (ASan's own advice: -O1; line tables are all a report's file:line needs): GCC compiles the instrumented
+# libraries about a third faster than at RelWithDebInfo's -O2 -g, the half of CI that took longest.
+if ! cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+       -DCMAKE_CXX_COMPILER="$gxx" -DSTRATA_CUDA=OFF -DSTRATA_SANITIZE=ON; then
   verdict "sanitized tests" FAIL "configure of build-asan failed"
 else
   targets=(test_gpt test_checkpoint)
