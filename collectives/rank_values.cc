@@ -73,6 +73,46 @@ std::string broadcast_text(Communicator& comm, const std::string& text, int root
   return std::string(host.data(), n);
 }
 
+std::vector<std::string> gather_texts(Communicator& comm, const std::string& text, int root) {
+  const std::vector<double> lengths = all_gather_values(comm, static_cast<double>(text.size()));
+  auto words_of = [](double chars) { return (static_cast<std::size_t>(chars) + 3) / 4; };  // as i32 words
+  const bool is_root = comm.rank() == root;
+  std::vector<std::size_t> offset(lengths.size() + 1, 0);
+  for (std::size_t r = 0; r < lengths.size(); ++r) offset[r + 1] = offset[r] + (is_root ? words_of(lengths[r]) : 0);
+  std::vector<char> host((is_root ? offset.back() : words_of(lengths[static_cast<std::size_t>(comm.rank())])) * 4,
+                         '\0');
+  if (!is_root) std::copy(text.begin(), text.end(), host.begin());
+  Device& dev = comm.device();
+  Stream& stream = dev.compute_stream();
+  Buffer staged;
+  char* buf = host.data();
+  if (dev.kind() != DeviceKind::kCpu && !host.empty()) {
+    staged = dev.allocate(host.size(), MemCategory::kWorkspace);
+    dev.copy_from_host(staged.data(), host.data(), host.size());
+    buf = static_cast<char*>(staged.data());
+  }
+  std::vector<P2POp> ops;
+  if (is_root) {
+    for (int r = 0; r < comm.size(); ++r) {
+      const std::size_t words = offset[static_cast<std::size_t>(r) + 1] - offset[static_cast<std::size_t>(r)];
+      if (r != root && words > 0)
+        ops.push_back(P2POp::recv(buf + offset[static_cast<std::size_t>(r)] * 4, words, DType::kI32, r));
+    }
+  } else if (!host.empty()) {
+    ops.push_back(P2POp::send(buf, host.size() / 4, DType::kI32, root));
+  }
+  comm.batch_send_recv(ops, stream);
+  stream.synchronize();
+  if (!is_root) return {};
+  if (staged.data() != nullptr) dev.copy_to_host(host.data(), staged.data(), host.size());
+  std::vector<std::string> out(lengths.size());
+  for (std::size_t r = 0; r < lengths.size(); ++r)
+    out[r] = static_cast<int>(r) == root
+                 ? text
+                 : std::string(host.data() + offset[r] * 4, static_cast<std::size_t>(lengths[r]));
+  return out;
+}
+
 void agree_with_root(Communicator& comm, int root, bool ok, const std::string& error) {
   const std::vector<double> failed = all_gather_values(comm, ok ? 0.0 : 1.0);
   if (failed[static_cast<std::size_t>(root)] == 0) return;

@@ -27,6 +27,9 @@ void all_agree(Communicator& comm, bool ok, const std::string& error, const std:
 
 // Collective: `root`'s `text` (at most `max_chars`, cut beyond) on every rank.
 std::string broadcast_text(Communicator& comm, const std::string& text, int root, std::size_t max_chars = 8192);
+// Collective: every rank's `text`, in rank order, on `root` (empty on the others). Lengths are exchanged first, so
+// texts of any size arrive whole; point-to-point sends to `root` move them.
+std::vector<std::string> gather_texts(Communicator& comm, const std::string& text, int root);
 // Collective, for a verdict only `root` can reach (a lock it holds for the job): when `root` failed, every rank throws
 // kIo with root's own `error`, so all ranks stop with the same message.
 void agree_with_root(Communicator& comm, int root, bool ok, const std::string& error);

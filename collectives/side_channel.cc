@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -100,6 +101,8 @@ struct SideChannel::State {
   std::vector<std::optional<Report>> answers;  // answers to this rank's question
   bool asked = false;                          // the question is asked once per process
   std::string status;                          // what this rank does, for answers given outside a wait
+  std::vector<std::string> hosts;              // each world rank's host (MPI_Get_processor_name)
+  bool several_hosts = false;                  // the world spans more than one: reports name them
   struct Outgoing {
     MPI_Request request = MPI_REQUEST_NULL;
     std::unique_ptr<std::string> payload;
@@ -121,6 +124,19 @@ struct SideChannel::State {
       STRATA_CHECK_MPI(MPI_Test(&it->request, &done, MPI_STATUS_IGNORE));
       it = done ? outgoing.erase(it) : it + 1;
     }
+  }
+
+  // describe_ranks(ranks), and where the world spans several hosts, theirs: "rank 2 on host1".
+  std::string ranks_text(const std::vector<int>& ranks) const {
+    std::string out = describe_ranks(ranks);
+    if (!several_hosts || ranks.empty()) return out;
+    std::vector<std::string> on;
+    for (int r : ranks)
+      if (std::find(on.begin(), on.end(), hosts[static_cast<std::size_t>(r)]) == on.end())
+        on.push_back(hosts[static_cast<std::size_t>(r)]);
+    std::string names;
+    for (const std::string& h : on) names += (names.empty() ? "" : ", ") + h;
+    return out + " on " + names;
   }
 
   Report my_report() const {
@@ -163,10 +179,11 @@ struct SideChannel::State {
         std::uint64_t count = count_of(*l, need.counter);
         if (count > need.seq) continue;  // it took part; the operation is only finishing here
         STRATA_THROW(ErrorCode::kMismatch,
-                     "rank {} left the job (its Runtime shut down normally) after it {}, while this rank waits in {}, "
+                     "{} left the job (its Runtime shut down normally) after it {}, while this rank waits in {}, "
                      "which needs it: the ranks ran different numbers of steps or collectives; in flight on this "
                      "rank:\n{}",
-                     need.world_rank, issued_text(count, need.counter), w.label, InFlightTable::global().describe());
+                     ranks_text({need.world_rank}), issued_text(count, need.counter), w.label,
+                     InFlightTable::global().describe());
       }
     }
   }
@@ -182,10 +199,10 @@ struct SideChannel::State {
     check_departures();
   }
 
-  // Asks every rank still here once (waiting min(5 s, half the wait's timeout) for answers), then describes this
+  // Asks every rank still here once (waiting min(3 s, half the wait's timeout) for answers), then describes this
   // rank's waits with their answers.
   std::string report(double wait_timeout_s) {
-    const double window = std::clamp(wait_timeout_s / 2, 0.0, 5.0);
+    const double window = std::clamp(wait_timeout_s / 2, 0.0, 3.0);
     std::unique_lock<std::timed_mutex> lock(mutex, std::defer_lock);
     if (!lock.try_lock_for(std::chrono::duration<double>(window + 1.0)) || comm == MPI_COMM_NULL)
       return "(the side channel was busy: no report from the other ranks)";
@@ -234,22 +251,23 @@ struct SideChannel::State {
           in_it.push_back(need.world_rank);
         } else {
           bool gone = left[static_cast<std::size_t>(need.world_rank)].has_value();
-          out += fmt::format("  rank {} has not reached {}: it {}; {}\n", need.world_rank, w.label,
+          out += fmt::format("  {} has not reached {}: it {}; {}\n", ranks_text({need.world_rank}), w.label,
                              issued_text(count_of(*s, need.counter), need.counter),
                              gone ? std::string("it has left the job") : "it waits in: " + waits_text(*s));
         }
       }
       std::sort(in_it.begin(), in_it.end());
       if (!never.empty())
-        out += fmt::format("  {} never arrived at {} ({}); waiting in it: {}\n", describe_ranks(never), w.label, silent,
-                           describe_ranks(in_it));
+        out += fmt::format("  {} never arrived at {} ({}); waiting in it: {}\n", ranks_text(never), w.label, silent,
+                           ranks_text(in_it));
       else
-        out += fmt::format("  waiting in {}: {}\n", w.label, describe_ranks(in_it));
+        out += fmt::format("  waiting in {}: {}\n", w.label, ranks_text(in_it));
     }
     if (!any_needs) {
       for (int r : asked_ranks) {
         const auto& s = answers[static_cast<std::size_t>(r)];
-        out += s ? fmt::format("  rank {} waits in: {}\n", r, waits_text(*s)) : fmt::format("  rank {}: {}\n", r, silent);
+        out += s ? fmt::format("  {} waits in: {}\n", ranks_text({r}), waits_text(*s))
+                 : fmt::format("  {}: {}\n", ranks_text({r}), silent);
       }
     }
     return out;
@@ -284,7 +302,7 @@ struct SideChannel::State {
         else
           logger("comm").error("at shutdown: {} did not leave within {} s (STRATA_TIMEOUT_S); not finalising MPI, "
                                "which would wait for them without a bound",
-                               describe_ranks(m), timeout_s);
+                               ranks_text(m), timeout_s);
         return false;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -317,6 +335,19 @@ SideChannel::SideChannel(double timeout_s) : state_(std::make_shared<State>()) {
   STRATA_CHECK_MPI(MPI_Comm_idup(MPI_COMM_WORLD, &s.comm, &req));
   mpi_wait(req, timeout_s, "creating the side channel (a duplicate of MPI_COMM_WORLD)");
   if (s.size == 1) return;  // nobody to talk to
+  // Every rank's host, for reports that say where a silent rank runs.
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  STRATA_CHECK_MPI(MPI_Get_processor_name(name, &length));
+  std::vector<char> names(static_cast<std::size_t>(s.size) * MPI_MAX_PROCESSOR_NAME);
+  STRATA_CHECK_MPI(MPI_Iallgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(), MPI_MAX_PROCESSOR_NAME,
+                                  MPI_CHAR, s.comm, &req));
+  mpi_wait(req, timeout_s, "exchanging host names on the side channel");
+  for (int r = 0; r < s.size; ++r) {
+    const char* at = names.data() + static_cast<std::size_t>(r) * MPI_MAX_PROCESSOR_NAME;
+    s.hosts.emplace_back(at, strnlen(at, MPI_MAX_PROCESSOR_NAME));
+  }
+  s.several_hosts = std::any_of(s.hosts.begin(), s.hosts.end(), [&](const std::string& h) { return h != s.hosts[0]; });
   std::shared_ptr<State> state = state_;
   poller_id_ = WaitHooks::add_poller([state] { state->poll(); });
   reporter_id_ = WaitHooks::add_timeout_reporter(

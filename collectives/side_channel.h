@@ -13,7 +13,7 @@ namespace strata {
 //    A rank waiting in an operation that the leaver never issued throws kMismatch at once, naming the leaver, how
 //    far it got and the operation (instead of waiting out STRATA_TIMEOUT_S).
 //  - The first wait of the process to time out asks every other rank what it waits in and how far it got, and
-//    waits min(5 s, timeout / 2) for answers; the message then names the ranks that never answered (stopped, dead,
+//    waits min(3 s, timeout / 2) for answers; the message then names the ranks that never answered (stopped, dead,
 //    or busy outside Strata) or have not reached the operation, and those waiting in it.
 // See docs/notes/side-channel.md.
 class SideChannel {

@@ -17,7 +17,7 @@ class WaitHooks {
   static std::uint64_t add_timeout_handler(std::function<void()> on_timeout);
   // `report(what, timeout_s)` runs when a wait named `what` times out after `timeout_s`, before the handlers; the
   // text it returns is appended to the timeout message. It must not throw, and should return within
-  // min(5 s, timeout_s / 2) or so.
+  // min(3 s, timeout_s / 2) or so.
   using TimeoutReporter = std::function<std::string(const std::string& what, double timeout_s)>;
   static std::uint64_t add_timeout_reporter(TimeoutReporter report);
   static void remove(std::uint64_t id);

@@ -76,6 +76,21 @@ else
   [ "$(id -u)" = 0 ] && cmd+=(--allow-run-as-root)
   [ "$local_over" = 1 ] && cmd+=(--oversubscribe)
   [ "$tcp" = 1 ] && cmd+=(--mca pml ob1 --mca btl "tcp,self")
+  # A host whose link or power is lost: Open MPI's daemons notice through TCP keepalives on their own connections,
+  # 8 minutes after the last traffic by default, and mpirun waits that long with every other rank ended. Tied to
+  # STRATA_TIMEOUT_S instead, so that the whole job, launcher included, ends within it, naming the host (a busy host's
+  # kernel still answers keepalives: no false alarm). An OMPI_MCA_oob_tcp_keepalive_time of the caller's wins.
+  if [ -n "$hostfile" ] && [ -z "${OMPI_MCA_oob_tcp_keepalive_time+x}" ]; then
+    t=${STRATA_TIMEOUT_S:-600}
+    t=${t%%.*}
+    [[ "$t" =~ ^[0-9]+$ ]] || t=600
+    idle=$((t / 3)) intvl=$((t / 10))
+    ((idle < 2)) && idle=2
+    ((idle > 60)) && idle=60
+    ((intvl < 1)) && intvl=1
+    ((intvl > 10)) && intvl=10
+    cmd+=(--mca oob_tcp_keepalive_time "$idle" --mca oob_tcp_keepalive_intvl "$intvl" --mca oob_tcp_keepalive_probes 3)
+  fi
   for v in "${strata_vars[@]}" NCCL_DEBUG NCCL_SOCKET_IFNAME NCCL_IB_HCA; do
     if [ -n "${!v+x}" ]; then cmd+=(-x "$v"); fi
   done

@@ -1,4 +1,4 @@
-// strata-ckpt: lists, verifies, exports and imports the sharded checkpoints of runtime/checkpoint (docs/checkpoint.md).
+// strata-ckpt: lists, verifies, exports, imports and assembles the sharded checkpoints of runtime/checkpoint (docs/checkpoint.md).
 // A plain program, not an MPI job: it reads and writes files only, through runtime/checkpoint's own readers and
 // writers, and never initialises MPI (as strata-plan).
 #include <CLI/CLI.hpp>
@@ -14,6 +14,8 @@
 #include <string>
 #include <system_error>
 #include <vector>
+
+#include <fmt/ranges.h>
 
 #include "core/dir_lock.h"
 #include "core/dtype.h"
@@ -604,6 +606,80 @@ int run_import(const std::string& in_path, const std::string& path, std::int64_t
   return 0;
 }
 
+// ---- assemble -----------------------------------------------------------------------------------------------------
+
+// The parts of one checkpoint that hosts with disks of their own wrote (each holds the index and its own ranks' files)
+// put together into one directory, committed as a save would commit it.
+int run_assemble(const std::string& out, const std::vector<std::string>& parts, std::int64_t step_flag) {
+  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, !parts.empty(), "assemble: no DIR to take the parts from");
+  std::vector<CheckpointDir> dirs;
+  for (const std::string& p : parts) {
+    require_directory(p);
+    dirs.emplace_back(p);
+  }
+  // The step: --step, else the newest that every part has committed.
+  std::int64_t step = step_flag;
+  if (step < 0) {
+    std::vector<std::int64_t> common = dirs[0].committed_steps();
+    for (const CheckpointDir& d : dirs) {
+      const std::vector<std::int64_t> steps = d.committed_steps();
+      std::vector<std::int64_t> both;
+      std::set_intersection(common.begin(), common.end(), steps.begin(), steps.end(), std::back_inserter(both));
+      common = both;
+    }
+    STRATA_CHECK_CODE(ErrorCode::kIo, !common.empty(), "assemble: no step is committed in every one of {}",
+                      fmt::join(parts, ", "));
+    step = common.back();
+  }
+  // The same index in every part: they are parts of one save.
+  const CheckpointIndex index = dirs[0].read_index(step);
+  const std::string text = index.serialize();
+  for (const CheckpointDir& d : dirs)
+    STRATA_CHECK_CODE(ErrorCode::kMismatch, d.read_index(step).serialize() == text,
+                      "assemble: {}/index.json differs from {}/index.json: they are not parts of one save",
+                      d.step_path(step), dirs[0].step_path(step));
+  const CheckpointDir dir(out);
+  prepare_output_dir(out, "OUT");
+  const DirLock lock = DirLock::acquire(out, "OUT", "strata-ckpt assemble");
+  if (!lock.takeover().empty()) std::fprintf(stderr, "strata-ckpt: warning: %s\n", lock.takeover().c_str());
+  STRATA_CHECK_CODE(ErrorCode::kIo, !dir.holds_checkpoints(),
+                    "{} already holds checkpoints: assemble into a new or empty directory", out);
+  const std::string tmp = dir.tmp_path(step);
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directory(tmp, ec);
+  STRATA_CHECK_CODE(ErrorCode::kIo, !ec, "cannot create {}: {}", tmp, ec.message());
+  // Each file from the first part that holds it whole (the size the index records); every block checked on the way.
+  std::vector<char> staging(index.block_bytes);
+  std::map<int, std::vector<std::pair<std::string, const ChunkRecord*>>> chunks_of;  // by file
+  for (const auto& [name, t] : index.tensors)
+    for (const ChunkRecord& c : t.chunks) chunks_of[c.file].emplace_back(name, &c);
+  for (std::size_t f = 0; f < index.files.size(); ++f) {
+    const FileRecord& file = index.files[f];
+    std::string from;
+    for (const CheckpointDir& d : dirs) {
+      const std::string candidate = d.step_path(step) + "/" + file.name;
+      if (fs::is_regular_file(candidate, ec) && fs::file_size(candidate, ec) == file.bytes) {
+        from = candidate;
+        break;
+      }
+    }
+    STRATA_CHECK_CODE(ErrorCode::kIo, !from.empty(),
+                      "assemble: no part holds {} of {} bytes (the index lists it): give the directory of the host "
+                      "that wrote it",
+                      file.name, file.bytes);
+    const ChunkReader reader(from, file.bytes, index.block_bytes);
+    for (const auto& [name, c] : chunks_of[static_cast<int>(f)]) reader.verify(*c, name, 4, staging.data());
+    fs::copy_file(from, tmp + "/" + file.name, ec);
+    STRATA_CHECK_CODE(ErrorCode::kIo, !ec, "assemble: cannot copy {} into {}: {}", from, tmp, ec.message());
+    fsync_file(tmp + "/" + file.name);
+  }
+  dir.commit(CheckpointIndex::parse(text, tmp + "/index.json"));
+  std::printf("assemble: %s: %zu files from %zu part(s) -> %s\n", CheckpointDir::step_name(step).c_str(),
+              index.files.size(), parts.size(), dir.step_path(step).c_str());
+  return 0;
+}
+
 }  // namespace
 }  // namespace strata
 
@@ -637,12 +713,19 @@ int main(int argc, char** argv) {
   imp->add_option("DIR", dir, "checkpoint directory to create it in")->required();
   imp->add_option("--step", import_step, "the step it is saved as (the optimizer still starts at step 0)")
       ->check(strata::flags::non_negative_int64());
+  std::vector<std::string> parts;
+  CLI::App* asm_ = app.add_subcommand("assemble", "one directory from the parts hosts with disks of their own wrote");
+  asm_->add_option("OUT", dir, "checkpoint directory to create it in (new or empty)")->required();
+  asm_->add_option("DIR", parts, "the hosts' checkpoint directories")->required();
+  asm_->add_option("--step", step, "the checkpoint of this step (default: the newest every DIR has committed)")
+      ->check(strata::flags::non_negative_int64());
   CLI11_PARSE(app, argc, argv);
 
   return strata::run_tool("strata-ckpt", [&] {
     if (ls->parsed()) return strata::run_ls(dir, json);
     if (verify->parsed()) return strata::run_verify(dir, step, json);
     if (exp->parsed()) return strata::run_export(dir, file, step, dtype);
+    if (asm_->parsed()) return strata::run_assemble(dir, parts, step);
     return strata::run_import(file, dir, import_step);
   });
 }

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <tuple>
 
 #include "core/error.h"
@@ -15,7 +16,18 @@ CheckpointReader::CheckpointReader(std::string step_dir, const CheckpointIndex& 
 ChunkReader& CheckpointReader::reader(int file) {
   std::unique_ptr<ChunkReader>& r = readers_[file];
   const FileRecord& f = index_.files[static_cast<std::size_t>(file)];
-  if (!r) r = std::make_unique<ChunkReader>(dir_ + "/" + f.name, f.bytes, index_.block_bytes);
+  if (!r) {
+    // Saved where each host has a disk of its own (StorageView), a host holds only its own ranks' files.
+    std::error_code ec;
+    STRATA_CHECK_CODE(ErrorCode::kIo, std::filesystem::exists(dir_ + "/" + f.name, ec),
+                      "cannot open checkpoint file {}/{}: No such file or directory, though the index lists it: it is "
+                      "not there as this rank sees it (removed, or written by a host whose disk this rank does not "
+                      "see: a checkpoint saved where each host sees only its own directory loads at the layout it was "
+                      "saved at, on the same hosts; to load it at another, put the hosts' parts together first: "
+                      "strata-ckpt assemble OUT DIR...)",
+                      dir_, f.name);
+    r = std::make_unique<ChunkReader>(dir_ + "/" + f.name, f.bytes, index_.block_bytes);
+  }
   return *r;
 }
 

@@ -17,6 +17,7 @@
 #include "runtime/checkpoint/checkpoint_values.h"
 #include "runtime/checkpoint/chunk_file.h"
 #include "runtime/checkpoint/slice_chunk.h"
+#include "runtime/checkpoint/storage_view.h"
 #include "runtime/optim/nonfinite.h"
 
 namespace strata {
@@ -27,7 +28,8 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// A rank's sidecar (Checkpointer::write): its file's size and its chunk records, by tensor.
+// A rank's sidecar (Checkpointer::write, sent to rank 0 at the commit): its file's size and its chunk records, by
+// tensor.
 const JsonSchema& sidecar_schema() {
   using S = JsonSchema;
   const S count = S::integer(0, std::uint64_t{1} << 62);
@@ -74,6 +76,7 @@ struct Checkpointer::Staged {
   Buffer gather;  // one block, where a piece of several sources is put together on its way to the file
   std::string tmp_dir;
   std::string error;  // a failure of write(), reported at the commit
+  std::string sidecar;  // what rank 0 needs for the index: this rank's file size and chunk records (JSON; "" for none)
   std::uint64_t bytes = 0;
   double write_ms = 0;
 };
@@ -118,18 +121,24 @@ Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communi
   // page-locked host device of the checkpointer's.
   Device& device = model_.resources().device();
   if (device.kind() != DeviceKind::kCpu) staging_device_ = create_host_device(device);
+  // Which ranks see the same files there: one group on a shared file system, one per host where each host has its own
+  // disk. Each group's first rank commits the group's copy of every save.
+  storage_ = probe_storage(world_, options_.dir);
+  if (world_.rank() == 0 && !storage_.shared())
+    logger("ckpt").info("checkpoints in {}: {}; each group's first rank commits the index there, so a resume at this "
+                        "layout on these hosts finds its files (elsewhere: strata-ckpt assemble first)",
+                        options_.dir, storage_.describe());
   // One job owns a directory: two would replace and prune each other's checkpoints, both exiting 0.
   std::string error;
-  if (world_.rank() == 0) {
+  if (storage_.leads(world_.rank())) {
     try {
-      dir_.create();
       lock_ = DirLock::acquire(options_.dir, "checkpoint directory", "");
       if (!lock_.takeover().empty()) logger("ckpt").warn("{}", lock_.takeover());
     } catch (const std::exception& e) {
       error = e.what();
     }
   }
-  agree_with_root(world_, 0, error.empty(), error);
+  all_agree(world_, error.empty(), error, fmt::format("taking the checkpoint directory {}", options_.dir));
 }
 
 Checkpointer::~Checkpointer() {
@@ -229,11 +238,11 @@ void Checkpointer::write(Staged& s) {
       }
       file.finish();
       s.bytes = file.bytes();
-      // What rank 0 needs for the index: this file's size and its chunks, beside it.
+      // What rank 0 needs for the index: this file's size and its chunks, sent to it at the commit.
       nlohmann::json sidecar = {{"file", CheckpointDir::rank_file(world_.rank())}, {"bytes", s.bytes}};
       nlohmann::json& tensors = sidecar["tensors"] = nlohmann::json::object();
       for (const Staged::Piece& p : s.pieces) tensors[p.tensor].push_back(chunk_json(p.chunk));
-      write_file_atomically(s.tmp_dir + "/" + CheckpointDir::rank_file(world_.rank()) + ".json", sidecar.dump());
+      s.sidecar = sidecar.dump();
     }
   } catch (const std::exception& e) {
     s.error = e.what();
@@ -270,9 +279,10 @@ void Checkpointer::save(std::int64_t step, const nlohmann::json& trainer_state) 
                                  : std::string("there is no committed checkpoint"));
     }
   }
-  // Rank 0 makes an empty step-N.tmp (a crash may have left one); the others write into it once it exists.
+  // Each storage group's first rank makes an empty step-N.tmp (a crash may have left one); the others write into it once
+  // it exists.
   std::string error;
-  if (world_.rank() == 0) {
+  if (storage_.leads(world_.rank())) {
     try {
       dir_.create();
       std::error_code ec;
@@ -326,7 +336,8 @@ void Checkpointer::commit(Staged& s) {
   last_.bytes = s.bytes;
   const std::string what = fmt::format("checkpoint of step {} in {}", s.step, dir_.path());
   agree(s.error.empty(), s.error, what, true);
-  std::string error;
+  const std::vector<std::string> sidecars = gather_texts(world_, s.sidecar, 0);
+  std::string error, text;
   if (world_.rank() == 0) {
     try {
       // The index: every writer's sidecar, in rank order, merged.
@@ -354,11 +365,10 @@ void Checkpointer::commit(Staged& s) {
             tensors[name] = TensorRecord{name, slot.shape, DType::kF32, {}};
           }
       for (int r = 0; r < world_.size(); ++r) {
-        const std::string sidecar = s.tmp_dir + "/" + CheckpointDir::rank_file(r) + ".json";
-        if (!fs::exists(sidecar)) continue;  // a rank that owns no elements writes nothing
-        // Written by a rank of this save, but read as any JSON is: through the schema check, naming the field.
-        const std::string origin = "checkpoint sidecar " + sidecar;
-        const nlohmann::json side = parse_json(read_text_file(sidecar), origin, ErrorCode::kIo);
+        if (sidecars[static_cast<std::size_t>(r)].empty()) continue;  // a rank that owns no elements writes nothing
+        // Sent by a rank of this save, but read as any JSON is: through the schema check, naming the field.
+        const std::string origin = fmt::format("checkpoint records of rank {} for {}", r, s.tmp_dir);
+        const nlohmann::json side = parse_json(sidecars[static_cast<std::size_t>(r)], origin, ErrorCode::kIo);
         sidecar_schema().check(side, origin, ErrorCode::kIo);
         const int file = static_cast<int>(index.files.size());
         index.files.push_back(FileRecord{side["file"].get<std::string>(), side["bytes"].get<std::uint64_t>()});
@@ -370,14 +380,23 @@ void Checkpointer::commit(Staged& s) {
             t->second.chunks.push_back(ChunkRecord{file, c["offset"], c["box_offset"], c["box_shape"], c["begin"],
                                                    c["count"], c["crc32"]});
         }
-        fs::remove(sidecar);
       }
       // In box order, as a parse leaves them.
       for (auto& [name, t] : tensors) std::sort(t.chunks.begin(), t.chunks.end(), chunk_before);
       index.tensors = std::move(tensors);
       const std::string problem = index.coverage_problem();
       STRATA_CHECK_CODE(ErrorCode::kInternal, problem.empty(), "{}: {}", what, problem);
-      dir_.commit(index);
+      text = index.serialize();
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree(error.empty(), error, what, true);
+  // Every storage group's first rank commits the same index into its group's copy of the directory.
+  if (!storage_.shared()) text = broadcast_text(world_, text, 0, std::string::npos);
+  if (storage_.leads(world_.rank())) {
+    try {
+      dir_.commit(CheckpointIndex::parse(text, dir_.tmp_path(s.step) + "/index.json"));
       dir_.prune(options_.keep, s.step);
     } catch (const std::exception& e) {
       error = e.what();

@@ -1,7 +1,8 @@
 // Checkpointer: sharded, atomic checkpoints of a ShardedModel and its ShardedAdamW that load at any layout
 // (docs/checkpoint.md). Each rank writes the f32 master and Adam moments of the shard it owns into a file of its own,
-// as runs of the global tensors (a tensor-parallel slice as boxes of them); all ranks agree; rank 0 writes the index
-// and the commit marker, renames the directory and updates `latest`. A load reads only the byte ranges that overlap
+// as runs of the global tensors (a tensor-parallel slice as boxes of them); all ranks agree; rank 0 merges the index,
+// and the first rank of each storage group (StorageView: one on a shared file system, one per host where each has its
+// own disk) writes it and the commit marker, renames the directory and updates `latest`. A load reads only the byte ranges that overlap
 // this rank's shards, through one bounded staging block, at any number of ranks, tensor-parallel degree, ZeRO stage,
 // hybrid layout, offload policy or parameter dtype.
 #pragma once
@@ -18,6 +19,7 @@
 #include "collectives/communicator.h"
 #include "core/dir_lock.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/storage_view.h"
 #include "runtime/optim/sharded_adamw.h"
 #include "runtime/parallel/device_mesh.h"
 #include "runtime/sharding/sharded_model.h"
@@ -60,9 +62,10 @@ struct CheckpointPart {
 class Checkpointer {
  public:
   // Collective. `world` is the communicator every rank of the job is in (the commit is agreed over it). A model without
-  // tensor parallelism (no slot split: SlotSpec::tp). Rank 0 creates the directory and takes its lock (DIR/.lock,
-  // core/dir_lock.h) for the Checkpointer's life: a directory another live job owns is kIo on every rank, naming that
-  // job; a lock a dead job left is taken over with a warning.
+  // tensor parallelism (no slot split: SlotSpec::tp). Every rank creates the directory; which ranks see the same files
+  // there is probed (probe_storage), and each storage group's first rank takes its lock (DIR/.lock, core/dir_lock.h)
+  // for the Checkpointer's life: a directory another live job owns is kIo on every rank, naming that job; a lock a
+  // dead job left is taken over with a warning.
   Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, CheckpointOptions options);
   // Over a mesh: its world, and its tp group, whose rank says which slice of each split slot this rank holds.
   // kInvalidArgument when a split slot's shape is not its slice at the mesh's tp degree.
@@ -112,7 +115,8 @@ class Checkpointer {
   CheckpointOptions options_;
   CheckpointPart part_;  // whole: the model's own declaration unless a pipeline part says otherwise
   CheckpointDir dir_;
-  DirLock lock_;  // rank 0: the directory is this job's
+  StorageView storage_;  // which ranks see the same files in the directory; each group's first commits there
+  DirLock lock_;         // each storage group's first rank: the directory is this job's
   std::unique_ptr<Device> staging_device_;  // host memory for staging, with its own ledger
   std::unique_ptr<Staged> in_flight_;
   std::thread writer_;

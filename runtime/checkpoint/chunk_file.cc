@@ -156,14 +156,20 @@ void ChunkReader::verify(const ChunkRecord& chunk, const std::string& tensor, st
 
 // ---- small files and directories ----------------------------------------------------------------------------------
 
-void fsync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot open directory {}: {}", dir, system_error(errno));
+namespace {
+void fsync_path(const std::string& path, int flags, const char* kind) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | flags);
+  STRATA_CHECK_CODE(ErrorCode::kIo, fd >= 0, "cannot open {}{}: {}", kind, path, system_error(errno));
   const bool ok = ::fsync(fd) == 0;
   const int err = errno;
   ::close(fd);
-  STRATA_CHECK_CODE(ErrorCode::kIo, ok, "cannot flush directory {} to disk: {}", dir, system_error(err));
+  STRATA_CHECK_CODE(ErrorCode::kIo, ok, "cannot flush {}{} to disk: {}", kind, path, system_error(err));
 }
+}  // namespace
+
+void fsync_directory(const std::string& dir) { fsync_path(dir, O_DIRECTORY, "directory "); }
+
+void fsync_file(const std::string& path) { fsync_path(path, 0, ""); }
 
 void write_file_atomically(const std::string& path, const std::string& text) {
   const std::string tmp = unique_tmp_path(path);  // never shared with another writer of `path`

@@ -71,6 +71,8 @@ class ChunkReader {
 
 // fsync of a directory (after creating or renaming entries in it); throws kIo naming it.
 void fsync_directory(const std::string& dir);
+// fsync of a file written by other means (a copy); throws kIo naming it.
+void fsync_file(const std::string& path);
 // Writes `text` to `path` through `path.tmp`, fsync and a rename, then fsyncs the directory: `path` is either the old
 // text or the new one, whatever happens.
 void write_file_atomically(const std::string& path, const std::string& text);

@@ -248,9 +248,33 @@ nlohmann::json GptTrainer::trainer_state() const {
 
 void GptTrainer::resume() {
   // What the directory holds, as every rank reads it (they read the same files): what is loaded, what is passed over.
-  const ResumePlan plan = CheckpointDir(cfg_.checkpoint.dir).resume_plan();
+  ResumePlan plan = CheckpointDir(cfg_.checkpoint.dir).resume_plan();
   STRATA_CHECK_CODE(ErrorCode::kIo, plan.refusal.empty(), "--resume: {}", plan.refusal);
   resume_notes_ = plan.notes;
+  // Where each host has a directory of its own, a save that stopped between the hosts' commits leaves them at
+  // different steps: the newest that all of them hold is the one to load.
+  const std::vector<double> latest = all_gather_values(rt_.world(), static_cast<double>(plan.step));
+  const auto [lo, hi] = std::minmax_element(latest.begin(), latest.end());
+  if (*lo != *hi) {
+    const std::int64_t common = static_cast<std::int64_t>(*lo);
+    const std::vector<std::int64_t> mine = CheckpointDir(cfg_.checkpoint.dir).committed_steps();
+    const bool have = common < 0 || std::binary_search(mine.begin(), mine.end(), common);
+    all_agree(rt_.world(), have,
+              fmt::format("--resume: the ranks' directories {} disagree on the newest checkpoint (steps {} to {}), and "
+                          "this rank's has no committed {}: there is no step every rank can load",
+                          cfg_.checkpoint.dir, common, static_cast<std::int64_t>(*hi), CheckpointDir::step_name(common)),
+              "--resume: agreeing on the checkpoint every rank holds");
+    STRATA_CHECK_CODE(ErrorCode::kIo, common >= 0,
+                      "--resume: some ranks see no committed checkpoint in {} and others see up to step {}: there is "
+                      "no step every rank can load",
+                      cfg_.checkpoint.dir, static_cast<std::int64_t>(*hi));
+    resume_notes_.push_back(fmt::format("the ranks' copies of {} hold committed checkpoints up to steps {} to {} (a "
+                                        "save stopped between the hosts' commits): resuming from {}, the newest all "
+                                        "of them hold",
+                                        cfg_.checkpoint.dir, common, static_cast<std::int64_t>(*hi),
+                                        CheckpointDir::step_name(common)));
+    plan.step = common;
+  }
   if (plan.step < 0) return;  // a new directory (or only interrupted saves, named in the notes): from step 0
   // The weights, the moments and the optimizer's scalars, then where the data and the schedule stood.
   const nlohmann::json state = checkpointer_->load(plan.step);

@@ -8,6 +8,7 @@
 #include "core/file_checks.h"
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "models/gpt/training/gpt_presets.h"
+#include "runtime/checkpoint/storage_view.h"
 #include "runtime/parallel/node_layout.h"
 
 namespace strata::gpt {
@@ -265,6 +266,17 @@ void check_run_files(const TrainFlags& f, Runtime& rt) {
     problem = e.what();
   }
   all_agree(rt.world(), problem.empty(), problem, "checking the files of the run");
+  if (!f.save.empty()) {
+    // Every rank writes its part into the one file: the ranks must see the same directory.
+    const std::string dir = std::filesystem::absolute(f.save).parent_path().string();
+    const StorageView view = probe_storage(rt.world(), dir);
+    STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, view.shared(),
+                      "--save {}: {} in {} (each host has a disk of its own), and --save writes one file that every "
+                      "rank writes its part of: give a path on a file system every rank sees, or save checkpoints "
+                      "(--checkpoint-dir) and export one on a single host (strata-ckpt assemble, then strata-ckpt "
+                      "export)",
+                      f.save, view.describe(), dir);
+  }
 }
 
 TokenFile open_tokens(const TrainFlags& f, int data_vocab) {

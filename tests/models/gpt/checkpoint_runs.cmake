@@ -160,8 +160,13 @@ elseif(MODE STREQUAL "damaged")
       # Every rank reads the index and fails alike (one rank's abort may cut the other's copy of the message short).
       set(texts "${dir}/step-00000010/index.json" "${why}")
     else()
-      # Rank 1 read the bad bytes and says what is wrong with which file; rank 0 says that rank 1 failed.
-      set(texts "[rank 1/2] runtime/checkpoint/chunk_file.cc" "${why}"
+      # Rank 1 read the bad bytes (or found no file) and says what is wrong with which file; rank 0 says that rank 1
+      # failed.
+      set(site runtime/checkpoint/chunk_file.cc)
+      if(damage STREQUAL "missing")
+        set(site runtime/checkpoint/checkpoint_reader.cc)
+      endif()
+      set(texts "[rank 1/2] ${site}" "${why}"
                 "[rank 0/2] collectives/rank_values.cc" "loading ${dir}/step-00000010: rank(s) 1 of 'world' failed")
     endif()
     run_gpt_saying(${damage} 2 texts "" --batch 6 --checkpoint-dir ${dir} --resume)
