@@ -79,7 +79,10 @@ work=$(cd "$work" && pwd)
 remove_stale
 tag=$prefix-$$
 cleanup() {
-  trap - EXIT INT TERM
+  # Signals are ignored from here: `timeout` and a terminal signal the whole process group, so a second TERM or INT
+  # arrives while this runs, and must not cut it short.
+  trap - EXIT
+  trap '' INT TERM
   remove_tag "$tag"
 }
 trap cleanup EXIT
@@ -126,6 +129,9 @@ export STRATA_HOSTS_CTL="$(cd "$(dirname "$0")" && pwd)/hosts.sh ctl"
 export OMPI_MCA_plm_rsh_agent=$work/agent.sh
 export OMPI_MCA_oob_tcp_if_include=$subnet.0/24 OMPI_MCA_btl_tcp_if_include=$subnet.0/24
 echo "hosts.sh: $n host(s) ($(paste -sd' ' "$work/hostfile")) on $subnet.0/24; disks under $work/hosts"
+# In the background, so that a signal to this script alone is acted on at once (bash runs traps only between
+# foreground commands); the cleanup kills COMMAND with everything else in the namespaces.
+ip netns exec "$tag-launcher" "$@" <&0 &
 status=0
-ip netns exec "$tag-launcher" "$@" || status=$?
+wait $! || status=$?
 exit "$status"

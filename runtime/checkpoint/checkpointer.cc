@@ -138,7 +138,11 @@ Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communi
       error = e.what();
     }
   }
-  all_agree(world_, error.empty(), error, fmt::format("taking the checkpoint directory {}", options_.dir));
+  // One group: rank 0 alone could fail, and every rank says what it said.
+  if (storage_.shared())
+    agree_with_root(world_, 0, error.empty(), error);
+  else
+    all_agree(world_, error.empty(), error, fmt::format("taking the checkpoint directory {}", options_.dir));
 }
 
 Checkpointer::~Checkpointer() {

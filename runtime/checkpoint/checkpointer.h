@@ -64,8 +64,9 @@ class Checkpointer {
   // Collective. `world` is the communicator every rank of the job is in (the commit is agreed over it). A model without
   // tensor parallelism (no slot split: SlotSpec::tp). Every rank creates the directory; which ranks see the same files
   // there is probed (probe_storage), and each storage group's first rank takes its lock (DIR/.lock, core/dir_lock.h)
-  // for the Checkpointer's life: a directory another live job owns is kIo on every rank, naming that job; a lock a
-  // dead job left is taken over with a warning.
+  // for the Checkpointer's life: a directory another live job owns is kIo on every rank, naming that job (with
+  // several groups, kIo on the leader that found it and kRemote naming it on the others); a lock a dead job left is
+  // taken over with a warning.
   Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, CheckpointOptions options);
   // Over a mesh: its world, and its tp group, whose rank says which slice of each split slot this rank holds.
   // kInvalidArgument when a split slot's shape is not its slice at the mesh's tp degree.

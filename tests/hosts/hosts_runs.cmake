@@ -1,4 +1,4 @@
-# The hosts harness (scripts/hosts.sh) end to end (cmake -P): hosts_jobs.cmake inside two hosts, then a harness
+# The hosts harness (scripts/hosts.sh) end to end (cmake -P): hosts_jobs.cmake inside two hosts, then harnesses
 # interrupted by SIGTERM mid-command; after each, no namespace, interface or mount it made is left. Prints
 # "hosts: skipped: ..." (ctest SKIP_REGULAR_EXPRESSION) where namespaces cannot be made.
 # -DHOSTS=<scripts/hosts.sh> -DWORK=<scratch directory, emptied> and hosts_jobs.cmake's -D arguments (MPIEXEC,
@@ -43,6 +43,16 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "hosts_jobs.cmake inside the harness failed (${rc}): see its output above")
 endif()
 
-# Interrupted while its command runs: it still removes everything.
+# Interrupted while its command runs, by `timeout` (SIGTERM to the harness, then to its whole process group, so a
+# second one lands during the cleanup) and by a SIGTERM to the harness alone: it still removes everything.
 run_checked(interrupted fail 30 timeout -s TERM 3 ${HOSTS} --hosts 3 --work ${WORK}/interrupted -- sleep 60)
 expect_state_unchanged(interrupted "${before}")
+# (The shell lines are separated by newlines: a ';' would split the CMake argument.)
+run_checked(terminated fail 60 sh -c "${HOSTS} --hosts 2 --work ${WORK}/terminated -- sh -c 'touch started && sleep 60' &
+p=$!
+while [ ! -e ${WORK}/started ]
+do sleep 0.1
+done
+kill -TERM $p
+wait $p")
+expect_state_unchanged(terminated "${before}")
