@@ -67,7 +67,6 @@ StorageView probe_storage(Communicator& world, const std::string& dir) {
   const std::vector<double> leaders = all_gather_values(world, static_cast<double>(leader));  // all have listed
   fs::remove(mine, ec);
   StorageView view;
-  view.leader = leader;
   for (double l : leaders) view.leader_of.push_back(static_cast<int>(l));
   return view;
 }

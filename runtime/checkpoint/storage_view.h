@@ -11,8 +11,7 @@
 namespace strata {
 
 struct StorageView {
-  int leader = 0;                 // the lowest rank that sees the same files as this one
-  std::vector<int> leader_of;     // every rank's leader, by rank (the same on every rank)
+  std::vector<int> leader_of;     // every rank's leader (the lowest rank that sees its files), by rank
   bool shared() const;            // one group: every rank sees the same files
   bool leads(int rank) const { return leader_of[static_cast<std::size_t>(rank)] == rank; }
   int groups() const;
