@@ -13,10 +13,12 @@
 
 namespace strata {
 
-OutputFile::OutputFile(std::string path, std::string what) : path_(std::move(path)), what_(std::move(what)) {
+OutputFile::OutputFile(std::string path, std::string what, Mode mode)
+    : path_(std::move(path)), what_(std::move(what)) {
   // O_NONBLOCK so a FIFO without a reader fails at once (ENXIO) instead of blocking the rank; then cleared, so writes
   // to a pipe wait for the reader as usual.
-  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
+  const int keep = mode == Mode::kAppend ? O_APPEND : O_TRUNC;
+  fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | keep | O_CLOEXEC | O_NONBLOCK, 0644);
   STRATA_CHECK_CODE(ErrorCode::kIo, fd_ >= 0, "cannot create {} '{}': {}", what_, path_,
                     errno == ENXIO ? "a FIFO with no reader" : std::strerror(errno));
   const int flags = ::fcntl(fd_, F_GETFL);

@@ -9,10 +9,12 @@ namespace strata {
 
 class OutputFile {
  public:
+  enum class Mode { kTruncate, kAppend };
   OutputFile() = default;
-  // Creates or truncates `path`; kIo naming `what` (a flag: "--metrics"), the path and the system error. Never blocks
-  // in the open: a FIFO with no reader is an error.
-  OutputFile(std::string path, std::string what);
+  // Creates `path`, or truncates it (kTruncate) or writes after what it holds (kAppend: a resumed run's --metrics);
+  // kIo naming `what` (a flag: "--metrics"), the path and the system error. Never blocks in the open: a FIFO with no
+  // reader is an error.
+  OutputFile(std::string path, std::string what, Mode mode = Mode::kTruncate);
   ~OutputFile();  // closes without reporting: call close() to know
   OutputFile(OutputFile&& other) noexcept;
   OutputFile& operator=(OutputFile&& other) noexcept;

@@ -302,6 +302,17 @@ void GptTrainer::resume() {
     resume_notes_.push_back(fmt::format("the checkpoint counted its data position in rows of {} tokens; this run's "
                                         "rows are {} (--seq): the rows done ({}) are counted in the new rows",
                                         *s.seq, cfg_.seq, s.rows_done));
+  // The rows a step trained (the data position over the steps) against this run's: another global batch is allowed
+  // (a deliberate change) but said, since the losses then differ from the run that was never stopped.
+  const std::uint64_t rows_per_step = static_cast<std::uint64_t>(mesh_->dp().size()) *
+                                      static_cast<std::uint64_t>(cfg_.batch) *
+                                      static_cast<std::uint64_t>(cfg_.pipelined() ? 1 : cfg_.grad_accum);
+  if (s.next_step > 0 && s.rows_done % static_cast<std::uint64_t>(s.next_step) == 0 &&
+      s.rows_done / static_cast<std::uint64_t>(s.next_step) != rows_per_step)
+    resume_notes_.push_back(fmt::format("the checkpoint trained {} rows a step, this run trains {} (data-parallel ranks "
+                                        "x --batch x --grad-accum): give --global-batch {} to keep its global batch",
+                                        s.rows_done / static_cast<std::uint64_t>(s.next_step), rows_per_step,
+                                        s.rows_done / static_cast<std::uint64_t>(s.next_step)));
   start_step_ = static_cast<int>(s.next_step);
   next_step_ = start_step_;
   rows_done_ = s.rows_done;

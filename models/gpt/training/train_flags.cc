@@ -40,6 +40,11 @@ void add_model_flags(CLI::App& app, TrainFlags& f) {
                  "rows per data-parallel rank per micro-batch (with --microbatches or --pp: per step, split into the "
                  "micro-batches)")
       ->check(flags::positive_integer());
+  app.add_option("--global-batch", f.global_batch,
+                 "rows per optimizer step over all data-parallel ranks, kept whatever the world: sets --grad-accum to "
+                 "G / (dp x --batch), or under a pipeline --batch to G / dp (a restart on fewer hosts trains the same "
+                 "steps)")
+      ->check(flags::positive_integer());
 }
 
 // The steps, the learning-rate schedule, AdamW and clipping.
@@ -189,6 +194,37 @@ int apply_preset(const CLI::App& app, TrainFlags& f) {
   return unset("--vocab") ? p.vocab_tokens : f.model.vocab;
 }
 
+void apply_global_batch(const CLI::App& app, TrainFlags& f, int world) {
+  if (f.global_batch == 0) return;
+  const int G = f.global_batch, model_ranks = f.tp * f.pp;
+  // A world the layout does not divide is the mesh's error, named there.
+  if (model_ranks < 1 || world % model_ranks != 0) return;
+  const int dp = world / model_ranks;
+  const bool pipelined = f.pp > 1 || f.microbatches > 1;
+  const auto given = [&](const char* flag) { return app.get_option(flag)->count() > 0; };
+  STRATA_CHECK(G % dp == 0,
+               "--global-batch {} is not a whole number of rows for each of the {} data-parallel ranks ({} ranks / "
+               "(--tp {} x --pp {})): give a multiple of {}",
+               G, dp, world, f.tp, f.pp, dp);
+  if (pipelined) {
+    STRATA_CHECK(!given("--batch") || f.batch == G / dp,
+                 "--global-batch {} sets --batch to {} under a pipeline (the step's rows per data-parallel rank, {} "
+                 "ranks): drop --batch {}",
+                 G, G / dp, dp, f.batch);
+    f.batch = G / dp;
+    return;
+  }
+  STRATA_CHECK((G / dp) % f.batch == 0,
+               "--global-batch {} over {} data-parallel ranks is {} rows each, not a whole number of micro-batches of "
+               "--batch {}: give a --batch that divides {}",
+               G, dp, G / dp, f.batch, G / dp);
+  const int accum = G / dp / f.batch;
+  STRATA_CHECK(!given("--grad-accum") || f.grad_accum == accum,
+               "--global-batch {} sets --grad-accum to {} ({} data-parallel ranks x --batch {}): drop --grad-accum {}",
+               G, accum, dp, f.batch, f.grad_accum);
+  f.grad_accum = accum;
+}
+
 std::vector<ConfigField> effective_configuration(const TrainFlags& f) {
   auto num = [](auto v) { return fmt::format("{}", v); };
   auto on = [](bool b) { return std::string(b ? "on" : "off"); };
@@ -203,6 +239,7 @@ std::vector<ConfigField> effective_configuration(const TrainFlags& f) {
                                         {"--seq", num(f.seq)},
                                         {"--batch", num(f.batch)},
                                         {"--grad-accum", num(f.grad_accum)},
+                                        {"--global-batch", num(f.global_batch)},
                                         {"--steps", num(f.steps)},
                                         {"--stop-at", num(f.stop_at)},
                                         {"--lr", num(f.lr)},

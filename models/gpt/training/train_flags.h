@@ -18,6 +18,7 @@ namespace strata::gpt {
 struct TrainFlags {
   GptConfig model;
   int seq = 8, batch = 4, steps = 20, grad_accum = 1, zero_stage = 3, dp_replicate = 1, tp = 1;
+  int global_batch = 0;  // --global-batch: 0 is off (the rows per step follow the world)
   double lr = 1e-3, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   std::uint64_t seed = 1, tokens = 1 << 16;
   std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32",
@@ -48,6 +49,10 @@ void add_train_flags(CLI::App& app, TrainFlags& f);
 // Returns the vocabulary synthetic tokens are drawn from: the preset's tokenizer's (GPT-2's 50257, not the padded
 // rows) unless --vocab was given.
 int apply_preset(const CLI::App& app, TrainFlags& f);
+// --global-batch G on a world of `world` ranks: --grad-accum (or, under a pipeline, --batch) from G, so that a step
+// trains G rows at any world size; an error on every rank where G does not split into the layout's micro-batches or
+// contradicts a --grad-accum / --batch given with it. Nothing without --global-batch.
+void apply_global_batch(const CLI::App& app, TrainFlags& f, int world);
 // The whole effective configuration, which every rank must share (strata::check_config_agreement). Display-only
 // flags (--no-progress) are left out; no flag of train_gpt may legitimately differ per rank.
 std::vector<ConfigField> effective_configuration(const TrainFlags& f);

@@ -67,6 +67,7 @@ int main(int argc, char** argv) {
       set_env(e);
     }
     Runtime rt(&argc, &argv, RuntimeOptions{f.backend});
+    gpt::apply_global_batch(app, f, rt.world_size());
     check_config_agreement(gpt::effective_configuration(f));  // before any rank acts on a setting the others lack
     gpt::check_run_files(f, rt);
     const gpt::TokenFile data = gpt::open_tokens(f, data_vocab);

@@ -143,7 +143,11 @@ void print_run_banner(const TrainFlags& f, const TrainConfig& cfg, GptTrainer& t
 RunLog::RunLog(const TrainFlags& f, const TrainConfig& cfg, GptTrainer& trainer, Runtime& rt,
                const Throughput& throughput, const CategoryBytes& before)
     : f_(f), cfg_(cfg), trainer_(trainer), rt_(rt), throughput_(throughput), before_(before) {
-  if (rt.rank() == 0 && !f.metrics.empty()) metrics_ = OutputFile(f.metrics, "--metrics");
+  // A resumed run appends: the records of the run it continues (a restart after a lost host among them) stay, and a
+  // step trained again is recorded again, the later record the one that counts.
+  if (rt.rank() == 0 && !f.metrics.empty())
+    metrics_ = OutputFile(f.metrics, "--metrics",
+                          trainer.resumed_from() >= 0 ? OutputFile::Mode::kAppend : OutputFile::Mode::kTruncate);
   bar_ = rt.rank() == 0 && !f.no_progress && isatty(STDERR_FILENO);
   tokens_per_step_ = static_cast<double>(trainer.mesh().dp().size()) * f.batch * f.seq * f.grad_accum;
   tp_predicted_ = predict_tp_traffic(cfg);

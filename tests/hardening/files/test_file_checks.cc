@@ -166,5 +166,21 @@ TEST(FileOutputs, WritesFailLoudly) {
               {"cannot create --metrics", "No such file or directory"});
 }
 
+// A resumed run appends to its --metrics (the records before the restart stay); a new run starts the file again.
+TEST(FileOutputs, AppendKeepsWhatTheFileHolds) {
+  ScratchDir dir("files_append");
+  write_output_file(dir.file("m.jsonl"), "--metrics", "a\n");
+  OutputFile more(dir.file("m.jsonl"), "--metrics", OutputFile::Mode::kAppend);
+  more.write("b\n");
+  more.close();
+  EXPECT_EQ(read_all(dir.file("m.jsonl")), "a\nb\n");
+  OutputFile fresh(dir.file("new.jsonl"), "--metrics", OutputFile::Mode::kAppend);  // created where missing
+  fresh.write("c\n");
+  fresh.close();
+  EXPECT_EQ(read_all(dir.file("new.jsonl")), "c\n");
+  write_output_file(dir.file("m.jsonl"), "--metrics", "d\n");
+  EXPECT_EQ(read_all(dir.file("m.jsonl")), "d\n");
+}
+
 }  // namespace
 }  // namespace strata

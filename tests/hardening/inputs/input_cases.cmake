@@ -87,6 +87,16 @@ if(MODE STREQUAL "flag_messages")
   refused(NAME bench_adamw_reps COMMAND ${BENCH_ADAMW} --reps 0
           MATCH "--reps: must be an integer from 1 to 2147483647, got 0")
 
+  # --global-batch: rows that do not split into the layout's micro-batches, or a flag it sets given otherwise.
+  refused(NAME global_batch_rows MPI COMMAND ${TRAIN_GPT} --global-batch 10 --batch 4 ${TINY}
+          MATCH "--global-batch 10 over 1 data-parallel ranks is 10 rows each, not a whole number of micro-batches of --batch 4")
+  refused(NAME global_batch_accum MPI COMMAND ${TRAIN_GPT} --global-batch 8 --batch 4 --grad-accum 3 ${TINY}
+          MATCH "--global-batch 8 sets --grad-accum to 2 \\(1 data-parallel ranks x --batch 4\\): drop --grad-accum 3")
+  refused(NAME global_batch_pipeline MPI COMMAND ${TRAIN_GPT} --global-batch 8 --microbatches 2 --batch 6 ${TINY}
+          MATCH "--global-batch 8 sets --batch to 8 under a pipeline")
+  accepted(NAME global_batch_sets_accum MPI COMMAND ${TRAIN_GPT} --global-batch 8 --batch 2 ${TINY}
+           MATCH "1 data-parallel ranks x 2 rows x 8 tokens x 4 micro-batches")
+
 elseif(MODE STREQUAL "size_overflow")
   # Sizes that wrap around or that no address space holds: named before anything is allocated.
   refused(NAME embd_wraps MPI COMMAND ${TRAIN_GPT} --embd 2000000000 --heads 1 ${TINY}

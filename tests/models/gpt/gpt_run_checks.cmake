@@ -41,7 +41,8 @@ function(expect_differs got ref loss_tol)
 endfunction()
 
 # read_metrics(<name> <file>): <name>_steps (the steps in order), <name>_loss_<step> and <name>_norm_<step>, as written
-# (nlohmann::json prints the shortest text that reads back as the same double: equal text is equal bits).
+# (nlohmann::json prints the shortest text that reads back as the same double: equal text is equal bits). A resumed run
+# appends to its file: a step recorded again replaces that step's record and every later one (the run went back).
 function(read_metrics name file)
   file(STRINGS "${file}" lines)
   set(steps)
@@ -50,6 +51,10 @@ function(read_metrics name file)
       message(FATAL_ERROR "${file}: a record without a step: ${line}")
     endif()
     set(step ${CMAKE_MATCH_1})
+    list(FIND steps ${step} again)
+    if(NOT again EQUAL -1)
+      list(SUBLIST steps 0 ${again} steps)
+    endif()
     list(APPEND steps ${step})
     string(REGEX MATCH "\"loss\":([^,}]+)" _ "${line}")
     set(${name}_loss_${step} ${CMAKE_MATCH_1} PARENT_SCOPE)
