@@ -7,6 +7,9 @@
 #     the index; --resume on the same hosts gives steps 10-19 bit for bit; a resume at another layout names the file
 #     this host lacks; strata-ckpt assemble puts the parts in one directory, which resumes at np 2 on one host; --save
 #     on per-host disks is refused before any step.
+#   - A host lost at step 12 (at_step.sh kills its every rank, or takes its link down): launch.sh --max-restarts 1
+#     finishes the 30 steps on the other host from the last checkpoint, at the same global batch, equal to a run on one
+#     host within 1e-5; a failure that names no host is not restarted.
 #   - A link taken down mid-run (at_step.sh): every rank ends within STRATA_TIMEOUT_S + 5 s, the message naming the
 #     host: through launch.sh, whose keepalives let Open MPI end the job, launcher included; with them off, through
 #     Strata's own timeout, which names the silent ranks' host.
@@ -103,6 +106,53 @@ expect_steps(assembled_resume zero3_hosts 10 19 relative)
 run_hosts(save_file fail --steps 1 --save ${DISK}/weights.safetensors)
 expect_text(save_file "--save ${DISK}/weights.safetensors: 2 groups of ranks see files of their own")
 expect_no_steps_after(save_file -1)
+
+# ---- A host lost, the job restarted on the other -----------------------------------------------------------------
+# 30 steps of 12 rows (--global-batch: 1 micro-batch a step on 2 hosts x 2 ranks, 2 on one host's 2 ranks), a model
+# large enough that a step takes tens of ms (at_step polls the metrics), checkpoints every 5 steps on storage both hosts
+# see. Every rank of host1 is killed once 12 steps are recorded: launch.sh --max-restarts 1 relaunches on host0 with
+# --resume, from the last checkpoint (step 10, or 15 on a machine slower to kill than to train). The run's metrics (the
+# steps before the kill, then those trained again appended) equal a run that trained all 30 steps on one host's 2 ranks
+# within 1e-5 (another reduction order).
+set(ENV{STRATA_TIMEOUT_S} 10)
+set(restart_flags --steps 30 --global-batch 12 --zero-stage 3 --embd 256 --layers 4 --seq 32 --ctx 32)
+run_checked(restart_one ok 180 ${launcher} -n 2 ${TRAIN_GPT} ${common} ${restart_flags}
+            --metrics ${WORK}/restart_one.jsonl)
+run_checked(restart ok 300 ${AT_STEP} --wait 240 ${WORK}/restart.jsonl 12 kill-ranks host1 train_gpt --
+            ${LAUNCH} --hostfile $ENV{STRATA_HOSTFILE} --ranks-per-node 2 --bind none --max-restarts 1 --
+            ${TRAIN_GPT} ${common} ${restart_flags} --checkpoint-dir ${WORK}/restart_ckpt --checkpoint-every 5
+            --metrics ${WORK}/restart.jsonl)
+expect_text(restart "launch.sh: restart 1 of 1: host(s) host1 failed (mpirun noticed that process rank"
+            "on 1 host(s) (host0) x 2 rank(s)" "2 data-parallel ranks x 3 rows x 32 tokens x 2 micro-batches")
+string(FIND "${restart_out}" "rows a step" at)  # --resume's warning of another global batch
+if(NOT at EQUAL -1)
+  message(FATAL_ERROR "restart: resumed at another global batch:\n${restart_out}")
+endif()
+if(NOT restart_out MATCHES "resumed from ${WORK}/restart_ckpt/step-000000(10|15)")
+  message(FATAL_ERROR "restart: not resumed from step 10 or 15:\n${restart_out}")
+endif()
+read_metrics(restart_one ${WORK}/restart_one.jsonl)
+read_metrics(restart ${WORK}/restart.jsonl)
+expect_steps(restart restart_one 0 29 relative)
+# The host itself lost (its link down): Open MPI names it through the keepalives; the same restart on host0.
+run_checked(restart_link ok 300 ${AT_STEP} --wait 240 ${WORK}/restart_link.jsonl 12 link-down host1 train_gpt --
+            ${LAUNCH} --hostfile $ENV{STRATA_HOSTFILE} --ranks-per-node 2 --bind none --max-restarts 1 --
+            ${TRAIN_GPT} ${common} ${restart_flags} --checkpoint-dir ${WORK}/restart_link_ckpt --checkpoint-every 5
+            --metrics ${WORK}/restart_link.jsonl)
+expect_text(restart_link "launch.sh: restart 1 of 1: host(s) host1 failed (Remote daemon: " "on node host1)"
+            "on 1 host(s) (host0) x 2 rank(s)")
+read_metrics(restart_link ${WORK}/restart_link.jsonl)
+expect_steps(restart_link restart_one 0 29 relative)
+# A failure that names no host is not restarted: --global-batch 10 does not split over 4 ranks' rows of 3.
+run_checked(no_restart fail 120 ${LAUNCH} --hostfile $ENV{STRATA_HOSTFILE} --ranks-per-node 2 --bind none
+            --max-restarts 1 -- ${TRAIN_GPT} ${common} --global-batch 10)
+expect_text(no_restart "--global-batch 10 is not a whole number of rows for each of the 4 data-parallel ranks"
+            "no host was named as lost and every host answers: no restart")
+string(FIND "${no_restart_out}" "launch.sh: restart" at)
+if(NOT at EQUAL -1)
+  message(FATAL_ERROR "no_restart: relaunched after a failure that names no host:\n${no_restart_out}")
+endif()
+unset(ENV{STRATA_TIMEOUT_S})
 
 # ---- A link taken down mid-run ------------------------------------------------------------------------------------
 # ended_within(<name> <what> <limit>): at_step's "<what> ended N s" line in <name>_out says N < limit.
