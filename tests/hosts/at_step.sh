@@ -43,13 +43,24 @@ t0=$(date +%s.%N)
 since() { echo "$(date +%s.%N) - $t0" | bc; }
 # A link taken down comes back up when this script ends, for the next job on the same hosts.
 [ "$action" = link-down ] && trap '$STRATA_HOSTS_CTL link-up "$host"' EXIT
-if [ -n "$wait_s" ]; then
-  echo "at_step: $action $host after step $step; waiting for the command"
-  for ((i = 0; i < wait_s * 10; i++)); do
-    kill -0 "$pid" 2>/dev/null || break
+# wait_command S: whether COMMAND ended within S seconds. finish WHO: exits with COMMAND's status, said.
+wait_command() {
+  local i
+  for ((i = 0; i < $1 * 10; i++)); do
+    kill -0 "$pid" 2>/dev/null || return 0
     sleep 0.1
   done
-  if kill -0 "$pid" 2>/dev/null; then
+  ! kill -0 "$pid" 2>/dev/null
+}
+finish() {
+  wait "$pid"
+  local status=$?
+  echo "at_step: $1 ended $(since) s after the $action (status $status)"
+  exit "$status"
+}
+if [ -n "$wait_s" ]; then
+  echo "at_step: $action $host after step $step; waiting for the command"
+  if ! wait_command "$wait_s"; then
     echo "at_step: the command was still running $(since) s after the $action: killed"
     kill -TERM "$pid" 2>/dev/null
     sleep 2
@@ -57,10 +68,7 @@ if [ -n "$wait_s" ]; then
     wait "$pid" 2>/dev/null
     exit 124
   fi
-  wait "$pid"
-  status=$?
-  echo "at_step: the command ended $(since) s after the $action (status $status)"
-  exit "$status"
+  finish "the command"
 fi
 ranks_left() {  # the PROGRAM processes on any host
   local h
@@ -68,11 +76,7 @@ ranks_left() {  # the PROGRAM processes on any host
 }
 while [ -n "$(ranks_left)" ]; do sleep 0.1; done
 echo "at_step: $action $host after step $step; every rank ended $(since) s later"
-for ((i = 0; i < 100; i++)); do
-  kill -0 "$pid" 2>/dev/null || break
-  sleep 0.1
-done
-if kill -0 "$pid" 2>/dev/null; then
+if ! wait_command 10; then
   echo "at_step: the launcher was still running $(since) s after the $action: killed"
   kill -KILL "$pid" 2>/dev/null
   wait "$pid" 2>/dev/null
@@ -80,7 +84,4 @@ if kill -0 "$pid" 2>/dev/null; then
   while read -r h; do $STRATA_HOSTS_CTL kill "$h"; done <"$STRATA_HOSTFILE"
   exit 124
 fi
-wait "$pid"
-status=$?
-echo "at_step: the launcher ended $(since) s after the $action (status $status)"
-exit "$status"
+finish "the launcher"
