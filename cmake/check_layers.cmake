@@ -16,6 +16,7 @@ set(STRATA_LAYERS
     "runtime/parallel/=3"
     "runtime/sharding/=4"
     "runtime/tensor/=5"      # tensor parallelism as a library: layers beside their collectives
+    "runtime/context/=5"     # context parallelism as a library (ring attention): tensor's sibling
     "runtime/optim/=6"
     "runtime/memory/=7"
     "runtime/checkpoint/=8"

@@ -2,7 +2,8 @@
 // It exports the runtime (start-up, the device and communicator seams, the device mesh), the sharded model with its
 // options and views, tensor parallelism (the tp collectives, column- and row-parallel products, the vocabulary-
 // parallel embedding and loss, the split of a parameter and the counting of a split model), pipeline parallelism (the
-// schedules, the executor and its stage interface, parameters tied across stages), the optimizer, the memory ledger
+// schedules, the executor and its stage interface, parameters tied across stages), context parallelism (mirrored
+// chunks of a sequence and ring attention over the trainer's attention kernels), the optimizer, the memory ledger
 // and planner, checkpoints, and overflow-checked sizes (checked_math.h). Everything else is internal.
 #pragma once
 
@@ -27,6 +28,9 @@
 #include "runtime/sharding/sharded_model.h"
 #include "runtime/sharding/sharded_parameters.h"
 #include "runtime/sharding/sharding_options.h"
+#include "runtime/context/attention_kernels.h"
+#include "runtime/context/context_chunks.h"
+#include "runtime/context/ring_attention.h"
 #include "runtime/tensor/global_elements.h"
 #include "runtime/tensor/parallel_linear.h"
 #include "runtime/tensor/tensor_parallel.h"

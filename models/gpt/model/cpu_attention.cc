@@ -8,6 +8,8 @@
 // Every product is a small tile GEMM (tile_gemm below, register-blocked with vector extensions); each output
 // sums its terms in a fixed order, so results do not depend on the thread count.
 // Memory: per thread a few tiles (forward) plus D_i for T rows (backward); never a T x T matrix.
+// Ring attention's blocks (attention_block_*) are the same loops over strided views of a block of queries and a block
+// of keys at global positions, the causal mask taken from the positions.
 #include <omp.h>
 
 #include <algorithm>
@@ -270,6 +272,208 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
           }
         }
       }
+    }
+}
+
+// ---- ring attention's blocks ----------------------------------------------------------------------------------
+
+namespace {
+
+// The first float of row i of batch b in a view, head h's columns.
+inline const float* at(Rows r, int b, std::size_t i, int col) {
+  return r.data + b * r.batch_stride + i * r.row_stride + col;
+}
+inline float* at(RowsOut r, int b, std::size_t i, int col) { return r.data + b * r.batch_stride + i * r.row_stride + col; }
+inline std::size_t stat(std::size_t batch_stride, std::size_t head_stride, int b, int h) {
+  return b * batch_stride + h * head_stride;
+}
+
+}  // namespace
+
+void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v) {
+  const auto [D, row] = dims(blk.width, blk.heads);
+  (void)row;
+  if (blk.batch == 0 || blk.q_rows == 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::size_t per_thread = forward_floats_per_thread(D);
+  std::vector<float> workspace(per_thread * omp_get_max_threads());
+  const int q_tiles = (blk.q_rows + kTileQ - 1) / kTileQ;
+
+#pragma omp parallel for collapse(3) schedule(dynamic, 1)
+  for (int b = 0; b < blk.batch; ++b)
+    for (int h = 0; h < blk.heads; ++h)
+      for (int qt = 0; qt < q_tiles; ++qt) {
+        float* S = workspace.data() + per_thread * omp_get_thread_num();
+        float* Kt = S + kTileQ * kTileK;
+        float* O = Kt + static_cast<std::size_t>(D) * kTileK;
+        float* m = O + static_cast<std::size_t>(kTileQ) * D;
+        float* l = m + kTileQ;
+        const float* qb = at(q, b, 0, h * D);
+        const float* kb = at(k, b, 0, h * D);
+        const float* vb = at(v, b, 0, h * D);
+        const int i0 = qt * kTileQ, i1 = std::min(blk.q_rows, i0 + kTileQ), nq = i1 - i0;
+        std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
+        std::fill(l, l + nq, 0.0f);
+        std::fill(O, O + static_cast<std::size_t>(nq) * D, 0.0f);
+        // Keys at positions up to the tile's last query's.
+        const int key_end = std::clamp(blk.q_pos + i1 - blk.kv_pos, 0, blk.kv_rows);
+        for (int j0 = 0; j0 < key_end; j0 += kTileK) {
+          const int nk = std::min(key_end, j0 + kTileK) - j0;
+          transpose_tile(Kt, kb + j0 * k.row_stride, k.row_stride, nk, D);
+          tile_gemm(nq, nk, D, qb + i0 * q.row_stride, q.row_stride, 1, Kt, kTileK, S, kTileK, false);  // S = Q K^T
+          for (int ii = 0; ii < nq; ++ii) {
+            float* s = S + static_cast<std::size_t>(ii) * kTileK;
+            const int n = std::clamp(blk.q_pos + i0 + ii - (blk.kv_pos + j0) + 1, 0, nk);
+            float row_max = m[ii];
+            for (int j = 0; j < n; ++j) {
+              s[j] *= scale;
+              row_max = std::max(row_max, s[j]);
+            }
+            const float correction = n == 0 ? 1.0f : detail::exp_f32(m[ii] - row_max);
+            float row_sum = 0.0f;
+            for (int j = 0; j < n; ++j) {
+              s[j] = detail::exp_f32(s[j] - row_max);
+              row_sum += s[j];
+            }
+            std::fill(s + n, s + nk, 0.0f);
+            l[ii] = l[ii] * correction + row_sum;
+            m[ii] = row_max;
+            float* o = O + static_cast<std::size_t>(ii) * D;
+            for (int d = 0; d < D; ++d) o[d] *= correction;
+          }
+          tile_gemm(nq, D, nk, S, kTileK, 1, vb + j0 * v.row_stride, v.row_stride, O, D, true);  // O += P V
+        }
+        for (int ii = 0; ii < nq; ++ii) {
+          const int i = i0 + ii;
+          float* y = at(out, b, i, h * D);
+          float& row_lse = lse.data[stat(lse.batch_stride, lse.head_stride, b, h) + i];
+          if (l[ii] == 0.0f) {  // no key visible
+            std::fill(y, y + D, 0.0f);
+            row_lse = -std::numeric_limits<float>::infinity();
+            continue;
+          }
+          const float inv = 1.0f / l[ii];
+          const float* o = O + static_cast<std::size_t>(ii) * D;
+          for (int d = 0; d < D; ++d) y[d] = o[d] * inv;
+          row_lse = m[ii] + std::log(l[ii]);
+        }
+      }
+}
+
+void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, RowStats lse,
+                              RowStats di, Rows q, Rows k, Rows v) {
+  const auto [D, row] = dims(blk.width, blk.heads);
+  (void)row;
+  if (blk.batch == 0 || blk.q_rows == 0 || blk.kv_rows == 0) return;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const std::size_t per_thread = backward_floats_per_thread(0, D);  // D_i comes in: no per-row scratch
+  std::vector<float> workspace(per_thread * omp_get_max_threads());
+
+#pragma omp parallel for collapse(2) schedule(dynamic, 1)
+  for (int b = 0; b < blk.batch; ++b)
+    for (int h = 0; h < blk.heads; ++h) {
+      float* Kt = workspace.data() + per_thread * omp_get_thread_num();
+      float* Vt = Kt + static_cast<std::size_t>(D) * kTileK;
+      float* dK = Vt + static_cast<std::size_t>(D) * kTileK;
+      float* dV = dK + static_cast<std::size_t>(kTileK) * D;
+      float* P = dV + static_cast<std::size_t>(kTileK) * D;
+      float* dS = P + static_cast<std::size_t>(kTileQ) * kTileK;
+      const float* qb = at(q, b, 0, h * D);
+      const float* kb = at(k, b, 0, h * D);
+      const float* vb = at(v, b, 0, h * D);
+      const float* dyb = at(dout, b, 0, h * D);
+      float* dqb = at(dq, b, 0, h * D);
+      float* dkb = at(dk, b, 0, h * D);
+      float* dvb = at(dv, b, 0, h * D);
+      const float* lse_h = lse.data + stat(lse.batch_stride, lse.head_stride, b, h);
+      const float* di_h = di.data + stat(di.batch_stride, di.head_stride, b, h);
+      for (int j0 = 0; j0 < blk.kv_rows; j0 += kTileK) {
+        const int nk = std::min(blk.kv_rows, j0 + kTileK) - j0;
+        // Queries at positions from the tile's first key's on see some of it.
+        const int i_first = std::clamp(blk.kv_pos + j0 - blk.q_pos, 0, blk.q_rows);
+        if (i_first == blk.q_rows) continue;
+        transpose_tile(Kt, kb + j0 * k.row_stride, k.row_stride, nk, D);
+        transpose_tile(Vt, vb + j0 * v.row_stride, v.row_stride, nk, D);
+        std::fill(dK, dK + static_cast<std::size_t>(nk) * D, 0.0f);
+        std::fill(dV, dV + static_cast<std::size_t>(nk) * D, 0.0f);
+        for (int i0 = i_first; i0 < blk.q_rows; i0 += kTileQ) {
+          const int nq = std::min(blk.q_rows, i0 + kTileQ) - i0;
+          tile_gemm(nq, nk, D, qb + i0 * q.row_stride, q.row_stride, 1, Kt, kTileK, P, kTileK, false);  // S
+          tile_gemm(nq, nk, D, dyb + i0 * dout.row_stride, dout.row_stride, 1, Vt, kTileK, dS, kTileK, false);  // dP
+          for (int ii = 0; ii < nq; ++ii) {
+            const int i = i0 + ii;
+            const int n = std::clamp(blk.q_pos + i - (blk.kv_pos + j0) + 1, 0, nk);
+            float* p = P + static_cast<std::size_t>(ii) * kTileK;
+            float* ds = dS + static_cast<std::size_t>(ii) * kTileK;
+            const float l_i = lse_h[i], d_i = di_h[i];
+            for (int j = 0; j < n; ++j) {
+              p[j] = detail::exp_f32(p[j] * scale - l_i);
+              ds[j] = p[j] * (ds[j] - d_i) * scale;
+            }
+            std::fill(p + n, p + nk, 0.0f);
+            std::fill(ds + n, ds + nk, 0.0f);
+          }
+          tile_gemm(nk, D, nq, P, 1, kTileK, dyb + i0 * dout.row_stride, dout.row_stride, dV, D, true);  // dV += P^T dO
+          tile_gemm(nq, D, nk, dS, kTileK, 1, kb + j0 * k.row_stride, k.row_stride, dqb + i0 * dq.row_stride,
+                    dq.row_stride, true);                                                                 // dQ += dS K
+          tile_gemm(nk, D, nq, dS, 1, kTileK, qb + i0 * q.row_stride, q.row_stride, dK, D, true);        // dK += dS^T Q
+        }
+        for (int j = 0; j < nk; ++j) {
+          float* dkj = dkb + (j0 + j) * dk.row_stride;
+          float* dvj = dvb + (j0 + j) * dv.row_stride;
+          for (int d = 0; d < D; ++d) {
+            dkj[d] += dK[static_cast<std::size_t>(j) * D + d];
+            dvj[d] += dV[static_cast<std::size_t>(j) * D + d];
+          }
+        }
+      }
+    }
+}
+
+void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows out_b, RowStats lse_b) {
+  const int D = dims(blk.width, blk.heads).D;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < blk.batch; ++b)
+    for (int h = 0; h < blk.heads; ++h)
+      for (int i = 0; i < blk.q_rows; ++i) {
+        float& la = lse.data[stat(lse.batch_stride, lse.head_stride, b, h) + i];
+        const float lb = lse_b.data[stat(lse_b.batch_stride, lse_b.head_stride, b, h) + i];
+        if (lb == -std::numeric_limits<float>::infinity()) continue;
+        float* y = at(out, b, i, h * D);
+        const float* yb = at(out_b, b, i, h * D);
+        const float mx = std::max(la, lb);
+        const float wa = la == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(la - mx);
+        const float wb = std::exp(lb - mx), sum = wa + wb;
+        const float ca = wa / sum, cb = wb / sum;
+        for (int d = 0; d < D; ++d) y[d] = y[d] * ca + yb[d] * cb;
+        la = mx + std::log(sum);
+      }
+}
+
+void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out) {
+  const int D = dims(blk.width, blk.heads).D;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < blk.batch; ++b)
+    for (int h = 0; h < blk.heads; ++h)
+      for (int i = 0; i < blk.q_rows; ++i) {
+        const float* dy = at(dout, b, i, h * D);
+        const float* y = at(out, b, i, h * D);
+        float acc = 0.0f;
+        for (int d = 0; d < D; ++d) acc += dy[d] * y[d];
+        di.data[stat(di.batch_stride, di.head_stride, b, h) + i] = acc;
+      }
+}
+
+void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < rows; ++i) {
+      float* d = at(dst, b, i, 0);
+      const float* s = at(src, b, i, 0);
+      if (add)
+        for (int c = 0; c < columns; ++c) d[c] += s[c];
+      else
+        std::memcpy(d, s, static_cast<std::size_t>(columns) * sizeof(float));
     }
 }
 

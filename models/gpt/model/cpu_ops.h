@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/context/attention_kernels.h"
+
 namespace strata::gpt {
 
 // Threads used by every kernel and by the BLAS (the trainer passes cores / ranks-per-node). n >= 1.
@@ -69,6 +71,14 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 // (D_i = rowsum(dout_i * out_i), dS = P * (dP - D_i)). out and lse are attention_forward's.
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
                         int T, int C, int NH, bool bf16_products = false);
+// The blocks of ring attention (runtime/context/attention_kernels.h has the semantics): attention_forward and
+// attention_backward for a block of queries against a block of keys at given global positions, with strided views.
+void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v);
+void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, RowStats lse,
+                              RowStats di, Rows q, Rows k, Rows v);
+void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows out_b, RowStats lse_b);
+void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out);
+void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add);
 // Bytes attention_forward and attention_backward each allocate at most, per call, with num_threads() threads:
 // O(tile) per thread for the forward, O(tile + T) per thread for the backward; nothing grows as T^2.
 std::size_t attention_workspace_bytes(int B, int T, int C, int NH);

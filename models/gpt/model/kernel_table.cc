@@ -70,6 +70,25 @@ class CpuGptKernels final : public GptKernels {
     }
     gpt::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, bf16_);
   }
+  void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k,
+                               Rows v) override {
+    f32_blocks();
+    gpt::attention_block_forward(blk, out, lse, q, k, v);
+  }
+  void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout,
+                                RowStats lse, RowStats di, Rows q, Rows k, Rows v) override {
+    f32_blocks();
+    gpt::attention_block_backward(blk, dq, dk, dv, dout, lse, di, q, k, v);
+  }
+  void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows out_b, RowStats lse_b) override {
+    gpt::attention_merge(blk, out, lse, out_b, lse_b);
+  }
+  void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out) override {
+    gpt::attention_row_dot(blk, di, dout, out);
+  }
+  void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add) override {
+    gpt::copy_rows(dst, src, batch, rows, columns, add);
+  }
   void gelu_forward(float* out, const float* inp, std::size_t n) override { gpt::gelu_forward(out, inp, n); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
     gpt::gelu_backward(dinp, inp, dout, n);
@@ -128,6 +147,12 @@ class CpuGptKernels final : public GptKernels {
   }
 
  private:
+  // Ring attention's blocks compute in f32: bf16 products there are not built yet.
+  void f32_blocks() const {
+    STRATA_CHECK_CODE(ErrorCode::kUnsupported, !bf16_,
+                      "ring attention (context parallelism) computes in f32 on the CPU: bf16 compute "
+                      "(--compute-dtype bf16) is not built for it yet");
+  }
   // src rounded to bf16 in scratch slot `slot` (each call of a kernel uses distinct slots).
   const float* rounded(int slot, const float* src, std::size_t n) {
     std::vector<float>& dst = scratch_[slot];

@@ -113,6 +113,15 @@ class CudaGptKernels final : public GptKernels {
     }
     cuda::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, s_, bf16_);
   }
+  // Ring attention (context parallelism) runs on the CPU backend only: the CUDA blocks are not built yet.
+  void attention_block_forward(const AttentionBlock&, RowsOut, RowStatsOut, Rows, Rows, Rows) override { no_ring(); }
+  void attention_block_backward(const AttentionBlock&, RowsOut, RowsOut, RowsOut, Rows, RowStats, RowStats, Rows, Rows,
+                                Rows) override {
+    no_ring();
+  }
+  void attention_merge(const AttentionBlock&, RowsOut, RowStatsOut, Rows, RowStats) override { no_ring(); }
+  void attention_row_dot(const AttentionBlock&, RowStatsOut, Rows, Rows) override { no_ring(); }
+  void copy_rows(RowsOut, Rows, int, int, int, bool) override { no_ring(); }
   void gelu_forward(float* out, const float* inp, std::size_t n) override { cuda::gelu_forward(out, inp, n, s_); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
     cuda::gelu_backward(dinp, inp, dout, n, s_);
@@ -193,6 +202,11 @@ class CudaGptKernels final : public GptKernels {
   }
 
  private:
+  [[noreturn]] static void no_ring() {
+    STRATA_THROW(ErrorCode::kUnsupported,
+                 "ring attention (context parallelism) runs on the CPU backend only: its CUDA kernels are not built "
+                 "yet (use --backend cpu)");
+  }
   // src converted to bf16 (to nearest even) in workspace slot `slot`; a kernel uses distinct slots per operand.
   const __nv_bfloat16* as_bf16(int slot, const float* src, std::size_t n) {
     Buffer& dst = workspace(bf16_ws_[slot], n * sizeof(__nv_bfloat16));

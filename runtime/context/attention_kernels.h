@@ -1,0 +1,68 @@
+// What ring attention (ring_attention.h) asks of a trainer's attention kernels: the causal attention of one block of
+// queries over one block of keys, each block a range of rows at known global positions, and the pieces that put the
+// blocks together (the online-softmax merge, the row dot of the backward, row copies). Strata holds the ring (which
+// block, when, from which peer); the arithmetic is the trainer's, on its device, as LinearKernels' is
+// (runtime/tensor/tp_kernels.h). The GPT's kernel table implements it on the CPU; its CUDA table refuses it.
+//
+// Contract, for every method: pointers are the device's memory; work is ordered on the device's compute stream (the
+// CPU runs it inline); forward kernels overwrite their outputs, backward kernels add (+=) into gradients. A block's
+// heads are `heads` groups of D = width / heads columns: head h uses columns h D .. h D + D - 1 of q, k, v, out, dout.
+#pragma once
+
+#include <cstddef>
+
+namespace strata {
+
+// Rows of a [batch, rows, columns] tensor that may sit inside a larger one: row (b, i) starts at
+// data + b * batch_stride + i * row_stride (in floats).
+struct Rows {
+  const float* data = nullptr;
+  std::size_t row_stride = 0, batch_stride = 0;
+};
+struct RowsOut {
+  float* data = nullptr;
+  std::size_t row_stride = 0, batch_stride = 0;
+  operator Rows() const { return Rows{data, row_stride, batch_stride}; }  // NOLINT: an output read as an input
+};
+// A statistic per (batch, head, row): (b, h, i) at data + b * batch_stride + h * head_stride + i.
+struct RowStats {
+  const float* data = nullptr;
+  std::size_t head_stride = 0, batch_stride = 0;
+};
+struct RowStatsOut {
+  float* data = nullptr;
+  std::size_t head_stride = 0, batch_stride = 0;
+  operator RowStats() const { return RowStats{data, head_stride, batch_stride}; }  // NOLINT: as above
+};
+
+// One block: q_rows queries at global positions q_pos .. q_pos + q_rows - 1 against kv_rows keys (and values) at
+// kv_pos .. kv_pos + kv_rows - 1, causal by position (a query at p sees the keys at positions <= p).
+struct AttentionBlock {
+  int batch = 0, heads = 0, width = 0;  // B, NH, C
+  int q_rows = 0, q_pos = 0;
+  int kv_rows = 0, kv_pos = 0;
+};
+
+class AttentionKernels {
+ public:
+  virtual ~AttentionKernels() = default;
+  // The block's attention alone: out = softmax(q k^T / sqrt(D)) v over the keys each query sees, and lse = the
+  // log-sum-exp of those scaled scores; a query that sees none gets out 0 and lse -inf. out and lse have q_rows rows.
+  virtual void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k,
+                                       Rows v) = 0;
+  // The block's terms of the gradient, from the whole row's lse and di = rowsum(dout * out) (per head): with
+  // P = exp(q k^T / sqrt(D) - lse) over the keys each query sees and dS = P (dout v^T - di) / sqrt(D),
+  // dq += dS k, dk += dS^T q, dv += P^T dout.
+  virtual void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout,
+                                        RowStats lse, RowStats di, Rows q, Rows k, Rows v) = 0;
+  // The online softmax across blocks, for q_rows rows: lse' = log(e^lse + e^lse_b),
+  // out' = out e^(lse - lse') + out_b e^(lse_b - lse') (a row whose lse_b is -inf is left as it is).
+  virtual void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows out_b,
+                               RowStats lse_b) = 0;
+  // di(b, h, i) = the sum over head h's columns of dout * out, for q_rows rows.
+  virtual void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out) = 0;
+  // dst = src (add: dst += src) for the first `columns` floats of `rows` rows of `batch` batches.
+  virtual void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add) = 0;
+};
+
+}  // namespace strata

@@ -1,0 +1,69 @@
+// RingAttention: causal self-attention over a sequence split across a cp group in mirrored chunks (context_chunks.h),
+// as Megatron-Core's and torchtitan's context parallelism do it. Each rank holds its queries, keys and values; the key
+// and value blocks travel round the ring (rank r sends to r + 1 and receives from r - 1) while each rank computes its
+// queries against the block it holds and merges the results with the online softmax. cp steps, the exchange of the
+// next block posted (batched send / recv on a stream of its own) before the current one is computed. Backward: the
+// same ring, with the gradients of each key / value block travelling with it and arriving back at its owner after a
+// full turn. Blocks whose keys are all after their queries are skipped, and the mirrored chunks make that the same
+// share on every rank.
+//
+// Waits are the stream's and the communicator's bounded ones; a peer that never sends is named by the communicator
+// (the hang report), with "ring attention" in what this rank waited in.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "collectives/communicator.h"
+#include "core/device.h"
+#include "runtime/context/attention_kernels.h"
+#include "runtime/context/context_chunks.h"
+
+namespace strata {
+
+class RingAttention {
+ public:
+  // cp: the group the sequence is split over (its rank is the chunks' rank, its size their cp). Batches of `batch`
+  // sequences, each of chunks.local_rows() rows on this rank, `width` columns in `heads` heads. Allocates the ring's
+  // buffers on cp's device: two key / value blocks and two of their gradients (comm_buffer), and the backward's
+  // row statistics and a block's output (workspace).
+  RingAttention(Communicator& cp, AttentionKernels& kernels, const ContextChunks& chunks, int batch, int width,
+                int heads);
+  ~RingAttention();
+  RingAttention(const RingAttention&) = delete;
+  RingAttention& operator=(const RingAttention&) = delete;
+
+  // out [B, local, C] and lse [B, NH, local]: this rank's queries over every key of the sequence they see, from
+  // qkv [B, local, 3C] (q, k, v along the last dimension, the GPT's layout).
+  void forward(float* out, float* lse, const float* qkv);
+  // dqkv [B, local, 3C] += the gradient of the loss through out, given dout and forward's out and lse.
+  void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv);
+
+  // Bytes this rank sends (and receives) per ring step: a key / value block; the backward adds its gradients.
+  std::size_t block_bytes() const;
+  // Bytes of the buffers the constructor allocated (comm_buffer, workspace).
+  std::size_t comm_buffer_bytes() const;
+  std::size_t workspace_bytes() const;
+  const ContextChunks& chunks() const { return chunks_; }
+
+ private:
+  // The key / value rows of chunk slot `slot` (0: the first chunk, 1: its mirror) of a block buffer.
+  RowsOut block_k(float* block, int slot) const;
+  RowsOut block_v(float* block, int slot) const;
+  AttentionBlock block(int q_chunk, int kv_chunk) const;
+  // Posts this step's exchange of `count` floats: send `send` to the next rank, receive `recv` from the previous
+  // one, after the compute stream's work so far.
+  void exchange(const float* send, float* recv, std::size_t count);
+  // Waits for the posted exchanges (bounded), naming the ring step in an error.
+  void wait_exchange(const char* phase, int step);
+
+  Communicator& cp_;
+  AttentionKernels& kernels_;
+  ContextChunks chunks_;
+  int B_, C_, NH_, L_;  // L_: local rows
+  std::unique_ptr<Stream> stream_;
+  std::unique_ptr<Event> ready_;
+  Buffer kv_[2], dkv_[2], block_out_, block_lse_, di_;
+};
+
+}  // namespace strata
