@@ -18,7 +18,10 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshDims& dims, std::vector<in
   // Every rank splits for every dimension in the same order (split is collective over the world).
   for (MeshDim d : kAllMeshDims) {
     Communicator* g = &world_;
-    if (shape_.degree(d) != world.size()) {
+    if (shape_.cp() == 1 && (d == MeshDim::kDpShardCp || d == MeshDim::kDpCp)) {
+      // Without context parallelism they are dp_shard and dp themselves (built before them): no second communicator.
+      g = groups_[static_cast<std::size_t>(d == MeshDim::kDpShardCp ? MeshDim::kDpShard : MeshDim::kDp)];
+    } else if (shape_.degree(d) != world.size()) {
       const int id = shape_.group_id(d, world.rank());
       owned_.push_back(world_.split(id, shape_.index(d, world.rank()), fmt::format("{}{}", mesh_dim_name(d), id)));
       g = owned_.back().get();
@@ -29,8 +32,8 @@ DeviceMesh::DeviceMesh(Communicator& world, const MeshDims& dims, std::vector<in
     groups_[static_cast<std::size_t>(d)] = g;
   }
   if (world.rank() == 0) {
-    // Rank 0 checks every group of the two dimensions whose collectives sit on the critical path of each layer.
-    for (MeshDim d : {MeshDim::kTp, MeshDim::kDpShard}) {
+    // Rank 0 checks every group of the dimensions whose collectives sit on the critical path of each layer.
+    for (MeshDim d : {MeshDim::kTp, MeshDim::kDpShard, MeshDim::kCp}) {
       for (int r = 0; r < world.size(); ++r) {
         if (shape_.index(d, r) != 0) continue;  // one check per group
         std::set<int> nodes;
@@ -64,8 +67,9 @@ bool DeviceMesh::spans_nodes(MeshDim d) const {
 std::string DeviceMesh::describe() const {
   const std::set<int> nodes(node_of_rank_.begin(), node_of_rank_.end());
   const MeshCoord c = coord();
-  return fmt::format("mesh {}, {} node{}; this rank (pp {}, dp_replicate {}, dp_shard {}, tp {})", shape_.describe(),
-                     nodes.size(), nodes.size() == 1 ? "" : "s", c.pp, c.dp_replicate, c.dp_shard, c.tp);
+  return fmt::format("mesh {}, {} node{}; this rank (pp {}, dp_replicate {}, dp_shard {}, {}tp {})", shape_.describe(),
+                     nodes.size(), nodes.size() == 1 ? "" : "s", c.pp, c.dp_replicate, c.dp_shard,
+                     shape_.cp() > 1 ? fmt::format("cp {}, ", c.cp) : std::string(), c.tp);
 }
 
 }  // namespace strata

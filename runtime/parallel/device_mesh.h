@@ -1,4 +1,4 @@
-// DeviceMesh: the job's ranks as pp x dp_replicate x dp_shard x tp, with every process group built once (torchtitan's
+// DeviceMesh: the job's ranks as pp x dp_replicate x dp_shard x cp x tp, with every process group built once (torchtitan's
 // ParallelDims, Megatron's parallel_state). Layers above take the groups they need from it and never re-derive a
 // group from rank arithmetic. See docs/architecture.md, "The device mesh".
 #pragma once
@@ -39,12 +39,17 @@ class DeviceMesh {
   Communicator& dp_shard() const { return group(MeshDim::kDpShard); }
   Communicator& tp() const { return group(MeshDim::kTp); }
   Communicator& dp() const { return group(MeshDim::kDp); }
+  // Context parallelism: the ranks that split one sequence, and the sharded model's groups with them (at cp 1 these
+  // are dp_shard and dp themselves).
+  Communicator& cp() const { return group(MeshDim::kCp); }
+  Communicator& dp_shard_cp() const { return group(MeshDim::kDpShardCp); }
+  Communicator& dp_cp() const { return group(MeshDim::kDpCp); }
 
   // Whether this rank's group along `d` holds ranks of more than one node.
   bool spans_nodes(MeshDim d) const;
   // The nodes of the world's ranks (by world rank) as given.
   const std::vector<int>& node_of_rank() const { return node_of_rank_; }
-  // "mesh pp 1 x dp_replicate 2 x dp_shard 2 x tp 1 (4 ranks, 1 node); this rank (0,1,0,0)"
+  // "mesh pp 1 x dp_replicate 2 x dp_shard 2 x tp 1 (4 ranks), 1 node; this rank (pp 0, dp_replicate 1, ...)"
   std::string describe() const;
 
  private:

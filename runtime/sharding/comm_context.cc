@@ -7,7 +7,9 @@
 namespace strata {
 
 DataParallelGroups DataParallelGroups::of(const DeviceMesh& mesh) {
-  return DataParallelGroups{&mesh.dp_shard(), &mesh.dp_replicate(), &mesh.dp()};
+  // Context-parallel ranks hold the same parameters and reduce their gradients together: the state is sharded over
+  // dp_shard x cp and averaged over dp x cp (torchtitan's dp_shard_cp), which at cp 1 are dp_shard and dp.
+  return DataParallelGroups{&mesh.dp_shard_cp(), &mesh.dp_replicate(), &mesh.dp_cp()};
 }
 
 CommContext::CommContext(Device& device, const DataParallelGroups& groups, ZeroStage stage)

@@ -14,9 +14,10 @@ namespace strata {
 
 // The mesh's data-parallel groups as a sharded model uses them.
 struct DataParallelGroups {
-  Communicator* shard = nullptr;      // dp_shard: the ranks that together hold one copy of the sharded state
+  Communicator* shard = nullptr;      // dp_shard (x cp): the ranks that together hold one copy of the sharded state
   Communicator* replicate = nullptr;  // dp_replicate: the ranks that hold the same shard (hybrid sharding)
-  Communicator* dp = nullptr;         // both (dp_replicate x dp_shard): gradients are averaged over it
+  Communicator* dp = nullptr;         // both (dp_replicate x dp_shard, x cp): gradients are averaged over it
+  // The mesh's dp_shard_cp, dp_replicate and dp_cp groups (dp_shard, dp_replicate and dp without context parallelism).
   static DataParallelGroups of(const DeviceMesh& mesh);
 };
 

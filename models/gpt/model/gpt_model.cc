@@ -11,6 +11,7 @@
 #include "core/hash.h"
 #include "models/gpt/model/block_activations.h"
 #include "models/gpt/model/kernel_table.h"
+#include "runtime/context/ring_attention.h"
 #include "runtime/memory/activation_offload.h"
 #include "runtime/tensor/parallel_linear.h"
 #include "runtime/tensor/vocab_parallel.h"
@@ -320,6 +321,9 @@ struct GptModel::Impl {
   Buffer dfull, dln_local;        // SP: a gradient gathered whole [N, C]; a reduced one on this rank's rows [Nl, C]
   Buffer dnext;                   // pipeline: the gradient of a chunk's output, received from the next stage
   std::unique_ptr<UnitF32> emb, unit;
+  // Context parallelism: this rank's chunks of each row and the ring that attends over the whole sequence.
+  std::optional<ContextChunks> chunks;
+  std::unique_ptr<RingAttention> ring;
 
   Impl(const GptConfig& c, ShardedModel& m, Device& d, int b, int t, const RecomputePolicy& rc, const GptParallel& par,
        const GptStagePart& stage_part, const GptPrecision& precision)
@@ -332,6 +336,13 @@ struct GptModel::Impl {
                  "from the memory budget; GptModel takes the chosen kind per block");
     tpk = P > 1 || par.tp_kernels || par.sequence_parallel;
     sp = par.sequence_parallel;
+    if (par.cp && par.cp->size() > 1) {
+      STRATA_CHECK_CODE(ErrorCode::kUnsupported, !tpk && part.chunks.empty(),
+                        "context parallelism runs without tensor parallelism and pipelines so far");
+      chunks = ContextChunks::of(T * par.cp->size(), par.cp->size(), par.cp->rank());
+      STRATA_CHECK(chunks->seq <= cfg.ctx, "the sequence of {} tokens ({} on each of {} cp ranks) exceeds the context {}",
+                   chunks->seq, T, chunks->cp, cfg.ctx);
+    }
     Nl = tp.local_rows();
     Cl = cfg.embd / P;
     NHl = cfg.heads / P;
@@ -434,6 +445,45 @@ struct GptModel::Impl {
     }
     if (emb_numel > 0) emb = std::make_unique<UnitF32>(dev, *k, emb_numel);
     if (max_numel > 0) unit = std::make_unique<UnitF32>(dev, *k, max_numel);
+    if (chunks) ring = std::make_unique<RingAttention>(*par.cp, *k, *chunks, B, Cl, NHl);
+  }
+
+  // The attention core of a block, over this rank's rows (a ring over the cp group under context parallelism).
+  void attention_forward(float* out, float* lse, const float* qkv) {
+    if (ring) ring->forward(out, lse, qkv);
+    else k->attention_forward(out, lse, qkv, B, T, Cl, NHl);
+  }
+  // The token and position embeddings of the micro-batch's rows into x0; under context parallelism each of this
+  // rank's two chunks of a row takes the positions of its place in the sequence.
+  void embed(float* x0, const std::int32_t* tokens) {
+    const int C = cfg.embd;
+    if (!chunks) {
+      k->encoder_forward(x0, tokens, emb->p(kWte), emb->p(kWpe), B, T, C);
+      return;
+    }
+    for_each_chunk([&](std::size_t row, int pos, int n) {
+      k->encoder_forward(x0 + row * C, tokens + row, emb->p(kWte), emb->p(kWpe) + static_cast<std::size_t>(pos) * C,
+                         1, n, C);
+    });
+  }
+  void embed_backward(const float* dx0, const std::int32_t* tokens) {
+    const int C = cfg.embd;
+    if (!chunks) {
+      k->encoder_backward(emb->g(kWte), emb->g(kWpe), dx0, tokens, B, T, C);
+      return;
+    }
+    for_each_chunk([&](std::size_t row, int pos, int n) {
+      k->encoder_backward(emb->g(kWte), emb->g(kWpe) + static_cast<std::size_t>(pos) * C, dx0 + row * C,
+                          tokens + row, 1, n, C);
+    });
+  }
+  // fn(first local row, its position in the sequence, rows) for each chunk of each of the B rows.
+  template <typename Fn>
+  void for_each_chunk(Fn&& fn) {
+    const int n = chunks->chunk_rows();
+    for (int b = 0; b < B; ++b)
+      for (int j = 0; j < 2; ++j)
+        fn(static_cast<std::size_t>(b) * T + static_cast<std::size_t>(j) * n, chunks->position(j * n), n);
   }
 
   MicroActs& slot_of(int slot) {
@@ -463,7 +513,7 @@ struct GptModel::Impl {
   void rebuild(MicroActs& mb, int local, BlockRecompute kind, const BlockViews& a, const UnitF32& p) {
     switch (kind) {
       case BlockRecompute::kFull: block_forward(mb, local, p, a); break;
-      case BlockRecompute::kAttention: k->attention_forward(a[kActAtty], a[kActLse], a[kActQkv], B, T, Cl, NHl); break;
+      case BlockRecompute::kAttention: attention_forward(a[kActAtty], a[kActLse], a[kActQkv]); break;
       case BlockRecompute::kMlp:
         k->gelu_forward(a[kActFchGelu], a[kActFch], static_cast<std::size_t>(N) * 4 * Cl);
         break;
@@ -499,7 +549,7 @@ struct GptModel::Impl {
     k->layernorm_forward(a[kActLn1], a[kActLn1Mean], a[kActLn1Rstd], x, p.p(kLn1W),
                          p.p(kLn1B), Nl, C);
     qkv_lin->forward(a[kActQkv], a[kActLn1], ln_full.as<float>(), p.p(kAttnW), p.p(kAttnB));
-    k->attention_forward(a[kActAtty], a[kActLse], a[kActQkv], B, T, Cl, NHl);
+    attention_forward(a[kActAtty], a[kActLse], a[kActQkv]);
     const float* proj = row_parallel(*proj_lin, attproj.as<float>(), a[kActAtty], p.p(kProjW), p.p(kProjB));
     k->residual_forward(a[kActXmid], x, proj, nlC);
     k->layernorm_forward(a[kActLn2], a[kActLn2Mean], a[kActLn2Rstd], a[kActXmid],
@@ -537,8 +587,10 @@ struct GptModel::Impl {
                           a[kActLn2Rstd], Nl, C);
     proj_lin->backward(datty.as<float>(), dfull_p, p.g(kProjW), p.g(kProjB), d, a[kActAtty], p.p(kProjW));
     k->zero(dqkv.data(), static_cast<std::size_t>(N) * 3 * Cl * 4);
-    k->attention_backward(dqkv.as<float>(), datty.as<float>(), a[kActAtty], a[kActLse], a[kActQkv],
-                          B, T, Cl, NHl);
+    if (ring)
+      ring->backward(dqkv.as<float>(), datty.as<float>(), a[kActAtty], a[kActLse], a[kActQkv]);
+    else
+      k->attention_backward(dqkv.as<float>(), datty.as<float>(), a[kActAtty], a[kActLse], a[kActQkv], B, T, Cl, NHl);
     const float* dln1 = qkv_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(kAttnW), p.g(kAttnB),
                                           dqkv.as<float>(), whole(a[kActLn1]), p.p(kAttnW));
     k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), dln1, x, p.p(kLn1W), a[kActLn1Mean],
@@ -551,7 +603,8 @@ struct GptModel::Impl {
   // it is also the LM head).
   double forward_chunk(int chunk, int slot, const std::int32_t* in, const std::int32_t* tgt, float dscale) {
     const int C = cfg.embd, V = cfg.vocab;
-    STRATA_CHECK(T <= cfg.ctx, "sequence length {} exceeds the context {}", T, cfg.ctx);
+    STRATA_CHECK((chunks ? chunks->seq : T) <= cfg.ctx, "sequence length {} exceeds the context {}",
+                 chunks ? chunks->seq : T, cfg.ctx);
     const LayerRange& r = chunk_of(chunk);
     MicroActs& mb = slot_of(slot);
     const bool first = has_embeddings(chunk), last = has_head(chunk);
@@ -561,7 +614,7 @@ struct GptModel::Impl {
       emb->load(model.begin_forward(u_emb));
       float* x0 = mb.x_in[0].as<float>();
       if (!tpk) {
-        k->encoder_forward(x0, mb.tokens_in.as<std::int32_t>(), emb->p(kWte), emb->p(kWpe), B, T, C);
+        embed(x0, mb.tokens_in.as<std::int32_t>());
       } else {
         // Each rank looks up the tokens of its vocabulary rows (0 for the others); the sum over tp is the embedding.
         vocab_parallel_embedding_forward(*k, tp, attproj.as<float>(), x0, mb.tokens_in.as<std::int32_t>(),
@@ -660,7 +713,7 @@ struct GptModel::Impl {
     }
     if (first) {
       if (!tpk) {
-        k->encoder_backward(emb->g(kWte), emb->g(kWpe), dres.as<float>(), mb.tokens_in.as<std::int32_t>(), B, T, C);
+        embed_backward(dres.as<float>(), mb.tokens_in.as<std::int32_t>());
       } else {
         k->position_backward(emb->g(kWpe), dres.as<float>(), B, tp.local_positions(), tp.first_position(), C);
         vocab_parallel_embedding_backward(*k, tp, emb->g(kWte), dres.as<float>(), dfull.as<float>(),

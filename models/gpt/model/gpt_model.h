@@ -39,6 +39,10 @@ struct GptParallel {
   Communicator* tp = nullptr;      // the tensor-parallel group; null: tp 1
   bool sequence_parallel = false;  // LayerNorm and residual regions hold T / tp of the sequence
   bool tp_kernels = false;         // the tensor-parallel kernels and data flow even at tp 1 (tests)
+  // The context-parallel group (runtime/context): null, or one rank, is cp 1. Above one rank, the model's T is this
+  // rank's share of each row (its two mirrored chunks, ContextChunks), the attention is a ring over the group, and the
+  // positions are the chunks' (tp 1, no pipeline: TrainConfig::validate_context).
+  Communicator* cp = nullptr;
 };
 
 // The part of the model one pipeline-parallel rank holds (docs/pipeline-parallel.md): its chunks of consecutive

@@ -19,10 +19,31 @@
 namespace strata::gpt {
 namespace {
 
-// The trainer's mesh (DeviceMesh{1, dp_replicate, -1, tp}): tp consecutive ranks share a micro-batch, the world / tp
-// data-parallel ranks form dp_replicate groups of world / (tp * dp_replicate) shards.
+// The trainer's mesh (DeviceMesh{pp, dp_replicate, -1, tp, cp}): tp consecutive ranks share a micro-batch, and the
+// world / (tp pp) ranks of a stage form dp_replicate groups of world / (tp pp dp_replicate) shards (cp ranks hold the
+// same parameters and shard them with dp_shard: dp_shard_cp).
 DataParallelSizes groups(const TrainConfig& cfg, int world) {
   return DataParallelSizes{world / (cfg.tp * cfg.pp * cfg.dp_replicate), cfg.dp_replicate};
+}
+
+// What one rank of a context-parallel run computes on: the rows of its two chunks (T / cp tokens), as GptModel is
+// given them. Without cp, cfg itself.
+TrainConfig rank_rows(const TrainConfig& cfg) {
+  TrainConfig local = cfg;
+  local.seq = cfg.local_seq();
+  local.cp = 1;
+  return local;
+}
+
+// The ring's buffers (RingAttention's constructor): two key / value blocks and two of their gradients [B, T / cp, 2C]
+// in comm_buffer; a block's output [B, T / cp, C], its log-sum-exp and the backward's row dot [B, H, T / cp] in
+// workspace. Nothing without cp.
+void add_ring(CategoryBytes& b, const TrainConfig& cfg) {
+  if (cfg.cp == 1) return;
+  const std::uint64_t rows = static_cast<std::uint64_t>(cfg.micro_batch_rows()) * cfg.local_seq();
+  const std::uint64_t C = static_cast<std::uint64_t>(cfg.model.embd), H = static_cast<std::uint64_t>(cfg.model.heads);
+  b[static_cast<std::size_t>(MemCategory::kCommBuffer)] += 4 * 4 * rows * 2 * C;
+  b[static_cast<std::size_t>(MemCategory::kWorkspace)] += 4 * (rows * C + 2 * rows * H);
 }
 
 // What pp rank `pp_rank` of a pipelined run holds (GptTrainer's part), and its sharding options.
@@ -103,6 +124,11 @@ CategoryBytes predict_step_memory(const TrainConfig& cfg, int world, int pp_rank
 
 namespace {
 CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const PoolPeaks* pools) {
+  if (cfg.cp > 1) {
+    CategoryBytes b = predict_step(rank_rows(cfg), world, pp_rank, pools);
+    add_ring(b, cfg);
+    return b;
+  }
   const PipelineView view = pipeline_view(cfg, pp_rank, pools);
   const GptStagePart& part = view.part;
   const bool piped = !part.chunks.empty();
@@ -216,6 +242,7 @@ CategoryBytes predict_host_memory(const TrainConfig& cfg, int world, int pp_rank
 }
 
 std::uint64_t predict_offloaded_activations(const TrainConfig& cfg, int pp_rank) {
+  if (cfg.cp > 1) return predict_offloaded_activations(rank_rows(cfg), pp_rank);
   const PipelineView view = pipeline_view(cfg, pp_rank, nullptr, false);
   const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);
   const std::uint64_t N = static_cast<std::uint64_t>(view.rows) * static_cast<std::uint64_t>(cfg.seq);

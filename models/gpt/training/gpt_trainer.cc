@@ -16,6 +16,7 @@
 #include "models/gpt/model/cpu_ops.h"
 #include "core/safetensors.h"
 #include "models/gpt/model/weight_names.h"
+#include "runtime/context/context_chunks.h"
 #include "runtime/optim/nonfinite.h"
 #include "runtime/tensor/global_elements.h"
 #include "collectives/rank_values.h"
@@ -47,7 +48,10 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   if (cfg_.recompute.automatic && cfg_.recompute.per_layer.empty()) choose_recompute();
   // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
   set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
-  mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{cfg_.pp, cfg_.dp_replicate, -1, cfg_.tp});
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, cfg_.cp == 1 || rt_.device().kind() == DeviceKind::kCpu,
+                    "--cp {} on {}: ring attention runs on the CPU backend only so far (--backend cpu)", cfg_.cp,
+                    rt_.device().name());
+  mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{cfg_.pp, cfg_.dp_replicate, -1, cfg_.tp, cfg_.cp});
   if (cfg_.pipelined()) build_pipeline();
   parallelize();
   parameters_ = global_numel(gpt_units(cfg_.model, cfg_.tp));
@@ -76,14 +80,31 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     par.tp = &mesh_->tp();
     par.sequence_parallel = cfg_.sequence_parallel;
     par.tp_kernels = cfg_.tp_kernels;
-    gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), rows, cfg_.seq, cfg_.recompute, par, part_,
-                                      cfg_.precision);
+    if (cfg_.cp > 1) par.cp = &mesh_->cp();
+    gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), rows, cfg_.local_seq(), cfg_.recompute, par,
+                                      part_, cfg_.precision);
   });
   if (executor_)
     stage_ = std::make_unique<GptPipelineStage>(*gpt_, *model_, data_, rows, cfg_.seq, mesh_->dp().size(),
                                                 mesh_->dp().rank(), cfg_.pp_keep_gathered);
   inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.seq);
   targets_.resize(inputs_.size());
+  if (cfg_.cp > 1) {
+    cp_inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.local_seq());
+    cp_targets_.resize(cp_inputs_.size());
+  }
+}
+
+void GptTrainer::take_chunks() {
+  // The tokens of this rank's two mirrored chunks of every row, in its local order.
+  const ContextChunks chunks = ContextChunks::of(cfg_.seq, cfg_.cp, mesh_->cp().rank());
+  const std::size_t T = static_cast<std::size_t>(cfg_.seq), L = static_cast<std::size_t>(chunks.local_rows());
+  for (std::size_t b = 0; b < static_cast<std::size_t>(cfg_.batch); ++b)
+    for (std::size_t i = 0; i < L; ++i) {
+      const std::size_t from = b * T + static_cast<std::size_t>(chunks.position(static_cast<int>(i)));
+      cp_inputs_[b * L + i] = inputs_[from];
+      cp_targets_[b * L + i] = targets_[from];
+    }
 }
 
 void GptTrainer::check_config() const {
@@ -196,8 +217,10 @@ StepRecord GptTrainer::step(int step) {
       const std::uint64_t first = rows_done_ + static_cast<std::uint64_t>(a) * rows_per_micro_batch +
                                   static_cast<std::uint64_t>(dp_rank) * static_cast<std::uint64_t>(cfg_.batch);
       fill_rows(data_, first, cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
+      const bool cp = cfg_.cp > 1;
+      if (cp) take_chunks();
       with_fit_advice([&] {
-        loss += gpt_->forward_backward(inputs_.data(), targets_.data(),
+        loss += gpt_->forward_backward(cp ? cp_inputs_.data() : inputs_.data(), cp ? cp_targets_.data() : targets_.data(),
                                        optimizer_->loss_scale() / static_cast<float>(A)) / A;
       });
     }
@@ -210,7 +233,9 @@ StepRecord GptTrainer::step(int step) {
   rec.step = step;
   // The mean over the data-parallel ranks (the tp ranks of a group hold the same loss), which the last stage of a
   // pipeline holds and hands to the others along its pp group (they add 0).
-  rec.loss = sum_over_ranks(mesh_->pp(), sum_over_ranks(mesh_->dp(), loss) / dp);
+  // Under --cp each rank's loss is the mean over its chunks (the same number of tokens on every rank): the step's is
+  // the mean over dp x cp.
+  rec.loss = sum_over_ranks(mesh_->pp(), sum_over_ranks(mesh_->dp_cp(), loss) / mesh_->dp_cp().size());
   if (checkpointer_) {
     checkpointer_->poll();
     if (cfg_.checkpoint_every > 0 && (step + 1) % cfg_.checkpoint_every == 0) {

@@ -74,6 +74,8 @@ class GptTrainer {
   // rank's part of a pipeline, the parallelize step (norm groups, counted mask, the tied pair, the sharded model and
   // optimizer, prefetch within chunks), and weights from --init.
   void check_config() const;
+  // --cp: cp_inputs_ / cp_targets_ from the whole rows in inputs_ / targets_.
+  void take_chunks();
   // --recompute auto: the kind of each block, from 99% of the budget the rank with the least of it has left (every
   // rank makes the same choice); kOutOfMemory with the planner's cheapest change when nothing fits.
   void choose_recompute();
@@ -100,6 +102,7 @@ class GptTrainer {
   std::unique_ptr<GptPipelineStage> stage_;
   std::unique_ptr<TiedParameters> tied_;  // pp > 1: wte on the first and last stage (the embeddings, the LM head)
   std::vector<std::int32_t> inputs_, targets_;
+  std::vector<std::int32_t> cp_inputs_, cp_targets_;  // --cp: this rank's chunks of each row (ContextChunks)
   std::size_t parameters_ = 0;
   std::uint64_t rows_done_ = 0;  // global rows consumed (the data position a checkpoint keeps)
   int start_step_ = 0;

@@ -23,6 +23,7 @@ nlohmann::json TrainConfig::to_json() const {
           {"dp_replicate", dp_replicate},
           {"tp", tp},
           {"sequence_parallel", sequence_parallel},
+          {"cp", cp},
           {"pp", pp},
           {"pp_schedule", pipeline_schedule_name(pp_schedule)},
           {"pp_virtual", pp_virtual},
@@ -46,6 +47,7 @@ void TrainConfig::validate(int world) const {
   STRATA_CHECK(tp >= 1 && world % tp == 0, "--tp {} does not divide the world size {}", tp, world);
   STRATA_CHECK(pp >= 1 && world % (tp * pp) == 0, "--pp {} x --tp {} does not divide the world size {}", pp, tp,
                world);
+  validate_context(world);
   model.validate_tp(tp, sequence_parallel, seq);
   model.validate_sizes(batch, seq, tp);
   validate_pipeline();
@@ -53,6 +55,25 @@ void TrainConfig::validate(int world) const {
   recompute.validate(model.layers);
   STRATA_CHECK(!resume || !checkpoint.dir.empty(), "--resume needs --checkpoint-dir");
   STRATA_CHECK(checkpoint_every == 0 || !checkpoint.dir.empty(), "--checkpoint-every needs --checkpoint-dir");
+}
+
+void TrainConfig::validate_context(int world) const {
+  STRATA_CHECK(cp >= 1, "--cp {} must be at least 1", cp);
+  if (cp == 1) return;
+  STRATA_CHECK(world % (cp * tp * pp) == 0, "--cp {} x --tp {} x --pp {} does not divide the world size {}", cp, tp,
+               pp, world);
+  STRATA_CHECK(seq % (2 * cp) == 0,
+               "--seq {} must divide by 2 x --cp = {}: each rank holds two mirrored chunks of every row", seq, 2 * cp);
+  // What the ring composes with so far; the rest is refused by name rather than run untested.
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, tp == 1 && !sequence_parallel && !tp_kernels,
+                    "--cp {} with --tp {}{}: context parallelism does not compose with tensor parallelism yet", cp, tp,
+                    sequence_parallel ? " --sequence-parallel" : "");
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, !pipelined(),
+                    "--cp {} with --pp {} / --microbatches {}: context parallelism does not compose with pipelines "
+                    "yet (use --grad-accum for micro-batches)",
+                    cp, pp, micro_batches());
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, precision.matmul == DType::kF32,
+                    "--cp {} with --compute-dtype bf16: ring attention computes in f32 only so far", cp);
 }
 
 void TrainConfig::validate_pipeline() const {

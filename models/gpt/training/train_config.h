@@ -30,6 +30,10 @@ struct TrainConfig {
   int dp_replicate = 1;        // hybrid sharding: the state is sharded over world / (tp * dp_replicate) ranks
   int tp = 1;                  // tensor-parallel degree (consecutive ranks); data parallelism is what is left
   bool sequence_parallel = false;
+  // Context parallelism (runtime/context): each row's sequence split over cp ranks in mirrored chunks, attention by
+  // ring; the cp ranks read the same rows and hold the same parameters (sharded over dp_shard x cp).
+  int cp = 1;
+  int local_seq() const { return seq / cp; }  // tokens of a row on one rank
   // Pipeline parallelism (docs/pipeline-parallel.md): pp stages (the outermost mesh dimension), run by a schedule of
   // `microbatches` micro-batches. With microbatches > 1, `batch` is the step's rows per data-parallel rank and each
   // micro-batch takes batch / microbatches of them (also at pp 1: gradient accumulation through the schedule).
@@ -48,6 +52,9 @@ struct TrainConfig {
   void validate(int world) const;
   // The pipeline's part of it (the schedule, the layers and micro-batches), which the memory planner also needs.
   void validate_pipeline() const;
+  // Context parallelism's part: cp x tp x pp dividing the world, --seq splitting into 2 cp chunks, and what the ring
+  // does not compose with yet (kUnsupported).
+  void validate_context(int world) const;
   bool tp_kernels = false;     // the tensor-parallel data flow even at tp 1 (tests; GptParallel::tp_kernels)
   // What each block keeps for its backward (runtime/memory/recompute_policy.h). automatic: the trainer chooses a kind
   // per block from the device budget (GptTrainer's constructor) before the model is built.

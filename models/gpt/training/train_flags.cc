@@ -97,6 +97,10 @@ void add_layout_flags(CLI::App& app, TrainFlags& f) {
                  "tensor-parallel degree: each block's matmuls, the embedding and the loss split over this many "
                  "consecutive ranks (data parallelism is the rest of the world)")
       ->check(flags::positive_integer());
+  app.add_option("--cp", f.cp,
+                 "context parallelism: each row's sequence split over this many ranks in mirrored chunks, attention "
+                 "by ring (runtime/context; CPU backend, f32, with ZeRO 0-3 and data parallelism)")
+      ->check(flags::positive_integer());
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "with --tp: LayerNorm and residual regions hold seq / tp positions per rank");
   app.add_option(
@@ -196,7 +200,7 @@ int apply_preset(const CLI::App& app, TrainFlags& f) {
 
 void apply_global_batch(const CLI::App& app, TrainFlags& f, int world) {
   if (f.global_batch == 0) return;
-  const int G = f.global_batch, model_ranks = f.tp * f.pp;
+  const int G = f.global_batch, model_ranks = f.tp * f.pp * f.cp;
   // A world the layout does not divide is the mesh's error, named there.
   if (model_ranks < 1 || world % model_ranks != 0) return;
   const int dp = world / model_ranks;
@@ -204,8 +208,8 @@ void apply_global_batch(const CLI::App& app, TrainFlags& f, int world) {
   const auto given = [&](const char* flag) { return app.get_option(flag)->count() > 0; };
   STRATA_CHECK(G % dp == 0,
                "--global-batch {} is not a whole number of rows for each of the {} data-parallel ranks ({} ranks / "
-               "(--tp {} x --pp {})): give a multiple of {}",
-               G, dp, world, f.tp, f.pp, dp);
+               "(--tp {} x --pp {} x --cp {})): give a multiple of {}",
+               G, dp, world, f.tp, f.pp, f.cp, dp);
   if (pipelined) {
     STRATA_CHECK(!given("--batch") || f.batch == G / dp,
                  "--global-batch {} sets --batch to {} under a pipeline (the step's rows per data-parallel rank, {} "
@@ -258,6 +262,7 @@ std::vector<ConfigField> effective_configuration(const TrainFlags& f) {
                                         {"--zero-stage", num(f.zero_stage)},
                                         {"--tp", num(f.tp)},
                                         {"--sequence-parallel", on(f.sequence_parallel)},
+                                        {"--cp", num(f.cp)},
                                         {"--pp", num(f.pp)},
                                         {"--pp-schedule", f.pp_schedule},
                                         {"--pp-virtual", num(f.pp_virtual)},
@@ -353,6 +358,7 @@ TrainConfig train_config(const TrainFlags& f, Runtime& rt) {
   STRATA_CHECK(!f.sequence_parallel || f.tp > 1, "--sequence-parallel needs --tp 2 or more");
   cfg.tp = f.tp;
   cfg.sequence_parallel = f.sequence_parallel;
+  cfg.cp = f.cp;
   cfg.pp = f.pp;
   cfg.pp_schedule = parse_pipeline_schedule(f.pp_schedule);
   cfg.pp_virtual = f.pp_virtual;

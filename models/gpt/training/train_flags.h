@@ -19,6 +19,7 @@ struct TrainFlags {
   GptConfig model;
   int seq = 8, batch = 4, steps = 20, grad_accum = 1, zero_stage = 3, dp_replicate = 1, tp = 1;
   int global_batch = 0;  // --global-batch: 0 is off (the rows per step follow the world)
+  int cp = 1;            // --cp: context parallelism
   double lr = 1e-3, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   std::uint64_t seed = 1, tokens = 1 << 16;
   std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32",

@@ -1,7 +1,8 @@
-// Ring attention (runtime/context) on the GPT's CPU kernels, at cp = the world size (np 1-4): every rank's rows of
-// the output, the log-sum-exp and the gradients of q, k and v equal the one-rank tiled attention over the whole
-// sequence (attention_forward / attention_backward) at the same global positions. The sequence is cut into 2 cp chunks
-// that are not whole tiles, so blocks start and end inside tiles.
+// Ring attention (runtime/context) on the GPT's CPU kernels, over the mesh's cp group at cp = the world size and, at
+// np 4, dp_shard 2 x cp 2 (two rings side by side, each on data of its own): every rank's rows of the output, the
+// log-sum-exp and the gradients of q, k and v equal the one-rank tiled attention over the whole sequence
+// (attention_forward / attention_backward) at the same global positions. The sequence is cut into 2 cp chunks that
+// are not whole tiles, so blocks start and end inside tiles.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -12,6 +13,7 @@
 #include "models/gpt/model/cpu_ops.h"
 #include "models/gpt/model/kernel_table.h"
 #include "runtime/context/ring_attention.h"
+#include "runtime/parallel/device_mesh.h"
 #include "tests/support/compare.h"
 #include "tests/support/test_support.h"
 
@@ -51,18 +53,17 @@ std::vector<float> local_rows(const std::vector<float>& whole, const ContextChun
   return out;
 }
 
-TEST(GptRingAttention, EqualsOneRankAttentionOverTheWholeSequence) {
-  Communicator& cp = runtime().world();
-  if (runtime().backend() != DeviceKind::kCpu) GTEST_SKIP() << "ring attention runs on the CPU backend only";
+// One ring of `cp`, its sequence drawn from `seed`: each rank's rows against the one-rank attention.
+void check_ring(Communicator& cp, unsigned seed) {
   const Shape s;
   const ContextChunks ch = ContextChunks::of(2 * cp.size() * s.chunk, cp.size(), cp.rank());
   const int T = ch.seq, L = ch.local_rows(), B = s.B, C = s.C, NH = s.NH;
-  const std::vector<float> qkv = values(static_cast<std::size_t>(B) * T * 3 * C, 7);
-  const std::vector<float> dout = values(static_cast<std::size_t>(B) * T * C, 11);
+  const std::vector<float> qkv = values(static_cast<std::size_t>(B) * T * 3 * C, seed);
+  const std::vector<float> dout = values(static_cast<std::size_t>(B) * T * C, seed + 1);
 
   // The oracle: the whole sequence on one rank.
   std::vector<float> out(static_cast<std::size_t>(B) * T * C), lse(static_cast<std::size_t>(B) * NH * T);
-  std::vector<float> dqkv = values(qkv.size(), 13);  // the gradients are added into what the buffer holds
+  std::vector<float> dqkv = values(qkv.size(), seed + 2);  // the gradients are added into what the buffer holds
   attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
   attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
 
@@ -71,7 +72,7 @@ TEST(GptRingAttention, EqualsOneRankAttentionOverTheWholeSequence) {
   RingAttention ring(cp, *kernels, ch, B, C, NH);
   const std::vector<float> my_qkv = local_rows(qkv, ch, B, 3 * C, NH), my_dout = local_rows(dout, ch, B, C, NH);
   std::vector<float> my_out(static_cast<std::size_t>(B) * L * C), my_lse(static_cast<std::size_t>(B) * NH * L);
-  std::vector<float> my_dqkv = local_rows(values(qkv.size(), 13), ch, B, 3 * C, NH);
+  std::vector<float> my_dqkv = local_rows(values(qkv.size(), seed + 2), ch, B, 3 * C, NH);
   ring.forward(my_out.data(), my_lse.data(), my_qkv.data());
   ring.backward(my_dqkv.data(), my_dout.data(), my_out.data(), my_lse.data(), my_qkv.data());
 
@@ -88,6 +89,17 @@ TEST(GptRingAttention, EqualsOneRankAttentionOverTheWholeSequence) {
   EXPECT_LT(grad_err, 3e-6);
   // A step sends one key / value block: B x L rows of k and v.
   EXPECT_EQ(ring.block_bytes(), static_cast<std::size_t>(B) * L * 2 * C * sizeof(float));
+}
+
+TEST(GptRingAttention, EqualsOneRankAttentionOverTheWholeSequence) {
+  if (runtime().backend() != DeviceKind::kCpu) GTEST_SKIP() << "ring attention runs on the CPU backend only";
+  const int world = runtime().world_size();
+  for (int cp : {world, world / 2}) {
+    if (cp < 1 || (cp == world / 2 && (world < 4 || world % 2 != 0))) continue;
+    DeviceMesh mesh(runtime(), MeshDims{1, 1, -1, 1, cp});
+    SCOPED_TRACE(mesh.describe());
+    check_ring(mesh.cp(), 7 + 10 * static_cast<unsigned>(mesh.dp().rank()));  // each ring its own sequence
+  }
 }
 
 TEST(GptRingAttention, ChunksAreMirroredAndCoverTheSequence) {

@@ -1,5 +1,6 @@
-// Device mesh tests: the shape arithmetic for every factorisation of 1..8 ranks and the bad degrees (no MPI needed),
-// and the real groups at np 1-8 (every factorisation of the world) against that arithmetic.
+// Device mesh tests: the shape arithmetic for every factorisation of 1..8 ranks into pp x dp_replicate x dp_shard x cp
+// x tp and the bad degrees (no MPI needed), and the real groups at np 1-8 (every factorisation of the world) against
+// that arithmetic.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,18 +15,21 @@ namespace {
 
 using test::runtime;
 
-// Every (pp, dp_replicate, dp_shard, tp) whose product is n.
+// Every (pp, dp_replicate, dp_shard, cp, tp) whose product is n.
 std::vector<MeshDims> factorisations(int n) {
   std::vector<MeshDims> out;
   for (int pp = 1; pp <= n; ++pp)
     for (int r = 1; r <= n; ++r)
       for (int s = 1; s <= n; ++s)
-        for (int t = 1; t <= n; ++t)
-          if (pp * r * s * t == n) out.push_back(MeshDims{pp, r, s, t});
+        for (int c = 1; c <= n; ++c)
+          for (int t = 1; t <= n; ++t)
+            if (pp * r * s * c * t == n) out.push_back(MeshDims{pp, r, s, t, c});
   return out;
 }
 
-std::string name(const MeshDims& d) { return fmt::format("pp {} x r {} x s {} x t {}", d.pp, d.dp_replicate, d.dp_shard, d.tp); }
+std::string name(const MeshDims& d) {
+  return fmt::format("pp {} x r {} x s {} x c {} x t {}", d.pp, d.dp_replicate, d.dp_shard, d.cp, d.tp);
+}
 
 // The arithmetic, checked against definitions written out here: a group along d is the set of ranks that agree on
 // every other coordinate, ordered by the coordinate along d.
@@ -35,12 +39,14 @@ void check_shape(const MeshShape& m, const MeshDims& d, int n) {
   EXPECT_EQ(m.dp_replicate(), d.dp_replicate);
   EXPECT_EQ(m.dp_shard(), d.dp_shard);
   EXPECT_EQ(m.tp(), d.tp);
+  EXPECT_EQ(m.cp(), d.cp);
   EXPECT_EQ(m.dp(), d.dp_replicate * d.dp_shard);
   for (int r = 0; r < n; ++r) {
     const MeshCoord c = m.coord(r);
     EXPECT_EQ(m.rank_of(c), r);
-    // tp innermost, pp outermost.
+    // tp innermost, then cp; pp outermost.
     EXPECT_EQ(c.tp, r % d.tp);
+    EXPECT_EQ(c.cp, r / d.tp % d.cp);
     EXPECT_EQ(c.pp, r / (n / d.pp));
     for (MeshDim dim : kAllMeshDims) {
       const std::vector<int> g = m.group_ranks(dim, r);
@@ -54,16 +60,19 @@ void check_shape(const MeshShape& m, const MeshDims& d, int n) {
         EXPECT_EQ(m.index(dim, g[k]), static_cast<int>(k));
         const MeshCoord o = m.coord(g[k]);
         const bool same_pp = o.pp == c.pp, same_r = o.dp_replicate == c.dp_replicate,
-                   same_s = o.dp_shard == c.dp_shard, same_t = o.tp == c.tp;
+                   same_s = o.dp_shard == c.dp_shard, same_c = o.cp == c.cp, same_t = o.tp == c.tp;
         switch (dim) {
-          case MeshDim::kPp: EXPECT_TRUE(same_r && same_s && same_t); break;
-          case MeshDim::kDpReplicate: EXPECT_TRUE(same_pp && same_s && same_t); break;
-          case MeshDim::kDpShard: EXPECT_TRUE(same_pp && same_r && same_t); break;
+          case MeshDim::kPp: EXPECT_TRUE(same_r && same_s && same_c && same_t); break;
+          case MeshDim::kDpReplicate: EXPECT_TRUE(same_pp && same_s && same_c && same_t); break;
+          case MeshDim::kDpShard: EXPECT_TRUE(same_pp && same_r && same_c && same_t); break;
           case MeshDim::kTp:
-            EXPECT_TRUE(same_pp && same_r && same_s);
+            EXPECT_TRUE(same_pp && same_r && same_s && same_c);
             EXPECT_EQ(g[k], g[0] + static_cast<int>(k)) << "a tp group is consecutive ranks";
             break;
-          case MeshDim::kDp: EXPECT_TRUE(same_pp && same_t); break;
+          case MeshDim::kDp: EXPECT_TRUE(same_pp && same_c && same_t); break;
+          case MeshDim::kCp: EXPECT_TRUE(same_pp && same_r && same_s && same_t); break;
+          case MeshDim::kDpShardCp: EXPECT_TRUE(same_pp && same_r && same_t); break;
+          case MeshDim::kDpCp: EXPECT_TRUE(same_pp && same_t); break;
         }
       }
     }
@@ -83,16 +92,28 @@ TEST(MeshShape, EveryFactorisationOfOneToEightRanks) {
       SCOPED_TRACE(name(d));
       check_shape(MeshShape(d, n), d, n);
       // -1 in any position fills in the same degree.
-      for (int k = 0; k < 4; ++k) {
+      for (int k = 0; k < 5; ++k) {
         MeshDims f = d;
-        int* deg[4] = {&f.pp, &f.dp_replicate, &f.dp_shard, &f.tp};
+        int* deg[5] = {&f.pp, &f.dp_replicate, &f.dp_shard, &f.cp, &f.tp};
         *deg[k] = -1;
         check_shape(MeshShape(f, n), d, n);
       }
       ++meshes;
     }
   }
-  EXPECT_EQ(meshes, 1 + 4 + 4 + 10 + 4 + 16 + 4 + 20);  // ordered 4-factorisations of 1..8
+  EXPECT_EQ(meshes, 1 + 5 + 5 + 15 + 5 + 25 + 5 + 35);  // ordered 5-factorisations of 1..8
+}
+
+TEST(MeshShape, CpSitsBetweenDpShardAndTp) {
+  // 8 ranks as dp_shard 2 x cp 2 x tp 2: a cp group is two ranks tp apart, the sharded model's group dp_shard x cp.
+  const MeshShape m(MeshDims{1, 1, 2, 2, 2}, 8);
+  EXPECT_EQ(m.describe(), "pp 1 x dp_replicate 1 x dp_shard 2 x cp 2 x tp 2 (8 ranks)");
+  EXPECT_EQ(m.group_ranks(MeshDim::kCp, 5), (std::vector<int>{5, 7}));
+  EXPECT_EQ(m.group_ranks(MeshDim::kDpShardCp, 5), (std::vector<int>{1, 3, 5, 7}));
+  EXPECT_EQ(m.group_ranks(MeshDim::kDp, 5), (std::vector<int>{1, 5}));
+  EXPECT_EQ(m.group_ranks(MeshDim::kDpCp, 0), (std::vector<int>{0, 2, 4, 6}));
+  // Without cp the description is the four-degree one.
+  EXPECT_EQ(MeshShape(MeshDims{1, 2, 2, 1}, 4).describe(), "pp 1 x dp_replicate 2 x dp_shard 2 x tp 1 (4 ranks)");
 }
 
 TEST(MeshShape, BadDegreesAreClearErrors) {
@@ -144,7 +165,10 @@ TEST(DeviceMesh, GroupsMatchTheArithmeticForEveryFactorisationOfTheWorld) {
       Communicator& g = mesh.group(dim);
       EXPECT_EQ(g.size(), shape.degree(dim)) << mesh_dim_name(dim);
       EXPECT_EQ(g.rank(), shape.index(dim, me)) << mesh_dim_name(dim);
-      if (g.size() == n) {
+      if (shape.cp() == 1 && (dim == MeshDim::kDpShardCp || dim == MeshDim::kDpCp)) {
+        EXPECT_EQ(&g, &mesh.group(dim == MeshDim::kDpShardCp ? MeshDim::kDpShard : MeshDim::kDp))
+            << "without cp, " << mesh_dim_name(dim) << " is the same group";
+      } else if (g.size() == n) {
         EXPECT_EQ(&g, &rt.world()) << mesh_dim_name(dim);
       } else {
         EXPECT_EQ(g.name(), fmt::format("world/{}{}", mesh_dim_name(dim), shape.group_id(dim, me)));
@@ -159,6 +183,7 @@ TEST(DeviceMesh, GroupsMatchTheArithmeticForEveryFactorisationOfTheWorld) {
     }
     EXPECT_EQ(&mesh.tp(), &mesh.group(MeshDim::kTp));
     EXPECT_EQ(&mesh.dp(), &mesh.group(MeshDim::kDp));
+    EXPECT_EQ(&mesh.cp(), &mesh.group(MeshDim::kCp));
   }
 }
 

@@ -360,7 +360,7 @@ std::vector<UnitCase> unit_cases() {
 void check_all_cases(DeviceMesh& mesh) {
   for (int stage = 0; stage <= 3; ++stage) {
     CommContext comm(mesh.device(), DataParallelGroups::of(mesh), zero_stage_from_int(stage));
-    EXPECT_EQ(comm.shard_size(), stage == 0 ? 1 : mesh.shape().dp_shard());
+    EXPECT_EQ(comm.shard_size(), stage == 0 ? 1 : mesh.shape().dp_shard() * mesh.shape().cp());
     EXPECT_EQ(comm.replica_group() != nullptr, stage != 0 && mesh.shape().dp_replicate() > 1);
     for (const UnitCase& c : unit_cases())
       if (static_cast<int>(c.stage) == stage) check_verbs(comm, c);
@@ -376,6 +376,16 @@ TEST(ShardedUnit, EveryVerbMatchesTheReferenceUnderHybridSharding) {
   const int world = runtime().world_size();
   if (world % 2 != 0) GTEST_SKIP() << "hybrid sharding with 2 replicas needs an even world";
   DeviceMesh mesh(runtime(), MeshDims{1, 2, -1, 1});
+  check_all_cases(mesh);
+}
+
+// Context-parallel ranks hold the same parameters: the unit shards over dp_shard x cp and averages over dp x cp.
+TEST(ShardedUnit, EveryVerbMatchesTheReferenceOverDpShardTimesCp) {
+  const int world = runtime().world_size();
+  if (world % 2 != 0) GTEST_SKIP() << "cp 2 needs an even world";
+  DeviceMesh mesh(runtime(), MeshDims{1, 1, -1, 1, 2});
+  EXPECT_EQ(DataParallelGroups::of(mesh).shard->size(), world);
+  EXPECT_EQ(DataParallelGroups::of(mesh).dp->size(), world);
   check_all_cases(mesh);
 }
 

@@ -1,0 +1,105 @@
+# Context-parallel runs of train_gpt under mpiexec against the 1-rank run (cmake -P), at sequence 1024: every layout
+# trains 20 steps on the same 4 rows a step; its losses must equal the 1-rank run's within 1e-5 relative, its gradient
+# norms within 1e-6, and its final parameters (--save) within 1e-5 tensor-wise (compare_runs). Each run's step-0
+# memory on rank 0 must be the planner's, category by category, and the activations fall as 1 / cp. A checkpoint
+# saved at cp 2 resumes at cp 1 and the reverse (steps 10-19 within 1e-5 of the uninterrupted run). Then bad layouts:
+# each must fail before any step with a message naming the values.
+# -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DCOMPARE=<compare_runs>
+# -DWORK=<scratch directory, emptied>.
+
+include(${CMAKE_CURRENT_LIST_DIR}/../../support/run_checks.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/gpt_run_checks.cmake)
+
+set(common --steps 20 --no-progress --heads 4 --embd 32 --seq 1024 --ctx 1024)
+string(REPLACE "|" ";" launcher "${MPIEXEC}")
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+
+# run_gpt(<name> <np> args...): the run, its metrics and weights in WORK; <name>_activations: rank 0's step-0
+# activation bytes, after checking that its step-0 memory equals the prediction in every category (a resumed run,
+# which has no step 0, is not checked).
+function(run_gpt name np)
+  set(argv ${launcher} -n ${np} ${TRAIN_GPT} ${common} --metrics ${WORK}/${name}.jsonl --save ${WORK}/${name}.safetensors
+      ${ARGN})
+  execute_process(COMMAND ${argv} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 180)
+  file(WRITE "${WORK}/${name}.log" "${argv}\nrc ${rc}\n${out}\n${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name}: failed (${rc}): ${argv}\n${out}\n${err}")
+  endif()
+  if(out MATCHES "resumed from")
+    return()
+  endif()
+  if(NOT out MATCHES "\"step0_memory_rank0\":{\"measured\":({[^}]*}),\"predicted\":({[^}]*})}")
+    message(FATAL_ERROR "${name}: no step-0 memory in the summary:\n${out}")
+  endif()
+  set(measured "${CMAKE_MATCH_1}")
+  set(predicted "${CMAKE_MATCH_2}")
+  if(NOT measured STREQUAL predicted)
+    message(FATAL_ERROR "${name}: step-0 memory differs from the prediction:\n measured  ${measured}\n predicted ${predicted}")
+  endif()
+  string(REGEX MATCH "\"activations\":([0-9]+)" _ "${measured}")
+  set(${name}_activations ${CMAKE_MATCH_1} PARENT_SCOPE)
+  message(STATUS "${name}: step-0 memory as predicted, activations ${CMAKE_MATCH_1} bytes on rank 0")
+endfunction()
+
+run_gpt(ref 1 --batch 4)
+# name | np | flags (',' for ' ')
+set(layouts
+  "cp2|2|--cp,2,--batch,4"
+  "cp4|4|--cp,4,--batch,4"
+  "cp2_dp2_zero3|4|--cp,2,--batch,2"
+  "cp2_zero0|2|--cp,2,--batch,4,--zero-stage,0"
+  "cp2_zero1|2|--cp,2,--batch,4,--zero-stage,1"
+  "cp2_recompute_attention|2|--cp,2,--batch,4,--recompute,attention"
+  "cp2_recompute_full_accum|2|--cp,2,--batch,2,--grad-accum,2,--recompute")
+set(failed)
+foreach(layout IN LISTS layouts)
+  unpack_row("${layout}" name np flags)
+  run_gpt(${name} ${np} ${flags})
+  compare_to(${name} ref 1e-5 1e-6 1e-5)
+endforeach()
+if(failed)
+  message(FATAL_ERROR "layouts that differ from the 1-rank run: ${failed}")
+endif()
+# The activations are each rank's rows: half at cp 2, a quarter at cp 4 (the ring's buffers are comm_buffer and
+# workspace).
+math(EXPR half "${ref_activations} / 2")
+math(EXPR quarter "${ref_activations} / 4")
+if(NOT cp2_activations EQUAL half OR NOT cp4_activations EQUAL quarter)
+  message(FATAL_ERROR "activations ${ref_activations} / ${cp2_activations} / ${cp4_activations} at cp 1 / 2 / 4: "
+                      "expected ${half} and ${quarter} at cp 2 and 4")
+endif()
+
+# A checkpoint crosses cp degrees: saved at step 10 at cp 2, resumed at cp 1; saved at cp 1, resumed at cp 2.
+read_metrics(ref ${WORK}/ref.jsonl)
+foreach(pair "cp2_to_cp1|2|1" "cp1_to_cp2|1|2")
+  unpack_row("${pair}" name cp_save cp_resume)
+  run_gpt(${name}_saved ${cp_save} --batch 4 --stop-at 10 --checkpoint-dir ${WORK}/${name} --cp ${cp_save})
+  run_gpt(${name} ${cp_resume} --batch 4 --checkpoint-dir ${WORK}/${name} --resume --cp ${cp_resume})
+  read_metrics(${name} ${WORK}/${name}.jsonl)
+  expect_steps(${name} ref 10 19 relative)
+endforeach()
+
+# Bad layouts: an error that names the values, on every rank before any step.
+# name | np | expected text | flags
+set(bad
+  "world|4|--cp 3 x --tp 1 x --pp 1 does not divide the world size 4|--cp,3"
+  "seq|4|--seq 1020 must divide by 2 x --cp = 8|--cp,4,--seq,1020"
+  "tp|4|context parallelism does not compose with tensor parallelism yet|--cp,2,--tp,2"
+  "pp|4|context parallelism does not compose with pipelines yet|--cp,2,--pp,2")
+foreach(case IN LISTS bad)
+  unpack_row("${case}" name np text flags)
+  set(argv ${launcher} -n ${np} ${TRAIN_GPT} ${common} --steps 2 ${flags})
+  execute_process(COMMAND ${argv} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
+  if(rc EQUAL 0 OR NOT rc MATCHES "^[0-9]+$")
+    message(FATAL_ERROR "bad layout ${name}: expected a failure, got ${rc}: ${argv}\n${out}\n${err}")
+  endif()
+  string(FIND "${out}\n${err}" "${text}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "bad layout ${name}: the output does not say '${text}':\n${out}\n${err}")
+  endif()
+  if(out MATCHES "\nstep 0 ")
+    message(FATAL_ERROR "bad layout ${name}: a step ran before the error:\n${out}")
+  endif()
+  message(STATUS "bad layout ${name} (np ${np}): refused saying '${text}'")
+endforeach()
