@@ -64,6 +64,7 @@ void RingAttention::exchange(const float* send, float* recv, std::size_t count) 
   cp_.device().compute_stream().record(*ready_);
   stream_->wait(*ready_);
   const int P = cp_.size(), r = cp_.rank();
+  bytes_sent_ += count * sizeof(float);
   cp_.batch_send_recv({P2POp::send(send, count, DType::kF32, (r + 1) % P),
                        P2POp::recv(recv, count, DType::kF32, (r + P - 1) % P)},
                       *stream_);

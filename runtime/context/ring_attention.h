@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "collectives/communicator.h"
@@ -41,6 +42,8 @@ class RingAttention {
 
   // Bytes this rank sends (and receives) per ring step: a key / value block; the backward adds its gradients.
   std::size_t block_bytes() const;
+  // Bytes this rank has sent round the ring since construction (what the exchanges were asked to move).
+  std::uint64_t bytes_sent() const { return bytes_sent_; }
   // Bytes of the buffers the constructor allocated (comm_buffer, workspace).
   std::size_t comm_buffer_bytes() const;
   std::size_t workspace_bytes() const;
@@ -64,6 +67,7 @@ class RingAttention {
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<Event> ready_;
   Buffer kv_[2], dkv_[2], block_out_, block_lse_, di_;
+  std::uint64_t bytes_sent_ = 0;
 };
 
 }  // namespace strata

@@ -7,9 +7,9 @@
 // P = exp(S - lse), then dV += P^T dO, dP = dO V^T, dS = P * (dP - D_i) / sqrt(D), dQ += dS K, dK += dS^T Q.
 // Every product is a small tile GEMM (tile_gemm below, register-blocked with vector extensions); each output
 // sums its terms in a fixed order, so results do not depend on the thread count.
-// Memory: per thread a few tiles (forward) plus D_i for T rows (backward); never a T x T matrix.
-// Ring attention's blocks (attention_block_*) are the same loops over strided views of a block of queries and a block
-// of keys at global positions, the causal mask taken from the positions.
+// Memory: per thread a few tiles, plus D_i for every row and head (backward); never a T x T matrix.
+// The loops run on a block: queries and keys at global positions (the causal mask taken from them) in strided views.
+// The whole sequence is one block; ring attention's (runtime/context) are pieces of it.
 #include <omp.h>
 
 #include <algorithm>
@@ -108,11 +108,10 @@ std::size_t forward_floats_per_thread(int D) {
          + 2 * static_cast<std::size_t>(kTileQ);    // running max and sum
 }
 
-std::size_t backward_floats_per_thread(int T, int D) {
+std::size_t backward_floats_per_thread(int D) {
   return 2 * static_cast<std::size_t>(D) * kTileK         // K and V tiles, transposed
          + 2 * static_cast<std::size_t>(kTileK) * D       // dK and dV accumulators
-         + 2 * static_cast<std::size_t>(kTileQ) * kTileK  // P and dP / dS
-         + static_cast<std::size_t>(T);                   // D_i = rowsum(dout_i * out_i) for the head
+         + 2 * static_cast<std::size_t>(kTileQ) * kTileK;  // P and dP / dS
 }
 
 // dst[d * kTileK + j] = src[j * stride + d] for j < n: a K or V tile, transposed so score rows vectorize over keys.
@@ -124,155 +123,12 @@ void transpose_tile(float* dst, const float* src, std::size_t stride, int n, int
 }  // namespace
 
 std::size_t attention_workspace_bytes(int B, int T, int C, int NH) {
-  (void)B;
   const int D = dims(C, NH).D;
-  const std::size_t per_thread = std::max(forward_floats_per_thread(D), backward_floats_per_thread(T, D));
-  return per_thread * static_cast<std::size_t>(omp_get_max_threads()) * sizeof(float);
-}
-
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, bool bf16_products) {
-  const auto [D, row] = dims(C, NH);
-  if (B == 0 || T == 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const std::size_t per_thread = forward_floats_per_thread(D);
-  std::vector<float> workspace(per_thread * omp_get_max_threads());
-  const int q_tiles = (T + kTileQ - 1) / kTileQ;
-
-  // Later query tiles see more keys: dynamic scheduling balances the causal triangle.
-#pragma omp parallel for collapse(3) schedule(dynamic, 1)
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h)
-      for (int qt = 0; qt < q_tiles; ++qt) {
-        float* S = workspace.data() + per_thread * omp_get_thread_num();
-        float* Kt = S + kTileQ * kTileK;
-        float* O = Kt + static_cast<std::size_t>(D) * kTileK;
-        float* m = O + static_cast<std::size_t>(kTileQ) * D;
-        float* l = m + kTileQ;
-        const float* q = qkv + static_cast<std::size_t>(b) * T * row + h * D;
-        const float* k = q + C;
-        const float* v = q + 2 * C;
-        const int i0 = qt * kTileQ, i1 = std::min(T, i0 + kTileQ), nq = i1 - i0;
-        std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
-        std::fill(l, l + nq, 0.0f);
-        std::fill(O, O + static_cast<std::size_t>(nq) * D, 0.0f);
-
-        for (int j0 = 0; j0 < i1; j0 += kTileK) {
-          const int nk = std::min(i1, j0 + kTileK) - j0;
-          transpose_tile(Kt, k + j0 * row, row, nk, D);
-          tile_gemm(nq, nk, D, q + i0 * row, row, 1, Kt, kTileK, S, kTileK, false);  // S = Q K^T
-          for (int ii = 0; ii < nq; ++ii) {
-            float* s = S + static_cast<std::size_t>(ii) * kTileK;
-            const int n = std::clamp(i0 + ii - j0 + 1, 0, nk);  // keys j0 .. i are visible to row i
-            float row_max = m[ii];
-            for (int j = 0; j < n; ++j) {
-              s[j] *= scale;
-              row_max = std::max(row_max, s[j]);
-            }
-            const float correction = n == 0 ? 1.0f : detail::exp_f32(m[ii] - row_max);  // 0 on a first tile
-            float row_sum = 0.0f;
-            for (int j = 0; j < n; ++j) {
-              s[j] = detail::exp_f32(s[j] - row_max);
-              row_sum += s[j];
-            }
-            if (bf16_products)
-              for (int j = 0; j < n; ++j) s[j] = detail::round_bf16(s[j]);  // after the f32 row sum
-            std::fill(s + n, s + nk, 0.0f);  // masked keys have probability 0
-            l[ii] = l[ii] * correction + row_sum;
-            m[ii] = row_max;
-            float* o = O + static_cast<std::size_t>(ii) * D;
-            for (int d = 0; d < D; ++d) o[d] *= correction;
-          }
-          tile_gemm(nq, D, nk, S, kTileK, 1, v + j0 * row, row, O, D, true);  // O += P V
-        }
-        for (int ii = 0; ii < nq; ++ii) {
-          const int i = i0 + ii;
-          const float inv = 1.0f / l[ii];
-          const float* o = O + static_cast<std::size_t>(ii) * D;
-          float* y = out + (static_cast<std::size_t>(b) * T + i) * C + h * D;
-          for (int d = 0; d < D; ++d) y[d] = o[d] * inv;
-          lse[(static_cast<std::size_t>(b) * NH + h) * T + i] = m[ii] + std::log(l[ii]);
-        }
-      }
-}
-
-void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                        int T, int C, int NH, bool bf16_products) {
-  const auto [D, row] = dims(C, NH);
-  if (B == 0 || T == 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const std::size_t per_thread = backward_floats_per_thread(T, D);
-  std::vector<float> workspace(per_thread * omp_get_max_threads());
-
-#pragma omp parallel for collapse(2) schedule(dynamic, 1)
-  for (int b = 0; b < B; ++b)
-    for (int h = 0; h < NH; ++h) {
-      float* Kt = workspace.data() + per_thread * omp_get_thread_num();
-      float* Vt = Kt + static_cast<std::size_t>(D) * kTileK;
-      float* dK = Vt + static_cast<std::size_t>(D) * kTileK;
-      float* dV = dK + static_cast<std::size_t>(kTileK) * D;
-      float* P = dV + static_cast<std::size_t>(kTileK) * D;
-      float* dS = P + static_cast<std::size_t>(kTileQ) * kTileK;
-      float* Di = dS + static_cast<std::size_t>(kTileQ) * kTileK;
-      const std::size_t row0 = static_cast<std::size_t>(b) * T;
-      const float* q = qkv + row0 * row + h * D;
-      const float* k = q + C;
-      const float* v = q + 2 * C;
-      float* dq = dqkv + row0 * row + h * D;
-      float* dk = dq + C;
-      float* dv = dq + 2 * C;
-      const float* dy = dout + row0 * C + h * D;
-      const float* y = out + row0 * C + h * D;
-      const float* lse_h = lse + (static_cast<std::size_t>(b) * NH + h) * T;
-
-      for (int i = 0; i < T; ++i) {
-        float acc = 0.0f;
-        for (int d = 0; d < D; ++d)
-          acc += dy[static_cast<std::size_t>(i) * C + d] * y[static_cast<std::size_t>(i) * C + d];
-        Di[i] = acc;
-      }
-
-      for (int j0 = 0; j0 < T; j0 += kTileK) {
-        const int nk = std::min(T, j0 + kTileK) - j0;
-        transpose_tile(Kt, k + j0 * row, row, nk, D);
-        transpose_tile(Vt, v + j0 * row, row, nk, D);
-        std::fill(dK, dK + static_cast<std::size_t>(nk) * D, 0.0f);
-        std::fill(dV, dV + static_cast<std::size_t>(nk) * D, 0.0f);
-        for (int i0 = j0; i0 < T; i0 += kTileQ) {  // query rows before j0 see none of these keys
-          const int nq = std::min(T, i0 + kTileQ) - i0;
-          tile_gemm(nq, nk, D, q + i0 * row, row, 1, Kt, kTileK, P, kTileK, false);  // S = Q K^T
-          tile_gemm(nq, nk, D, dy + static_cast<std::size_t>(i0) * C, C, 1, Vt, kTileK, dS, kTileK, false);  // dP
-          for (int ii = 0; ii < nq; ++ii) {
-            const int i = i0 + ii;
-            const int n = std::min(nk, i - j0 + 1);
-            float* p = P + static_cast<std::size_t>(ii) * kTileK;
-            float* ds = dS + static_cast<std::size_t>(ii) * kTileK;
-            const float l_i = lse_h[i], d_i = Di[i];
-            for (int j = 0; j < n; ++j) {
-              p[j] = detail::exp_f32(p[j] * scale - l_i);
-              ds[j] = p[j] * (ds[j] - d_i) * scale;
-            }
-            if (bf16_products)  // dS from the f32 P, then both rounded for their products
-              for (int j = 0; j < n; ++j) {
-                p[j] = detail::round_bf16(p[j]);
-                ds[j] = detail::round_bf16(ds[j]);
-              }
-            std::fill(p + n, p + nk, 0.0f);  // masked keys
-            std::fill(ds + n, ds + nk, 0.0f);
-          }
-          tile_gemm(nk, D, nq, P, 1, kTileK, dy + static_cast<std::size_t>(i0) * C, C, dV, D, true);  // dV += P^T dO
-          tile_gemm(nq, D, nk, dS, kTileK, 1, k + j0 * row, row, dq + i0 * row, row, true);           // dQ += dS K
-          tile_gemm(nk, D, nq, dS, 1, kTileK, q + i0 * row, row, dK, D, true);                        // dK += dS^T Q
-        }
-        for (int j = 0; j < nk; ++j) {
-          float* dkj = dk + (j0 + j) * row;
-          float* dvj = dv + (j0 + j) * row;
-          for (int d = 0; d < D; ++d) {
-            dkj[d] += dK[static_cast<std::size_t>(j) * D + d];
-            dvj[d] += dV[static_cast<std::size_t>(j) * D + d];
-          }
-        }
-      }
-    }
+  const std::size_t threads = static_cast<std::size_t>(omp_get_max_threads());
+  // The backward's D_i: one float per row and head, beside its per-thread tiles.
+  const std::size_t backward = backward_floats_per_thread(D) * threads +
+                               static_cast<std::size_t>(B) * static_cast<std::size_t>(NH) * static_cast<std::size_t>(T);
+  return std::max(forward_floats_per_thread(D) * threads, backward) * sizeof(float);
 }
 
 // ---- ring attention's blocks ----------------------------------------------------------------------------------
@@ -290,7 +146,8 @@ inline std::size_t stat(std::size_t batch_stride, std::size_t head_stride, int b
 
 }  // namespace
 
-void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v) {
+void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v,
+                             bool bf16_products) {
   const auto [D, row] = dims(blk.width, blk.heads);
   (void)row;
   if (blk.batch == 0 || blk.q_rows == 0) return;
@@ -335,7 +192,9 @@ void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut
               s[j] = detail::exp_f32(s[j] - row_max);
               row_sum += s[j];
             }
-            std::fill(s + n, s + nk, 0.0f);
+            if (bf16_products)
+              for (int j = 0; j < n; ++j) s[j] = detail::round_bf16(s[j]);  // after the f32 row sum
+            std::fill(s + n, s + nk, 0.0f);  // masked keys have probability 0
             l[ii] = l[ii] * correction + row_sum;
             m[ii] = row_max;
             float* o = O + static_cast<std::size_t>(ii) * D;
@@ -361,12 +220,12 @@ void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut
 }
 
 void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, RowStats lse,
-                              RowStats di, Rows q, Rows k, Rows v) {
+                              RowStats di, Rows q, Rows k, Rows v, bool bf16_products) {
   const auto [D, row] = dims(blk.width, blk.heads);
   (void)row;
   if (blk.batch == 0 || blk.q_rows == 0 || blk.kv_rows == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const std::size_t per_thread = backward_floats_per_thread(0, D);  // D_i comes in: no per-row scratch
+  const std::size_t per_thread = backward_floats_per_thread(D);
   std::vector<float> workspace(per_thread * omp_get_max_threads());
 
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
@@ -410,7 +269,12 @@ void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk,
               p[j] = detail::exp_f32(p[j] * scale - l_i);
               ds[j] = p[j] * (ds[j] - d_i) * scale;
             }
-            std::fill(p + n, p + nk, 0.0f);
+            if (bf16_products)  // dS from the f32 P, then both rounded for their products
+              for (int j = 0; j < n; ++j) {
+                p[j] = detail::round_bf16(p[j]);
+                ds[j] = detail::round_bf16(ds[j]);
+              }
+            std::fill(p + n, p + nk, 0.0f);  // masked keys
             std::fill(ds + n, ds + nk, 0.0f);
           }
           tile_gemm(nk, D, nq, P, 1, kTileK, dyb + i0 * dout.row_stride, dout.row_stride, dV, D, true);  // dV += P^T dO
@@ -475,6 +339,31 @@ void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add
       else
         std::memcpy(d, s, static_cast<std::size_t>(columns) * sizeof(float));
     }
+}
+
+// ---- the whole sequence: one block of every query against every key -----------------------------------------
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, bool bf16_products) {
+  const std::size_t row = 3 * static_cast<std::size_t>(C), seq = static_cast<std::size_t>(T);
+  const AttentionBlock blk{B, NH, C, T, 0, T, 0};
+  attention_block_forward(blk, RowsOut{out, static_cast<std::size_t>(C), seq * C},
+                          RowStatsOut{lse, seq, static_cast<std::size_t>(NH) * seq}, Rows{qkv, row, seq * row},
+                          Rows{qkv + C, row, seq * row}, Rows{qkv + 2 * C, row, seq * row}, bf16_products);
+}
+
+void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
+                        int T, int C, int NH, bool bf16_products) {
+  if (B == 0 || T == 0) return;
+  const std::size_t row = 3 * static_cast<std::size_t>(C), seq = static_cast<std::size_t>(T);
+  const std::size_t heads = static_cast<std::size_t>(NH);
+  const AttentionBlock blk{B, NH, C, T, 0, T, 0};
+  std::vector<float> di(static_cast<std::size_t>(B) * heads * seq);  // D_i = rowsum(dout_i * out_i), per head
+  const Rows y{out, static_cast<std::size_t>(C), seq * C}, dy{dout, static_cast<std::size_t>(C), seq * C};
+  attention_row_dot(blk, RowStatsOut{di.data(), seq, heads * seq}, dy, y);
+  attention_block_backward(blk, RowsOut{dqkv, row, seq * row}, RowsOut{dqkv + C, row, seq * row},
+                           RowsOut{dqkv + 2 * C, row, seq * row}, dy, RowStats{lse, seq, heads * seq},
+                           RowStats{di.data(), seq, heads * seq}, Rows{qkv, row, seq * row},
+                           Rows{qkv + C, row, seq * row}, Rows{qkv + 2 * C, row, seq * row}, bf16_products);
 }
 
 }  // namespace strata::gpt

@@ -73,14 +73,17 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
                         int T, int C, int NH, bool bf16_products = false);
 // The blocks of ring attention (runtime/context/attention_kernels.h has the semantics): attention_forward and
 // attention_backward for a block of queries against a block of keys at given global positions, with strided views.
-void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v);
+// attention_forward and attention_backward are these over the whole sequence (one block, the same operations in the
+// same order). bf16_products as theirs.
+void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v,
+                             bool bf16_products = false);
 void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, RowStats lse,
-                              RowStats di, Rows q, Rows k, Rows v);
+                              RowStats di, Rows q, Rows k, Rows v, bool bf16_products = false);
 void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows out_b, RowStats lse_b);
 void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out);
 void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add);
 // Bytes attention_forward and attention_backward each allocate at most, per call, with num_threads() threads:
-// O(tile) per thread for the forward, O(tile + T) per thread for the backward; nothing grows as T^2.
+// O(tile) per thread, and the backward's D_i (B x NH x T floats); nothing grows as T^2.
 std::size_t attention_workspace_bytes(int B, int T, int C, int NH);
 
 // gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), elementwise, evaluated as z / (1 + exp(-2u))

@@ -337,8 +337,8 @@ struct GptModel::Impl {
     tpk = P > 1 || par.tp_kernels || par.sequence_parallel;
     sp = par.sequence_parallel;
     if (par.cp && par.cp->size() > 1) {
-      STRATA_CHECK_CODE(ErrorCode::kUnsupported, !tpk && part.chunks.empty(),
-                        "context parallelism runs without tensor parallelism and pipelines so far");
+      STRATA_CHECK_CODE(ErrorCode::kUnsupported, !sp && part.chunks.empty(),
+                        "context parallelism runs without sequence parallelism and pipelines so far");
       chunks = ContextChunks::of(T * par.cp->size(), par.cp->size(), par.cp->rank());
       STRATA_CHECK(chunks->seq <= cfg.ctx, "the sequence of {} tokens ({} on each of {} cp ranks) exceeds the context {}",
                    chunks->seq, T, chunks->cp, cfg.ctx);
@@ -619,7 +619,12 @@ struct GptModel::Impl {
         // Each rank looks up the tokens of its vocabulary rows (0 for the others); the sum over tp is the embedding.
         vocab_parallel_embedding_forward(*k, tp, attproj.as<float>(), x0, mb.tokens_in.as<std::int32_t>(),
                                          emb->p(kWte), vocab, C);
-        k->position_forward(x0, emb->p(kWpe), B, tp.local_positions(), tp.first_position(), C);
+        if (chunks)
+          for_each_chunk([&](std::size_t row, int pos, int n) {
+            k->position_forward(x0 + row * C, emb->p(kWpe), 1, n, pos, C);
+          });
+        else
+          k->position_forward(x0, emb->p(kWpe), B, tp.local_positions(), tp.first_position(), C);
       }
     }
     for (int l = r.first; l < r.last; ++l) {
@@ -715,7 +720,12 @@ struct GptModel::Impl {
       if (!tpk) {
         embed_backward(dres.as<float>(), mb.tokens_in.as<std::int32_t>());
       } else {
-        k->position_backward(emb->g(kWpe), dres.as<float>(), B, tp.local_positions(), tp.first_position(), C);
+        if (chunks)
+          for_each_chunk([&](std::size_t row, int pos, int n) {
+            k->position_backward(emb->g(kWpe), dres.as<float>() + row * C, 1, n, pos, C);
+          });
+        else
+          k->position_backward(emb->g(kWpe), dres.as<float>(), B, tp.local_positions(), tp.first_position(), C);
         vocab_parallel_embedding_backward(*k, tp, emb->g(kWte), dres.as<float>(), dfull.as<float>(),
                                           mb.tokens_in.as<std::int32_t>(), vocab, C);
       }
@@ -746,6 +756,8 @@ double GptModel::forward_backward(const std::int32_t* inputs, const std::int32_t
   impl_->backward_chunk(0, 0);
   return loss;
 }
+
+std::uint64_t GptModel::cp_bytes_sent() const { return impl_->ring ? impl_->ring->bytes_sent() : 0; }
 
 double GptModel::forward_loss(const std::int32_t* inputs, const std::int32_t* targets) {
   check_whole(impl_->part, "forward_loss");

@@ -140,6 +140,8 @@ class GptModel {
     std::uint64_t out = 0, in = 0;
   };
   OffloadTraffic offload_traffic() const;
+  // Bytes this rank has sent round the context-parallel ring since construction (0 without cp).
+  std::uint64_t cp_bytes_sent() const;
   // The tp collectives' traffic since construction or the last reset.
   const TpTraffic& tp_traffic();
   void reset_tp_traffic();

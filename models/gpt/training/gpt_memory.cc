@@ -35,13 +35,15 @@ TrainConfig rank_rows(const TrainConfig& cfg) {
   return local;
 }
 
-// The ring's buffers (RingAttention's constructor): two key / value blocks and two of their gradients [B, T / cp, 2C]
-// in comm_buffer; a block's output [B, T / cp, C], its log-sum-exp and the backward's row dot [B, H, T / cp] in
-// workspace. Nothing without cp.
+// The ring's buffers (RingAttention's constructor): two key / value blocks and two of their gradients
+// [B, T / cp, 2 C / tp] in comm_buffer; a block's output [B, T / cp, C / tp], its log-sum-exp and the backward's row
+// dot [B, H / tp, T / cp] in workspace. Nothing without cp.
 void add_ring(CategoryBytes& b, const TrainConfig& cfg) {
   if (cfg.cp == 1) return;
   const std::uint64_t rows = static_cast<std::uint64_t>(cfg.micro_batch_rows()) * cfg.local_seq();
-  const std::uint64_t C = static_cast<std::uint64_t>(cfg.model.embd), H = static_cast<std::uint64_t>(cfg.model.heads);
+  const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);  // a tp rank rings its own heads
+  const std::uint64_t C = static_cast<std::uint64_t>(cfg.model.embd) / P;
+  const std::uint64_t H = static_cast<std::uint64_t>(cfg.model.heads) / P;
   b[static_cast<std::size_t>(MemCategory::kCommBuffer)] += 4 * 4 * rows * 2 * C;
   b[static_cast<std::size_t>(MemCategory::kWorkspace)] += 4 * (rows * C + 2 * rows * H);
 }
@@ -289,6 +291,21 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget, 
       "predicted {:.1f} MiB per rank against the {:.1f} MiB of the budget left to training, and no change of stage, "
       "recomputation{} or offload fits: use more ranks, a smaller --batch or --seq, or more memory",
       mib(now), mib(budget), cfg.tp > 1 && !cfg.sequence_parallel ? ", sequence parallelism" : "");
+}
+
+std::uint64_t predict_cp_bytes(const TrainConfig& cfg) {
+  if (cfg.cp == 1) return 0;
+  const std::uint64_t cp = static_cast<std::uint64_t>(cfg.cp);
+  const std::uint64_t block = 4 * static_cast<std::uint64_t>(cfg.micro_batch_rows()) *
+                              static_cast<std::uint64_t>(cfg.local_seq()) * 2 *
+                              static_cast<std::uint64_t>(cfg.model.embd / cfg.tp);
+  std::uint64_t blocks = 0;
+  for (int l = 0; l < cfg.model.layers; ++l) {
+    const BlockRecompute kind = cfg.recompute.at(l);
+    const bool again = kind == BlockRecompute::kAttention || kind == BlockRecompute::kFull;
+    blocks += (cp - 1) * (again ? 3 : 2) + cp;
+  }
+  return blocks * block * static_cast<std::uint64_t>(cfg.micro_batches_per_step());
 }
 
 TpTraffic predict_tp_traffic(const TrainConfig& cfg) {

@@ -200,6 +200,7 @@ StepRecord GptTrainer::step(int step) {
   const int dp = mesh_->dp().size(), dp_rank = mesh_->dp().rank();
   double loss = 0;
   gpt_->reset_tp_traffic();
+  const std::uint64_t cp_before = gpt_->cp_bytes_sent();
   const std::uint64_t rows_per_micro_batch = static_cast<std::uint64_t>(dp) * static_cast<std::uint64_t>(cfg_.batch);
   std::uint64_t step_rows = 0;  // global rows this step consumes
   if (executor_) {
@@ -247,6 +248,7 @@ StepRecord GptTrainer::step(int step) {
   rec.time_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   rec.grad_norm = r.grad_norm;
   rec.tp_traffic = gpt_->tp_traffic();
+  rec.cp_bytes = gpt_->cp_bytes_sent() - cp_before;
   rec.skipped = r.skipped;
   rec.loss_scale = r.loss_scale;
   return rec;

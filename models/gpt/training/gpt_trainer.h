@@ -30,6 +30,7 @@ struct StepRecord {
   bool skipped = false;
   float loss_scale = 1;
   TpTraffic tp_traffic;      // the tensor-parallel collectives of this step (this rank)
+  std::uint64_t cp_bytes = 0;  // what this rank sent round the context-parallel ring this step
   double checkpoint_ms = 0;  // this step's stall for checkpointing (the save, or an asynchronous save's commit)
 };
 

@@ -65,9 +65,10 @@ void TrainConfig::validate_context(int world) const {
   STRATA_CHECK(seq % (2 * cp) == 0,
                "--seq {} must divide by 2 x --cp = {}: each rank holds two mirrored chunks of every row", seq, 2 * cp);
   // What the ring composes with so far; the rest is refused by name rather than run untested.
-  STRATA_CHECK_CODE(ErrorCode::kUnsupported, tp == 1 && !sequence_parallel && !tp_kernels,
-                    "--cp {} with --tp {}{}: context parallelism does not compose with tensor parallelism yet", cp, tp,
-                    sequence_parallel ? " --sequence-parallel" : "");
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, !sequence_parallel,
+                    "--cp {} with --sequence-parallel: context parallelism does not compose with sequence parallelism "
+                    "yet (--tp without it does)",
+                    cp);
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, !pipelined(),
                     "--cp {} with --pp {} / --microbatches {}: context parallelism does not compose with pipelines "
                     "yet (use --grad-accum for micro-batches)",

@@ -151,6 +151,7 @@ RunLog::RunLog(const TrainFlags& f, const TrainConfig& cfg, GptTrainer& trainer,
   bar_ = rt.rank() == 0 && !f.no_progress && isatty(STDERR_FILENO);
   tokens_per_step_ = static_cast<double>(trainer.mesh().dp().size()) * f.batch * f.seq * f.grad_accum;
   tp_predicted_ = predict_tp_traffic(cfg);
+  cp_predicted_ = predict_cp_bytes(cfg);
 }
 
 void RunLog::step(int step, const StepRecord& r) {
@@ -205,7 +206,9 @@ void RunLog::record_metrics(int step, const StepRecord& r, const StepSummary& co
                                 {"tp_all_gather_bytes", r.tp_traffic.all_gather_bytes},
                                 {"tp_reduce_scatter_bytes", r.tp_traffic.reduce_scatter_bytes},
                                 {"tp_comm_ms", r.tp_traffic.comm_ms},
-                                {"predicted_tp_bytes", tp_predicted_.total()}}
+                                {"predicted_tp_bytes", tp_predicted_.total()},
+                                {"cp_bytes", r.cp_bytes},
+                                {"predicted_cp_bytes", cp_predicted_}}
                      .dump() +
                  "\n");
 }

@@ -70,6 +70,7 @@ class RunLog {
   bool bar_ = false;
   double tokens_per_step_ = 0;
   TpTraffic tp_predicted_;
+  std::uint64_t cp_predicted_ = 0;  // predict_cp_bytes: the ring's bytes a step
   double final_loss_ = 0, time_sum_ms_ = 0, exposed_sum_ms_ = 0, comm_sum_ms_ = 0;
   int timed_ = 0;                                       // steps from step 2 on, which the means count
   CategoryBytes predicted_step0_{}, measured_step0_{};  // rank 0, CPU backend: the planner against the ledger
