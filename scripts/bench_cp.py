@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Context parallelism on the 6-layer GPT at np 2: dp 2 vs cp 2 at a long sequence, in one run.
 
-Both layouts train the same 6-layer model (384 wide, 6 heads, vocab 8192, ZeRO-3) on the same 2 rows of SEQ tokens a
-step: dp 2 gives each rank a whole row, cp 2 gives each rank half of both rows (two mirrored chunks of each) and runs
-ring attention. The script prints, per layout, tokens/s (median over the runs of the mean after the second step), the
+The layouts train the same 6-layer model (384 wide, 6 heads, vocab 8192, ZeRO-3). dp 2 and cp 2 take the same 2 rows
+of SEQ tokens a step: dp 2 gives each rank a whole row, cp 2 gives each rank half of both rows (two mirrored chunks of
+each) and runs ring attention. "cp 2, one row a step" holds half of one row per rank: what a row needs per rank when it
+is split, against a whole row per rank under dp. The script prints, per layout, tokens/s (median over the runs of the mean after the second step), the
 peak memory per rank by category (the ledger, rank 0) and the final loss; for cp 2, the bytes each step sent round the
 ring beside the prediction (train_gpt --metrics: cp_bytes, predicted_cp_bytes). Prints Markdown tables.
 Usage: scripts/bench_cp.py [--seq 2048] [--steps 4] [--bin build/bin/train_gpt] [--repeat 1]
@@ -16,7 +17,8 @@ import tempfile
 
 MODEL = ["--layers", "6", "--heads", "6", "--embd", "384", "--vocab", "8192", "--zero-stage", "3", "--no-progress",
          "--lr", "1e-4"]
-LAYOUTS = [("dp 2", ["--batch", "1"]), ("cp 2", ["--cp", "2", "--batch", "2"])]
+LAYOUTS = [("dp 2", ["--batch", "1"]), ("cp 2", ["--cp", "2", "--batch", "2"]),
+           ("cp 2, one row a step", ["--cp", "2", "--batch", "1"])]
 
 
 def run(args, binary, steps, seq):
