@@ -44,6 +44,11 @@ int main(int argc, char** argv) {
                       ->check(flags::positive_integer());
   app.add_option("--tp", in.layout.tp, "tensor-parallel degree")->check(flags::positive_integer());
   app.add_option("--pp", in.layout.pp, "pipeline stages")->check(flags::positive_integer());
+  app.add_option("--cp", in.layout.cp, "context parallelism: each sequence split over this many devices (ring "
+                 "attention; --seq a multiple of 2 x cp)")->check(flags::positive_integer());
+  bool longest = false;
+  app.add_flag("--longest-seq", longest, "search the longest --seq (a multiple of 2 x --cp x 64) that fits "
+               "--device-memory with everything else as given, and plan it");
   app.add_flag("--sequence-parallel", in.layout.sequence_parallel,
                "sequence parallelism over the tp group (activations / tp; the sequence must divide by --tp)");
   app.add_option("--dp-replicate", in.layout.dp_replicate,
@@ -120,16 +125,16 @@ int main(int argc, char** argv) {
     std::string dp_from;  // how the data-parallel degree was found, when it was not given
     if (dp_flag->count() == 0 && (per_node_flag->count() > 0 || nodes_flag->count() > 0)) {
       const long devices = static_cast<long>(in.hardware.devices_per_node) * in.hardware.nodes;
-      const long model_parallel = static_cast<long>(in.layout.tp) * in.layout.pp;
+      const long model_parallel = static_cast<long>(in.layout.tp) * in.layout.pp * in.layout.cp;
       if (devices % model_parallel != 0) {
         std::fprintf(stderr, "strata-plan: --devices-per-node %d x --nodes %d = %ld devices do not divide into --tp %d "
-                     "x --pp %d; give --dp\n", in.hardware.devices_per_node, in.hardware.nodes, devices,
-                     in.layout.tp, in.layout.pp);
+                     "x --pp %d x --cp %d; give --dp\n", in.hardware.devices_per_node, in.hardware.nodes, devices,
+                     in.layout.tp, in.layout.pp, in.layout.cp);
         return 1;
       }
       in.layout.dp = static_cast<int>(devices / model_parallel);
-      dp_from = fmt::format(" (dp from --devices-per-node {} x --nodes {} / (tp {} x pp {}))",
-                            in.hardware.devices_per_node, in.hardware.nodes, in.layout.tp, in.layout.pp);
+      dp_from = fmt::format(" (dp from --devices-per-node {} x --nodes {} / (tp {} x pp {} x cp {}))",
+                            in.hardware.devices_per_node, in.hardware.nodes, in.layout.tp, in.layout.pp, in.layout.cp);
     }
     if (!dp_shard.empty()) {  // --dp-shard node: a shard group is the data-parallel ranks of one node
       const int per_node = in.hardware.devices_per_node;
@@ -155,6 +160,22 @@ int main(int argc, char** argv) {
       microbatches = static_cast<int>(global_batch / per_step);
     }
     in.recompute = strata::RecomputePolicy::parse(recompute.empty() ? "full" : recompute, recompute_every);
+    std::string longest_note;
+    if (longest) {
+      if (simulate || in.recompute.automatic) {
+        std::fprintf(stderr, "strata-plan: --longest-seq plans memory at a given recomputation: drop --simulate and "
+                     "--recompute auto\n");
+        return 1;
+      }
+      const strata::LongestSeq found = strata::longest_fitting_seq(in);
+      if (found.seq == 0) {
+        std::printf("longest sequence: none fits, not even %d tokens (%s)\n", found.step, found.why.c_str());
+        return written(2);
+      }
+      longest_note = fmt::format("longest sequence that fits: {} tokens (searched in steps of {}{})\n", found.seq,
+                                 found.step, found.capped ? "; capped by the search's limit" : "");
+      in.model.seq = found.seq;
+    }
     in.validate();  // every cross-field check, naming the flags, before any arithmetic
     if (in.recompute.automatic) in.recompute = strata::choose_plan_recompute(in);
     auto print_model = [&] {
@@ -191,9 +212,11 @@ int main(int argc, char** argv) {
       return written(p.fits ? 0 : 2);
     }
     print_model();
-    std::printf("layout: dp %d x tp %d%s x pp %d, ZeRO stage %d, %s params, %s reductions, recompute %s, tiled "
+    if (!longest_note.empty()) std::printf("%s", longest_note.c_str());
+    std::printf("layout: dp %d x tp %d%s x pp %d%s, ZeRO stage %d, %s params, %s reductions, recompute %s, tiled "
                 "attention %s, offload %s%s\n\n",
                 in.layout.dp, in.layout.tp, in.layout.sequence_parallel ? " (sequence parallel)" : "", in.layout.pp,
+                in.layout.cp > 1 ? fmt::format(" x cp {}", in.layout.cp).c_str() : "",
                 stage, param_dtype.c_str(), reduce_dtype.c_str(),
                 in.recompute.describe(in.model.layers).c_str(), in.tiled_attention ? "on" : "off", offload.c_str(),
                 dp_from.c_str());

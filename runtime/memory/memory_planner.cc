@@ -44,18 +44,21 @@ void PlanInput::validate() const {
   STRATA_CHECK(m.hidden % m.heads == 0, "--heads {} must divide --hidden {} (each head has hidden / heads channels)",
                m.heads, m.hidden);
   STRATA_CHECK(micro_batch >= 1, "--micro-batch {} must be at least 1", micro_batch);
-  STRATA_CHECK(L.dp >= 1 && L.tp >= 1 && L.pp >= 1, "--dp {}, --tp {} and --pp {} must each be at least 1", L.dp, L.tp,
-               L.pp);
+  STRATA_CHECK(L.dp >= 1 && L.tp >= 1 && L.pp >= 1 && L.cp >= 1,
+               "--dp {}, --tp {}, --pp {} and --cp {} must each be at least 1", L.dp, L.tp, L.pp, L.cp);
+  STRATA_CHECK(L.cp == 1 || m.seq % (2 * L.cp) == 0,
+               "--seq {} must divide by 2 x --cp = {} (each rank holds two mirrored chunks)", m.seq, 2 * L.cp);
   STRATA_CHECK(hw.nodes >= 1 && hw.devices_per_node >= 1, "--nodes {} and --devices-per-node {} must be at least 1",
                hw.nodes, hw.devices_per_node);
   const std::uint64_t available =
       checked_product("the devices (--nodes x --devices-per-node)", hw.nodes, hw.devices_per_node);
-  const std::uint64_t devices = checked_product("the devices (--dp x --tp x --pp)", L.dp, L.tp, L.pp);
-  STRATA_CHECK(devices <= static_cast<std::uint64_t>(kMaxPlanDevices),
-               "--dp {} x --tp {} x --pp {} = {} devices: at most {} are supported", L.dp, L.tp, L.pp, devices,
-               kMaxPlanDevices);
-  STRATA_CHECK(devices <= available, "--dp {} x --tp {} x --pp {} = {} devices, but --nodes {} x --devices-per-node {} "
-               "= {}", L.dp, L.tp, L.pp, devices, hw.nodes, hw.devices_per_node, available);
+  const std::uint64_t devices = checked_product("the devices (--dp x --tp x --pp x --cp)", L.dp, L.tp, L.pp, L.cp);
+  const std::string layout = fmt::format("--dp {} x --tp {} x --pp {}{}", L.dp, L.tp, L.pp,
+                                         L.cp == 1 ? std::string() : fmt::format(" x --cp {}", L.cp));
+  STRATA_CHECK(devices <= static_cast<std::uint64_t>(kMaxPlanDevices), "{} = {} devices: at most {} are supported",
+               layout, devices, kMaxPlanDevices);
+  STRATA_CHECK(devices <= available, "{} = {} devices, but --nodes {} x --devices-per-node {} = {}", layout, devices,
+               hw.nodes, hw.devices_per_node, available);
   STRATA_CHECK(m.heads % L.tp == 0 && m.hidden % L.tp == 0,
                "--tp {} must divide --heads {} and --hidden {} (each tensor-parallel rank holds whole heads)", L.tp,
                m.heads, m.hidden);
@@ -88,11 +91,11 @@ void PlanInput::validate() const {
 
 int ParallelLayout::shard_size() const {
   if (stage == ZeroStage::kNone) return 1;
-  return dp / dp_replicate;
+  return dp / dp_replicate * cp;
 }
 
 double activation_bytes_of(const PlanInput& in, BlockRecompute kind) {
-  const double s = in.model.seq, b = in.micro_batch, h = in.model.hidden, a = in.model.heads, t = in.layout.tp;
+  const double s = static_cast<double>(in.model.seq) / in.layout.cp, b = in.micro_batch, h = in.model.hidden, a = in.model.heads, t = in.layout.tp;
   const double width = static_cast<double>(dtype_size(in.precision.param_dtype)) / 2.0;  // the formulas are 16-bit
   // Sequence parallelism splits the regions tensor parallelism leaves whole (and the layer input) along the sequence.
   const double sp = in.layout.sequence_parallel ? t : 1.0;
@@ -125,7 +128,7 @@ double activation_bytes_per_layer(const PlanInput& in) {
 }
 
 double recompute_flops_per_token(const PlanInput& in, BlockRecompute kind) {
-  const double h = in.model.hidden, s = in.model.seq, t = in.layout.tp;
+  const double h = in.model.hidden, s = static_cast<double>(in.model.seq) / in.layout.cp, t = in.layout.tp;
   switch (kind) {
     case BlockRecompute::kFull: return 2 * in.model.layer_per_rank(in.layout.tp) + 4 * h * s / t;
     case BlockRecompute::kAttention: return 4 * h * s / t;
@@ -174,8 +177,12 @@ MemoryPlan compute(const PlanInput& in) {
   p.comm_buffers = layer * rsz * ((convert ? 2.0 : 0.0) + 2.0 / D + 1.0);
   const double layers_here = static_cast<double>(in.model.layers) / L.pp;
   const double in_flight = L.pp > 1 ? L.pp : 1;  // 1F1B: the first stage holds pp micro-batches
-  // The logits of the whole sequence (gathered before the head under sequence parallelism), vocabulary-parallel.
-  const double head = static_cast<double>(in.model.seq) * in.micro_batch * in.model.vocab * (psz + 4) / L.tp;
+  // The logits of the whole sequence (gathered before the head under sequence parallelism), vocabulary-parallel; this
+  // rank's chunks of it under cp.
+  const double tokens_here = static_cast<double>(in.model.seq) / L.cp * in.micro_batch;
+  const double head = tokens_here * in.model.vocab * (psz + 4) / L.tp;
+  // The ring's two key / value blocks and two of their gradients: [micro-batch, seq / cp, 2 hidden / tp] each.
+  if (L.cp > 1) p.comm_buffers += 4 * tokens_here * 2 * in.model.hidden / L.tp * psz;
   p.activations = layers_here * activation_bytes_per_layer(in) * in_flight + head;
   const int offloaded = in.recompute.count(BlockRecompute::kOffload, stage_layers(in));
   if (offloaded > 0) {  // the offloaded layers in host memory, two of them staged on the device
@@ -184,7 +191,7 @@ MemoryPlan compute(const PlanInput& in) {
     p.activations += 2 * layer_acts;
   }
   p.recompute_flops = recompute_forward_fraction(in) * recompute_flops_per_token(in, BlockRecompute::kFull) *
-                      layers_here * static_cast<double>(in.model.seq) * in.micro_batch;
+                      layers_here * tokens_here;
   if (in.offload != OffloadPolicy::kNone) {
     p.host += p.master + p.optim_state + p.grad_shard;
     p.master = p.optim_state = p.grad_shard = 0;
@@ -199,7 +206,7 @@ MemoryPlan compute(const PlanInput& in) {
 
   const Hardware& hw = in.hardware;
   if (hw.peak_tflops > 0) {
-    double tokens = static_cast<double>(in.model.seq) * in.micro_batch;
+    double tokens = tokens_here;
     double flops = 6.0 * psi * tokens + 2.0 * psi * tokens * recompute_forward_fraction(in);
     p.step_compute_s = flops / (hw.peak_tflops * 1e12 * hw.efficiency);
   }
@@ -352,6 +359,36 @@ std::string MemoryPlan::json() const {
                    {"step_compute_s", step_compute_s}, {"step_comm_s", step_comm_s},
                    {"recompute_flops", recompute_flops}};
   return j.dump();
+}
+
+LongestSeq longest_fitting_seq(PlanInput in) {
+  LongestSeq r;
+  r.step = 2 * in.layout.cp * 64;
+  const int limit = 1 << 24;
+  // The position table grows with the sequence when the parameters come from the dimensions; the memory is monotone
+  // in seq either way, so a binary search over multiples of the step finds the largest that fits.
+  auto fits = [&](int seq) {
+    in.model.seq = seq;
+    return plan_memory(in).fits;
+  };
+  if (!fits(r.step)) {
+    in.model.seq = r.step;
+    r.why = fmt::format("{:.1f} GB per device against {:.1f} GB", plan_memory(in).total / 1e9,
+                        in.hardware.device_memory / 1e9);
+    return r;
+  }
+  int lo = 1, hi = limit / r.step;  // lo * step fits
+  if (fits(hi * r.step)) {
+    r.seq = hi * r.step;
+    r.capped = true;
+    return r;
+  }
+  while (hi - lo > 1) {  // lo fits, hi does not
+    const int mid = lo + (hi - lo) / 2;
+    (fits(mid * r.step) ? lo : hi) = mid;
+  }
+  r.seq = lo * r.step;
+  return r;
 }
 
 }  // namespace strata

@@ -40,6 +40,10 @@ struct ParallelLayout {
   // Sequence parallelism (Korthikanti et al. 2022; needs tp > 1 to matter, and seq % tp == 0): the LayerNorm and
   // dropout regions of each layer hold seq / tp positions, so every activation term divides by tp.
   bool sequence_parallel = false;
+  // Context parallelism (runtime/context, train_gpt --cp): each sequence split over cp ranks in mirrored chunks, so
+  // every activation term and the logits divide by cp; the cp ranks hold the same parameters and shard the state with
+  // dp (dp_shard x cp), and each keeps the ring's four key / value blocks. seq % (2 cp) == 0.
+  int cp = 1;
   int shard_size() const;  // ranks that shard the state
 };
 
@@ -133,5 +137,15 @@ struct PlanChange {
 // pipeline parallelism on the same devices). plan_memory's advice is the first that fits; a trainer with an
 // exact predictor of its own (models/gpt/training/gpt_memory.h) walks the same list.
 std::vector<PlanChange> fit_changes(const PlanInput& in);
+
+// The longest sequence of `in`'s model that fits its device memory with everything else as given: the largest
+// multiple of `step` (2 x cp x 64) up to 2^24 tokens whose plan fits (the plan grows with the sequence). seq 0 when
+// not even one step fits, with `why` the plan's total at it; `capped` when the limit fits.
+struct LongestSeq {
+  int seq = 0, step = 0;
+  bool capped = false;
+  std::string why;
+};
+LongestSeq longest_fitting_seq(PlanInput in);
 
 }  // namespace strata

@@ -126,6 +126,13 @@ void fill_rows(const TokenFile& data, std::uint64_t first_row, int B, int T, std
   fill_from(data, first_row, B, T, inputs, targets);
 }
 
+void take_chunks(const ContextChunks& chunks, int B, const std::int32_t* rows, std::int32_t* out) {
+  const std::size_t T = static_cast<std::size_t>(chunks.seq), L = static_cast<std::size_t>(chunks.local_rows());
+  for (std::size_t b = 0; b < static_cast<std::size_t>(B); ++b)
+    for (std::size_t i = 0; i < L; ++i)
+      out[b * L + i] = rows[b * T + static_cast<std::size_t>(chunks.position(static_cast<int>(i)))];
+}
+
 std::vector<std::uint16_t> synthetic_tokens(std::uint64_t n, int vocab, std::uint64_t seed) {
   check_vocab(vocab);
   SyntheticTokens gen(vocab, seed);

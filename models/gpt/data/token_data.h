@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/context/context_chunks.h"
+
 namespace strata::gpt {
 
 // The tokens of a data file, held in memory: a flat array of little-endian uint16 tokens, N = file size / 2
@@ -43,6 +45,10 @@ void fill_batch(const TokenFile& data, int step, int micro, int micro_batches, i
 // continues from the global rows already consumed, whatever its rank count.
 void fill_rows(const TokenFile& data, std::uint64_t first_row, int B, int T, std::int32_t* inputs,
                std::int32_t* targets);
+
+// Context parallelism: this cp rank's tokens of B rows of chunks.seq tokens (`rows`, [B, seq]) into `out`
+// ([B, local_rows]): its two mirrored chunks of each row, in local order (ContextChunks::position).
+void take_chunks(const ContextChunks& chunks, int B, const std::int32_t* rows, std::int32_t* out);
 
 // The spec's synthetic data: splitmix64 from state `seed`; t_0 and every t_i whose draw r_i % 4 == 0 is
 // (r_i >> 32) % vocab, the others (31 t_{i-1} + 7 + (r_i >> 32) % 3) % vocab. vocab in [1, 65536].

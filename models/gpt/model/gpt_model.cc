@@ -337,8 +337,8 @@ struct GptModel::Impl {
     tpk = P > 1 || par.tp_kernels || par.sequence_parallel;
     sp = par.sequence_parallel;
     if (par.cp && par.cp->size() > 1) {
-      STRATA_CHECK_CODE(ErrorCode::kUnsupported, !sp && part.chunks.empty(),
-                        "context parallelism runs without sequence parallelism and pipelines so far");
+      STRATA_CHECK_CODE(ErrorCode::kUnsupported, !sp,
+                        "context parallelism runs without sequence parallelism so far");
       chunks = ContextChunks::of(T * par.cp->size(), par.cp->size(), par.cp->rank());
       STRATA_CHECK(chunks->seq <= cfg.ctx, "the sequence of {} tokens ({} on each of {} cp ranks) exceeds the context {}",
                    chunks->seq, T, chunks->cp, cfg.ctx);

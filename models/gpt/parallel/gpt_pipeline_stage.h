@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "models/gpt/model/gpt_model.h"
@@ -17,8 +18,9 @@ class GptPipelineStage : public PipelineStage {
   // B rows of T tokens per micro-batch on this rank; micro-batch a of a step reads the global rows
   // first_row(a) = step_row + a * dp * B + dp_rank * B (the window rule of GptTrainer). keep_gathered: reduce each
   // unit's gradients once per step, after its last backward, and keep ZeRO-3 parameters gathered until then.
+  // Under context parallelism (`chunks`), T is the whole row's tokens and the model reads this rank's chunks of them.
   GptPipelineStage(GptModel& gpt, ShardedModel& model, const TokenFile& data, int B, int T, int dp, int dp_rank,
-                   bool keep_gathered);
+                   bool keep_gathered, std::optional<ContextChunks> chunks = std::nullopt);
 
   // Before a step: where its rows begin and the gradient scale of each micro-batch.
   void begin_step(std::uint64_t step_row, float grad_scale);
@@ -41,6 +43,8 @@ class GptPipelineStage : public PipelineStage {
   const TokenFile& data_;
   int B_, T_, dp_, dp_rank_;
   bool keep_gathered_;
+  std::optional<ContextChunks> chunks_;
+  std::vector<std::int32_t> chunk_inputs_, chunk_targets_;  // this cp rank's tokens of the rows
   std::uint64_t step_row_ = 0;
   float grad_scale_ = 1;
   double loss_sum_ = 0;

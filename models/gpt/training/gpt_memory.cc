@@ -261,7 +261,8 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget, 
         mib(now), mib(budget));
   PlanInput in;
   in.model = ModelShape{0, cfg.model.layers, cfg.model.embd, cfg.model.heads, cfg.model.vocab, cfg.seq};
-  in.layout.dp = world / (cfg.tp * cfg.pp);
+  in.layout.dp = world / (cfg.tp * cfg.pp * cfg.cp);
+  in.layout.cp = cfg.cp;
   in.layout.pp = cfg.pp;
   in.layout.tp = cfg.tp;
   in.layout.sequence_parallel = cfg.sequence_parallel;
@@ -275,6 +276,8 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget, 
   for (const PlanChange& change : fit_changes(in)) {
     // The run's tp and pp stay (a change of either changes the data-parallel size and the batch each rank sees).
     if (change.in.layout.tp != cfg.tp || change.in.layout.pp != cfg.pp) continue;
+    // Sequence parallelism does not compose with cp (TrainConfig::validate_context): not advice for a cp run.
+    if (cfg.cp > 1 && change.in.layout.sequence_parallel) continue;
     TrainConfig c = cfg;
     c.sharding.stage = change.in.layout.stage;
     c.sharding.offload = change.in.offload;
@@ -293,18 +296,23 @@ std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget, 
       mib(now), mib(budget), cfg.tp > 1 && !cfg.sequence_parallel ? ", sequence parallelism" : "");
 }
 
-std::uint64_t predict_cp_bytes(const TrainConfig& cfg) {
+std::uint64_t predict_cp_bytes(const TrainConfig& cfg, int pp_rank) {
   if (cfg.cp == 1) return 0;
   const std::uint64_t cp = static_cast<std::uint64_t>(cfg.cp);
   const std::uint64_t block = 4 * static_cast<std::uint64_t>(cfg.micro_batch_rows()) *
                               static_cast<std::uint64_t>(cfg.local_seq()) * 2 *
                               static_cast<std::uint64_t>(cfg.model.embd / cfg.tp);
+  // The layers of this pp rank's stage (all of them without a pipeline).
+  const GptStagePart part = pipeline_view(cfg, pp_rank, nullptr, false).part;
+  const std::vector<LayerRange> chunks =
+      part.chunks.empty() ? std::vector<LayerRange>{{0, cfg.model.layers}} : part.chunks;
   std::uint64_t blocks = 0;
-  for (int l = 0; l < cfg.model.layers; ++l) {
-    const BlockRecompute kind = cfg.recompute.at(l);
-    const bool again = kind == BlockRecompute::kAttention || kind == BlockRecompute::kFull;
-    blocks += (cp - 1) * (again ? 3 : 2) + cp;
-  }
+  for (const LayerRange& r : chunks)
+    for (int l = r.first; l < r.last; ++l) {
+      const BlockRecompute kind = cfg.recompute.at(l);
+      const bool again = kind == BlockRecompute::kAttention || kind == BlockRecompute::kFull;
+      blocks += (cp - 1) * (again ? 3 : 2) + cp;
+    }
   return blocks * block * static_cast<std::uint64_t>(cfg.micro_batches_per_step());
 }
 

@@ -54,8 +54,9 @@ TpStaging predict_tp_staging(const TrainConfig& cfg);
 TpTraffic predict_tp_traffic(const TrainConfig& cfg);
 // Bytes one rank sends round the context-parallel ring in a step (RingAttention): per block and micro-batch, the
 // forward's cp - 1 key / value blocks, the backward's cp - 1 blocks and cp of their gradients, and one more forward's
-// for a block whose attention is recomputed (attention or full). 0 without cp.
-std::uint64_t predict_cp_bytes(const TrainConfig& cfg);
+// for a block whose attention is recomputed (attention or full), over the layers of pp rank `pp_rank`'s stage. 0
+// without cp.
+std::uint64_t predict_cp_bytes(const TrainConfig& cfg, int pp_rank = 0);
 
 // "category  predicted  measured  ratio" rows for the categories either side uses.
 std::string prediction_table(const CategoryBytes& predicted, const CategoryBytes& measured);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <cstring>
 #include <chrono>
 #include <thread>
@@ -84,9 +85,12 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), rows, cfg_.local_seq(), cfg_.recompute, par,
                                       part_, cfg_.precision);
   });
-  if (executor_)
+  if (executor_) {
+    std::optional<ContextChunks> chunks;
+    if (cfg_.cp > 1) chunks = ContextChunks::of(cfg_.seq, cfg_.cp, mesh_->cp().rank());
     stage_ = std::make_unique<GptPipelineStage>(*gpt_, *model_, data_, rows, cfg_.seq, mesh_->dp().size(),
-                                                mesh_->dp().rank(), cfg_.pp_keep_gathered);
+                                                mesh_->dp().rank(), cfg_.pp_keep_gathered, chunks);
+  }
   inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.seq);
   targets_.resize(inputs_.size());
   if (cfg_.cp > 1) {
@@ -96,15 +100,9 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
 }
 
 void GptTrainer::take_chunks() {
-  // The tokens of this rank's two mirrored chunks of every row, in its local order.
   const ContextChunks chunks = ContextChunks::of(cfg_.seq, cfg_.cp, mesh_->cp().rank());
-  const std::size_t T = static_cast<std::size_t>(cfg_.seq), L = static_cast<std::size_t>(chunks.local_rows());
-  for (std::size_t b = 0; b < static_cast<std::size_t>(cfg_.batch); ++b)
-    for (std::size_t i = 0; i < L; ++i) {
-      const std::size_t from = b * T + static_cast<std::size_t>(chunks.position(static_cast<int>(i)));
-      cp_inputs_[b * L + i] = inputs_[from];
-      cp_targets_[b * L + i] = targets_[from];
-    }
+  gpt::take_chunks(chunks, cfg_.batch, inputs_.data(), cp_inputs_.data());
+  gpt::take_chunks(chunks, cfg_.batch, targets_.data(), cp_targets_.data());
 }
 
 void GptTrainer::check_config() const {

@@ -69,10 +69,6 @@ void TrainConfig::validate_context(int world) const {
                     "--cp {} with --sequence-parallel: context parallelism does not compose with sequence parallelism "
                     "yet (--tp without it does)",
                     cp);
-  STRATA_CHECK_CODE(ErrorCode::kUnsupported, !pipelined(),
-                    "--cp {} with --pp {} / --microbatches {}: context parallelism does not compose with pipelines "
-                    "yet (use --grad-accum for micro-batches)",
-                    cp, pp, micro_batches());
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, precision.matmul == DType::kF32,
                     "--cp {} with --compute-dtype bf16: ring attention computes in f32 only so far", cp);
 }

@@ -157,6 +157,15 @@ elseif(MODE STREQUAL "plan_checks")
           MATCH "--dp-replicate 3 must divide --dp 4")
   refused(NAME param_offload_below_zero3 COMMAND ${STRATA_PLAN} ${GPT2} --zero-stage 2 --offload optimizer+params
           MATCH "--offload optimizer\\+params needs --zero-stage 3")
+  refused(NAME context_parallel_seq COMMAND ${STRATA_PLAN} ${GPT2} --cp 4 --seq 1020
+          MATCH "--seq 1020 must divide by 2 x --cp = 8")
+  refused(NAME context_parallel_devices COMMAND ${STRATA_PLAN} ${GPT2} --cp 4 --dp 4 --devices-per-node 8
+          MATCH "--dp 4 x --tp 1 x --pp 1 x --cp 4 = 16 devices, but --nodes 1 x --devices-per-node 8 = 8")
+  # --longest-seq of a model whose state alone does not fit: says so and exits 2 (the plan's "does not fit").
+  refused(NAME longest_seq_none COMMAND ${STRATA_PLAN} --params 70e9 --layers 80 --hidden 8192 --heads 64 --vocab 32000
+          --seq 4096 --devices-per-node 8 --longest-seq MATCH "longest sequence: none fits, not even 128 tokens")
+  accepted(NAME longest_seq_grows_with_cp COMMAND ${STRATA_PLAN} ${GPT2} --devices-per-node 8 --cp 8 --longest-seq
+           MATCH "longest sequence that fits: [0-9]+ tokens \\(searched in steps of 1024\\).*x cp 8.*FITS")
   refused(NAME devices_overflow COMMAND ${STRATA_PLAN} ${GPT2} --dp 100000 --tp 100000 --pp 1000
           MATCH "--dp 100000 x --tp 100000 x --pp 1000 = 10000000000000 devices: at most 16777216")
   refused(NAME bandwidth_zero COMMAND ${STRATA_PLAN} ${GPT2} --link-gbs 0 MATCH "--link-gbs: must be a finite number > 0, got 0")

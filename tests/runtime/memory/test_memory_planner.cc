@@ -142,6 +142,41 @@ TEST(MemoryPlanner, SequenceParallelismDividesEveryActivationTerm) {
   EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), 34 * s * b * h);
 }
 
+// Context parallelism: every activation term and the logits are the rank's seq / cp tokens, the state shards over
+// dp x cp, the ring keeps four [b, s / cp, 2h] blocks, and the longest sequence that fits grows with cp.
+TEST(MemoryPlanner, ContextParallelismDividesTheSequence) {
+  PlanInput one = one_billion(ZeroStage::kParameters, 2);
+  PlanInput two = one;
+  two.layout.cp = 2;
+  const double s = 1024, b = 1, h = 2048;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(two), 34 * (s / 2) * b * h);
+  const MemoryPlan p1 = plan_memory(one), p2 = plan_memory(two);
+  EXPECT_DOUBLE_EQ(p2.params, p1.params / 2);  // sharded over dp 2 x cp 2
+  EXPECT_DOUBLE_EQ(p2.optim_state, p1.optim_state / 2);
+  // The communicator's staging of a unit (f32 reductions of bf16 gradients, over 4 shards), then the ring's four bf16
+  // blocks.
+  const double layer = 12.0 * h * h + 13.0 * h, ring = 4 * (s / 2) * b * 2 * h * 2;
+  EXPECT_DOUBLE_EQ(p2.comm_buffers, layer * 4 * (2 + 2.0 / 4 + 1) + ring);
+  EXPECT_DOUBLE_EQ(p2.activations, p1.activations / 2);  // the layers' and the logits', all per token
+  // The sequence must split into 2 cp chunks, and the devices count cp.
+  two.model.seq = 1022;
+  EXPECT_THROW(two.validate(), Error);
+  // The longest sequence that fits on one 80 GB device grows with cp (a 1B model: state is small beside activations).
+  PlanInput fit = one_billion(ZeroStage::kParameters, 1);
+  fit.hardware.devices_per_node = 8;
+  const LongestSeq at1 = longest_fitting_seq(fit);
+  fit.layout.cp = 8;
+  const LongestSeq at8 = longest_fitting_seq(fit);
+  ASSERT_GT(at1.seq, 0);
+  EXPECT_EQ(at1.seq % 128, 0);
+  EXPECT_EQ(at8.seq % (2 * 8 * 64), 0);
+  EXPECT_GT(at8.seq, 4 * at1.seq);
+  fit.model.seq = at8.seq;
+  EXPECT_TRUE(plan_memory(fit).fits);
+  fit.model.seq = at8.seq + at8.step;
+  EXPECT_FALSE(plan_memory(fit).fits);
+}
+
 TEST(MemoryPlanner, TensorParallelChangesAndChecks) {
   PlanInput in = one_billion(ZeroStage::kParameters, 2);
   in.layout.tp = 4;
