@@ -70,15 +70,25 @@ class CpuGptKernels final : public GptKernels {
     }
     gpt::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, bf16_);
   }
+  // bf16 compute: the block's q, k, v (and dout) rounded into scratch first, as attention_* round qkv.
   void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k,
                                Rows v) override {
-    f32_blocks();
-    gpt::attention_block_forward(blk, out, lse, q, k, v);
+    if (bf16_) {
+      q = rounded_rows(0, q, blk.batch, blk.q_rows, blk.width);
+      k = rounded_rows(1, k, blk.batch, blk.kv_rows, blk.width);
+      v = rounded_rows(2, v, blk.batch, blk.kv_rows, blk.width);
+    }
+    gpt::attention_block_forward(blk, out, lse, q, k, v, bf16_);
   }
   void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout,
                                 RowStats lse, RowStats di, Rows q, Rows k, Rows v) override {
-    f32_blocks();
-    gpt::attention_block_backward(blk, dq, dk, dv, dout, lse, di, q, k, v);
+    if (bf16_) {
+      q = rounded_rows(0, q, blk.batch, blk.q_rows, blk.width);
+      k = rounded_rows(1, k, blk.batch, blk.kv_rows, blk.width);
+      v = rounded_rows(2, v, blk.batch, blk.kv_rows, blk.width);
+      dout = rounded_rows(3, dout, blk.batch, blk.q_rows, blk.width);
+    }
+    gpt::attention_block_backward(blk, dq, dk, dv, dout, lse, di, q, k, v, bf16_);
   }
   void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows out_b, RowStats lse_b) override {
     gpt::attention_merge(blk, out, lse, out_b, lse_b);
@@ -147,11 +157,18 @@ class CpuGptKernels final : public GptKernels {
   }
 
  private:
-  // Ring attention's blocks compute in f32: bf16 products there are not built yet.
-  void f32_blocks() const {
-    STRATA_CHECK_CODE(ErrorCode::kUnsupported, !bf16_,
-                      "ring attention (context parallelism) computes in f32 on the CPU: bf16 compute "
-                      "(--compute-dtype bf16) is not built for it yet");
+  // The `columns` floats of `rows` rows of `batch` batches of a view, rounded to bf16 into scratch slot `slot`: a
+  // contiguous [batch, rows, columns] view of them.
+  Rows rounded_rows(int slot, Rows src, int batch, int rows, int columns) {
+    const std::size_t n = static_cast<std::size_t>(batch) * rows * columns;
+    std::vector<float>& dst = scratch_[slot];
+    if (dst.size() < n) dst.resize(n);
+    const std::size_t width = static_cast<std::size_t>(columns), per_batch = static_cast<std::size_t>(rows) * width;
+    for (std::size_t b = 0; b < static_cast<std::size_t>(batch); ++b)
+      for (std::size_t i = 0; i < static_cast<std::size_t>(rows); ++i)
+        gpt::round_to_bf16(dst.data() + b * per_batch + i * width, src.data + b * src.batch_stride + i * src.row_stride,
+                           width);
+    return Rows{dst.data(), width, per_batch};
   }
   // src rounded to bf16 in scratch slot `slot` (each call of a kernel uses distinct slots).
   const float* rounded(int slot, const float* src, std::size_t n) {
@@ -162,7 +179,7 @@ class CpuGptKernels final : public GptKernels {
   }
 
   bool bf16_;
-  std::array<std::vector<float>, 2> scratch_;
+  std::array<std::vector<float>, 4> scratch_;
 };
 
 }  // namespace

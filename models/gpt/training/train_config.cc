@@ -69,8 +69,6 @@ void TrainConfig::validate_context(int world) const {
                     "--cp {} with --sequence-parallel: context parallelism does not compose with sequence parallelism "
                     "yet (--tp without it does)",
                     cp);
-  STRATA_CHECK_CODE(ErrorCode::kUnsupported, precision.matmul == DType::kF32,
-                    "--cp {} with --compute-dtype bf16: ring attention computes in f32 only so far", cp);
 }
 
 void TrainConfig::validate_pipeline() const {

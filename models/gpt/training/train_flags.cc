@@ -99,7 +99,7 @@ void add_layout_flags(CLI::App& app, TrainFlags& f) {
       ->check(flags::positive_integer());
   app.add_option("--cp", f.cp,
                  "context parallelism: each row's sequence split over this many ranks in mirrored chunks, attention "
-                 "by ring (runtime/context; CPU backend, f32, with ZeRO 0-3 and data parallelism)")
+                 "by ring (docs/context-parallel.md; CPU backend; not with --sequence-parallel)")
       ->check(flags::positive_integer());
   app.add_flag("--sequence-parallel", f.sequence_parallel,
                "with --tp: LayerNorm and residual regions hold seq / tp positions per rank");

@@ -1,10 +1,11 @@
 # Context-parallel runs of train_gpt under mpiexec against the 1-rank run (cmake -P), at sequence 1024: cp 2, cp 4,
 # cp 2 x dp 2, cp 2 x tp 2, cp 2 x pp 2 (1F1B), ZeRO 0-3, recomputation and accumulation each train 20 steps on the
 # same 4 rows a step; their losses must equal the 1-rank run's within 1e-5 relative, their gradient norms within 1e-6,
-# and their final parameters (--save) within 1e-5 tensor-wise (compare_runs). Each run's step-0 memory on rank 0 must
-# be the planner's, category by category, the activations fall as 1 / cp, and every step's bytes sent round the ring
-# (cp_bytes) are predict_cp_bytes'. A checkpoint saved at cp 2 resumes at cp 1 and the reverse (steps 10-19 within
-# 1e-5 of the uninterrupted run). Then bad layouts: each must fail before any step with a message naming the values.
+# and their final parameters (--save) within 1e-5 tensor-wise (compare_runs); cp 2 in bf16 is held to the
+# 1-rank bf16 run at bf16_runs.cmake's bars. Each run's step-0 memory on rank 0 must be the planner's, category by
+# category, the activations fall as 1 / cp, and every step's bytes sent round the ring (cp_bytes) are
+# predict_cp_bytes'. A checkpoint saved at cp 2 resumes at cp 1 and the reverse (steps 10-19 within 1e-5 of the
+# uninterrupted run). Then bad layouts: each must fail before any step with a message naming the values.
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DCOMPARE=<compare_runs>
 # -DWORK=<scratch directory, emptied>.
 
@@ -75,6 +76,12 @@ foreach(layout IN LISTS layouts)
   run_gpt(${name} ${np} ${flags})
   compare_to(${name} ref 1e-5 1e-6 1e-5)
 endforeach()
+# bf16 (storage, gathers and products: --param-dtype bf16): against the 1-rank bf16 run at bf16's noise (bf16_runs.cmake's
+# bars: losses 1e-4, norms 5e-3), and further than f32 round-off from the f32 run (so it really ran in bf16).
+run_gpt(ref_bf16 1 --batch 4 --param-dtype bf16)
+run_gpt(cp2_bf16 2 --cp 2 --batch 4 --param-dtype bf16)
+compare_to(cp2_bf16 ref_bf16 1e-4 5e-3)
+expect_differs(cp2_bf16 ref 1e-5)
 if(failed)
   message(FATAL_ERROR "layouts that differ from the 1-rank run: ${failed}")
 endif()
@@ -102,8 +109,7 @@ endforeach()
 set(bad
   "world|4|--cp 3 x --tp 1 x --pp 1 does not divide the world size 4|--cp,3"
   "seq|4|--seq 1020 must divide by 2 x --cp = 8|--cp,4,--seq,1020"
-  "sp|4|context parallelism does not compose with sequence parallelism yet|--cp,2,--tp,2,--sequence-parallel"
-  "bf16|2|ring attention computes in f32 only so far|--cp,2,--compute-dtype,bf16")
+  "sp|4|context parallelism does not compose with sequence parallelism yet|--cp,2,--tp,2,--sequence-parallel")
 foreach(case IN LISTS bad)
   unpack_row("${case}" name np text flags)
   refused_layout(${name} ${np} "${text}" ${common} --steps 2 ${flags})
