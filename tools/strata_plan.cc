@@ -128,13 +128,15 @@ int main(int argc, char** argv) {
       const long model_parallel = static_cast<long>(in.layout.tp) * in.layout.pp * in.layout.cp;
       if (devices % model_parallel != 0) {
         std::fprintf(stderr, "strata-plan: --devices-per-node %d x --nodes %d = %ld devices do not divide into --tp %d "
-                     "x --pp %d x --cp %d; give --dp\n", in.hardware.devices_per_node, in.hardware.nodes, devices,
-                     in.layout.tp, in.layout.pp, in.layout.cp);
+                     "x --pp %d%s; give --dp\n", in.hardware.devices_per_node, in.hardware.nodes, devices,
+                     in.layout.tp, in.layout.pp,
+                     in.layout.cp > 1 ? fmt::format(" x --cp {}", in.layout.cp).c_str() : "");
         return 1;
       }
       in.layout.dp = static_cast<int>(devices / model_parallel);
-      dp_from = fmt::format(" (dp from --devices-per-node {} x --nodes {} / (tp {} x pp {} x cp {}))",
-                            in.hardware.devices_per_node, in.hardware.nodes, in.layout.tp, in.layout.pp, in.layout.cp);
+      dp_from = fmt::format(" (dp from --devices-per-node {} x --nodes {} / (tp {} x pp {}{}))",
+                            in.hardware.devices_per_node, in.hardware.nodes, in.layout.tp, in.layout.pp,
+                            in.layout.cp > 1 ? fmt::format(" x cp {}", in.layout.cp) : std::string());
     }
     if (!dp_shard.empty()) {  // --dp-shard node: a shard group is the data-parallel ranks of one node
       const int per_node = in.hardware.devices_per_node;
