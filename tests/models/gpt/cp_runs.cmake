@@ -13,7 +13,6 @@ include(${CMAKE_CURRENT_LIST_DIR}/../../support/run_checks.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/gpt_run_checks.cmake)
 
 set(common --steps 20 --no-progress --heads 4 --embd 32 --seq 1024 --ctx 1024)
-string(REPLACE "|" ";" launcher "${MPIEXEC}")
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 
@@ -21,13 +20,8 @@ file(MAKE_DIRECTORY "${WORK}")
 # activation bytes, after checking that its step-0 memory equals the prediction in every category (a resumed run,
 # which has no step 0, is not checked).
 function(run_gpt name np)
-  set(argv ${launcher} -n ${np} ${TRAIN_GPT} ${common} --metrics ${WORK}/${name}.jsonl --save ${WORK}/${name}.safetensors
-      ${ARGN})
-  execute_process(COMMAND ${argv} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 180)
-  file(WRITE "${WORK}/${name}.log" "${argv}\nrc ${rc}\n${out}\n${err}")
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${name}: failed (${rc}): ${argv}\n${out}\n${err}")
-  endif()
+  train_saved(${name} ${np} ${ARGN})
+  set(out "${${name}_out}")
   # Every step's ring traffic is the prediction's (and there is some under cp).
   file(STRINGS ${WORK}/${name}.jsonl records)
   foreach(record IN LISTS records)

@@ -160,3 +160,18 @@ function(refused_layout name np text)
   endif()
   message(STATUS "bad layout ${name} (np ${np}): refused saying '${text}'")
 endfunction()
+
+# train_saved(<name> <np> train_gpt arguments...): train_gpt at <np> ranks (launcher: the '|'-separated MPIEXEC) with
+# the caller's `common` flags, its metrics and final weights in WORK (<name>.jsonl, <name>.safetensors) and its command
+# and output in <name>.log; a failure stops the script. Sets <name>_out (standard output) in the caller.
+function(train_saved name np)
+  string(REPLACE "|" ";" launch "${MPIEXEC}")
+  set(argv ${launch} -n ${np} ${TRAIN_GPT} ${common} --metrics ${WORK}/${name}.jsonl --save ${WORK}/${name}.safetensors
+      ${ARGN})
+  execute_process(COMMAND ${argv} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 180)
+  file(WRITE "${WORK}/${name}.log" "${argv}\nrc ${rc}\n${out}\n${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${name}: failed (${rc}): ${argv}\n${out}\n${err}")
+  endif()
+  set(${name}_out "${out}" PARENT_SCOPE)
+endfunction()

@@ -13,23 +13,12 @@ include(${CMAKE_CURRENT_LIST_DIR}/gpt_run_checks.cmake)
 
 # heads 4 so that tp 4 holds a whole head per rank; 12 rows of 8 tokens a step.
 set(common --steps 20 --no-progress --heads 4 --embd 32 --seq 8)
-string(REPLACE "|" ";" launcher "${MPIEXEC}")
 file(REMOVE_RECURSE "${WORK}")
 file(MAKE_DIRECTORY "${WORK}")
 
-function(run_gpt name np)
-  set(argv ${launcher} -n ${np} ${TRAIN_GPT} ${common} --metrics ${WORK}/${name}.jsonl --save ${WORK}/${name}.safetensors
-      ${ARGN})
-  execute_process(COMMAND ${argv} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 120)
-  file(WRITE "${WORK}/${name}.log" "${argv}\nrc ${rc}\n${out}\n${err}")
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${name}: failed (${rc}): ${argv}\n${out}\n${err}")
-  endif()
-endfunction()
-
 # The references: one rank, 12 rows (vocab 64, and 65 which divides by neither 2 nor 4).
 foreach(vocab 64 65)
-  run_gpt(ref_v${vocab} 1 --batch 12 --vocab ${vocab})
+  train_saved(ref_v${vocab} 1 --batch 12 --vocab ${vocab})
 endforeach()
 
 # name | np | vocab | flags (',' for ' ')
@@ -49,7 +38,7 @@ set(layouts
 set(failed)
 foreach(layout IN LISTS layouts)
   unpack_row("${layout}" name np vocab flags)
-  run_gpt(${name} ${np} --vocab ${vocab} ${flags})
+  train_saved(${name} ${np} --vocab ${vocab} ${flags})
   compare_to(${name} ref_v${vocab} 1e-5 1e-6 1e-5)
 endforeach()
 if(failed)
