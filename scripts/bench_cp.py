@@ -4,9 +4,10 @@
 The layouts train the same 6-layer model (384 wide, 6 heads, vocab 8192, ZeRO-3). dp 2 and cp 2 take the same 2 rows
 of SEQ tokens a step: dp 2 gives each rank a whole row, cp 2 gives each rank half of both rows (two mirrored chunks of
 each) and runs ring attention. "cp 2, one row a step" holds half of one row per rank: what a row needs per rank when it
-is split, against a whole row per rank under dp. The script prints, per layout, tokens/s (median over the runs of the mean after the second step), the
-peak memory per rank by category (the ledger, rank 0) and the final loss; for cp 2, the bytes each step sent round the
-ring beside the prediction (train_gpt --metrics: cp_bytes, predicted_cp_bytes). Prints Markdown tables.
+is split, against a whole row per rank under dp. The script prints, per layout, tokens/s (median over the runs of the
+mean after the second step), the peak memory per rank by category (the ledger, rank 0) and the final loss; for cp 2,
+the bytes each step sent round the ring beside the prediction (train_gpt --metrics: cp_bytes, predicted_cp_bytes).
+Prints Markdown tables.
 Usage: scripts/bench_cp.py [--seq 2048] [--steps 4] [--bin build/bin/train_gpt] [--repeat 1]
 """
 import argparse
@@ -60,9 +61,10 @@ def main():
         base = base or median
         summary, _ = runs[0]
         peak = summary["peak_memory"][0]["peak_bytes"]
-        print(f"| {name} | {median:.0f} ({toks[0]:.0f}-{toks[-1]:.0f}) | {median / base:.2f} | {mib(peak['total']):.1f} | "
-              f"{mib(peak.get('activations', 0)):.1f} | {mib(peak.get('comm_buffer', 0)):.1f} | "
-              f"{mib(peak.get('workspace', 0)):.1f} | {summary['final_loss']:.4f} |")
+        print(f"| {name} | {median:.0f} ({toks[0]:.0f}-{toks[-1]:.0f}) | {median / base:.2f} | "
+              f"{mib(peak['total']):.1f} | {mib(peak.get('activations', 0)):.1f} | "
+              f"{mib(peak.get('comm_buffer', 0)):.1f} | {mib(peak.get('workspace', 0)):.1f} | "
+              f"{summary['final_loss']:.4f} |")
     print()
     print("| layout | ring bytes sent per step (rank 0) | predicted | measured / predicted |")
     print("|---|---|---|---|")

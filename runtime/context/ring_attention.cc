@@ -81,40 +81,50 @@ void RingAttention::wait_exchange(const char* phase, int step) {
   }
 }
 
+void RingAttention::load_own_block(const float* qkv) {
+  const std::size_t C = static_cast<std::size_t>(C_), L = static_cast<std::size_t>(L_);
+  kernels_.copy_rows(RowsOut{kv_[0].as<float>(), 2 * C, L * 2 * C}, Rows{qkv + C, 3 * C, L * 3 * C}, B_, L_, 2 * C_,
+                     false);
+}
+
+template <typename Fn>
+void RingAttention::for_each_block(int src, Fn&& fn) const {
+  const int r = chunks_.rank;
+  for (int qi = 0; qi < 2; ++qi) {
+    const int qc = qi == 0 ? chunks_.first_chunk(r) : chunks_.second_chunk(r);
+    for (int ki = 0; ki < 2; ++ki) {
+      const int kc = ki == 0 ? chunks_.first_chunk(src) : chunks_.second_chunk(src);
+      if (kc > qc) continue;  // every key after every query: nothing seen
+      fn(qi, ki, block(qc, kc));
+    }
+  }
+}
+
 void RingAttention::forward(float* out, float* lse, const float* qkv) {
   const int P = chunks_.cp, r = chunks_.rank, n = chunks_.chunk_rows();
   const std::size_t C = static_cast<std::size_t>(C_), L = static_cast<std::size_t>(L_), row3 = 3 * C;
   const std::size_t block_floats = kv_[0].bytes() / sizeof(float);
-  // This rank's keys and values, in a block of their own: the first that travels.
-  kernels_.copy_rows(RowsOut{kv_[0].as<float>(), 2 * C, L * 2 * C}, Rows{qkv + C, row3, L * row3}, B_, L_,
-                     2 * C_, false);
+  load_own_block(qkv);  // this rank's keys and values: the first block that travels
   bool first[2] = {true, true};  // a chunk's first block is written, the later ones merged
   int cur = 0;
   for (int s = 0; s < P; ++s) {
-    const int src = (r + P - s) % P;  // the rank whose keys and values this step holds
     if (s + 1 < P) exchange(kv_[cur].as<float>(), kv_[1 - cur].as<float>(), block_floats);
     float* kv = kv_[cur].as<float>();
-    for (int qi = 0; qi < 2; ++qi) {
-      const int qc = qi == 0 ? chunks_.first_chunk(r) : chunks_.second_chunk(r);
+    for_each_block((r + P - s) % P, [&](int qi, int ki, const AttentionBlock& blk) {
       const std::size_t q0 = static_cast<std::size_t>(qi) * n;
       const Rows q{qkv + q0 * row3, row3, L * row3};
-      RowsOut o{out + q0 * C, C, L * C};
-      RowStatsOut l{lse + q0, L, NH_ * L};
-      for (int ki = 0; ki < 2; ++ki) {
-        const int kc = ki == 0 ? chunks_.first_chunk(src) : chunks_.second_chunk(src);
-        if (kc > qc) continue;  // every key after every query: nothing seen
-        const AttentionBlock blk = block(qc, kc);
-        if (first[qi]) {
-          kernels_.attention_block_forward(blk, o, l, q, block_k(kv, ki), block_v(kv, ki));
-          first[qi] = false;
-          continue;
-        }
-        RowsOut ob{block_out_.as<float>() + q0 * C, C, L * C};
-        RowStatsOut lb{block_lse_.as<float>() + q0, L, NH_ * L};
-        kernels_.attention_block_forward(blk, ob, lb, q, block_k(kv, ki), block_v(kv, ki));
-        kernels_.attention_merge(blk, o, l, ob, lb);
+      const RowsOut o{out + q0 * C, C, L * C};
+      const RowStatsOut l{lse + q0, L, NH_ * L};
+      if (first[qi]) {
+        kernels_.attention_block_forward(blk, o, l, q, block_k(kv, ki), block_v(kv, ki));
+        first[qi] = false;
+        return;
       }
-    }
+      const RowsOut ob{block_out_.as<float>() + q0 * C, C, L * C};
+      const RowStatsOut lb{block_lse_.as<float>() + q0, L, NH_ * L};
+      kernels_.attention_block_forward(blk, ob, lb, q, block_k(kv, ki), block_v(kv, ki));
+      kernels_.attention_merge(blk, o, l, ob, lb);
+    });
     if (s + 1 < P) {
       wait_exchange("forward", s);
       cur = 1 - cur;
@@ -130,28 +140,20 @@ void RingAttention::backward(float* dqkv, const float* dout, const float* out, c
   float* di = di_.as<float>();
   kernels_.attention_row_dot(AttentionBlock{B_, NH_, C_, L_, 0, L_, 0}, RowStatsOut{di, L, NH_ * L},
                              Rows{dout, C, L * C}, Rows{out, C, L * C});
-  kernels_.copy_rows(RowsOut{kv_[0].as<float>(), 2 * C, L * 2 * C}, Rows{qkv + C, row3, L * row3}, B_, L_,
-                     2 * C_, false);
+  load_own_block(qkv);
   dev.fill_zero(dkv_[0].data(), dkv_[0].bytes(), dev.compute_stream());
   int cur = 0;
   for (int s = 0; s < P; ++s) {
-    const int src = (r + P - s) % P;
     if (s + 1 < P) exchange(kv_[cur].as<float>(), kv_[1 - cur].as<float>(), block_floats);
     float* kv = kv_[cur].as<float>();
     float* dkv = dkv_[cur].as<float>();
-    for (int qi = 0; qi < 2; ++qi) {
-      const int qc = qi == 0 ? chunks_.first_chunk(r) : chunks_.second_chunk(r);
+    for_each_block((r + P - s) % P, [&](int qi, int ki, const AttentionBlock& blk) {
       const std::size_t q0 = static_cast<std::size_t>(qi) * n;
-      for (int ki = 0; ki < 2; ++ki) {
-        const int kc = ki == 0 ? chunks_.first_chunk(src) : chunks_.second_chunk(src);
-        if (kc > qc) continue;
-        kernels_.attention_block_backward(
-            block(qc, kc), RowsOut{dqkv + q0 * row3, row3, L * row3}, block_k(dkv, ki), block_v(dkv, ki),
-            Rows{dout + q0 * C, C, L * C},
-            RowStats{lse + q0, L, NH_ * L}, RowStats{di + q0, L, NH_ * L}, Rows{qkv + q0 * row3, row3, L * row3},
-            block_k(kv, ki), block_v(kv, ki));
-      }
-    }
+      kernels_.attention_block_backward(blk, RowsOut{dqkv + q0 * row3, row3, L * row3}, block_k(dkv, ki),
+                                        block_v(dkv, ki), Rows{dout + q0 * C, C, L * C},
+                                        RowStats{lse + q0, L, NH_ * L}, RowStats{di + q0, L, NH_ * L},
+                                        Rows{qkv + q0 * row3, row3, L * row3}, block_k(kv, ki), block_v(kv, ki));
+    });
     if (P > 1) {
       // The block's gradients go on with it: after the last step each rank receives its own, complete.
       exchange(dkv, dkv_[1 - cur].as<float>(), block_floats);

@@ -54,6 +54,12 @@ class RingAttention {
   RowsOut block_k(float* block, int slot) const;
   RowsOut block_v(float* block, int slot) const;
   AttentionBlock block(int q_chunk, int kv_chunk) const;
+  // This rank's keys and values, from qkv into the first block buffer (the block that travels first).
+  void load_own_block(const float* qkv);
+  // fn(query slot, key slot, the block) for each pair of this rank's chunks and src's chunks in which some query sees
+  // some key (0: the first chunk, 1: its mirror), queries outer: the order results are merged in.
+  template <typename Fn>
+  void for_each_block(int src, Fn&& fn) const;
   // Posts this step's exchange of `count` floats: send `send` to the next rank, receive `recv` from the previous
   // one, after the compute stream's work so far.
   void exchange(const float* send, float* recv, std::size_t count);

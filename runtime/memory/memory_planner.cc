@@ -95,7 +95,8 @@ int ParallelLayout::shard_size() const {
 }
 
 double activation_bytes_of(const PlanInput& in, BlockRecompute kind) {
-  const double s = static_cast<double>(in.model.seq) / in.layout.cp, b = in.micro_batch, h = in.model.hidden, a = in.model.heads, t = in.layout.tp;
+  const double s = static_cast<double>(in.model.seq) / in.layout.cp;  // this rank's tokens of a sequence
+  const double b = in.micro_batch, h = in.model.hidden, a = in.model.heads, t = in.layout.tp;
   const double width = static_cast<double>(dtype_size(in.precision.param_dtype)) / 2.0;  // the formulas are 16-bit
   // Sequence parallelism splits the regions tensor parallelism leaves whole (and the layer input) along the sequence.
   const double sp = in.layout.sequence_parallel ? t : 1.0;

@@ -1,6 +1,6 @@
-// DeviceMesh: the job's ranks as pp x dp_replicate x dp_shard x cp x tp, with every process group built once (torchtitan's
-// ParallelDims, Megatron's parallel_state). Layers above take the groups they need from it and never re-derive a
-// group from rank arithmetic. See docs/architecture.md, "The device mesh".
+// DeviceMesh: the job's ranks as pp x dp_replicate x dp_shard x cp x tp, with every process group built once
+// (torchtitan's ParallelDims, Megatron's parallel_state). Layers above take the groups they need from it and never
+// re-derive a group from rank arithmetic. See docs/architecture.md, "The device mesh".
 #pragma once
 
 #include <memory>

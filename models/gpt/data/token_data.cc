@@ -1,6 +1,7 @@
 // TokenFile loading and checks, the batch window rule, and the splitmix64 synthetic token generator.
 #include "models/gpt/data/token_data.h"
 
+#include <initializer_list>
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -84,10 +85,14 @@ TokenFile TokenFile::from_tokens(std::vector<std::uint16_t> tokens, int seq_len,
 
 namespace {
 
-// The window rule for rows first_row .. first_row + B - 1. g can pass 2^64 only for absurd arguments, but 128 bits
-// keep the rule exact for any int inputs.
-void fill_from(const TokenFile& data, unsigned __int128 first_row, int B, int T, std::int32_t* inputs,
-               std::int32_t* targets) {
+// The window rule for rows first_row .. first_row + B - 1: row b's inputs are positions [begin, end) of each of its
+// `spans` (global positions of the row), written one span after another into inputs (and targets, one further).
+// g can pass 2^64 only for absurd arguments, but 128 bits keep the rule exact for any int inputs.
+struct Span {
+  int begin, end;
+};
+void fill_from(const TokenFile& data, unsigned __int128 first_row, int B, int T, std::initializer_list<Span> spans,
+               std::int32_t* inputs, std::int32_t* targets) {
   STRATA_CHECK(B >= 1 && T >= 1, "batch shape B={} T={}", B, T);
   STRATA_CHECK(inputs != nullptr && targets != nullptr, "null batch buffers");
   const std::uint64_t n = data.size();
@@ -96,16 +101,19 @@ void fill_from(const TokenFile& data, unsigned __int128 first_row, int B, int T,
   using u128 = unsigned __int128;
   const u128 m = n - static_cast<std::uint64_t>(T);
   const std::uint16_t* tokens = data.tokens().data();
+  std::size_t row = 0;  // tokens per row written
+  for (const Span& sp : spans) row += static_cast<std::size_t>(sp.end - sp.begin);
   for (int b = 0; b < B; ++b) {
     const u128 g = first_row + static_cast<u128>(b);
     const auto offset = static_cast<std::uint64_t>(((g % m) * static_cast<u128>(T)) % m);
     const std::uint16_t* window = tokens + offset;  // offset + T <= n - 1, so window[T] is in range
-    std::int32_t* in = inputs + static_cast<std::size_t>(b) * T;
-    std::int32_t* tg = targets + static_cast<std::size_t>(b) * T;
-    for (int t = 0; t < T; ++t) {
-      in[t] = window[t];
-      tg[t] = window[t + 1];
-    }
+    std::int32_t* in = inputs + static_cast<std::size_t>(b) * row;
+    std::int32_t* tg = targets + static_cast<std::size_t>(b) * row;
+    for (const Span& sp : spans)
+      for (int t = sp.begin; t < sp.end; ++t) {
+        *in++ = window[t];
+        *tg++ = window[t + 1];
+      }
   }
 }
 
@@ -118,19 +126,18 @@ void fill_batch(const TokenFile& data, int step, int micro, int micro_batches, i
   STRATA_CHECK(world >= 1 && rank >= 0 && rank < world, "rank {} of world {}", rank, world);
   using u128 = unsigned __int128;
   fill_from(data, ((static_cast<u128>(step) * micro_batches + micro) * world + rank) * static_cast<u128>(B), B, T,
-            inputs, targets);
+            {{0, T}}, inputs, targets);
 }
 
 void fill_rows(const TokenFile& data, std::uint64_t first_row, int B, int T, std::int32_t* inputs,
                std::int32_t* targets) {
-  fill_from(data, first_row, B, T, inputs, targets);
+  fill_from(data, first_row, B, T, {{0, T}}, inputs, targets);
 }
 
-void take_chunks(const ContextChunks& chunks, int B, const std::int32_t* rows, std::int32_t* out) {
-  const std::size_t T = static_cast<std::size_t>(chunks.seq), L = static_cast<std::size_t>(chunks.local_rows());
-  for (std::size_t b = 0; b < static_cast<std::size_t>(B); ++b)
-    for (std::size_t i = 0; i < L; ++i)
-      out[b * L + i] = rows[b * T + static_cast<std::size_t>(chunks.position(static_cast<int>(i)))];
+void fill_chunk_rows(const TokenFile& data, std::uint64_t first_row, int B, const ContextChunks& chunks,
+                     std::int32_t* inputs, std::int32_t* targets) {
+  const int n = chunks.chunk_rows(), a = chunks.position(0), b = chunks.position(n);
+  fill_from(data, first_row, B, chunks.seq, {{a, a + n}, {b, b + n}}, inputs, targets);
 }
 
 std::vector<std::uint16_t> synthetic_tokens(std::uint64_t n, int vocab, std::uint64_t seed) {

@@ -46,9 +46,10 @@ void fill_batch(const TokenFile& data, int step, int micro, int micro_batches, i
 void fill_rows(const TokenFile& data, std::uint64_t first_row, int B, int T, std::int32_t* inputs,
                std::int32_t* targets);
 
-// Context parallelism: this cp rank's tokens of B rows of chunks.seq tokens (`rows`, [B, seq]) into `out`
-// ([B, local_rows]): its two mirrored chunks of each row, in local order (ContextChunks::position).
-void take_chunks(const ContextChunks& chunks, int B, const std::int32_t* rows, std::int32_t* out);
+// Context parallelism: fill_rows for rows of chunks.seq tokens, writing only this cp rank's two mirrored chunks of
+// each row, in local order (ContextChunks::position): inputs and targets hold B * chunks.local_rows() each.
+void fill_chunk_rows(const TokenFile& data, std::uint64_t first_row, int B, const ContextChunks& chunks,
+                     std::int32_t* inputs, std::int32_t* targets);
 
 // The spec's synthetic data: splitmix64 from state `seed`; t_0 and every t_i whose draw r_i % 4 == 0 is
 // (r_i >> 32) % vocab, the others (31 t_{i-1} + 7 + (r_i >> 32) % 3) % vocab. vocab in [1, 65536].

@@ -139,7 +139,9 @@ namespace {
 inline const float* at(Rows r, int b, std::size_t i, int col) {
   return r.data + b * r.batch_stride + i * r.row_stride + col;
 }
-inline float* at(RowsOut r, int b, std::size_t i, int col) { return r.data + b * r.batch_stride + i * r.row_stride + col; }
+inline float* at(RowsOut r, int b, std::size_t i, int col) {
+  return r.data + b * r.batch_stride + i * r.row_stride + col;
+}
 inline std::size_t stat(std::size_t batch_stride, std::size_t head_stride, int b, int h) {
   return b * batch_stride + h * head_stride;
 }

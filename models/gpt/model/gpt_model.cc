@@ -340,8 +340,9 @@ struct GptModel::Impl {
       STRATA_CHECK_CODE(ErrorCode::kUnsupported, !sp,
                         "context parallelism runs without sequence parallelism so far");
       chunks = ContextChunks::of(T * par.cp->size(), par.cp->size(), par.cp->rank());
-      STRATA_CHECK(chunks->seq <= cfg.ctx, "the sequence of {} tokens ({} on each of {} cp ranks) exceeds the context {}",
-                   chunks->seq, T, chunks->cp, cfg.ctx);
+      STRATA_CHECK(chunks->seq <= cfg.ctx,
+                   "the sequence of {} tokens ({} on each of {} cp ranks) exceeds the context {}", chunks->seq, T,
+                   chunks->cp, cfg.ctx);
     }
     Nl = tp.local_rows();
     Cl = cfg.embd / P;
@@ -452,6 +453,30 @@ struct GptModel::Impl {
   void attention_forward(float* out, float* lse, const float* qkv) {
     if (ring) ring->forward(out, lse, qkv);
     else k->attention_forward(out, lse, qkv, B, T, Cl, NHl);
+  }
+  void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv) {
+    if (ring) ring->backward(dqkv, dout, out, lse, qkv);
+    else k->attention_backward(dqkv, dout, out, lse, qkv, B, T, Cl, NHl);
+  }
+  // Under the tp kernels: the position embedding of this rank's rows added to x0 (its chunks' positions under cp, its
+  // sequence-parallel share's otherwise), and its gradient.
+  void positions_forward(float* x0) {
+    const int C = cfg.embd;
+    if (!chunks) {
+      k->position_forward(x0, emb->p(kWpe), B, tp.local_positions(), tp.first_position(), C);
+      return;
+    }
+    for_each_chunk(
+        [&](std::size_t row, int pos, int n) { k->position_forward(x0 + row * C, emb->p(kWpe), 1, n, pos, C); });
+  }
+  void positions_backward(const float* dx0) {
+    const int C = cfg.embd;
+    if (!chunks) {
+      k->position_backward(emb->g(kWpe), dx0, B, tp.local_positions(), tp.first_position(), C);
+      return;
+    }
+    for_each_chunk(
+        [&](std::size_t row, int pos, int n) { k->position_backward(emb->g(kWpe), dx0 + row * C, 1, n, pos, C); });
   }
   // The token and position embeddings of the micro-batch's rows into x0; under context parallelism each of this
   // rank's two chunks of a row takes the positions of its place in the sequence.
@@ -587,10 +612,7 @@ struct GptModel::Impl {
                           a[kActLn2Rstd], Nl, C);
     proj_lin->backward(datty.as<float>(), dfull_p, p.g(kProjW), p.g(kProjB), d, a[kActAtty], p.p(kProjW));
     k->zero(dqkv.data(), static_cast<std::size_t>(N) * 3 * Cl * 4);
-    if (ring)
-      ring->backward(dqkv.as<float>(), datty.as<float>(), a[kActAtty], a[kActLse], a[kActQkv]);
-    else
-      k->attention_backward(dqkv.as<float>(), datty.as<float>(), a[kActAtty], a[kActLse], a[kActQkv], B, T, Cl, NHl);
+    attention_backward(dqkv.as<float>(), datty.as<float>(), a[kActAtty], a[kActLse], a[kActQkv]);
     const float* dln1 = qkv_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(kAttnW), p.g(kAttnB),
                                           dqkv.as<float>(), whole(a[kActLn1]), p.p(kAttnW));
     k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), dln1, x, p.p(kLn1W), a[kActLn1Mean],
@@ -603,8 +625,7 @@ struct GptModel::Impl {
   // it is also the LM head).
   double forward_chunk(int chunk, int slot, const std::int32_t* in, const std::int32_t* tgt, float dscale) {
     const int C = cfg.embd, V = cfg.vocab;
-    STRATA_CHECK((chunks ? chunks->seq : T) <= cfg.ctx, "sequence length {} exceeds the context {}",
-                 chunks ? chunks->seq : T, cfg.ctx);
+    STRATA_CHECK(T <= cfg.ctx, "sequence length {} exceeds the context {}", T, cfg.ctx);
     const LayerRange& r = chunk_of(chunk);
     MicroActs& mb = slot_of(slot);
     const bool first = has_embeddings(chunk), last = has_head(chunk);
@@ -619,12 +640,7 @@ struct GptModel::Impl {
         // Each rank looks up the tokens of its vocabulary rows (0 for the others); the sum over tp is the embedding.
         vocab_parallel_embedding_forward(*k, tp, attproj.as<float>(), x0, mb.tokens_in.as<std::int32_t>(),
                                          emb->p(kWte), vocab, C);
-        if (chunks)
-          for_each_chunk([&](std::size_t row, int pos, int n) {
-            k->position_forward(x0 + row * C, emb->p(kWpe), 1, n, pos, C);
-          });
-        else
-          k->position_forward(x0, emb->p(kWpe), B, tp.local_positions(), tp.first_position(), C);
+        positions_forward(x0);
       }
     }
     for (int l = r.first; l < r.last; ++l) {
@@ -720,12 +736,7 @@ struct GptModel::Impl {
       if (!tpk) {
         embed_backward(dres.as<float>(), mb.tokens_in.as<std::int32_t>());
       } else {
-        if (chunks)
-          for_each_chunk([&](std::size_t row, int pos, int n) {
-            k->position_backward(emb->g(kWpe), dres.as<float>() + row * C, 1, n, pos, C);
-          });
-        else
-          k->position_backward(emb->g(kWpe), dres.as<float>(), B, tp.local_positions(), tp.first_position(), C);
+        positions_backward(dres.as<float>());
         vocab_parallel_embedding_backward(*k, tp, emb->g(kWte), dres.as<float>(), dfull.as<float>(),
                                           mb.tokens_in.as<std::int32_t>(), vocab, C);
       }

@@ -14,12 +14,8 @@ GptPipelineStage::GptPipelineStage(GptModel& gpt, ShardedModel& model, const Tok
       dp_rank_(dp_rank),
       keep_gathered_(keep_gathered),
       chunks_(chunks) {
-  inputs_.resize(static_cast<std::size_t>(B) * static_cast<std::size_t>(T));
+  inputs_.resize(static_cast<std::size_t>(B) * static_cast<std::size_t>(chunks_ ? chunks_->local_rows() : T));
   targets_.resize(inputs_.size());
-  if (chunks_) {
-    chunk_inputs_.resize(static_cast<std::size_t>(B) * static_cast<std::size_t>(chunks_->local_rows()));
-    chunk_targets_.resize(chunk_inputs_.size());
-  }
 }
 
 void GptPipelineStage::begin_step(std::uint64_t step_row, float grad_scale) {
@@ -35,15 +31,12 @@ void GptPipelineStage::forward(int micro_batch, int chunk, int slot) {
   const std::uint64_t first = step_row_ + static_cast<std::uint64_t>(micro_batch) * static_cast<std::uint64_t>(dp_) *
                                               rows + static_cast<std::uint64_t>(dp_rank_) * rows;
   if (gpt_.chunk_reads_tokens(chunk)) {
-    fill_rows(data_, first, B_, T_, inputs_.data(), targets_.data());
-    if (chunks_) {
-      take_chunks(*chunks_, B_, inputs_.data(), chunk_inputs_.data());
-      take_chunks(*chunks_, B_, targets_.data(), chunk_targets_.data());
-    }
+    if (chunks_)
+      fill_chunk_rows(data_, first, B_, *chunks_, inputs_.data(), targets_.data());
+    else
+      fill_rows(data_, first, B_, T_, inputs_.data(), targets_.data());
   }
-  const bool cp = chunks_.has_value();
-  loss_sum_ += gpt_.forward_chunk(chunk, slot, cp ? chunk_inputs_.data() : inputs_.data(),
-                                  cp ? chunk_targets_.data() : targets_.data(), grad_scale_);
+  loss_sum_ += gpt_.forward_chunk(chunk, slot, inputs_.data(), targets_.data(), grad_scale_);
 }
 
 void GptPipelineStage::before_backward(int, int, bool last_of_chunk) {

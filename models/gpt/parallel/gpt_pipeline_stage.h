@@ -43,8 +43,7 @@ class GptPipelineStage : public PipelineStage {
   const TokenFile& data_;
   int B_, T_, dp_, dp_rank_;
   bool keep_gathered_;
-  std::optional<ContextChunks> chunks_;
-  std::vector<std::int32_t> chunk_inputs_, chunk_targets_;  // this cp rank's tokens of the rows
+  std::optional<ContextChunks> chunks_;  // --cp: inputs_ / targets_ hold this rank's chunks of each row
   std::uint64_t step_row_ = 0;
   float grad_scale_ = 1;
   double loss_sum_ = 0;

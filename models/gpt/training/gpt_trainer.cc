@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cmath>
 #include <map>
-#include <optional>
 #include <cstring>
 #include <chrono>
 #include <thread>
@@ -53,6 +52,7 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
                     "--cp {} on {}: ring attention runs on the CPU backend only so far (--backend cpu)", cfg_.cp,
                     rt_.device().name());
   mesh_ = std::make_unique<DeviceMesh>(rt_, MeshDims{cfg_.pp, cfg_.dp_replicate, -1, cfg_.tp, cfg_.cp});
+  if (cfg_.cp > 1) chunks_ = ContextChunks::of(cfg_.seq, cfg_.cp, mesh_->cp().rank());
   if (cfg_.pipelined()) build_pipeline();
   parallelize();
   parameters_ = global_numel(gpt_units(cfg_.model, cfg_.tp));
@@ -85,24 +85,18 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
     gpt_ = std::make_unique<GptModel>(cfg_.model, *model_, rt_.device(), rows, cfg_.local_seq(), cfg_.recompute, par,
                                       part_, cfg_.precision);
   });
-  if (executor_) {
-    std::optional<ContextChunks> chunks;
-    if (cfg_.cp > 1) chunks = ContextChunks::of(cfg_.seq, cfg_.cp, mesh_->cp().rank());
+  if (executor_)
     stage_ = std::make_unique<GptPipelineStage>(*gpt_, *model_, data_, rows, cfg_.seq, mesh_->dp().size(),
-                                                mesh_->dp().rank(), cfg_.pp_keep_gathered, chunks);
-  }
-  inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.seq);
+                                                mesh_->dp().rank(), cfg_.pp_keep_gathered, chunks_);
+  inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.local_seq());  // this rank's tokens of each row
   targets_.resize(inputs_.size());
-  if (cfg_.cp > 1) {
-    cp_inputs_.resize(static_cast<std::size_t>(cfg_.batch) * cfg_.local_seq());
-    cp_targets_.resize(cp_inputs_.size());
-  }
 }
 
-void GptTrainer::take_chunks() {
-  const ContextChunks chunks = ContextChunks::of(cfg_.seq, cfg_.cp, mesh_->cp().rank());
-  gpt::take_chunks(chunks, cfg_.batch, inputs_.data(), cp_inputs_.data());
-  gpt::take_chunks(chunks, cfg_.batch, targets_.data(), cp_targets_.data());
+std::uint64_t GptTrainer::rows_per_step() const {
+  // dp x batch rows per micro-batch; a pipeline's step is one such set (split into its micro-batches), --grad-accum's
+  // A of them.
+  return static_cast<std::uint64_t>(mesh_->dp().size()) * static_cast<std::uint64_t>(cfg_.batch) *
+         static_cast<std::uint64_t>(cfg_.pipelined() ? 1 : cfg_.grad_accum);
 }
 
 void GptTrainer::check_config() const {
@@ -200,7 +194,6 @@ StepRecord GptTrainer::step(int step) {
   gpt_->reset_tp_traffic();
   const std::uint64_t cp_before = gpt_->cp_bytes_sent();
   const std::uint64_t rows_per_micro_batch = static_cast<std::uint64_t>(dp) * static_cast<std::uint64_t>(cfg_.batch);
-  std::uint64_t step_rows = 0;  // global rows this step consumes
   if (executor_) {
     // The step's rows (dp x batch, in micro-batches) through the schedule; the loss lives on the last stage.
     const int M = cfg_.micro_batches();
@@ -208,25 +201,24 @@ StepRecord GptTrainer::step(int step) {
     with_fit_advice([&] { executor_->run_step(*stage_); });
     loss = part_.last ? stage_->loss_sum() / M : 0.0;
     if (tied_) tied_->sum_grads(model_->parameters());
-    step_rows = rows_per_micro_batch;
   } else {
     for (int a = 0; a < A; ++a) {
       model_->set_is_last_backward(a == A - 1);  // finish the reductions after the last micro-batch's backward
       // The global rows of this micro-batch, this rank's share (the window rule of fill_batch, from the data position).
       const std::uint64_t first = rows_done_ + static_cast<std::uint64_t>(a) * rows_per_micro_batch +
                                   static_cast<std::uint64_t>(dp_rank) * static_cast<std::uint64_t>(cfg_.batch);
-      fill_rows(data_, first, cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
-      const bool cp = cfg_.cp > 1;
-      if (cp) take_chunks();
+      if (chunks_)
+        fill_chunk_rows(data_, first, cfg_.batch, *chunks_, inputs_.data(), targets_.data());
+      else
+        fill_rows(data_, first, cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
       with_fit_advice([&] {
-        loss += gpt_->forward_backward(cp ? cp_inputs_.data() : inputs_.data(), cp ? cp_targets_.data() : targets_.data(),
+        loss += gpt_->forward_backward(inputs_.data(), targets_.data(),
                                        optimizer_->loss_scale() / static_cast<float>(A)) / A;
       });
     }
-    step_rows = static_cast<std::uint64_t>(A) * rows_per_micro_batch;
   }
   StepResult r = optimizer_->step(cfg_.lr_at(step), step);
-  rows_done_ += step_rows;
+  rows_done_ += rows_per_step();
   next_step_ = step + 1;
   StepRecord rec;
   rec.step = step;
@@ -329,14 +321,12 @@ void GptTrainer::resume() {
                                         *s.seq, cfg_.seq, s.rows_done));
   // The rows a step trained (the data position over the steps) against this run's: another global batch is allowed
   // (a deliberate change) but said, since the losses then differ from the run that was never stopped.
-  const std::uint64_t rows_per_step = static_cast<std::uint64_t>(mesh_->dp().size()) *
-                                      static_cast<std::uint64_t>(cfg_.batch) *
-                                      static_cast<std::uint64_t>(cfg_.pipelined() ? 1 : cfg_.grad_accum);
   if (s.next_step > 0 && s.rows_done % static_cast<std::uint64_t>(s.next_step) == 0 &&
-      s.rows_done / static_cast<std::uint64_t>(s.next_step) != rows_per_step)
-    resume_notes_.push_back(fmt::format("the checkpoint trained {} rows a step, this run trains {} (data-parallel ranks "
-                                        "x --batch x --grad-accum): give --global-batch {} to keep its global batch",
-                                        s.rows_done / static_cast<std::uint64_t>(s.next_step), rows_per_step,
+      s.rows_done / static_cast<std::uint64_t>(s.next_step) != rows_per_step())
+    resume_notes_.push_back(fmt::format("the checkpoint trained {} rows a step, this run trains {} (data-parallel "
+                                        "ranks x --batch x --grad-accum): give --global-batch {} to keep its global "
+                                        "batch",
+                                        s.rows_done / static_cast<std::uint64_t>(s.next_step), rows_per_step(),
                                         s.rows_done / static_cast<std::uint64_t>(s.next_step)));
   start_step_ = static_cast<int>(s.next_step);
   next_step_ = start_step_;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "models/gpt/model/gpt_model.h"
@@ -10,6 +11,7 @@
 #include "models/gpt/training/gpt_trainer_state.h"
 #include "models/gpt/training/train_config.h"
 #include "models/gpt/data/token_data.h"
+#include "runtime/context/context_chunks.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/checkpoint/checkpointer.h"
 #include "runtime/optim/adamw.h"
@@ -75,8 +77,8 @@ class GptTrainer {
   // rank's part of a pipeline, the parallelize step (norm groups, counted mask, the tied pair, the sharded model and
   // optimizer, prefetch within chunks), and weights from --init.
   void check_config() const;
-  // --cp: cp_inputs_ / cp_targets_ from the whole rows in inputs_ / targets_.
-  void take_chunks();
+  // Global rows a step consumes: data-parallel ranks x --batch x --grad-accum (a pipeline splits --batch instead).
+  std::uint64_t rows_per_step() const;
   // --recompute auto: the kind of each block, from 99% of the budget the rank with the least of it has left (every
   // rank makes the same choice); kOutOfMemory with the planner's cheapest change when nothing fits.
   void choose_recompute();
@@ -102,8 +104,8 @@ class GptTrainer {
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<GptPipelineStage> stage_;
   std::unique_ptr<TiedParameters> tied_;  // pp > 1: wte on the first and last stage (the embeddings, the LM head)
-  std::vector<std::int32_t> inputs_, targets_;
-  std::vector<std::int32_t> cp_inputs_, cp_targets_;  // --cp: this rank's chunks of each row (ContextChunks)
+  std::vector<std::int32_t> inputs_, targets_;  // this rank's tokens of a micro-batch's rows
+  std::optional<ContextChunks> chunks_;           // --cp: which tokens of each row this rank holds
   std::size_t parameters_ = 0;
   std::uint64_t rows_done_ = 0;  // global rows consumed (the data position a checkpoint keeps)
   int start_step_ = 0;
