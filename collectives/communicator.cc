@@ -25,20 +25,27 @@ P2POp P2POp::recv(void* buf, std::size_t count, DType dtype, int peer) {
 
 OpDesc Communicator::next_op(OpKind kind, std::size_t count, DType dtype, ReduceOp op, int root, int peer) {
   OpDesc d;
+  // The ledger's counters are named from this rank's side (progress_ledger.h).
+  std::atomic<std::uint64_t>* counter = nullptr;
   if (kind == OpKind::kSend || kind == OpKind::kRecv) {
-    auto& counters = kind == OpKind::kSend ? sent_ : received_;
-    if (counters.empty()) counters.assign(static_cast<std::size_t>(size_), 0);
-    d.seq = counters[static_cast<std::size_t>(peer)]++;
+    const bool sending = kind == OpKind::kSend;
+    auto& counts = sending ? sent_ : received_;
+    auto& counters = sending ? sent_counters_ : received_counters_;
+    if (counts.empty()) {
+      counts.assign(static_cast<std::size_t>(size_), 0);
+      counters.assign(static_cast<std::size_t>(size_), nullptr);
+    }
+    const auto p = static_cast<std::size_t>(peer);
+    d.seq = counts[p]++;
+    if (!counters[p])
+      counters[p] = ProgressLedger::global().counter(fmt::format("{} {}{}", name_, sending ? "send>" : "recv<", peer));
+    counter = counters[p];
   } else {
     d.seq = seq_++;
+    if (!issued_) issued_ = ProgressLedger::global().counter(name_);
+    counter = issued_;
   }
-  // The ledger's counters are named from this rank's side (progress_ledger.h).
-  if (kind == OpKind::kSend)
-    ProgressLedger::global().issued(fmt::format("{} send>{}", name_, peer), d.seq + 1);
-  else if (kind == OpKind::kRecv)
-    ProgressLedger::global().issued(fmt::format("{} recv<{}", name_, peer), d.seq + 1);
-  else
-    ProgressLedger::global().issued(name_, d.seq + 1);
+  ProgressLedger::raise(counter, d.seq + 1);
   d.kind = kind;
   d.op = op;
   d.count = count;

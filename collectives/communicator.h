@@ -1,6 +1,7 @@
 // The Communicator seam: NCCL-style collectives enqueued on a Stream. MPI (host memory) and NCCL implement it.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -114,6 +115,9 @@ class Communicator {
   std::uint64_t seq_ = 0;
   std::vector<std::uint64_t> sent_;      // per peer
   std::vector<std::uint64_t> received_;  // per peer
+  // This communicator's ProgressLedger counters, looked up on first use (the per-peer ones per peer).
+  std::atomic<std::uint64_t>* issued_ = nullptr;
+  std::vector<std::atomic<std::uint64_t>*> sent_counters_, received_counters_;
   std::vector<int> world_ranks_;
 };
 

@@ -1,6 +1,7 @@
 // MpiCommunicator: nonblocking MPI collectives on per-stream lanes, polled with a deadline.
 #include "collectives/mpi_communicator.h"
 
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <cstring>
@@ -53,6 +54,77 @@ struct OpRef {
   const OpDesc* desc;
   const std::string* what;
 };
+
+// "all_gather seq=12 count=1024 dtype=f32 group=world(2) stream=comm", appended to `out`.
+void append_op_line(std::string& out, const OpDesc& desc, const std::string& group, int size,
+                    const std::string& stream) {
+  desc.describe_to(out);
+  out += " group=";
+  out += group;
+  char digits[16];
+  out += '(';
+  out.append(digits, std::to_chars(digits, digits + sizeof(digits), size).ptr);
+  out += ") stream=";
+  out += stream;
+}
+
+// A running operation's line, written into its thread's reused buffer (no allocation once the buffer has grown),
+// or into its own string when an operation runs inside another one on the same thread.
+class OpLine {
+ public:
+  OpLine() : text_(buffer_in_use_ ? own_ : buffer_), owns_buffer_(!buffer_in_use_) { buffer_in_use_ = true; }
+  ~OpLine() {
+    if (owns_buffer_) buffer_in_use_ = false;
+  }
+  OpLine(const OpLine&) = delete;
+  OpLine& operator=(const OpLine&) = delete;
+  const std::string& write(const OpDesc& desc, const std::string& group, int size, const std::string& stream) {
+    text_.clear();
+    append_op_line(text_, desc, group, size, stream);
+    return text_;
+  }
+
+ private:
+  static thread_local std::string buffer_;
+  static thread_local bool buffer_in_use_;
+  std::string own_;
+  std::string& text_;
+  bool owns_buffer_;
+};
+thread_local std::string OpLine::buffer_;
+thread_local bool OpLine::buffer_in_use_ = false;
+
+// Up to this many bytes in an operation's whole buffer (all_gather's output, reduce_scatter's input, all_reduce's
+// buffer) on up to kPointToPointRanks ranks, the MPI path exchanges one message with every peer point to point:
+// Open MPI's nonblocking collectives cost several times a blocking call at these sizes, its sends and receives do not.
+constexpr std::size_t kPointToPointBytes = 64 << 10;
+constexpr int kPointToPointRanks = 8;
+
+struct Message {
+  const void* at;
+  std::size_t bytes;
+};
+
+// Sends to_peer(p) to every peer p and receives from_peer(p) from it, on `comm` (a lane: its operations run in the
+// same order on every rank, so the messages of one pair match in order).
+template <class ToPeer, class FromPeer>
+void exchange(MPI_Comm comm, int rank, int size, ToPeer to_peer, FromPeer from_peer, double timeout_s,
+              const std::string& what) {
+  MPI_Request reqs[2 * kPointToPointRanks];
+  int k = 0;
+  for (int p = 0; p < size; ++p)
+    if (p != rank) {
+      const Message m = from_peer(p);
+      STRATA_CHECK_MPI(
+          MPI_Irecv(const_cast<void*>(m.at), static_cast<int>(m.bytes), MPI_BYTE, p, 0, comm, &reqs[k++]));
+    }
+  for (int p = 0; p < size; ++p)
+    if (p != rank) {
+      const Message m = to_peer(p);
+      STRATA_CHECK_MPI(MPI_Isend(m.at, static_cast<int>(m.bytes), MPI_BYTE, p, 0, comm, &reqs[k++]));
+    }
+  mpi_wait_all(k, reqs, timeout_s, what);
+}
 
 int as_int(std::size_t count, const char* op) {
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, count <= static_cast<std::size_t>(INT_MAX),
@@ -111,6 +183,10 @@ MpiCommunicator::Lane& MpiCommunicator::lane_for(Stream& stream) {
   return *lanes_.emplace(stream.id(), std::move(lane)).first->second;
 }
 
+bool MpiCommunicator::point_to_point(std::size_t bytes) const {
+  return bytes <= kPointToPointBytes && size() <= kPointToPointRanks;
+}
+
 std::uint64_t MpiCommunicator::shm_direct_operations() {
   std::lock_guard<std::mutex> lock(lanes_mutex_);
   std::uint64_t total = 0;
@@ -127,26 +203,35 @@ void* MpiCommunicator::staging(Lane& lane, std::size_t bytes) {
   return lane.staging.data();
 }
 
-void MpiCommunicator::launch(Stream& stream, const OpDesc& desc,
-                             std::function<void(Lane&, const std::string&)> body) {
+template <class Body>
+void MpiCommunicator::launch(Stream& stream, const OpDesc& desc, Body body) {
   check_stream(stream, op_kind_name(desc.kind));
   bool p2p = desc.kind == OpKind::kSend || desc.kind == OpKind::kRecv;
   Lane& lane = p2p ? p2p_ : lane_for(stream);  // lanes are collective; the pair must not create one
-  std::string what = fmt::format("{} group={}({}) stream={}", desc.describe(), name(), size(), stream.name());
-  logger("comm").trace("enqueue {}", what);
-  std::string args;  // trace span arguments, formatted only when tracing
-  if (Tracer::global().enabled())
-    args = fmt::format(R"("seq":{},"count":{},"dtype":"{}","group":"{}")", desc.seq, desc.count,
-                       dtype_name(desc.dtype), name());
-  stream.enqueue_bounded([this, &lane, desc, what, args, track = stream.name(), body = std::move(body)] {
-    // Registered without formatting: the hang report describes the operation only if it is asked for.
+  static spdlog::logger& log = logger("comm");
+  if (log.should_log(spdlog::level::trace)) log.trace("enqueue {}", describe(desc, stream));
+  // One closure, holding no string: the operation's line is written on the thread that runs it, into that thread's
+  // reused buffer, and the hang-report entries borrow it.
+  stream.enqueue_bounded([this, &lane, &stream, desc, body = std::move(body)] {
+    OpLine line;
+    const std::string& what = line.write(desc, name(), size(), stream.name());
     InFlightScope scope(&what);
     const OpRef op{this, &desc, &what};
     PeerWaitScope peers([&op] { return op.comm->peer_wait(*op.desc, *op.what); });
-    TraceSpan span(op_kind_name(desc.kind), "comm", track, args);
+    std::string args;  // trace span arguments, formatted only when tracing
+    if (Tracer::global().enabled())
+      args = fmt::format(R"("seq":{},"count":{},"dtype":"{}","group":"{}")", desc.seq, desc.count,
+                         dtype_name(desc.dtype), name());
+    TraceSpan span(op_kind_name(desc.kind), "comm", stream.name(), args);
     if (options().validate) validate(lane, desc, what);
     body(lane, what);
   });
+}
+
+std::string MpiCommunicator::describe(const OpDesc& desc, const Stream& stream) const {
+  std::string out;
+  append_op_line(out, desc, name(), size(), stream.name());
+  return out;
 }
 
 void MpiCommunicator::validate(Lane& lane, const OpDesc& desc, const std::string& what) {
@@ -222,10 +307,18 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_
   OpDesc desc = next_op(OpKind::kAllGather, send_count, dtype);
   int count = as_int(send_count, "all_gather");
   std::size_t bytes = send_count * dtype_size(dtype);
-  bool in_place = send == static_cast<const char*>(recv) + static_cast<std::size_t>(rank()) * bytes;
+  std::size_t n = static_cast<std::size_t>(size()), me = static_cast<std::size_t>(rank());
+  bool in_place = send == static_cast<const char*>(recv) + me * bytes;
   launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
     if (count == 0) return;
     if (lane.shm) return lane.shm->all_gather(send, recv, bytes, what);
+    if (point_to_point(n * bytes)) {
+      char* out = static_cast<char*>(recv);
+      if (!in_place) std::memcpy(out + me * bytes, send, bytes);
+      return exchange(
+          lane.comm, rank(), size(), [&](int) { return Message{send, bytes}; },
+          [&](int p) { return Message{out + static_cast<std::size_t>(p) * bytes, bytes}; }, options().timeout_s, what);
+    }
     MPI_Datatype t = mpi_datatype(dtype);
     MPI_Request req;
     STRATA_CHECK_MPI(MPI_Iallgather(in_place ? MPI_IN_PLACE : send, count, t, recv, count, t, lane.comm, &req));
@@ -237,7 +330,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
                                      Stream& stream) {
   OpDesc desc = next_op(OpKind::kReduceScatter, recv_count, dtype, op);
   int count = as_int(recv_count, "reduce_scatter");
-  std::size_t n = static_cast<std::size_t>(size());
+  std::size_t n = static_cast<std::size_t>(size()), me = static_cast<std::size_t>(rank());
   launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
     if (count == 0) return;
     // Chunk r of every rank lands on rank r; then a rank-ordered local reduction. The shared-memory path does not
@@ -245,6 +338,19 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
     // models this backend's comm_buffer by the MPI path, and the ledger stays equal to it whichever path runs.
     void* gathered = staging(lane, n * recv_count * dtype_size(dtype));
     if (lane.shm) return lane.shm->reduce_scatter(send, recv, recv_count, dtype, op, what);
+    const std::size_t chunk = recv_count * dtype_size(dtype);
+    if (point_to_point(n * chunk)) {
+      // Chunk p of our input to rank p; every rank's chunk of ours into the staging; ours read in place.
+      const char* in = static_cast<const char*>(send);
+      char* got = static_cast<char*>(gathered);
+      exchange(
+          lane.comm, rank(), size(), [&](int p) { return Message{in + static_cast<std::size_t>(p) * chunk, chunk}; },
+          [&](int p) { return Message{got + static_cast<std::size_t>(p) * chunk, chunk}; }, options().timeout_s,
+          what);
+      const void* pieces[kPointToPointRanks];
+      for (std::size_t q = 0; q < n; ++q) pieces[q] = q == me ? in + me * chunk : got + q * chunk;
+      return reduce_pieces(pieces, n, recv_count, dtype, op, recv);
+    }
     MPI_Datatype t = mpi_datatype(dtype);
     MPI_Request req;
     STRATA_CHECK_MPI(MPI_Ialltoall(send, count, t, gathered, count, t, lane.comm, &req));
@@ -272,6 +378,38 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count
     if (lane.shm) return lane.shm->all_reduce(send, recv, count, dtype, op, what);
     auto part = [&](std::size_t r) { return static_cast<int>(r * count / n); };
     const int mine = part(me + 1) - part(me);
+    const char* in = static_cast<const char*>(send);
+    char* out = static_cast<char*>(recv);
+    if (point_to_point(count * esz) && (n - 1) * count <= 2 * n * chunk) {
+      // One step where every peer's whole buffer fits the reserved staging (up to 3 ranks): each rank reduces the
+      // whole buffer, in rank order as every path does.
+      const std::size_t bytes = count * esz;
+      auto slot = [&](std::size_t p) { return gathered + (p < me ? p : p - 1) * bytes; };  // n - 1 of them
+      exchange(
+          lane.comm, rank(), size(), [&](int) { return Message{in, bytes}; },
+          [&](int p) { return Message{slot(static_cast<std::size_t>(p)), bytes}; }, options().timeout_s, what);
+      const void* pieces[kPointToPointRanks];
+      for (std::size_t q = 0; q < n; ++q) pieces[q] = q == me ? in : slot(q);
+      return reduce_pieces(pieces, n, count, dtype, op, out);
+    }
+    if (point_to_point(count * esz)) {
+      // The same two steps, point to point: every rank's copy of our part in, our reduced part out to every rank.
+      const std::size_t my_bytes = static_cast<std::size_t>(mine) * esz;
+      auto part_of = [&](const char* base, std::size_t r) {
+        return Message{base + static_cast<std::size_t>(part(r)) * esz,
+                       static_cast<std::size_t>(part(r + 1) - part(r)) * esz};
+      };
+      exchange(
+          lane.comm, rank(), size(), [&](int p) { return part_of(in, static_cast<std::size_t>(p)); },
+          [&](int p) { return Message{gathered + static_cast<std::size_t>(p) * my_bytes, my_bytes}; },
+          options().timeout_s, what);
+      const void* pieces[kPointToPointRanks];
+      for (std::size_t q = 0; q < n; ++q) pieces[q] = q == me ? part_of(in, me).at : gathered + q * my_bytes;
+      reduce_pieces(pieces, n, static_cast<std::size_t>(mine), dtype, op, const_cast<void*>(part_of(out, me).at));
+      return exchange(
+          lane.comm, rank(), size(), [&](int) { return part_of(out, me); },
+          [&](int p) { return part_of(out, static_cast<std::size_t>(p)); }, options().timeout_s, what);
+    }
     std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
     for (std::size_t r = 0; r < n; ++r) {
       send_counts[r] = part(r + 1) - part(r);
@@ -284,7 +422,6 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count
     STRATA_CHECK_MPI(MPI_Ialltoallv(send, send_counts.data(), send_displs.data(), t, gathered, recv_counts.data(),
                                     recv_displs.data(), t, lane.comm, &req));
     mpi_wait(req, options().timeout_s, what);
-    char* out = static_cast<char*>(recv);
     reduce_chunks(gathered, n, static_cast<std::size_t>(mine), static_cast<std::size_t>(mine), dtype, op,
                   out + static_cast<std::size_t>(part(me)) * esz);
     STRATA_CHECK_MPI(MPI_Iallgatherv(MPI_IN_PLACE, 0, t, out, send_counts.data(), send_displs.data(), t, lane.comm,
@@ -350,7 +487,7 @@ void MpiCommunicator::batch_send_recv(const std::vector<P2POp>& ops, Stream& str
   if (ops.empty()) return;
   std::vector<std::string> whats;  // one in-flight entry per op
   for (const OpDesc& d : descs)
-    whats.push_back(fmt::format("{} group={}({}) stream={}", d.describe(), name(), size(), stream.name()));
+    whats.push_back(describe(d, stream));
   std::string what =
       fmt::format("batch_send_recv of {} ops group={}({}) stream={}", ops.size(), name(), size(), stream.name());
   logger("comm").trace("enqueue {}", what);

@@ -64,14 +64,19 @@ class MpiCommunicator : public Communicator {
   };
   Lane& lane_for(Stream& stream);
   void* staging(Lane& lane, std::size_t bytes);
-  // Enqueues `body` on `stream` behind the validation exchange, registered in the in-flight table.
-  void launch(Stream& stream, const OpDesc& desc, std::function<void(Lane&, const std::string&)> body);
+  // Enqueues body(lane, what) on `stream` behind the validation exchange, registered in the in-flight table; `what`
+  // is the operation's line ("all_gather seq=12 ... group=world(2) stream=comm").
+  template <class Body>
+  void launch(Stream& stream, const OpDesc& desc, Body body);
+  std::string describe(const OpDesc& desc, const Stream& stream) const;  // the same line
   void validate(Lane& lane, const OpDesc& desc, const std::string& what);
   // Exchanges the descriptors of a batch's ops with the peers' matching ops and calls post(i) for each op i as soon as
   // it pairs. Returns the mismatches (empty when every op pairs).
   std::string validate_batch(const std::vector<OpDesc>& descs, const std::string& what,
                              const std::function<void(std::size_t)>& post);
   void check_stream(const Stream& stream, const char* op) const;
+  // Whether an operation of `bytes` in all on the MPI path goes point to point (mpi_communicator.cc).
+  bool point_to_point(std::size_t bytes) const;
 
   MPI_Comm control_ = MPI_COMM_NULL;  // used only by the calling thread: lane creation and split
   bool node_local_ = false;           // the shared-memory path is on (see the class comment)

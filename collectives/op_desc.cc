@@ -1,6 +1,8 @@
 // OpDesc names, description and the cross-rank comparison used by validation mode.
 #include "collectives/op_desc.h"
 
+#include <charconv>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -36,11 +38,31 @@ ReduceOp parse_reduce_op(const std::string& name) {
   STRATA_THROW(ErrorCode::kInvalidArgument, "unknown reduction '{}' (use sum, avg or max)", name);
 }
 
+namespace {
+void append_number(std::string& out, std::int64_t v) {
+  char digits[24];
+  auto end = std::to_chars(digits, digits + sizeof(digits), v).ptr;
+  out.append(digits, end);
+}
+}  // namespace
+
+void OpDesc::describe_to(std::string& out) const {
+  // Appended by hand: a collective's in-flight line is written once per operation, on its hot path.
+  out += op_kind_name(kind);
+  out += " seq=";
+  append_number(out, static_cast<std::int64_t>(seq));
+  out += " count=";
+  append_number(out, static_cast<std::int64_t>(count));
+  out += " dtype=";
+  out += dtype_name(dtype);
+  if (kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce) (out += " op=") += reduce_op_name(op);
+  if (kind == OpKind::kBroadcast) append_number(out += " root=", root);
+  if (kind == OpKind::kSend || kind == OpKind::kRecv) append_number(out += " peer=", peer);
+}
+
 std::string OpDesc::describe() const {
-  std::string s = fmt::format("{} seq={} count={} dtype={}", op_kind_name(kind), seq, count, dtype_name(dtype));
-  if (kind == OpKind::kReduceScatter || kind == OpKind::kAllReduce) s += fmt::format(" op={}", reduce_op_name(op));
-  if (kind == OpKind::kBroadcast) s += fmt::format(" root={}", root);
-  if (kind == OpKind::kSend || kind == OpKind::kRecv) s += fmt::format(" peer={}", peer);
+  std::string s;
+  describe_to(s);
   return s;
 }
 

@@ -29,6 +29,7 @@ struct OpDesc {
 
   // "all_gather seq=12 count=1024 dtype=f32"
   std::string describe() const;
+  void describe_to(std::string& out) const;  // appends the same to `out`
 };
 
 // Compares the descriptors gathered from every rank of a group (index = rank in the group). Returns an empty

@@ -10,47 +10,50 @@ ProgressLedger& ProgressLedger::global() {
   return *ledger;
 }
 
-void ProgressLedger::issued(const std::string& counter, std::uint64_t count) {
+std::atomic<std::uint64_t>* ProgressLedger::counter(const std::string& name) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::uint64_t& c = counters_[counter];
-  if (count > c) c = count;
+  auto& slot = counters_[name];
+  if (!slot) slot = std::make_unique<std::atomic<std::uint64_t>>(0);
+  return slot.get();
+}
+
+void ProgressLedger::raise(std::atomic<std::uint64_t>* counter, std::uint64_t count) {
+  std::uint64_t seen = counter->load(std::memory_order_relaxed);
+  while (seen < count && !counter->compare_exchange_weak(seen, count, std::memory_order_relaxed)) {
+  }
 }
 
 ProgressCounters ProgressLedger::counters() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return counters_;
+  ProgressCounters out;
+  for (const auto& [name, count] : counters_)
+    if (std::uint64_t c = count->load(std::memory_order_relaxed); c > 0) out.emplace(name, c);
+  return out;
 }
 
 void ProgressLedger::reset() {
   std::lock_guard<std::mutex> lock(mutex_);
-  counters_.clear();
+  for (auto& [name, count] : counters_) count->store(0, std::memory_order_relaxed);
 }
 
-std::uint64_t ProgressLedger::add_wait(PeerWait wait) {
+void ProgressLedger::link(PeerWaitScope* scope) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::uint64_t id = next_id_++;
-  waits_.emplace(id, std::move(wait));
-  return id;
+  scope->prev_ = last_;
+  (last_ ? last_->next_ : first_) = scope;
+  last_ = scope;
 }
 
-std::uint64_t ProgressLedger::add_wait(std::function<PeerWait()> describe) {
+void ProgressLedger::unlink(PeerWaitScope* scope) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::uint64_t id = next_id_++;
-  lazy_waits_.emplace(id, std::move(describe));
-  return id;
-}
-
-void ProgressLedger::remove_wait(std::uint64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (waits_.erase(id) == 0) lazy_waits_.erase(id);
+  (scope->prev_ ? scope->prev_->next_ : first_) = scope->next_;
+  (scope->next_ ? scope->next_->prev_ : last_) = scope->prev_;
 }
 
 std::vector<PeerWait> ProgressLedger::waits() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::map<std::uint64_t, PeerWait> all = waits_;  // oldest first: ids in the order of registration
-  for (const auto& [id, describe] : lazy_waits_) all.emplace(id, describe());
   std::vector<PeerWait> out;
-  for (auto& [id, w] : all) out.push_back(std::move(w));
+  for (const PeerWaitScope* w = first_; w != nullptr; w = w->next_)
+    out.push_back(w->describe_ ? w->describe_() : w->wait_);
   return out;
 }
 

@@ -2,9 +2,11 @@
 // side channel sends both to the other ranks when a rank leaves or a wait times out.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -30,41 +32,53 @@ struct PeerWait {
   std::vector<PeerNeed> needs;
 };
 
+class PeerWaitScope;
+
 class ProgressLedger {
  public:
   static ProgressLedger& global();
 
-  void issued(const std::string& counter, std::uint64_t count);  // raises `counter` to at least `count`
-  ProgressCounters counters() const;
-  void reset();  // a new Runtime: counts start again
+  // The count of `counter`, created at zero on first use; the pointer stays valid for the process's life (reset()
+  // zeroes counts, it frees none), so an issuer looks its counters up once.
+  std::atomic<std::uint64_t>* counter(const std::string& name);
+  static void raise(std::atomic<std::uint64_t>* counter, std::uint64_t count);  // to at least `count`
+  void issued(const std::string& counter, std::uint64_t count) { raise(this->counter(counter), count); }
+  ProgressCounters counters() const;  // those issued at least once since the last reset
+  void reset();                       // a new Runtime: counts start again
 
-  std::uint64_t add_wait(PeerWait wait);
-  // A wait described only when waits() is asked (a report): `describe` must stay callable until remove_wait.
-  std::uint64_t add_wait(std::function<PeerWait()> describe);
-  void remove_wait(std::uint64_t id);
   std::vector<PeerWait> waits() const;  // oldest first
 
  private:
+  friend class PeerWaitScope;
+  // Waits are the scopes themselves, linked in the order they registered: registering allocates nothing.
+  void link(PeerWaitScope* scope);
+  void unlink(PeerWaitScope* scope);
+
   mutable std::mutex mutex_;
-  ProgressCounters counters_;
-  std::uint64_t next_id_ = 1;
-  std::map<std::uint64_t, PeerWait> waits_;
-  std::map<std::uint64_t, std::function<PeerWait()>> lazy_waits_;
+  std::map<std::string, std::unique_ptr<std::atomic<std::uint64_t>>> counters_;
+  PeerWaitScope* first_ = nullptr;
+  PeerWaitScope* last_ = nullptr;
 };
 
 // RAII registration of one wait in the ledger.
 class PeerWaitScope {
  public:
-  explicit PeerWaitScope(PeerWait wait) : id_(ProgressLedger::global().add_wait(std::move(wait))) {}
-  // Described on demand: a collective registers its wait without formatting anything.
-  explicit PeerWaitScope(std::function<PeerWait()> describe)
-      : id_(ProgressLedger::global().add_wait(std::move(describe))) {}
-  ~PeerWaitScope() { ProgressLedger::global().remove_wait(id_); }
+  explicit PeerWaitScope(PeerWait wait) : wait_(std::move(wait)) { ProgressLedger::global().link(this); }
+  // Described on demand, when a report asks: a collective registers its wait without formatting anything.
+  // `describe` must stay callable until the scope ends.
+  explicit PeerWaitScope(std::function<PeerWait()> describe) : describe_(std::move(describe)) {
+    ProgressLedger::global().link(this);
+  }
+  ~PeerWaitScope() { ProgressLedger::global().unlink(this); }
   PeerWaitScope(const PeerWaitScope&) = delete;
   PeerWaitScope& operator=(const PeerWaitScope&) = delete;
 
  private:
-  std::uint64_t id_;
+  friend class ProgressLedger;
+  PeerWait wait_;
+  std::function<PeerWait()> describe_;
+  PeerWaitScope* prev_ = nullptr;
+  PeerWaitScope* next_ = nullptr;
 };
 
 // "collectives on 'world'", "sends to group rank 0 on 'world'", "receives from group rank 0 on 'world'" (singular

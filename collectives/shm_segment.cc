@@ -226,7 +226,7 @@ void ShmSegment::all_gather(const void* send, void* recv, std::size_t bytes, con
   const std::size_t me = static_cast<std::size_t>(rank_), n = static_cast<std::size_t>(size_);
   const bool in_place = src == dst + me * bytes;
   auto copy_out = n * bytes >= kStreamBytes ? copy_streaming : copy_plain;
-  if (direct_ && bytes >= kPiece && open_buffers(send, bytes, what)) {
+  if (direct_ && bytes >= kDirectBytes && open_buffers(send, bytes, what)) {
     // Piece by piece, every rank starting with its own input: a piece one rank reads from memory the other reads
     // moments later from the shared cache.
     for (std::size_t off = 0; off < bytes; off += kPiece) {
@@ -261,7 +261,7 @@ void ShmSegment::reduce_scatter(const void* send, void* recv, std::size_t recv_c
   const std::size_t esz = dtype_size(dtype), n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
   const std::size_t per = std::max<std::size_t>(1, kPiece / (n * esz));  // elements per destination per step
   std::vector<const void*> pieces(n);
-  if (direct_ && recv_count * esz >= kPiece && open_buffers(send, n * recv_count * esz, what)) {
+  if (direct_ && recv_count * esz >= kDirectBytes && open_buffers(send, n * recv_count * esz, what)) {
     // Our part of every rank's input, read where it lies, reduced in rank order as below.
     const std::size_t step = kPiece / esz;
     for (std::size_t off = 0; off < recv_count; off += step) {
@@ -291,7 +291,7 @@ void ShmSegment::all_reduce(const void* send, void* recv, std::size_t count, DTy
   const char* src = static_cast<const char*>(send);
   char* dst = static_cast<char*>(recv);
   const std::size_t bytes = count * dtype_size(dtype), n = static_cast<std::size_t>(size_);
-  if (direct_ && bytes >= n * kPiece && open_buffers(send, bytes, what, recv, bytes))
+  if (direct_ && bytes >= n * kDirectBytes && open_buffers(send, bytes, what, recv, bytes))
     return all_reduce_direct(dst, count, dtype, op, what);
   if (bytes < kHalvesBytes) return all_reduce_whole(src, dst, count, dtype, op, what);
   all_reduce_in_halves(src, dst, count, dtype, op, what);
@@ -327,7 +327,8 @@ void ShmSegment::all_reduce_in_halves(const char* src, char* dst, std::size_t co
   // all-gather step of the reduced parts: every rank reduces 1/n of the buffer instead of all of it. In place, a
   // part that the all-gather overwrites was copied into the slot in the first step.
   const std::size_t esz = dtype_size(dtype), n = static_cast<std::size_t>(size_), me = static_cast<std::size_t>(rank_);
-  const std::size_t per = std::max<std::size_t>(1, kPiece / (n * esz));
+  // A buffer shorter than one stretch of slots is split evenly, or the first ranks would reduce it all.
+  const std::size_t per = std::max<std::size_t>(1, std::min(kPiece / (n * esz), (count + n - 1) / n));
   std::vector<const void*> pieces(n);
   for (std::size_t off = 0; off < count; off += n * per) {
     auto begin = [&](std::size_t r) { return off + std::min(r * per, count - off); };

@@ -30,8 +30,8 @@ namespace strata {
 // all_reduce from kHalvesBytes is a reduce-scatter step then an all-gather step per stretch of the buffer, so each
 // rank reduces 1/n of it; below that one exchange, and every rank reduces the whole buffer (one wait, not two).
 //
-// One copy instead of two: when every rank's input of an all_gather or reduce_scatter of at least kPiece bytes per
-// rank (for an all_reduce of n * kPiece bytes or more, its input and its output) lies in shared host memory
+// One copy instead of two: when every rank's input of an all_gather or reduce_scatter of at least kDirectBytes per
+// rank (for an all_reduce of n * kDirectBytes or more, its input and its output) lies in shared host memory
 // (core/shared_host_memory.h: the CPU device puts parameters, gradients and communication buffers there), each rank
 // reads its peers' inputs where they lie (PeerBlocks) and the slots carry nothing. A direct all_reduce has rank r
 // reduce the r-th part from every input into its own output, then ("reduced") copy the other parts from their
@@ -56,6 +56,9 @@ class ShmSegment {
   // all_reduce of at least this many bytes goes as a reduce-scatter then an all-gather (each rank reduces 1/n of the
   // buffer); below it, one exchange and every rank reduces the whole buffer.
   static constexpr std::size_t kHalvesBytes = 64 << 10;
+  // all_gather and reduce_scatter read their peers' inputs in place from this many bytes per rank (all_reduce from n
+  // times as many): the copy it saves costs more than the two extra waits from there.
+  static constexpr std::size_t kDirectBytes = 16 << 10;
 
   // Collective over `comm`, whose ranks must all share this node's memory (MPI_COMM_TYPE_SHARED); every exchange is
   // bounded by `timeout_s`. Returns nullptr on every rank, after a warning, when some rank cannot create or map the

@@ -14,38 +14,34 @@ InFlightTable& InFlightTable::global() {
   return *table;
 }
 
-std::uint64_t InFlightTable::add(std::string description) {
+void InFlightTable::link(InFlightScope* scope) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::uint64_t id = next_id_++;
-  entries_.emplace(id, Entry{std::move(description), nullptr, std::chrono::steady_clock::now()});
-  return id;
+  scope->prev_ = last_;
+  (last_ ? last_->next_ : first_) = scope;
+  last_ = scope;
+  ++size_;
 }
 
-std::uint64_t InFlightTable::add(const std::string* description) {
+void InFlightTable::unlink(InFlightScope* scope) {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::uint64_t id = next_id_++;
-  entries_.emplace(id, Entry{std::string(), description, std::chrono::steady_clock::now()});
-  return id;
-}
-
-void InFlightTable::remove(std::uint64_t id) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  entries_.erase(id);
+  (scope->prev_ ? scope->prev_->next_ : first_) = scope->next_;
+  (scope->next_ ? scope->next_->prev_ : last_) = scope->prev_;
+  --size_;
 }
 
 std::size_t InFlightTable::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return entries_.size();
+  return size_;
 }
 
 std::string InFlightTable::describe() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (entries_.empty()) return "  (nothing)\n";
+  if (first_ == nullptr) return "  (nothing)\n";
   auto now = std::chrono::steady_clock::now();
   std::string out;
-  for (const auto& [id, e] : entries_) {
-    double age = std::chrono::duration<double>(now - e.since).count();
-    out += fmt::format("  {} (for {:.1f} s)\n", e.borrowed ? *e.borrowed : e.description, age);
+  for (const InFlightScope* e = first_; e != nullptr; e = e->next_) {
+    double age = std::chrono::duration<double>(now - e->since_).count();
+    out += fmt::format("  {} (for {:.1f} s)\n", *e->text_, age);
   }
   return out;
 }

@@ -32,8 +32,11 @@
 namespace strata {
 namespace {
 
-enum class BenchOp { kAllGather, kReduceScatter, kAllReduce, kBroadcast };
-constexpr BenchOp kAllOps[] = {BenchOp::kAllGather, BenchOp::kReduceScatter, BenchOp::kAllReduce, BenchOp::kBroadcast};
+// kRsAg is an all_reduce made of its halves: a reduce_scatter, then an all_gather in place of its output, in every
+// iteration (the bar an all_reduce is held to; "all" leaves it out).
+enum class BenchOp { kAllGather, kReduceScatter, kAllReduce, kBroadcast, kRsAg };
+constexpr BenchOp kAllOps[] = {BenchOp::kAllGather, BenchOp::kReduceScatter, BenchOp::kAllReduce, BenchOp::kBroadcast,
+                               BenchOp::kRsAg};
 
 const char* bench_op_name(BenchOp op) {
   switch (op) {
@@ -41,18 +44,22 @@ const char* bench_op_name(BenchOp op) {
     case BenchOp::kReduceScatter: return "reduce_scatter";
     case BenchOp::kAllReduce: return "all_reduce";
     case BenchOp::kBroadcast: return "broadcast";
+    case BenchOp::kRsAg: return "rs_ag";
   }
   return "?";
 }
 
-bool is_reduction(BenchOp op) { return op == BenchOp::kReduceScatter || op == BenchOp::kAllReduce; }
+bool is_reduction(BenchOp op) {
+  return op == BenchOp::kReduceScatter || op == BenchOp::kAllReduce || op == BenchOp::kRsAg;
+}
 
 // nccl-tests' bus bandwidth factors: what each rank's link carries relative to the buffer size.
 double bus_factor(BenchOp op, int n) {
   switch (op) {
     case BenchOp::kAllGather:
     case BenchOp::kReduceScatter: return static_cast<double>(n - 1) / n;
-    case BenchOp::kAllReduce: return 2.0 * (n - 1) / n;
+    case BenchOp::kAllReduce:
+    case BenchOp::kRsAg: return 2.0 * (n - 1) / n;
     case BenchOp::kBroadcast: return 1.0;
   }
   return 1.0;
@@ -68,7 +75,8 @@ double bound_factor(BenchOp op, int n) {
   switch (op) {
     case BenchOp::kAllGather: return 1.0;
     case BenchOp::kReduceScatter: return 2.0 * (r - 1) / (r + 1);
-    case BenchOp::kAllReduce: return 4.0 * (r - 1) / (3 * r - 1);
+    case BenchOp::kAllReduce:
+    case BenchOp::kRsAg: return 4.0 * (r - 1) / (3 * r - 1);
     case BenchOp::kBroadcast: return 1.0;
   }
   return 1.0;
@@ -139,7 +147,7 @@ std::optional<int> parse_options(int argc, char** argv, BenchOptions& o) {
       ->capture_default_str();
   app.add_option("--op", ops, "operations, comma list")
       ->delimiter(',')
-      ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce", "broadcast", "all"}))
+      ->check(CLI::IsMember({"all_gather", "reduce_scatter", "all_reduce", "broadcast", "rs_ag", "all"}))
       ->capture_default_str();
   app.add_option("--dtype", dtypes, "element types, comma list")
       ->delimiter(',')
@@ -173,7 +181,8 @@ std::optional<int> parse_options(int argc, char** argv, BenchOptions& o) {
   }
   for (const auto& name : ops) {
     for (BenchOp op : kAllOps)
-      if ((name == "all" || name == bench_op_name(op)) && std::find(o.ops.begin(), o.ops.end(), op) == o.ops.end())
+      if (((name == "all" && op != BenchOp::kRsAg) || name == bench_op_name(op)) &&
+          std::find(o.ops.begin(), o.ops.end(), op) == o.ops.end())
         o.ops.push_back(op);
   }
   for (const auto& name : dtypes) {
@@ -265,6 +274,10 @@ Shape shape_of(BenchOp op, std::size_t bytes, DType t, int n) {
     }
     case BenchOp::kAllReduce:
     case BenchOp::kBroadcast: return {elems, elems * esz, elems, elems};
+    case BenchOp::kRsAg: {  // count: each rank's part
+      std::size_t c = elems / ranks;
+      return {c, c * ranks * esz, c * ranks, c * ranks};
+    }
   }
   return {};
 }
@@ -365,6 +378,11 @@ class Bench {
       case BenchOp::kReduceScatter: return comm_.reduce_scatter(send_.data(), recv_.data(), s.count, t, rop, *stream_);
       case BenchOp::kAllReduce: return comm_.all_reduce(send_.data(), recv_.data(), s.count, t, rop, *stream_);
       case BenchOp::kBroadcast: return comm_.broadcast(send_.data(), recv_.data(), s.count, t, 0, *stream_);
+      case BenchOp::kRsAg: {
+        char* mine = recv_.as<char>() + static_cast<std::size_t>(comm_.rank()) * s.count * dtype_size(t);
+        comm_.reduce_scatter(send_.data(), mine, s.count, t, rop, *stream_);
+        return comm_.all_gather(mine, recv_.data(), s.count, t, *stream_);
+      }
     }
   }
 
@@ -383,6 +401,12 @@ class Bench {
       case BenchOp::kBroadcast:
         STRATA_CHECK_MPI(MPI_Bcast(comm_.rank() == 0 ? send_.data() : recv_.data(), c, mt, 0, plain_));
         return;
+      case BenchOp::kRsAg: {
+        char* mine = recv_.as<char>() + static_cast<std::size_t>(comm_.rank()) * s.count * dtype_size(t);
+        STRATA_CHECK_MPI(MPI_Reduce_scatter_block(send_.data(), mine, c, mt, mop, plain_));
+        STRATA_CHECK_MPI(MPI_Allgather(MPI_IN_PLACE, 0, mt, recv_.data(), c, mt, plain_));
+        return;
+      }
     }
   }
 
@@ -424,7 +448,8 @@ class Bench {
         case BenchOp::kReduceScatter:
           want = expected_reduce(t, rop, seed, n_, std::size_t(me) * s.count + i, range_);
           break;
-        case BenchOp::kAllReduce: want = expected_reduce(t, rop, seed, n_, i, range_); break;
+        case BenchOp::kAllReduce:
+        case BenchOp::kRsAg: want = expected_reduce(t, rop, seed, n_, i, range_); break;
         case BenchOp::kBroadcast: want = value_at(seed, 0, i, range_); break;
       }
       double got = load(host_.data(), i, t);

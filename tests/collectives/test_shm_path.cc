@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -24,11 +25,12 @@ using test::verifiable_int;
 const DType kAllTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64, DType::kF64};
 const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
 
-// Counts around the step size (ShmSegment::kPiece bytes): one element, an odd count, one exactly on a step boundary
-// plus one, and one of more steps than a slot has buffers (so every buffer is reused).
+// Counts around the step size (ShmSegment::kPiece bytes): one element, an odd count, one just above the size from
+// which shared inputs are read in place (ShmSegment::kDirectBytes; on the MPI path, still point to point), one
+// exactly on a step boundary plus one, and one of more steps than a slot has buffers (so every buffer is reused).
 std::vector<std::size_t> shm_counts(DType t, int world) {
-  std::size_t step = ShmSegment::kPiece / dtype_size(t);
-  return {1, static_cast<std::size_t>(world) + 2, 1009, step + 1, (ShmSegment::kDepth + 1) * step + 13};
+  const std::size_t step = ShmSegment::kPiece / dtype_size(t), direct = ShmSegment::kDirectBytes / dtype_size(t);
+  return {1, static_cast<std::size_t>(world) + 2, 1009, direct + 3, step + 1, (ShmSegment::kDepth + 1) * step + 13};
 }
 
 // A value that is not an integer, with exponents from 2^-10 to 2^9, so that the order of a float sum shows in its
@@ -65,8 +67,9 @@ CommOptions with_shm(bool on) {
 enum class Op { kAllGather, kReduceScatter, kAllReduce };
 
 // Runs `op` on `comm` from identical rough inputs and returns the output bytes (collective).
-// `shared`: the buffers in a category the CPU device puts in shared host memory (from its minimum size), so large
-// ones are read where they lie; otherwise private, so every byte goes through the slots.
+// `shared`: the buffers in a category the CPU device puts in shared host memory, at least its minimum size, so
+// inputs from ShmSegment::kDirectBytes are read where they lie; otherwise private, so every byte goes through the
+// slots.
 std::vector<char> run(Communicator& comm, Stream& stream, Op op, DType t, ReduceOp rop, std::size_t count,
                       bool in_place, bool shared = true) {
   Device& dev = comm.device();
@@ -75,9 +78,10 @@ std::vector<char> run(Communicator& comm, Stream& stream, Op op, DType t, Reduce
   const std::size_t in_elems = op == Op::kReduceScatter ? n * count : count;
   const std::size_t out_elems = op == Op::kAllGather ? n * count : count;
   const MemCategory category = shared ? MemCategory::kOther : MemCategory::kActivations;
-  Buffer in = dev.allocate(std::max<std::size_t>(in_elems, out_elems) * esz, category);
-  Buffer out = dev.allocate(out_elems * esz, category);
-  std::memset(out.data(), 0xab, out.bytes());
+  const std::size_t least = shared ? SharedHostMemory::kMinBytes : 0;
+  Buffer in = dev.allocate(std::max({in_elems * esz, out_elems * esz, least}), category);
+  Buffer out = dev.allocate(std::max(out_elems * esz, least), category);
+  std::memset(out.data(), 0xab, out_elems * esz);
   char* send = in.as<char>();
   char* recv = out.as<char>();
   switch (op) {
