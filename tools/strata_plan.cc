@@ -1,7 +1,8 @@
 // strata-plan: will this model fit, and what must I turn on to make it fit? Per-device memory by category, from
 // runtime/memory/memory_planner.h (the arithmetic is in docs/memory-model.md). With --simulate --cluster FILE, also the
-// step time, its split and tokens/s on that cluster (runtime/memory/step_simulator.h, docs/scaling.md). No MPI, no
-// device: a calculator.
+// step time, its split and tokens/s on that cluster (runtime/memory/step_simulator.h, docs/scaling.md). With
+// --inference, serving instead of training (tools/strata_plan_inference.cc, docs/inference.md). No MPI, no device: a
+// calculator.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -16,10 +17,13 @@
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "runtime/memory/memory_planner.h"
 #include "runtime/memory/step_simulator.h"
+#include "tools/strata_plan_inference.h"
 
 namespace flags = strata::flags;
 
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::strcmp(argv[i], "--inference") == 0) return strata_plan_inference(argc, argv);
   CLI::App app{"strata-plan: per-device memory of a sharded training run, whether it fits, and what would"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   strata::PlanInput in;

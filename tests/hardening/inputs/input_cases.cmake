@@ -178,6 +178,19 @@ elseif(MODE STREQUAL "plan_checks")
           MATCH "--device-memory='-1GB' must be a finite size in bytes")
   refused(NAME device_memory_zero COMMAND ${STRATA_PLAN} ${GPT2} --device-memory 0
           MATCH "--device-memory must be more than 0 bytes")
+  # --inference: its own checks, and the document's case (docs/inference.md): a 70B model streams most layers on an
+  # 80 GB device; one that cannot hold even the embeddings and two layer slots is refused with exit 2.
+  set(LLAMA70 --params 70e9 --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --vocab 32000 --seq 4096)
+  refused(NAME inference_prompt_too_long COMMAND ${STRATA_PLAN} --inference ${GPT2} --prompt 1024
+          MATCH "--prompt 1024 must be at least 1 and below --seq 1024")
+  refused(NAME inference_kv_heads COMMAND ${STRATA_PLAN} --inference ${GPT2} --kv-heads 5
+          MATCH "--kv-heads 5 must divide --heads 12")
+  refused(NAME inference_host_gbs_zero COMMAND ${STRATA_PLAN} --inference ${GPT2} --host-gbs 0
+          MATCH "--host-gbs: must be a finite number > 0, got 0")
+  accepted(NAME inference_70b_h100 COMMAND ${STRATA_PLAN} --inference ${LLAMA70} --device-memory 80GB
+           MATCH "resident layers +4[0-9] of 80.*bound +host link.*FITS; most tokens/s at batch")
+  refused(NAME inference_70b_small_device COMMAND ${STRATA_PLAN} --inference ${LLAMA70} --device-memory 2GB
+          MATCH "DOES NOT FIT: the smallest placement at batch 1 \\(0 layers resident")
   # Real runs stay accepted: GPT-2 124M, 350M and 1.5B.
   accepted(NAME gpt2_124m COMMAND ${STRATA_PLAN} ${GPT2} MATCH "FITS")
   accepted(NAME gpt2_350m COMMAND ${STRATA_PLAN} --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024

@@ -1,0 +1,249 @@
+// The inference planner's arithmetic (docs/inference.md) and its placement search.
+#include "runtime/memory/inference_planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace strata {
+namespace {
+
+// Parameters on one device outside the transformer layers: the token embedding (vocabulary-parallel, also the LM
+// head), the position table and the final LayerNorm. They are read every step and always resident.
+double outside_layers(const ModelShape& m, int tp) {
+  const double h = m.hidden;
+  const double vocab_rows = std::ceil(static_cast<double>(m.vocab) / tp);
+  return (vocab_rows + m.seq) * h + 2 * h;
+}
+
+// One layer's parameters on one device. From the dimensions, ModelShape::layer_per_rank; with --params given, what
+// is left of params / tp after the embeddings, split evenly over the layers.
+double layer_params(const ModelShape& m, int tp) {
+  if (m.params <= 0) return m.layer_per_rank(tp);
+  return std::max(0.0, m.count_per_rank(tp) - outside_layers(m, tp)) / m.layers;
+}
+
+int kv_heads_of(const InferenceInput& in) { return in.kv_heads > 0 ? in.kv_heads : in.model.heads; }
+
+}  // namespace
+
+void InferenceInput::validate() const {
+  const ModelShape& m = model;
+  STRATA_CHECK(m.layers >= 1 && m.hidden >= 1 && m.heads >= 1 && m.seq >= 2,
+               "--layers {}, --hidden {} and --heads {} must each be at least 1, --seq {} at least 2", m.layers,
+               m.hidden, m.heads, m.seq);
+  STRATA_CHECK(m.vocab >= 0 && std::isfinite(m.params) && m.params >= 0, "--vocab {} and --params {} must be >= 0",
+               m.vocab, m.params);
+  STRATA_CHECK(m.hidden % m.heads == 0, "--heads {} must divide --hidden {}", m.heads, m.hidden);
+  STRATA_CHECK(kv_heads >= 0 && (kv_heads == 0 || m.heads % kv_heads == 0),
+               "--kv-heads {} must divide --heads {} (grouped-query attention)", kv_heads, m.heads);
+  STRATA_CHECK(tp >= 1 && m.heads % tp == 0 && m.hidden % tp == 0, "--tp {} must divide --heads {} and --hidden {}", tp,
+               m.heads, m.hidden);
+  STRATA_CHECK(prompt >= 1 && prompt < m.seq,
+               "--prompt {} must be at least 1 and below --seq {} (the context: prompt plus generated tokens)", prompt,
+               m.seq);
+  STRATA_CHECK(batch >= 0 && batch <= kMaxInferenceBatch, "--batch {} must be in [1, {}] (0: searched)", batch,
+               kMaxInferenceBatch);
+  STRATA_CHECK(resident_layers >= -1 && resident_layers <= m.layers,
+               "--resident-layers {} must be in [0, --layers {}] (-1: as many as fit)", resident_layers, m.layers);
+  STRATA_CHECK(prefetch_depth >= 0 && prefetch_depth <= 8, "--prefetch {} must be in [0, 8]", prefetch_depth);
+  const InferenceHardware& hw = hardware;
+  STRATA_CHECK(hw.device_memory > 0 && hw.host_memory > 0 && hw.device_gbs > 0 && hw.host_gbs > 0 && hw.disk_gbs > 0 &&
+                   hw.peak_tflops > 0 && hw.efficiency > 0 && hw.efficiency <= 1,
+               "--device-memory, --host-memory, --device-gbs, --host-gbs, --disk-gbs and --tflops must be > 0 (got "
+               "{}, {}, {}, {}, {}, {}) and the efficiency in (0, 1] (got {})",
+               hw.device_memory, hw.host_memory, hw.device_gbs, hw.host_gbs, hw.disk_gbs, hw.peak_tflops,
+               hw.efficiency);
+}
+
+InferencePlan plan_inference_at(const InferenceInput& in, int batch, int resident_layers, bool kv_on_device) {
+  const ModelShape& m = in.model;
+  const InferenceHardware& hw = in.hardware;
+  const double wb = static_cast<double>(dtype_size(in.weight_dtype));
+  const double kvb = static_cast<double>(dtype_size(in.kv_dtype));
+  const double b = batch, h = m.hidden, L = m.layers, s = m.seq;
+  const double head_dim = h / m.heads;
+  const double vocab_rows = std::ceil(static_cast<double>(m.vocab) / in.tp);
+
+  InferencePlan p;
+  p.batch = batch;
+  p.resident_layers = resident_layers;
+  p.streamed_layers = m.layers - resident_layers;
+  p.kv_on_device = kv_on_device;
+  const double layer_bytes = layer_params(m, in.tp) * wb;
+  const double streamed = p.streamed_layers * layer_bytes;
+  // Keys and values of one position in one layer: the device's kv heads (split by tp, or replicated when there are
+  // fewer than tp), head_dim each.
+  const double kv_heads_here = std::ceil(static_cast<double>(kv_heads_of(in)) / in.tp);
+  const double kv_layer_token = 2 * kv_heads_here * head_dim * kvb;
+  p.kv_bytes_per_token = L * kv_layer_token;
+
+  p.resident_weights = (outside_layers(m, in.tp) + resident_layers * layer_params(m, in.tp)) * wb;
+  p.stream_buffers = p.streamed_layers > 0 ? (in.prefetch_depth + 1) * layer_bytes : 0;
+  const double kv_all = b * s * p.kv_bytes_per_token;
+  if (kv_on_device) {
+    p.kv_cache = kv_all;
+  } else {
+    p.kv_staging = (in.prefetch_depth + 1) * b * s * kv_layer_token;
+  }
+  // One prefill pass's activations (the residual, q k v, the attention output and the MLP's 4h, in f32: 10 h
+  // floats a token; attention tiled, no score matrix) and one row of logits per sequence.
+  const double chunk = std::min(b * in.prompt, static_cast<double>(kPrefillChunk));
+  p.workspace = chunk * 10 * h / in.tp * 4 + b * vocab_rows * 4;
+  p.total = p.resident_weights + p.stream_buffers + p.kv_cache + p.kv_staging + p.workspace;
+  p.host_bytes = (in.source == WeightSource::kDisk ? 0 : streamed) + (kv_on_device ? 0 : kv_all);
+  p.fits = p.total <= hw.device_memory && p.host_bytes <= hw.host_memory;
+
+  // Decode: the mean context over the generated tokens is the prompt plus half of them.
+  const double generated = s - in.prompt;
+  const double context = in.prompt + (generated + 1) / 2;
+  const double kv_read = b * context * p.kv_bytes_per_token;
+  const double all_weights = p.resident_weights + streamed;
+  p.device_bytes = all_weights + kv_read;  // a streamed layer is read from its slot once it has arrived
+  p.link_bytes = streamed + (kv_on_device ? 0 : kv_read + b * p.kv_bytes_per_token);  // a host cache: read, append
+  p.disk_bytes = in.source == WeightSource::kDisk ? streamed : 0;
+  // Two FLOPs a parameter for each sequence, and the attention's q.k and a.v over the context: 4 h / tp per token
+  // of context and layer.
+  const double params_here = outside_layers(m, in.tp) - s * h + L * layer_params(m, in.tp);  // the position table
+  p.flops = 2 * params_here * b + L * b * 4 * context * h / in.tp;  // is looked up, not multiplied
+  p.device_s = p.device_bytes / (hw.device_gbs * 1e9);
+  p.link_s = p.link_bytes / (hw.host_gbs * 1e9);
+  p.disk_s = p.disk_bytes / (hw.disk_gbs * 1e9);
+  p.compute_s = p.flops / (hw.peak_tflops * 1e12 * hw.efficiency);
+  p.step_s = std::max({p.device_s, p.link_s, p.disk_s, p.compute_s});
+  p.bound = p.step_s == p.compute_s ? "compute"
+            : p.step_s == p.disk_s  ? "disk"
+            : p.step_s == p.link_s  ? "host link"
+                                    : "device memory bandwidth";
+  p.tokens_per_s = b / p.step_s;
+  p.bytes_per_token = (p.device_bytes + p.link_bytes) / b;
+
+  // Prefill of the batch's prompts: every weight streamed once, the matrix products on batch x prompt tokens, the
+  // causal attention over half the prompt on average.
+  const double P = in.prompt;
+  const double prefill_flops = 2 * params_here * b * P + L * b * 4 * (P + 1) / 2 * P * h / in.tp;
+  const double prefill_s = std::max({prefill_flops / (hw.peak_tflops * 1e12 * hw.efficiency),
+                                     streamed / (hw.host_gbs * 1e9), p.disk_bytes / (hw.disk_gbs * 1e9)});
+  p.prefill_tokens_per_s = b * P / prefill_s;
+  return p;
+}
+
+InferencePlan plan_inference(const InferenceInput& in, int batch) {
+  InferencePlan best;
+  bool found = false;
+  for (bool kv_on_device : {true, false}) {
+    if (in.kv_on_device >= 0 && kv_on_device != (in.kv_on_device == 1)) continue;
+    // Memory grows with every resident layer: the most that fit, unless the count is given.
+    int r = in.resident_layers;
+    if (r < 0) {
+      r = in.model.layers;
+      while (r > 0 && !plan_inference_at(in, batch, r, kv_on_device).fits) --r;
+    }
+    InferencePlan p = plan_inference_at(in, batch, r, kv_on_device);
+    if (!found || (p.fits && (!best.fits || p.tokens_per_s > best.tokens_per_s)) ||
+        (!p.fits && !best.fits && p.total < best.total)) {
+      best = p;
+      found = true;
+    }
+  }
+  return best;
+}
+
+InferencePlan best_inference_plan(const InferenceInput& in) {
+  if (in.batch > 0) return plan_inference(in, in.batch);
+  InferencePlan best = plan_inference(in, 1);
+  for (int b = 2; b <= kMaxInferenceBatch && best.fits; b *= 2) {
+    InferencePlan p = plan_inference(in, b);
+    if (!p.fits) break;  // memory grows with the batch: no larger one fits either
+    if (p.tokens_per_s > best.tokens_per_s) best = p;
+  }
+  return best;
+}
+
+std::string InferencePlan::json() const {
+  nlohmann::json j{{"batch", batch},
+                   {"resident_layers", resident_layers},
+                   {"streamed_layers", streamed_layers},
+                   {"kv_on_device", kv_on_device},
+                   {"resident_weights", resident_weights},
+                   {"stream_buffers", stream_buffers},
+                   {"kv_cache", kv_cache},
+                   {"kv_staging", kv_staging},
+                   {"workspace", workspace},
+                   {"total", total},
+                   {"fits", fits},
+                   {"host_bytes", host_bytes},
+                   {"kv_bytes_per_token", kv_bytes_per_token},
+                   {"device_bytes_per_step", device_bytes},
+                   {"link_bytes_per_step", link_bytes},
+                   {"disk_bytes_per_step", disk_bytes},
+                   {"flops_per_step", flops},
+                   {"step_s", step_s},
+                   {"bound", bound},
+                   {"tokens_per_s", tokens_per_s},
+                   {"bytes_per_token", bytes_per_token},
+                   {"prefill_tokens_per_s", prefill_tokens_per_s}};
+  return j.dump();
+}
+
+std::string inference_report(const InferenceInput& in, const InferencePlan& single, const InferencePlan& best) {
+  const ModelShape& m = in.model;
+  const InferenceHardware& hw = in.hardware;
+  std::string out = fmt::format(
+      "model: {:.2f}B parameters, {} layers, hidden {}, {} heads ({} key/value), vocab {}, {} weights, {} KV cache\n"
+      "context: {} tokens ({} prompt, {} generated), tp {}, layers beyond the resident ones from {}\n"
+      "device: {:.1f} GB at {:.0f} GB/s, {:.0f} TFLOP/s x {:.2f}; host: {:.0f} GB, link {:.1f} GB/s; disk {:.1f} "
+      "GB/s\n\n",
+      m.count() / 1e9, m.layers, m.hidden, m.heads, kv_heads_of(in), m.vocab, dtype_name(in.weight_dtype),
+      dtype_name(in.kv_dtype), m.seq, in.prompt, m.seq - in.prompt, in.tp,
+      in.source == WeightSource::kDisk ? "disk" : "host memory", hw.device_memory / 1e9, hw.device_gbs, hw.peak_tflops,
+      hw.efficiency, hw.host_memory / 1e9, hw.host_gbs, hw.disk_gbs);
+  const bool two = best.batch != single.batch;
+  auto gb = [](double x) { return fmt::format("{:.2f}", x / 1e9); };
+  auto row = [&](const std::string& name, const std::string& a, const std::string& b) {
+    out += fmt::format("{:<34} {:>24}{}\n", name, a, two ? fmt::format(" {:>24}", b) : std::string());
+  };
+  row("", fmt::format("batch {}", single.batch), fmt::format("batch {}", best.batch));
+  auto both = [&](const std::string& name, auto f) { row(name, f(single), f(best)); };
+  both("resident layers", [&](const InferencePlan& p) { return fmt::format("{} of {}", p.resident_layers, m.layers); });
+  both("KV cache in", [](const InferencePlan& p) { return std::string(p.kv_on_device ? "device" : "host"); });
+  both("resident weights GB", [&](const InferencePlan& p) { return gb(p.resident_weights); });
+  both("stream buffers GB", [&](const InferencePlan& p) { return gb(p.stream_buffers); });
+  both("KV cache GB", [&](const InferencePlan& p) { return gb(p.kv_cache); });
+  both("KV staging GB", [&](const InferencePlan& p) { return gb(p.kv_staging); });
+  both("workspace GB", [&](const InferencePlan& p) { return gb(p.workspace); });
+  both("device total GB", [&](const InferencePlan& p) { return gb(p.total) + (p.fits ? "" : " (over)"); });
+  both("host memory GB", [&](const InferencePlan& p) { return gb(p.host_bytes); });
+  both("KV bytes per token and sequence",
+       [](const InferencePlan& p) { return fmt::format("{:.0f}", p.kv_bytes_per_token); });
+  both("step: device memory ms", [](const InferencePlan& p) { return fmt::format("{:.2f}", p.device_s * 1e3); });
+  both("step: host link ms", [](const InferencePlan& p) { return fmt::format("{:.2f}", p.link_s * 1e3); });
+  if (in.source == WeightSource::kDisk)
+    both("step: disk ms", [](const InferencePlan& p) { return fmt::format("{:.2f}", p.disk_s * 1e3); });
+  both("step: compute ms", [](const InferencePlan& p) { return fmt::format("{:.2f}", p.compute_s * 1e3); });
+  both("bound", [](const InferencePlan& p) { return p.bound; });
+  both("decode tokens/s", [](const InferencePlan& p) { return fmt::format("{:.4g}", p.tokens_per_s); });
+  both("ms per generated token", [](const InferencePlan& p) { return fmt::format("{:.4g}", 1e3 / p.tokens_per_s); });
+  both("bytes moved per generated token",
+       [](const InferencePlan& p) { return fmt::format("{:.4g}", p.bytes_per_token); });
+  both("prefill tokens/s", [](const InferencePlan& p) { return fmt::format("{:.4g}", p.prefill_tokens_per_s); });
+  out += "\n";
+  if (!best.fits)
+    out += fmt::format(
+        "DOES NOT FIT: the smallest placement at batch {} ({} layers resident, the KV cache in {}) "
+        "needs {:.2f} GB on the device, against {:.2f} GB: give more --tp or a larger --device-memory\n",
+        best.batch, best.resident_layers, best.kv_on_device ? "device memory" : "host memory", best.total / 1e9,
+        hw.device_memory / 1e9);
+  else
+    out += fmt::format("FITS; most tokens/s at batch {} ({}{}), {:.4g} tokens/s\n", best.batch,
+                       best.streamed_layers > 0 ? fmt::format("{} layers streamed", best.streamed_layers)
+                                                : std::string("every layer resident"),
+                       best.kv_on_device ? "" : ", the KV cache in host memory", best.tokens_per_s);
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,88 @@
+// InferencePlanner: device memory by category and decode tokens/s for a GPT-style decoder whose weights are resident
+// in device memory or streamed per layer from host memory or disk, and the placement (resident layers, where the KV
+// cache lives, batch) that maximises tokens/s under a device budget, as FlexGen's policy search does. Decode is
+// bound by bytes, not FLOPs: every step reads every weight once for the whole batch and each sequence's KV cache.
+// The arithmetic is in docs/inference.md.
+#pragma once
+
+#include <string>
+
+#include "core/dtype.h"
+#include "runtime/memory/memory_planner.h"
+
+namespace strata {
+
+enum class WeightSource { kHost, kDisk };  // where the layers that are not resident stream from
+
+struct InferenceHardware {
+  double device_memory = 80e9;  // bytes per device
+  double host_memory = 512e9;   // host memory per device for streamed layers and a host KV cache
+  double device_gbs = 3350;     // device memory bandwidth, GB/s
+  double host_gbs = 25;         // host -> device copy rate (pinned memory over PCIe), GB/s per device
+  double disk_gbs = 3;          // disk read rate with the page cache cold, GB/s per device
+  double peak_tflops = 989;     // dense 16-bit, per device
+  double efficiency = 0.6;      // fraction of peak the matrix products reach
+};
+
+struct InferenceInput {
+  ModelShape model;  // layers, hidden, heads, vocab; seq is the context the KV cache holds (prompt + generated)
+  int kv_heads = 0;  // key / value heads (grouped-query attention); 0: as many as heads
+  int prompt = 0;    // tokens of each prompt, prefilled kPrefillChunk at a time; the rest of seq is generated
+  int tp = 1;        // tensor parallelism: heads and matrices split over tp devices, vocabulary-parallel head
+  DType weight_dtype = DType::kBF16;
+  DType kv_dtype = DType::kBF16;
+  int batch = 0;             // sequences decoded together; 0: the batch that maximises tokens/s
+  int resident_layers = -1;  // layers kept in device memory; -1: as many as fit
+  int kv_on_device = -1;     // 1: the KV cache in device memory, 0: in host memory, -1: whichever is faster
+  WeightSource source = WeightSource::kHost;
+  int prefetch_depth = 1;  // layers streamed ahead of the one computing
+  InferenceHardware hardware;
+  // kInvalidArgument naming strata-plan's flags: sizes < 1, heads not dividing hidden, kv_heads not dividing heads,
+  // tp not dividing heads, prompt outside [1, seq), a resident count outside [-1, layers], a rate <= 0.
+  void validate() const;
+};
+
+inline constexpr int kPrefillChunk = 512;  // prompt tokens in one prefill pass, over the batch (the workspace's size)
+inline constexpr int kMaxInferenceBatch = 4096;
+
+struct InferencePlan {
+  int batch = 0;
+  int resident_layers = 0, streamed_layers = 0;
+  bool kv_on_device = true;
+  // Device memory per device, bytes.
+  double resident_weights = 0;  // embeddings, final norm and the resident layers
+  double stream_buffers = 0;    // prefetch_depth + 1 layers' slots for the streamed ones
+  double kv_cache = 0;          // batch x seq tokens of keys and values (device placement)
+  double kv_staging = 0;        // host placement: prefetch_depth + 1 layers' keys and values
+  double workspace = 0;         // activations of one prefill pass and the logits
+  double total = 0;
+  bool fits = false;
+  double host_bytes = 0;          // in host memory (streamed layers, a host KV cache): fits needs it within bounds
+  double kv_bytes_per_token = 0;  // one sequence, one position, every layer, on this device
+  // One decode step (a token for each of `batch` sequences) at the generation's mean context length.
+  double device_bytes = 0;  // read from device memory: every weight once, every sequence's keys and values
+  double link_bytes = 0;    // host -> device: the streamed layers, a host KV cache
+  double disk_bytes = 0;    // the streamed layers, when they come from disk
+  double flops = 0;
+  double device_s = 0, link_s = 0, disk_s = 0, compute_s = 0;
+  double step_s = 0;           // the slowest of the four: prefetch overlaps them
+  std::string bound;           // "device memory bandwidth", "host link", "disk" or "compute"
+  double tokens_per_s = 0;     // decode: batch / step_s
+  double bytes_per_token = 0;  // (device_bytes + link_bytes) / batch
+  double prefill_tokens_per_s = 0;
+  std::string json() const;
+};
+
+// The plan of one placement (batch, resident layers and KV placement taken from `in`, which must give all three).
+InferencePlan plan_inference_at(const InferenceInput& in, int batch, int resident_layers, bool kv_on_device);
+// The placement at `batch` that fits and decodes fastest (in.resident_layers and in.kv_on_device, when given, fix
+// theirs); a plan with fits false when nothing fits, not even every layer streamed.
+InferencePlan plan_inference(const InferenceInput& in, int batch);
+// in.batch when given, else the batch from 1 to kMaxInferenceBatch (powers of two) whose plan fits with the most
+// tokens/s (the smaller on a tie).
+InferencePlan best_inference_plan(const InferenceInput& in);
+
+// strata-plan --inference's report: the model, the hardware, and batch 1 beside the plan of best_inference_plan.
+std::string inference_report(const InferenceInput& in, const InferencePlan& single, const InferencePlan& best);
+
+}  // namespace strata

@@ -1,0 +1,87 @@
+// strata-plan --inference: will this model serve from this device, how fast will it decode, and where should its
+// weights and KV cache live? runtime/memory/inference_planner.h has the arithmetic (docs/inference.md).
+#include "tools/strata_plan_inference.h"
+
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <string>
+
+#include "core/env.h"
+#include "core/tool_main.h"
+#include "runtime/memory/inference_planner.h"
+
+namespace flags = strata::flags;
+
+int strata_plan_inference(int argc, char** argv) {
+  CLI::App app{
+      "strata-plan --inference: device memory and decode tokens/s of a model served from resident, "
+      "host-streamed or disk-streamed weights, and the placement that decodes fastest"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  strata::InferenceInput in;
+  bool inference = false, json = false;
+  std::string weight_dtype = "bf16", kv_dtype = "bf16", device_memory = "80GB", host_memory = "512GB", kv_in = "auto",
+              source = "host";
+  app.add_flag("--inference", inference, "plan inference (this mode)")->required();
+  app.add_option("--params", in.model.params, "total parameters (default: from layers/hidden/vocab/seq)")
+      ->check(flags::non_negative_real());
+  app.add_option("--layers", in.model.layers, "transformer layers")->required()->check(flags::positive_integer());
+  app.add_option("--hidden", in.model.hidden, "hidden size")->required()->check(flags::positive_integer());
+  app.add_option("--heads", in.model.heads, "attention heads")->required()->check(flags::positive_integer());
+  app.add_option("--kv-heads", in.kv_heads, "key / value heads (grouped-query attention; default: --heads)")
+      ->check(flags::positive_integer());
+  app.add_option("--vocab", in.model.vocab, "vocabulary")->check(flags::non_negative_integer());
+  app.add_option("--seq", in.model.seq, "context per sequence: prompt plus generated tokens")
+      ->required()
+      ->check(flags::integer(2));
+  auto* prompt_flag = app.add_option("--prompt", in.prompt, "prompt tokens per sequence (default: half of --seq)")
+                          ->check(flags::positive_integer());
+  app.add_option("--batch", in.batch, "sequences decoded together (default: the batch with the most tokens/s)")
+      ->check(flags::integer(1, strata::kMaxInferenceBatch));
+  app.add_option("--tp", in.tp, "tensor-parallel degree (heads split over devices)")->check(flags::positive_integer());
+  app.add_option("--param-dtype", weight_dtype, "weights: f32, bf16 or f16")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--kv-dtype", kv_dtype, "KV cache: f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app.add_option("--resident-layers", in.resident_layers, "layers kept in device memory (default: as many as fit)")
+      ->check(flags::non_negative_integer());
+  app.add_option("--kv-in", kv_in, "where the KV cache lives: device, host or auto (the faster that fits)")
+      ->check(CLI::IsMember({"device", "host", "auto"}));
+  app.add_option("--weights-from", source, "where layers that are not resident stream from: host or disk")
+      ->check(CLI::IsMember({"host", "disk"}));
+  app.add_option("--prefetch", in.prefetch_depth, "layers streamed ahead")->check(flags::integer(0, 8));
+  app.add_option("--device-memory", device_memory, "memory per device, e.g. 80GB");
+  app.add_option("--host-memory", host_memory, "host memory per device for streamed weights and a host KV cache");
+  app.add_option("--device-gbs", in.hardware.device_gbs, "device memory bandwidth, GB/s")
+      ->check(flags::positive_real());
+  app.add_option("--host-gbs", in.hardware.host_gbs, "host -> device copy rate, GB/s")->check(flags::positive_real());
+  app.add_option("--disk-gbs", in.hardware.disk_gbs, "disk read rate, GB/s")->check(flags::positive_real());
+  app.add_option("--tflops", in.hardware.peak_tflops, "per-device peak 16-bit TFLOP/s")->check(flags::positive_real());
+  app.add_option("--efficiency", in.hardware.efficiency, "fraction of peak the matrix products reach")
+      ->check(flags::real(0.0, true));
+  app.add_flag("--json", json, "print both plans as JSON");
+  CLI11_PARSE(app, argc, argv);
+  return strata::run_tool("strata-plan", [&]() -> int {
+    in.weight_dtype = strata::parse_dtype(weight_dtype);
+    in.kv_dtype = strata::parse_dtype(kv_dtype);
+    in.kv_on_device = kv_in == "device" ? 1 : kv_in == "host" ? 0 : -1;
+    in.source = source == "disk" ? strata::WeightSource::kDisk : strata::WeightSource::kHost;
+    // "80GB" means 80e9 bytes, as GPU data sheets count; "80GiB" 80 x 2^30.
+    auto bytes = [](const std::string& text, const char* flag) {
+      return static_cast<double>(strata::parse_bytes(text, flag)) /
+             (text.find("iB") != std::string::npos ? 1.0 : 1.073741824);
+    };
+    in.hardware.device_memory = bytes(device_memory, "--device-memory");
+    in.hardware.host_memory = bytes(host_memory, "--host-memory");
+    if (prompt_flag->count() == 0) in.prompt = in.model.seq / 2;
+    in.validate();
+    const strata::InferencePlan single = strata::plan_inference(in, in.batch > 0 ? in.batch : 1);
+    const strata::InferencePlan best = strata::best_inference_plan(in);
+    if (json) {
+      std::printf("{\"batch_1\":%s,\"best\":%s}\n", single.json().c_str(), best.json().c_str());
+    } else {
+      std::printf("%s", strata::inference_report(in, single, best).c_str());
+    }
+    return std::fflush(stdout) == 0 && !std::ferror(stdout) ? (best.fits ? 0 : 2) : 1;
+  });
+}
