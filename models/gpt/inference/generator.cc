@@ -1,0 +1,78 @@
+// generate: prefill every prompt, then decode the live sequences together until each ends.
+#include "models/gpt/inference/generator.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/error.h"
+
+namespace strata::gpt {
+
+Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int32_t>>& prompts,
+                    const GenerateOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const GptConfig& cfg = decoder.config();
+  const int n = static_cast<int>(prompts.size());
+  STRATA_CHECK(n >= 1 && n <= decoder.sequences(), "{} prompts for a decoder of {} sequences", n, decoder.sequences());
+  STRATA_CHECK(options.max_new_tokens >= 1, "--max-new-tokens {} must be at least 1", options.max_new_tokens);
+  options.sampling.validate();
+  for (int i = 0; i < n; ++i) {
+    const std::vector<std::int32_t>& p = prompts[static_cast<std::size_t>(i)];
+    STRATA_CHECK(!p.empty(), "prompt {} is empty", i);
+    STRATA_CHECK(static_cast<int>(p.size()) < cfg.ctx,
+                 "prompt {} holds {} tokens: the model's context of {} leaves no room to generate", i, p.size(),
+                 cfg.ctx);
+    for (std::size_t t = 0; t < p.size(); ++t)
+      STRATA_CHECK(p[t] >= 0 && p[t] < cfg.vocab,
+                   "prompt {}: token {} at position {} is outside the vocabulary [0, {})", i, p[t], t, cfg.vocab);
+  }
+  Generation g;
+  g.tokens.resize(static_cast<std::size_t>(n));
+  g.stopped.assign(static_cast<std::size_t>(n), false);
+  auto is_stop = [&](std::int32_t t) {
+    return std::find(options.stop_tokens.begin(), options.stop_tokens.end(), t) != options.stop_tokens.end();
+  };
+  // A sequence goes on while it has not stopped, wants more tokens and has a position left for the last one.
+  auto live = [&](int s) {
+    const std::size_t i = static_cast<std::size_t>(s);
+    return !g.stopped[i] && static_cast<int>(g.tokens[i].size()) < options.max_new_tokens &&
+           decoder.length(s) < cfg.ctx;
+  };
+  auto emit = [&](int s, const float* logits) {
+    const std::size_t i = static_cast<std::size_t>(s);
+    const int t = sample_token(logits, cfg.vocab, options.sampling, i, g.tokens[i].size());
+    g.tokens[i].push_back(t);
+    g.stopped[i] = is_stop(t);
+    ++g.new_tokens;
+  };
+  const auto t0 = Clock::now();
+  for (int s = 0; s < n; ++s) {
+    const std::vector<std::int32_t>& p = prompts[static_cast<std::size_t>(s)];
+    decoder.reset(s);
+    emit(s, decoder.prefill(s, p.data(), static_cast<int>(p.size())));
+    g.prompt_tokens += p.size();
+  }
+  const auto t1 = Clock::now();
+  const std::uint64_t w0 = decoder.weight_bytes_read(), c0 = decoder.cache_bytes_read();
+  for (;;) {
+    std::vector<int> seqs;
+    std::vector<std::int32_t> last;
+    for (int s = 0; s < n; ++s)
+      if (live(s)) {
+        seqs.push_back(s);
+        last.push_back(g.tokens[static_cast<std::size_t>(s)].back());
+      }
+    if (seqs.empty()) break;
+    const float* logits = decoder.decode(seqs, last);
+    for (std::size_t j = 0; j < seqs.size(); ++j) emit(seqs[j], logits + j * static_cast<std::size_t>(cfg.vocab));
+    ++g.decode_steps;
+  }
+  const auto t2 = Clock::now();
+  g.prefill_s = std::chrono::duration<double>(t1 - t0).count();
+  g.decode_s = std::chrono::duration<double>(t2 - t1).count();
+  g.decode_weight_bytes = decoder.weight_bytes_read() - w0;
+  g.decode_cache_bytes = decoder.cache_bytes_read() - c0;
+  return g;
+}
+
+}  // namespace strata::gpt

@@ -1,0 +1,241 @@
+// GptDecoder: a pass over rows of several sequences, each layer's products on all of them at once, attention per
+// sequence against its cache.
+#include "models/gpt/inference/gpt_decoder.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "models/gpt/model/kernel_table.h"
+
+namespace strata::gpt {
+namespace {
+
+// A block's parameters, in gpt_units' slot order.
+enum BlockParam { kLn1W, kLn1B, kAttnW, kAttnB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kCount };
+
+// Consecutive rows of one sequence in a pass: rows [row, row + n) at positions [pos, pos + n).
+struct Group {
+  int seq = 0, row = 0, n = 0, pos = 0;
+};
+
+}  // namespace
+
+struct GptDecoder::Impl {
+  GptConfig cfg;
+  Device& dev;
+  std::unique_ptr<GptKernels> k;
+  int S, R;  // sequences, rows a pass
+  std::vector<int> lengths;
+  Buffer wte, wpe, lnf_w, lnf_b;
+  std::vector<std::vector<Buffer>> blocks;  // [layer][BlockParam]
+  std::vector<Buffer> kcache, vcache;       // per layer: [S, ctx, C]
+  // Workspace of one pass (R rows).
+  Buffer tokens, x, x2, ln, mean, rstd, qkv, atty, lse, tmp, fch, fchg, last, logits;
+  std::vector<float> host_logits;
+  std::uint64_t weight_read = 0, cache_read = 0, param_bytes = 0;
+
+  Impl(const GptConfig& c, Device& d, int sequences, const WeightReader& read, int max_rows, DType matmul)
+      : cfg(c), dev(d), S(sequences), R(max_rows) {
+    cfg.validate();
+    STRATA_CHECK_CODE(ErrorCode::kUnsupported, dev.kind() == DeviceKind::kCpu,
+                      "the decode path runs on the CPU backend only for now (its attention over the KV cache is the "
+                      "CPU block kernel; the CUDA kernel table has none): use STRATA_BACKEND=cpu");
+    STRATA_CHECK(S >= 1 && R >= S, "a decoder of {} sequences needs at least 1 and at most max_rows {} of them", S, R);
+    k = make_gpt_kernels(dev, matmul);
+    lengths.assign(static_cast<std::size_t>(S), 0);
+    const std::size_t C = static_cast<std::size_t>(cfg.embd), V = static_cast<std::size_t>(cfg.vocab);
+    // Every parameter from `read`, in gpt_units' order, through one host buffer.
+    std::vector<float> host;
+    auto load = [&](const SlotSpec& s) {
+      std::size_t n = 1;
+      for (std::int64_t d : s.shape) n *= static_cast<std::size_t>(d);
+      host.resize(n);
+      read(s.name, 0, n, host.data());
+      Buffer b = dev.allocate(n * 4, MemCategory::kParamShard);
+      dev.copy_from_host(b.data(), host.data(), n * 4);
+      param_bytes += n * 4;
+      return b;
+    };
+    const std::vector<UnitSpec> units = gpt_units(cfg, 1);
+    const std::vector<SlotSpec>& emb = units[static_cast<std::size_t>(embeddings_unit())].slots;
+    wte = load(emb[0]);
+    wpe = load(emb[1]);
+    for (int l = 0; l < cfg.layers; ++l) {
+      std::vector<Buffer> params;
+      for (const SlotSpec& s : units[static_cast<std::size_t>(block_unit(l))].slots) params.push_back(load(s));
+      STRATA_CHECK(params.size() == kCount, "block {} has {} parameters, the decoder knows {}", l, params.size(),
+                   static_cast<int>(kCount));
+      blocks.push_back(std::move(params));
+    }
+    const std::vector<SlotSpec>& lnf = units[static_cast<std::size_t>(final_norm_unit(cfg))].slots;
+    lnf_w = load(lnf[0]);
+    lnf_b = load(lnf[1]);
+    const std::size_t cache = static_cast<std::size_t>(S) * static_cast<std::size_t>(cfg.ctx) * C * 4;
+    for (int l = 0; l < cfg.layers; ++l) {
+      kcache.push_back(dev.allocate(cache, MemCategory::kActivations));
+      vcache.push_back(dev.allocate(cache, MemCategory::kActivations));
+    }
+    const std::size_t r = static_cast<std::size_t>(R);
+    auto ws = [&](std::size_t floats) { return dev.allocate(floats * 4, MemCategory::kWorkspace); };
+    tokens = dev.allocate(r * 4, MemCategory::kWorkspace);
+    x = ws(r * C);
+    x2 = ws(r * C);
+    ln = ws(r * C);
+    mean = ws(r);
+    rstd = ws(r);
+    qkv = ws(r * 3 * C);
+    atty = ws(r * C);
+    lse = ws(r * static_cast<std::size_t>(cfg.heads));
+    tmp = ws(r * C);
+    fch = ws(r * 4 * C);
+    fchg = ws(r * 4 * C);
+    last = ws(r * C);
+    logits = ws(r * V);
+  }
+
+  void check_seq(int seq) const {
+    STRATA_CHECK(seq >= 0 && seq < S, "sequence {} is outside the decoder's [0, {})", seq, S);
+  }
+
+  // One pass over `groups` (rows of `toks`, host memory): the cache grows by each group's rows; `want` lists the
+  // rows whose logits are computed, into logits rows 0.. in that order.
+  void pass(const std::vector<Group>& groups, const std::int32_t* toks, int rows, const std::vector<int>& want) {
+    const int C = cfg.embd, NH = cfg.heads, V = cfg.vocab;
+    const std::size_t Cz = static_cast<std::size_t>(C), ctx = static_cast<std::size_t>(cfg.ctx);
+    for (int i = 0; i < rows; ++i)
+      STRATA_CHECK(toks[i] >= 0 && toks[i] < V, "token {} at row {} is outside the vocabulary [0, {})", toks[i], i, V);
+    for (const Group& g : groups)
+      STRATA_CHECK(g.pos + g.n <= cfg.ctx,
+                   "sequence {}: {} positions cached and {} more pass the model's context of {} positions", g.seq,
+                   g.pos, g.n, cfg.ctx);
+    k->upload_tokens(tokens.as<std::int32_t>(), toks, static_cast<std::size_t>(rows));
+    float* X = x.as<float>();
+    for (const Group& g : groups)  // token and position embeddings at each group's positions
+      k->encoder_forward(X + static_cast<std::size_t>(g.row) * Cz, tokens.as<std::int32_t>() + g.row, wte.as<float>(),
+                         wpe.as<float>() + static_cast<std::size_t>(g.pos) * Cz, 1, g.n, C);
+    const std::size_t rc = static_cast<std::size_t>(rows) * Cz;
+    for (int l = 0; l < cfg.layers; ++l) {
+      const std::vector<Buffer>& p = blocks[static_cast<std::size_t>(l)];
+      auto P = [&](BlockParam i) { return p[static_cast<std::size_t>(i)].as<float>(); };
+      k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), X, P(kLn1W), P(kLn1B), rows, C);
+      k->matmul_forward(qkv.as<float>(), ln.as<float>(), P(kAttnW), P(kAttnB), rows, C, 3 * C);
+      float* kc = kcache[static_cast<std::size_t>(l)].as<float>();
+      float* vc = vcache[static_cast<std::size_t>(l)].as<float>();
+      for (const Group& g : groups) {
+        const std::size_t at = static_cast<std::size_t>(g.seq) * ctx * Cz;
+        const float* q = qkv.as<float>() + static_cast<std::size_t>(g.row) * 3 * Cz;
+        k->copy_rows(RowsOut{kc + at + static_cast<std::size_t>(g.pos) * Cz, Cz, 0}, Rows{q + Cz, 3 * Cz, 0}, 1, g.n, C,
+                     false);
+        k->copy_rows(RowsOut{vc + at + static_cast<std::size_t>(g.pos) * Cz, Cz, 0}, Rows{q + 2 * Cz, 3 * Cz, 0}, 1,
+                     g.n, C, false);
+        AttentionBlock blk;
+        blk.batch = 1;
+        blk.heads = NH;
+        blk.width = C;
+        blk.q_rows = g.n;
+        blk.q_pos = g.pos;
+        blk.kv_rows = g.pos + g.n;
+        blk.kv_pos = 0;
+        k->attention_block_forward(blk, RowsOut{atty.as<float>() + static_cast<std::size_t>(g.row) * Cz, Cz, 0},
+                                   RowStatsOut{lse.as<float>(), static_cast<std::size_t>(g.n), 0}, Rows{q, 3 * Cz, 0},
+                                   Rows{kc + at, Cz, 0}, Rows{vc + at, Cz, 0});
+        cache_read += 2ull * static_cast<std::uint64_t>(g.pos + g.n) * Cz * 4;
+      }
+      k->matmul_forward(tmp.as<float>(), atty.as<float>(), P(kProjW), P(kProjB), rows, C, C);
+      k->residual_forward(x2.as<float>(), X, tmp.as<float>(), rc);
+      k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), x2.as<float>(), P(kLn2W), P(kLn2B), rows,
+                           C);
+      k->matmul_forward(fch.as<float>(), ln.as<float>(), P(kFcW), P(kFcB), rows, C, 4 * C);
+      k->gelu_forward(fchg.as<float>(), fch.as<float>(), rc * 4);
+      k->matmul_forward(tmp.as<float>(), fchg.as<float>(), P(kFcProjW), P(kFcProjB), rows, 4 * C, C);
+      k->residual_forward(X, x2.as<float>(), tmp.as<float>(), rc);
+    }
+    for (const Group& g : groups) lengths[static_cast<std::size_t>(g.seq)] = g.pos + g.n;
+    weight_read += param_bytes;
+    // The final LayerNorm and the LM head on the wanted rows only.
+    const int w = static_cast<int>(want.size());
+    for (int i = 0; i < w; ++i)
+      k->copy_rows(RowsOut{last.as<float>() + static_cast<std::size_t>(i) * Cz, Cz, 0},
+                   Rows{X + static_cast<std::size_t>(want[static_cast<std::size_t>(i)]) * Cz, Cz, 0}, 1, 1, C, false);
+    k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), last.as<float>(), lnf_w.as<float>(),
+                         lnf_b.as<float>(), w, C);
+    k->lm_head_forward(logits.as<float>(), ln.as<float>(), wte.as<float>(), w, C, V);
+    host_logits.resize(static_cast<std::size_t>(w) * static_cast<std::size_t>(V));
+    dev.copy_to_host(host_logits.data(), logits.data(), host_logits.size() * 4);
+  }
+};
+
+GptDecoder::GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows,
+                       DType matmul)
+    : impl_(std::make_unique<Impl>(cfg, device, sequences, read, max_rows, matmul)) {}
+
+GptDecoder::~GptDecoder() = default;
+
+const GptConfig& GptDecoder::config() const { return impl_->cfg; }
+int GptDecoder::sequences() const { return impl_->S; }
+
+int GptDecoder::length(int seq) const {
+  impl_->check_seq(seq);
+  return impl_->lengths[static_cast<std::size_t>(seq)];
+}
+
+void GptDecoder::reset(int seq) {
+  impl_->check_seq(seq);
+  impl_->lengths[static_cast<std::size_t>(seq)] = 0;
+}
+
+const float* GptDecoder::prefill(int seq, const std::int32_t* tokens, int n, float* all_logits) {
+  impl_->check_seq(seq);
+  STRATA_CHECK(n >= 1, "prefill of sequence {}: {} tokens (at least 1)", seq, n);
+  const int start = impl_->lengths[static_cast<std::size_t>(seq)];
+  STRATA_CHECK(start + n <= impl_->cfg.ctx,
+               "sequence {}: {} positions cached and {} more pass the model's context of {} positions", seq, start, n,
+               impl_->cfg.ctx);
+  const std::size_t V = static_cast<std::size_t>(impl_->cfg.vocab);
+  for (int done = 0; done < n;) {
+    const int m = std::min(impl_->R, n - done);
+    std::vector<int> want;
+    if (all_logits) {
+      for (int i = 0; i < m; ++i) want.push_back(i);
+    } else {
+      want.push_back(m - 1);
+    }
+    impl_->pass({Group{seq, 0, m, start + done}}, tokens + done, m, want);
+    if (all_logits)
+      std::memcpy(all_logits + static_cast<std::size_t>(done) * V, impl_->host_logits.data(),
+                  static_cast<std::size_t>(m) * V * 4);
+    done += m;
+  }
+  const std::size_t last = impl_->host_logits.size() / V - 1;
+  return impl_->host_logits.data() + last * V;
+}
+
+const float* GptDecoder::decode(const std::vector<int>& seqs, const std::vector<std::int32_t>& tokens) {
+  const int n = static_cast<int>(seqs.size());
+  STRATA_CHECK(n >= 1 && n <= impl_->R && tokens.size() == seqs.size(),
+               "decode of {} sequences with {} tokens: one token each, 1 to {} sequences", n, tokens.size(), impl_->R);
+  std::vector<Group> groups;
+  std::vector<int> want;
+  std::vector<bool> seen(static_cast<std::size_t>(impl_->S), false);
+  for (int i = 0; i < n; ++i) {
+    const int s = seqs[static_cast<std::size_t>(i)];
+    impl_->check_seq(s);
+    STRATA_CHECK(!seen[static_cast<std::size_t>(s)], "decode: sequence {} is listed twice", s);
+    seen[static_cast<std::size_t>(s)] = true;
+    groups.push_back(Group{s, i, 1, impl_->lengths[static_cast<std::size_t>(s)]});
+    want.push_back(i);
+  }
+  impl_->pass(groups, tokens.data(), n, want);
+  return impl_->host_logits.data();
+}
+
+std::uint64_t GptDecoder::weight_bytes_read() const { return impl_->weight_read; }
+std::uint64_t GptDecoder::cache_bytes_read() const { return impl_->cache_read; }
+std::uint64_t GptDecoder::weight_bytes() const { return impl_->param_bytes; }
+std::uint64_t GptDecoder::cache_bytes() const {
+  return 2ull * static_cast<std::uint64_t>(impl_->cfg.layers) * static_cast<std::uint64_t>(impl_->S) *
+         static_cast<std::uint64_t>(impl_->cfg.ctx) * static_cast<std::uint64_t>(impl_->cfg.embd) * 4;
+}
+
+}  // namespace strata::gpt

@@ -1,0 +1,61 @@
+// GptDecoder: the GPT of gpt_model.h run forward only with a KV cache, for a batch of sequences of different lengths:
+// a prompt goes through in chunks (prefill), then one token per sequence and step (decode), the rows of every
+// sequence in one pass through each layer's products, so a step reads each weight once for the whole batch.
+// Attention is the block kernel of runtime/context/attention_kernels.h: each sequence's new queries against its cached
+// keys and values. Weights are whole f32 tensors in device memory (tp 1). CPU kernels; the CUDA kernel table has no
+// attention blocks yet, so a CUDA device is refused with kUnsupported.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "models/gpt/model/gpt_model.h"
+
+namespace strata::gpt {
+
+// Reads elements [begin, begin + count) of the named parameter (its whole row-major shape, gpt_units' names) as f32
+// into host memory at `out`.
+using WeightReader = std::function<void(const std::string& name, std::size_t begin, std::size_t count, float* out)>;
+
+class GptDecoder {
+ public:
+  // Up to `sequences` sequences at once, each up to cfg.ctx positions; a pass takes at most `max_rows` tokens in all
+  // (a longer prompt is cut into chunks of that many). `matmul` as GptPrecision's (kF32 or kBF16 products).
+  GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows = 128,
+             DType matmul = DType::kF32);
+  ~GptDecoder();
+  GptDecoder(const GptDecoder&) = delete;
+  GptDecoder& operator=(const GptDecoder&) = delete;
+
+  const GptConfig& config() const;
+  int sequences() const;
+  int length(int seq) const;  // positions cached for sequence `seq`
+  void reset(int seq);        // forgets its positions (a new sequence may take the slot)
+
+  // The next `n` tokens of sequence `seq` (host memory), in chunks of max_rows: their keys and values join the
+  // cache. Returns the logits of the last one (cfg.vocab floats, host memory, valid until the next call); with
+  // `all_logits`, the n rows of logits go there too (n x vocab). kInvalidArgument, naming the sequence, when the
+  // positions would pass cfg.ctx or a token is outside the vocabulary.
+  const float* prefill(int seq, const std::int32_t* tokens, int n, float* all_logits = nullptr);
+  // One token for each sequence in `seqs` (distinct, at most max_rows), at each one's next position, in one pass.
+  // Returns the logits, one row of cfg.vocab per sequence in the order given (host memory, valid until the next call).
+  const float* decode(const std::vector<int>& seqs, const std::vector<std::int32_t>& tokens);
+
+  // What the passes so far read from device memory: every weight once a pass, and the keys and values each
+  // sequence's queries attended to (a decode step of sequences at lengths L_i reads sum (L_i + 1) x 2 x layers x
+  // embd floats of cache).
+  std::uint64_t weight_bytes_read() const;
+  std::uint64_t cache_bytes_read() const;
+  std::uint64_t weight_bytes() const;  // of one pass: the parameters, f32
+  std::uint64_t cache_bytes() const;   // the KV cache's size in device memory
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::gpt

@@ -1,0 +1,241 @@
+// strata-generate: text or token ids in, generated tokens out, from a committed checkpoint (any layout it was saved
+// at) or a safetensors file, through the decode path (gpt_decoder.h). Prints prefill and decode tokens/s, the time
+// per generated token and the bytes read per generated token. One rank, CPU backend (docs/inference.md).
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "core/safetensors.h"
+#include "models/gpt/inference/generator.h"
+#include "models/gpt/training/gpt_trainer_state.h"
+#include "runtime/bootstrap/runtime.h"
+#include "runtime/checkpoint/checkpoint_dir.h"
+#include "runtime/checkpoint/checkpoint_index.h"
+#include "runtime/checkpoint/checkpoint_reader.h"
+
+namespace {
+
+using namespace strata;
+namespace flags = strata::flags;
+
+struct Flags {
+  std::string checkpoint, weights, prompt_text;
+  std::vector<std::string> prompt_tokens;
+  std::int64_t step = -1;
+  int heads = 0, max_new_tokens = 32, top_k = 0;
+  double temperature = 0, top_p = 1;
+  std::uint64_t seed = 0;
+  std::vector<int> stop;
+  bool quiet = false;
+};
+
+// The weights and the model's shape from a checkpoint directory or a safetensors file.
+struct Weights {
+  gpt::GptConfig cfg;
+  gpt::WeightReader read;
+  std::string source;
+  std::shared_ptr<void> keep;  // what `read` reads through
+};
+
+// Shapes by parameter name -> the GPT's dimensions: layers (h.{i}.ln_1.weight), embd and vocab (wte), ctx (wpe).
+gpt::GptConfig config_from_shapes(const std::function<const std::vector<std::int64_t>*(const std::string&)>& shape,
+                                  int heads, const std::string& source) {
+  const std::vector<std::int64_t>* wte = shape("wte.weight");
+  const std::vector<std::int64_t>* wpe = shape("wpe.weight");
+  STRATA_CHECK_CODE(ErrorCode::kIo, wte && wpe && wte->size() == 2 && wpe->size() == 2,
+                    "{}: no 2-D wte.weight and wpe.weight: not the weights of this GPT (docs/gpt-model.md)", source);
+  gpt::GptConfig cfg;
+  cfg.vocab = static_cast<int>((*wte)[0]);
+  cfg.embd = static_cast<int>((*wte)[1]);
+  cfg.ctx = static_cast<int>((*wpe)[0]);
+  cfg.layers = 0;
+  while (shape("h." + std::to_string(cfg.layers) + ".ln_1.weight")) ++cfg.layers;
+  STRATA_CHECK(heads > 0, "{}: the attention heads are not in the file: give --heads", source);
+  cfg.heads = heads;
+  cfg.validate();
+  // Every parameter of that model, with its shape: a file of another model is refused here, naming the tensor.
+  for (const UnitSpec& u : gpt::gpt_units(cfg, 1))
+    for (const SlotSpec& s : u.slots) {
+      const std::vector<std::int64_t>* got = shape(s.name);
+      STRATA_CHECK_CODE(ErrorCode::kIo, got && *got == s.shape,
+                        "{}: tensor '{}' {} (a {}-layer, {}-wide model needs it)", source, s.name,
+                        got ? "has another shape" : "is missing", cfg.layers, cfg.embd);
+    }
+  return cfg;
+}
+
+Weights from_safetensors(const std::string& path, int heads) {
+  auto file = std::make_shared<SafetensorsReader>(path);
+  Weights w;
+  w.source = path;
+  w.cfg = config_from_shapes(
+      [&](const std::string& name) -> const std::vector<std::int64_t>* {
+        return file->contains(name) ? &file->info(name).shape : nullptr;
+      },
+      heads, path);
+  w.read = [file](const std::string& name, std::size_t begin, std::size_t count, float* out) {
+    file->read_f32(name, begin, count, out);
+  };
+  w.keep = file;
+  return w;
+}
+
+Weights from_checkpoint(const std::string& path, std::int64_t step_flag, int heads) {
+  struct Open {
+    CheckpointIndex index;
+    std::vector<char> staging;
+    std::unique_ptr<CheckpointReader> reader;
+  };
+  const CheckpointDir dir(path);
+  const std::int64_t step = step_flag >= 0 ? step_flag : dir.latest_step();
+  STRATA_CHECK_CODE(ErrorCode::kIo, step >= 0, "--checkpoint {}: no committed checkpoint", path);
+  auto open = std::make_shared<Open>();
+  open->index = dir.read_index(step);
+  open->staging.resize(open->index.block_bytes);
+  open->reader = std::make_unique<CheckpointReader>(dir.step_path(step), open->index, open->staging.data());
+  if (heads == 0 && open->index.state.contains("trainer")) {
+    const gpt::GptTrainerState s =
+        gpt::GptTrainerState::parse(open->index.state["trainer"], dir.step_path(step), nullptr);
+    if (s.heads) heads = *s.heads;
+  }
+  Weights w;
+  w.source = dir.step_path(step);
+  w.cfg = config_from_shapes(
+      [&](const std::string& name) -> const std::vector<std::int64_t>* {
+        const std::string t = params_tensor(name);
+        return open->index.has_tensor(t) ? &open->index.tensor(t).shape : nullptr;
+      },
+      heads, w.source);
+  w.read = [open](const std::string& name, std::size_t begin, std::size_t count, float* out) {
+    open->reader->read_f32(open->index.tensor(params_tensor(name)), begin, count, out);
+  };
+  w.keep = open;
+  return w;
+}
+
+// "3,17,42" -> token ids.
+std::vector<std::int32_t> parse_ids(const std::string& text) {
+  std::vector<std::int32_t> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    std::size_t used = 0;
+    long v = -1;
+    try {
+      v = std::stol(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    STRATA_CHECK(used == item.size() && !item.empty() && v >= 0 && v <= 65535,
+                 "--tokens '{}': '{}' is not a token id in [0, 65535]", text, item);
+    out.push_back(static_cast<std::int32_t>(v));
+  }
+  return out;
+}
+
+std::string as_text(const std::vector<std::int32_t>& tokens) {
+  std::string s;
+  for (std::int32_t t : tokens) s += static_cast<char>(t);
+  return s;
+}
+
+int run(const Flags& f, Runtime& rt) {
+  STRATA_CHECK(rt.world_size() == 1,
+               "strata-generate runs on one rank for now ({} launched): tensor-parallel and sharded decode are not "
+               "built yet (docs/inference.md)",
+               rt.world_size());
+  STRATA_CHECK(f.checkpoint.empty() != f.weights.empty(), "give one of --checkpoint DIR and --weights FILE");
+  const Weights w =
+      f.checkpoint.empty() ? from_safetensors(f.weights, f.heads) : from_checkpoint(f.checkpoint, f.step, f.heads);
+  std::vector<std::vector<std::int32_t>> prompts;
+  const bool text = !f.prompt_text.empty();
+  if (text) {
+    STRATA_CHECK(w.cfg.vocab == 256,
+                 "--prompt is byte-level text, for a model of vocab 256 (train_gpt --text); this "
+                 "one has {}: give --tokens",
+                 w.cfg.vocab);
+    std::vector<std::int32_t> p;
+    for (unsigned char c : f.prompt_text) p.push_back(c);
+    prompts.push_back(p);
+  }
+  for (const std::string& t : f.prompt_tokens) prompts.push_back(parse_ids(t));
+  STRATA_CHECK(!prompts.empty(), "give --prompt TEXT or --tokens IDS (repeat --tokens for a batch)");
+  gpt::GenerateOptions o;
+  o.max_new_tokens = f.max_new_tokens;
+  o.stop_tokens.assign(f.stop.begin(), f.stop.end());
+  o.sampling = gpt::SamplingOptions{f.temperature, f.top_k, f.top_p, f.seed};
+  gpt::GptDecoder dec(w.cfg, rt.device(), static_cast<int>(prompts.size()), w.read,
+                      std::max<int>(128, static_cast<int>(prompts.size())));
+  const gpt::Generation g = gpt::generate(dec, prompts, o);
+  for (std::size_t i = 0; i < prompts.size(); ++i) {
+    const std::vector<std::int32_t>& out = g.tokens[i];
+    if (text) {
+      std::printf("%s%s\n", f.prompt_text.c_str(), as_text(out).c_str());
+    } else {
+      std::string ids;
+      for (std::int32_t t : out) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+      std::printf("%zu: %s\n", i, ids.c_str());
+    }
+  }
+  if (!f.quiet) {
+    const double decoded = static_cast<double>(g.decoded_tokens());
+    std::fprintf(stderr,
+                 "strata-generate: %s (%d layers, %d wide, %d heads, vocab %d, context %d); %zu prompt(s), %llu "
+                 "prompt tokens, %llu generated\n",
+                 w.source.c_str(), w.cfg.layers, w.cfg.embd, w.cfg.heads, w.cfg.vocab, w.cfg.ctx, prompts.size(),
+                 static_cast<unsigned long long>(g.prompt_tokens), static_cast<unsigned long long>(g.new_tokens));
+    std::fprintf(stderr, "prefill: %.1f tokens/s (%.3f s)\n", g.prompt_tokens / std::max(g.prefill_s, 1e-12),
+                 g.prefill_s);
+    if (decoded > 0)
+      std::fprintf(stderr,
+                   "decode: %.1f tokens/s, %.3f ms per generated token (%llu steps); read per generated token: %.0f "
+                   "bytes of weights + %.0f of KV cache\n",
+                   decoded / std::max(g.decode_s, 1e-12), 1e3 * g.decode_s / decoded,
+                   static_cast<unsigned long long>(g.decode_steps), g.decode_weight_bytes / decoded,
+                   g.decode_cache_bytes / decoded);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata-generate: tokens from a trained GPT (docs/inference.md), one rank"};
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  Flags f;
+  app.add_option("--checkpoint", f.checkpoint, "a checkpoint directory (train_gpt --checkpoint-dir): its latest step");
+  app.add_option("--step", f.step, "the checkpoint's step to load (default: the latest committed)")
+      ->check(flags::non_negative_int64());
+  app.add_option("--weights", f.weights, "a safetensors file (strata-ckpt export, or train_gpt --init's format)");
+  app.add_option("--heads", f.heads, "attention heads (default: the checkpoint's record)")
+      ->check(flags::positive_integer());
+  app.add_option("--prompt", f.prompt_text, "byte-level text (a model trained with --text, vocab 256)");
+  app.add_option("--tokens", f.prompt_tokens, "a prompt as token ids, '3,17,42'; repeat for a batch")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--max-new-tokens", f.max_new_tokens, "tokens to generate per prompt")
+      ->check(flags::positive_integer());
+  app.add_option("--temperature", f.temperature, "0: greedy; above 0: sampling")->check(flags::non_negative_real());
+  app.add_option("--top-k", f.top_k, "sample among the k most likely (0: all)")->check(flags::non_negative_integer());
+  app.add_option("--top-p", f.top_p, "then among the fewest whose probabilities reach p")
+      ->check(flags::real(0.0, true, 1.0, false));
+  app.add_option("--seed", f.seed, "the sampling's seed");
+  app.add_option("--stop", f.stop, "token ids that end a sequence (kept in its output)")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->check(flags::integer(0, 65535));
+  app.add_flag("--quiet", f.quiet, "only the generated tokens, no timing lines");
+  CLI11_PARSE(app, argc, argv);
+  return run_main([&] {
+    Runtime rt(&argc, &argv, RuntimeOptions{"cpu"});
+    const int rc = run(f, rt);
+    rt.finish();
+    return rc;
+  });
+}

@@ -1,0 +1,75 @@
+# strata-generate end to end (cmake -P): a byte-level model trained at tp 2 x dp 2 with ZeRO-3 and checkpointed at its
+# last step generates the same tokens from the checkpoint (read at its saved layout) as from the safetensors file of
+# its final weights (train_gpt --save), greedy and sampled; then bad input: a token outside the vocabulary, a prompt
+# that fills the context, text for a model that is not byte-level, two weight sources, and a checkpoint chunk damaged
+# on disk, each a clear error (a non-zero exit naming the problem, no generated tokens).
+# -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DGENERATE=<strata-generate>
+# -DWORK=<scratch directory, emptied>.
+
+include(${CMAKE_CURRENT_LIST_DIR}/../../support/run_checks.cmake)
+include(${CMAKE_CURRENT_LIST_DIR}/gpt_run_checks.cmake)
+
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+string(REPEAT "the strata runtime shards parameters, gradients and optimizer state. " 20 text)
+file(WRITE "${WORK}/text.txt" "${text}")
+set(common --steps 12 --no-progress --text ${WORK}/text.txt --layers 2 --heads 4 --embd 64 --seq 32 --ctx 64
+    --batch 4 --lr 3e-3)
+train_saved(trained 4 --tp 2 --zero-stage 3 --checkpoint-dir ${WORK}/ckpt --checkpoint-every 12)
+
+string(REPLACE "|" ";" launch "${MPIEXEC}")
+set(gen ${launch} -n 1 ${GENERATE})
+foreach(mode greedy sampled)
+  set(how --max-new-tokens 24 --quiet)
+  if(mode STREQUAL "sampled")
+    list(APPEND how --temperature 0.9 --top-k 20 --top-p 0.95 --seed 5)
+  endif()
+  run_checked(${mode}_ckpt ok 60 ${gen} --checkpoint ${WORK}/ckpt --prompt "the strata " ${how})
+  run_checked(${mode}_file ok 60 ${gen} --weights ${WORK}/trained.safetensors --heads 4 --prompt "the strata " ${how})
+  string(REGEX MATCH "the strata [^\n]*" a "${${mode}_ckpt_out}")
+  string(REGEX MATCH "the strata [^\n]*" b "${${mode}_file_out}")
+  string(LENGTH "${a}" len)
+  if(NOT a STREQUAL b OR len LESS 30)
+    message(FATAL_ERROR "${mode}: the checkpoint gave '${a}', the safetensors file '${b}'")
+  endif()
+  message(STATUS "${mode}: '${a}' from both")
+endforeach()
+
+# Token ids: a batch of two prompts, and the timing lines.
+run_checked(ids ok 60 ${gen} --checkpoint ${WORK}/ckpt --tokens 116,104,101 --tokens 115 --max-new-tokens 5)
+expect_text(ids "0: " "1: " "prefill: " "decode: " "tokens/s" "bytes of weights")
+
+function(refused name text)
+  run_checked(${name} fail 60 ${gen} ${ARGN})
+  expect_text(${name} "${text}")
+  if(${name}_out MATCHES "(^|\n)[0-9]+: [0-9]")
+    message(FATAL_ERROR "${name}: tokens were generated before the error:\n${${name}_out}")
+  endif()
+endfunction()
+refused(token_outside_vocab "token 300 at position 1 is outside the vocabulary [0, 256)"
+        --checkpoint ${WORK}/ckpt --tokens 1,300)
+string(REPEAT "x" 64 long)
+refused(prompt_fills_context "prompt 0 holds 64 tokens: the model's context of 64 leaves no room to generate"
+        --checkpoint ${WORK}/ckpt --prompt ${long})
+refused(two_sources "give one of --checkpoint DIR and --weights FILE"
+        --checkpoint ${WORK}/ckpt --weights ${WORK}/trained.safetensors --prompt "a")
+refused(heads_not_dividing "--embd 64 must be a positive multiple of --heads 5"
+        --weights ${WORK}/trained.safetensors --heads 5 --prompt "a")
+
+# A byte flipped in the middle of a data file of the checkpoint: its checksum fails, named.
+find_program(DD dd REQUIRED)
+set(victim ${WORK}/ckpt/step-00000012/rank-00001.bin)
+file(SIZE ${victim} bytes)
+math(EXPR middle "${bytes} / 2")
+file(READ ${victim} old OFFSET ${middle} LIMIT 1 HEX)
+if(old STREQUAL "5a")
+  file(WRITE ${WORK}/byte "Y")
+else()
+  file(WRITE ${WORK}/byte "Z")
+endif()
+execute_process(COMMAND ${DD} if=${WORK}/byte of=${victim} bs=1 seek=${middle} count=1 conv=notrunc
+                RESULT_VARIABLE rc ERROR_QUIET)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "could not damage ${victim}")
+endif()
+refused(damaged_chunk "${victim} is corrupt: tensor '" --checkpoint ${WORK}/ckpt --prompt "the strata ")
