@@ -98,9 +98,10 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   p.host_bytes = (in.source == WeightSource::kDisk ? 0 : streamed) + (kv_on_device ? 0 : kv_all);
   p.fits = p.total <= hw.device_memory && p.host_bytes <= hw.host_memory;
 
-  // Decode: the mean context over the generated tokens is the prompt plus half of them.
+  // Decode: G = seq - prompt tokens a sequence, the first from the prefill; decode step k (1 .. G - 1) attends to
+  // prompt + k positions, prompt + G / 2 on average (GptDecoder counts the same).
   const double generated = s - in.prompt;
-  const double context = in.prompt + (generated + 1) / 2;
+  const double context = in.prompt + generated / 2;
   const double kv_read = b * context * p.kv_bytes_per_token;
   const double all_weights = p.resident_weights + streamed;
   p.device_bytes = all_weights + kv_read;  // a streamed layer is read from its slot once it has arrived

@@ -14,6 +14,7 @@
 #include "models/gpt/inference/generator.h"
 #include "models/gpt/inference/gpt_decoder.h"
 #include "models/gpt/inference/sampler.h"
+#include "runtime/memory/inference_planner.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"
 
@@ -167,6 +168,36 @@ TEST(GptDecode, BatchOfDifferentLengthsEqualsEachAlone) {
   const std::uint64_t per_position = 2ull * cfg.layers * cfg.embd * 4;
   EXPECT_EQ(count.cache_bytes_read() - before, (10 + 31) * per_position);
   EXPECT_EQ(count.weight_bytes_read() - weights_before, count.weight_bytes());
+}
+
+// The bytes the decode steps read, weights and cache, are strata-plan --inference's prediction for the resident
+// placement in f32, to the byte: a batch of 3 prompts of 40 tokens generating to the end of a 160-token context.
+TEST(GptDecode, BytesPerStepAreThePlannersPrediction) {
+  const GptConfig cfg = wide();
+  const int P = 40, G = cfg.ctx - P, B = 3;
+  GptDecoder dec(cfg, strata::test::runtime().device(), B, spec_weights(cfg, 5));
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (int b = 0; b < B; ++b) prompts.push_back(some_tokens(P, cfg.vocab, 30 + static_cast<std::uint64_t>(b)));
+  GenerateOptions o;
+  o.max_new_tokens = G;
+  const Generation g = generate(dec, prompts, o);
+  ASSERT_EQ(g.decode_steps, static_cast<std::uint64_t>(G - 1));
+  InferenceInput in;
+  in.model.layers = cfg.layers;
+  in.model.hidden = cfg.embd;
+  in.model.heads = cfg.heads;
+  in.model.vocab = cfg.vocab;
+  in.model.seq = cfg.ctx;
+  in.prompt = P;
+  in.weight_dtype = DType::kF32;
+  in.kv_dtype = DType::kF32;
+  in.validate();
+  const InferencePlan plan = plan_inference_at(in, B, cfg.layers, true);
+  EXPECT_DOUBLE_EQ(static_cast<double>(dec.weight_bytes()), plan.resident_weights);
+  EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_bytes()), plan.kv_cache);
+  const double per_step = static_cast<double>(g.decode_weight_bytes + g.decode_cache_bytes) / (G - 1);
+  EXPECT_DOUBLE_EQ(per_step, plan.device_bytes);
+  EXPECT_DOUBLE_EQ(per_step / B, plan.bytes_per_token);
 }
 
 TEST(GptDecode, RefusesPastTheContextAndOutsideTheVocabulary) {

@@ -34,8 +34,8 @@ InferenceInput small() {
 constexpr double kLayer = 99968, kOutside = 49408, kKvToken = 1024;
 // One prefill pass (at batch 1, the 64 prompt tokens x 10 h f32) and a row of logits.
 constexpr double kWorkspace = 64 * 10 * 64 * 4 + 256 * 4;
-// The mean context over the 64 generated tokens: 64 + 65 / 2.
-constexpr double kContext = 96.5;
+// The mean context over the decode steps of the 64 generated tokens: 64 + 64 / 2.
+constexpr double kContext = 96;
 
 TEST(InferencePlanner, ResidentDecodeIsBoundByDeviceMemory) {
   const InferencePlan p = plan_inference_at(small(), 1, 4, true);
