@@ -57,18 +57,8 @@ refused(heads_not_dividing "--embd 64 must be a positive multiple of --heads 5"
         --weights ${WORK}/trained.safetensors --heads 5 --prompt "a")
 
 # A byte flipped in the middle of a data file of the checkpoint: its checksum fails, named.
-find_program(DD dd REQUIRED)
 set(victim ${WORK}/ckpt/step-00000012/rank-00001.bin)
-file(SIZE ${victim} bytes)
-math(EXPR middle "${bytes} / 2")
-file(READ ${victim} old OFFSET ${middle} LIMIT 1 HEX)
-if(old STREQUAL "5a")
-  file(WRITE ${WORK}/byte "Y")
-else()
-  file(WRITE ${WORK}/byte "Z")
-endif()
-execute_process(COMMAND ${DD} if=${WORK}/byte of=${victim} bs=1 seek=${middle} count=1 conv=notrunc
-                RESULT_VARIABLE rc ERROR_QUIET)
+flip_middle_byte(${victim} rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "could not damage ${victim}")
 endif()

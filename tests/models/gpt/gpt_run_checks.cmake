@@ -175,3 +175,20 @@ function(train_saved name np)
   endif()
   set(${name}_out "${out}" PARENT_SCOPE)
 endfunction()
+
+# flip_middle_byte(<file> <rc_var>): the byte in the middle of <file> becomes 'Z' (or 'Y' where it was 'Z'), through
+# dd, so a checksum over it fails; <rc_var> is dd's exit status.
+function(flip_middle_byte file rc_var)
+  find_program(DD dd REQUIRED)
+  file(SIZE ${file} bytes)
+  math(EXPR middle "${bytes} / 2")
+  file(READ ${file} old OFFSET ${middle} LIMIT 1 HEX)
+  if(old STREQUAL "5a")
+    file(WRITE ${WORK}/byte "Y")
+  else()
+    file(WRITE ${WORK}/byte "Z")
+  endif()
+  execute_process(COMMAND ${DD} if=${WORK}/byte of=${file} bs=1 seek=${middle} count=1 conv=notrunc
+                  RESULT_VARIABLE rc ERROR_QUIET)
+  set(${rc_var} ${rc} PARENT_SCOPE)
+endfunction()
