@@ -1,0 +1,127 @@
+// bench_decode: the decode path's tokens/s and bytes read per generated token (models/gpt/inference) beside the
+// bound for them, this machine's memory copy rate measured in the same run (a STREAM-style copy of a 2 GiB buffer on
+// every core), at several batch sizes. The default model's 0.8 GB of weights exceed the caches. Weights from the spec's
+// init: a decode step's cost does not depend on their values. Usage: build/bin/bench_decode [--layers 16 --embd 1024
+// --heads 16 --vocab 8192 --ctx 1024] [--prompt 64]
+//        [--steps 32] [--batches 1,4,16] [--reps 2]
+#include <omp.h>
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "core/cpu_device.h"
+#include "core/tool_main.h"
+#include "models/gpt/data/token_data.h"
+#include "models/gpt/inference/gpt_decoder.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// GB/s of a copy of `bytes` on every core (each thread its part), counting the bytes read and written as STREAM's
+// copy does; the median of `reps` after one warm-up.
+double copy_rate(std::size_t bytes, int reps) {
+  std::vector<char> src(bytes, 1), dst(bytes, 0);
+  std::vector<double> rates;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = Clock::now();
+#pragma omp parallel
+    {
+      const std::size_t n = static_cast<std::size_t>(omp_get_num_threads());
+      const std::size_t t = static_cast<std::size_t>(omp_get_thread_num());
+      const std::size_t lo = bytes * t / n, hi = bytes * (t + 1) / n;
+      std::memcpy(dst.data() + lo, src.data() + lo, hi - lo);
+    }
+    const double s = seconds_since(t0);
+    if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / s / 1e9);
+  }
+  return median(rates);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_decode: decode tokens/s and bytes per token beside the memory bound"};
+  namespace flags = strata::flags;
+  // 16 layers of 1024: 0.8 GB of f32 weights, more than the last-level cache of the machines this runs on.
+  strata::gpt::GptConfig cfg{16, 16, 1024, 8192, 1024};
+  int prompt = 64, steps = 32, reps = 2;
+  std::vector<int> batches{1, 4, 16};
+  app.add_option("--layers", cfg.layers)->check(flags::positive_integer());
+  app.add_option("--heads", cfg.heads)->check(flags::positive_integer());
+  app.add_option("--embd", cfg.embd)->check(flags::positive_integer());
+  app.add_option("--vocab", cfg.vocab)->check(flags::integer(2, 65536));
+  app.add_option("--ctx", cfg.ctx)->check(flags::positive_integer());
+  app.add_option("--prompt", prompt, "prompt tokens per sequence")->check(flags::positive_integer());
+  app.add_option("--steps", steps, "decode steps timed")->check(flags::positive_integer());
+  app.add_option("--batches", batches, "sequences decoded together, comma list")->delimiter(',');
+  app.add_option("--reps", reps, "timed repetitions (the median is printed)")->check(flags::positive_integer());
+  CLI11_PARSE(app, argc, argv);
+  return strata::run_tool("bench_decode", [&]() -> int {
+    using namespace strata;
+    cfg.validate();
+    STRATA_CHECK(prompt + steps < cfg.ctx, "--prompt {} + --steps {} must stay below --ctx {}", prompt, steps, cfg.ctx);
+    CpuDevice dev(600.0);
+    const std::size_t buffer = std::size_t{2} << 30;  // past any last-level cache
+    const double bw = copy_rate(buffer, 5);
+    std::printf(
+        "# bench_decode: %d layers, embd %d, %d heads, vocab %d, ctx %d, f32; prompt %d, %d decode steps, "
+        "%d threads\n",
+        cfg.layers, cfg.embd, cfg.heads, cfg.vocab, cfg.ctx, prompt, steps, omp_get_max_threads());
+    std::printf("# memory copy (every core, 2 GiB, read + write counted, as STREAM): %.2f GB/s\n", bw);
+    std::printf("# %5s %12s %10s %16s %14s %12s %9s\n", "batch", "tokens/s", "ms/token", "bytes/token", "GB/s read",
+                "bound tok/s", "of bound");
+    const gpt::WeightReader spec = [&](const std::string& name, std::size_t begin, std::size_t count, float* out) {
+      ParamSlot slot;
+      slot.name = name;
+      gpt::spec_init(cfg, slot, begin, count, out, 1);
+    };
+    for (int b : batches) {
+      STRATA_CHECK(b >= 1, "--batches: {} is not a batch size", b);
+      gpt::GptDecoder dec(cfg, dev, b, spec, std::max(128, b));
+      std::vector<double> times;
+      std::uint64_t bytes = 0;
+      for (int r = 0; r <= reps; ++r) {
+        std::vector<int> seqs;
+        std::vector<std::int32_t> next;
+        for (int s = 0; s < b; ++s) {
+          std::vector<std::int32_t> p;
+          for (std::uint16_t t :
+               gpt::synthetic_tokens(static_cast<std::uint64_t>(prompt), cfg.vocab, static_cast<std::uint64_t>(s)))
+            p.push_back(t);
+          dec.reset(s);
+          dec.prefill(s, p.data(), prompt);
+          seqs.push_back(s);
+          next.push_back(p.back());
+        }
+        const std::uint64_t before = dec.weight_bytes_read() + dec.cache_bytes_read();
+        const auto t0 = Clock::now();
+        for (int i = 0; i < steps; ++i) dec.decode(seqs, next);
+        const double s = seconds_since(t0);
+        if (r > 0) times.push_back(s);  // one warm-up
+        bytes = dec.weight_bytes_read() + dec.cache_bytes_read() - before;
+      }
+      const double t = median(times), tokens = static_cast<double>(b) * steps;
+      const double per_token = static_cast<double>(bytes) / tokens;
+      const double bound = bw * 1e9 / per_token;
+      std::printf("  %5d %12.1f %10.3f %16.0f %14.2f %12.1f %9.2f\n", b, tokens / t, 1e3 * t / tokens, per_token,
+                  static_cast<double>(bytes) / t / 1e9, bound, tokens / t / bound);
+    }
+    std::printf(
+        "# bytes/token: the weights once a step over the batch, and each sequence's cached keys and values; "
+        "bound: the copy rate over them\n");
+    return 0;
+  });
+}
