@@ -18,6 +18,7 @@
 #include "core/tool_main.h"
 #include "models/gpt/data/token_data.h"
 #include "models/gpt/inference/gpt_decoder.h"
+#include "models/gpt/model/kernel_table.h"
 
 namespace {
 
@@ -50,6 +51,23 @@ double copy_rate(std::size_t bytes, int reps) {
   return median(rates);
 }
 
+// GB/s of weights read by the decode path's own product at one row (GptKernels::matmul_forward, N = 1) over 0.8 GB
+// of 1024 x 4096 matrices: what the step's largest part can reach on this machine, its products alone.
+double one_row_product_rate(strata::Device& dev, int reps) {
+  constexpr int IC = 1024, OC = 4096, kMatrices = 48;
+  auto k = strata::gpt::make_gpt_kernels(dev);
+  std::vector<std::vector<float>> w(kMatrices, std::vector<float>(static_cast<std::size_t>(IC) * OC, 1e-3f));
+  std::vector<float> x(IC, 1.0f), y(OC);
+  std::vector<double> rates;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = Clock::now();
+    for (const std::vector<float>& m : w) k->matmul_forward(y.data(), x.data(), m.data(), nullptr, 1, IC, OC);
+    const double s = seconds_since(t0);
+    if (r > 0) rates.push_back(static_cast<double>(kMatrices) * IC * OC * 4 / s / 1e9);
+  }
+  return median(rates);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,14 +93,17 @@ int main(int argc, char** argv) {
     STRATA_CHECK(prompt + steps < cfg.ctx, "--prompt {} + --steps {} must stay below --ctx {}", prompt, steps, cfg.ctx);
     CpuDevice dev(600.0);
     const std::size_t buffer = std::size_t{2} << 30;  // past any last-level cache
-    const double bw = copy_rate(buffer, 5);
+    const double bw = copy_rate(buffer, 5), product = one_row_product_rate(dev, 3);
     std::printf(
         "# bench_decode: %d layers, embd %d, %d heads, vocab %d, ctx %d, f32; prompt %d, %d decode steps, "
         "%d threads\n",
         cfg.layers, cfg.embd, cfg.heads, cfg.vocab, cfg.ctx, prompt, steps, omp_get_max_threads());
-    std::printf("# memory copy (every core, 2 GiB, read + write counted, as STREAM): %.2f GB/s\n", bw);
-    std::printf("# %5s %12s %10s %16s %14s %12s %9s\n", "batch", "tokens/s", "ms/token", "bytes/token", "GB/s read",
-                "bound tok/s", "of bound");
+    std::printf(
+        "# memory copy (every core, 2 GiB, read + write counted, as STREAM): %.2f GB/s; the decode's product "
+        "at one row reads %.2f GB/s of weights (0.8 GB of 1024 x 4096 f32)\n",
+        bw, product);
+    std::printf("# %5s %12s %10s %16s %14s %12s %9s %11s\n", "batch", "tokens/s", "ms/token", "bytes/token",
+                "GB/s read", "bound tok/s", "of bound", "of product");
     const gpt::WeightReader spec = [&](const std::string& name, std::size_t begin, std::size_t count, float* out) {
       ParamSlot slot;
       slot.name = name;
@@ -116,12 +137,13 @@ int main(int argc, char** argv) {
       const double t = median(times), tokens = static_cast<double>(b) * steps;
       const double per_token = static_cast<double>(bytes) / tokens;
       const double bound = bw * 1e9 / per_token;
-      std::printf("  %5d %12.1f %10.3f %16.0f %14.2f %12.1f %9.2f\n", b, tokens / t, 1e3 * t / tokens, per_token,
-                  static_cast<double>(bytes) / t / 1e9, bound, tokens / t / bound);
+      const double read = static_cast<double>(bytes) / t / 1e9;
+      std::printf("  %5d %12.1f %10.3f %16.0f %14.2f %12.1f %9.2f %11.2f\n", b, tokens / t, 1e3 * t / tokens, per_token,
+                  read, bound, tokens / t / bound, read / product);
     }
     std::printf(
         "# bytes/token: the weights once a step over the batch, and each sequence's cached keys and values; "
-        "bound: the copy rate over them\n");
+        "bound: the copy rate over them; of product: GB/s read over the one-row product's\n");
     return 0;
   });
 }
