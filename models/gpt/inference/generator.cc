@@ -8,14 +8,8 @@
 
 namespace strata::gpt {
 
-Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int32_t>>& prompts,
-                    const GenerateOptions& options) {
-  using Clock = std::chrono::steady_clock;
-  const GptConfig& cfg = decoder.config();
+void check_prompts(const GptConfig& cfg, const std::vector<std::vector<std::int32_t>>& prompts) {
   const int n = static_cast<int>(prompts.size());
-  STRATA_CHECK(n >= 1 && n <= decoder.sequences(), "{} prompts for a decoder of {} sequences", n, decoder.sequences());
-  STRATA_CHECK(options.max_new_tokens >= 1, "--max-new-tokens {} must be at least 1", options.max_new_tokens);
-  options.sampling.validate();
   for (int i = 0; i < n; ++i) {
     const std::vector<std::int32_t>& p = prompts[static_cast<std::size_t>(i)];
     STRATA_CHECK(!p.empty(), "prompt {} is empty", i);
@@ -26,6 +20,19 @@ Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int3
       STRATA_CHECK(p[t] >= 0 && p[t] < cfg.vocab,
                    "prompt {}: token {} at position {} is outside the vocabulary [0, {})", i, p[t], t, cfg.vocab);
   }
+}
+
+Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int32_t>>& prompts,
+                    const GenerateOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const GptConfig& cfg = decoder.config();
+  const int n = static_cast<int>(prompts.size());
+  STRATA_CHECK(n >= 1 && n <= decoder.sequences(), "{} prompts for a decoder of {} sequences", n, decoder.sequences());
+  STRATA_CHECK(options.max_new_tokens >= 1, "--max-new-tokens {} must be at least 1", options.max_new_tokens);
+  options.sampling.validate();
+  check_prompts(cfg, prompts);
+  STRATA_CHECK(options.sequence_ids.empty() || options.sequence_ids.size() == prompts.size(),
+               "{} sequence ids for {} prompts", options.sequence_ids.size(), prompts.size());
   Generation g;
   g.tokens.resize(static_cast<std::size_t>(n));
   g.stopped.assign(static_cast<std::size_t>(n), false);
@@ -40,7 +47,8 @@ Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int3
   };
   auto emit = [&](int s, const float* logits) {
     const std::size_t i = static_cast<std::size_t>(s);
-    const int t = sample_token(logits, cfg.vocab, options.sampling, i, g.tokens[i].size());
+    const std::uint64_t id = options.sequence_ids.empty() ? i : options.sequence_ids[i];
+    const int t = sample_token(logits, cfg.vocab, options.sampling, id, g.tokens[i].size());
     g.tokens[i].push_back(t);
     g.stopped[i] = is_stop(t);
     ++g.new_tokens;

@@ -15,6 +15,9 @@ struct GenerateOptions {
   int max_new_tokens = 32;
   std::vector<std::int32_t> stop_tokens;  // a sequence ends after emitting one of these (it is kept in its output)
   SamplingOptions sampling;
+  // Each prompt's sequence number in the sampler's draw (sample_token's `sequence`); empty: its index here. Ranks that
+  // share out one request's prompts give their global indices, so a prompt samples the same tokens on any of them.
+  std::vector<std::uint64_t> sequence_ids;
 };
 
 struct Generation {
@@ -29,8 +32,11 @@ struct Generation {
   std::uint64_t decoded_tokens() const { return new_tokens - tokens.size(); }
 };
 
-// Generates for up to decoder.sequences() prompts at once (host token ids). kInvalidArgument naming the prompt when
-// one is empty, holds a token outside the vocabulary, or leaves no room in the context for a new token.
+// kInvalidArgument naming the prompt (its index in `prompts`) when one is empty, holds a token outside the model's
+// vocabulary, or leaves no room in its context for a new token.
+void check_prompts(const GptConfig& cfg, const std::vector<std::vector<std::int32_t>>& prompts);
+
+// Generates for up to decoder.sequences() prompts at once (host token ids), after check_prompts.
 Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int32_t>>& prompts,
                     const GenerateOptions& options);
 

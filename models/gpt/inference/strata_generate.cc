@@ -1,6 +1,9 @@
 // strata-generate: text or token ids in, generated tokens out, from a committed checkpoint (any layout it was saved
 // at) or a safetensors file, through the decode path (gpt_decoder.h). Prints prefill and decode tokens/s, the time
-// per generated token and the bytes read per generated token. One rank, CPU backend (docs/inference.md).
+// per generated token and the bytes read per generated token. CPU backend; under mpirun the ranks share out the
+// prompts (data parallel over requests) and rank 0 prints them in order (docs/inference.md).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 
 #include <CLI/CLI.hpp>
@@ -12,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/rank_values.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "models/gpt/inference/generator.h"
@@ -147,11 +151,35 @@ std::string as_text(const std::vector<std::int32_t>& tokens) {
   return s;
 }
 
+// The rank's lines: one per prompt it generated for ("<index>\t<line>"), then its timing lines.
+std::string rank_report(const Flags& f, const std::vector<std::size_t>& mine, const gpt::Generation& g, int rank,
+                        int world) {
+  std::string out;
+  for (std::size_t k = 0; k < mine.size(); ++k) {
+    const std::vector<std::int32_t>& t = g.tokens[k];
+    out += fmt::format("{}\t", mine[k]);
+    if (!f.prompt_text.empty() && mine[k] == 0) {
+      out += f.prompt_text + as_text(t);
+    } else {
+      out += fmt::format("{}: {}", mine[k], fmt::join(t, ","));
+    }
+    out += '\n';
+  }
+  if (f.quiet || mine.empty()) return out;
+  const std::string who = world > 1 ? fmt::format("rank {}: ", rank) : std::string();
+  const double decoded = static_cast<double>(g.decoded_tokens());
+  out += fmt::format("-\t{}prefill: {:.1f} tokens/s ({:.3f} s)\n", who,
+                     static_cast<double>(g.prompt_tokens) / std::max(g.prefill_s, 1e-12), g.prefill_s);
+  if (decoded > 0)
+    out += fmt::format(
+        "-\t{}decode: {:.1f} tokens/s, {:.3f} ms per generated token ({} steps); read per generated token: {:.0f} "
+        "bytes of weights + {:.0f} of KV cache\n",
+        who, decoded / std::max(g.decode_s, 1e-12), 1e3 * g.decode_s / decoded, g.decode_steps,
+        static_cast<double>(g.decode_weight_bytes) / decoded, static_cast<double>(g.decode_cache_bytes) / decoded);
+  return out;
+}
+
 int run(const Flags& f, Runtime& rt) {
-  STRATA_CHECK(rt.world_size() == 1,
-               "strata-generate runs on one rank for now ({} launched): tensor-parallel and sharded decode are not "
-               "built yet (docs/inference.md)",
-               rt.world_size());
   STRATA_CHECK(f.checkpoint.empty() != f.weights.empty(), "give one of --checkpoint DIR and --weights FILE");
   const Weights w =
       f.checkpoint.empty() ? from_safetensors(f.weights, f.heads) : from_checkpoint(f.checkpoint, f.step, f.heads);
@@ -168,39 +196,53 @@ int run(const Flags& f, Runtime& rt) {
   }
   for (const std::string& t : f.prompt_tokens) prompts.push_back(parse_ids(t));
   STRATA_CHECK(!prompts.empty(), "give --prompt TEXT or --tokens IDS (repeat --tokens for a batch)");
+  gpt::check_prompts(w.cfg, prompts);  // on every rank, before any rank generates
+  // Data parallel over the prompts: rank r takes prompts r, r + world, ...; each samples with its prompt's global
+  // index, so the tokens do not depend on the rank count. Tensor-parallel and sharded decode are not built.
+  const int world = rt.world_size(), rank = rt.rank();
+  std::vector<std::size_t> mine;
+  std::vector<std::vector<std::int32_t>> local;
   gpt::GenerateOptions o;
+  for (std::size_t i = static_cast<std::size_t>(rank); i < prompts.size(); i += static_cast<std::size_t>(world)) {
+    mine.push_back(i);
+    local.push_back(prompts[i]);
+    o.sequence_ids.push_back(i);
+  }
   o.max_new_tokens = f.max_new_tokens;
   o.stop_tokens.assign(f.stop.begin(), f.stop.end());
   o.sampling = gpt::SamplingOptions{f.temperature, f.top_k, f.top_p, f.seed};
-  gpt::GptDecoder dec(w.cfg, rt.device(), static_cast<int>(prompts.size()), w.read,
-                      std::max<int>(128, static_cast<int>(prompts.size())));
-  const gpt::Generation g = gpt::generate(dec, prompts, o);
-  for (std::size_t i = 0; i < prompts.size(); ++i) {
-    const std::vector<std::int32_t>& out = g.tokens[i];
-    if (text) {
-      std::printf("%s%s\n", f.prompt_text.c_str(), as_text(out).c_str());
-    } else {
-      std::string ids;
-      for (std::int32_t t : out) ids += (ids.empty() ? "" : ",") + std::to_string(t);
-      std::printf("%zu: %s\n", i, ids.c_str());
+  o.sampling.validate();
+  gpt::Generation g;
+  if (!local.empty()) {
+    gpt::GptDecoder dec(w.cfg, rt.device(), static_cast<int>(local.size()), w.read,
+                        std::max<int>(128, static_cast<int>(local.size())));
+    g = gpt::generate(dec, local, o);
+  }
+  // Rank 0 prints every prompt's line in prompt order, then the ranks' timing lines.
+  const std::vector<std::string> reports = gather_texts(rt.world(), rank_report(f, mine, g, rank, world), 0);
+  if (rank != 0) return 0;
+  std::vector<std::string> lines(prompts.size()), timing;
+  for (const std::string& r : reports) {
+    std::size_t at = 0;
+    while (at < r.size()) {
+      const std::size_t end = r.find('\n', at), tab = r.find('\t', at);
+      const std::string key = r.substr(at, tab - at), line = r.substr(tab + 1, end - tab - 1);
+      if (key == "-") {
+        timing.push_back(line);
+      } else {
+        lines[std::stoul(key)] = line;
+      }
+      at = end + 1;
     }
   }
+  for (const std::string& l : lines) std::printf("%s\n", l.c_str());
   if (!f.quiet) {
-    const double decoded = static_cast<double>(g.decoded_tokens());
     std::fprintf(stderr,
-                 "strata-generate: %s (%d layers, %d wide, %d heads, vocab %d, context %d); %zu prompt(s), %llu "
-                 "prompt tokens, %llu generated\n",
+                 "strata-generate: %s (%d layers, %d wide, %d heads, vocab %d, context %d); %zu prompt(s) on %d "
+                 "rank(s)\n",
                  w.source.c_str(), w.cfg.layers, w.cfg.embd, w.cfg.heads, w.cfg.vocab, w.cfg.ctx, prompts.size(),
-                 static_cast<unsigned long long>(g.prompt_tokens), static_cast<unsigned long long>(g.new_tokens));
-    std::fprintf(stderr, "prefill: %.1f tokens/s (%.3f s)\n", g.prompt_tokens / std::max(g.prefill_s, 1e-12),
-                 g.prefill_s);
-    if (decoded > 0)
-      std::fprintf(stderr,
-                   "decode: %.1f tokens/s, %.3f ms per generated token (%llu steps); read per generated token: %.0f "
-                   "bytes of weights + %.0f of KV cache\n",
-                   decoded / std::max(g.decode_s, 1e-12), 1e3 * g.decode_s / decoded,
-                   static_cast<unsigned long long>(g.decode_steps), g.decode_weight_bytes / decoded,
-                   g.decode_cache_bytes / decoded);
+                 world);
+    for (const std::string& t : timing) std::fprintf(stderr, "%s\n", t.c_str());
   }
   return 0;
 }
@@ -208,7 +250,7 @@ int run(const Flags& f, Runtime& rt) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"strata-generate: tokens from a trained GPT (docs/inference.md), one rank"};
+  CLI::App app{"strata-generate: tokens from a trained GPT (docs/inference.md); ranks share out the prompts"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   Flags f;
   app.add_option("--checkpoint", f.checkpoint, "a checkpoint directory (train_gpt --checkpoint-dir): its latest step");

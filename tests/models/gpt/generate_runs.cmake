@@ -1,6 +1,7 @@
 # strata-generate end to end (cmake -P): a byte-level model trained at tp 2 x dp 2 with ZeRO-3 and checkpointed at its
 # last step generates the same tokens from the checkpoint (read at its saved layout) as from the safetensors file of
-# its final weights (train_gpt --save), greedy and sampled; then bad input: a token outside the vocabulary, a prompt
+# its final weights (train_gpt --save), greedy and sampled; prompts shared out over 1, 2 and 4 ranks give the same
+# lines; then bad input: a token outside the vocabulary, a prompt
 # that fills the context, text for a model that is not byte-level, two weight sources, and a checkpoint chunk damaged
 # on disk, each a clear error (a non-zero exit naming the problem, no generated tokens).
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DGENERATE=<strata-generate>
@@ -39,6 +40,20 @@ endforeach()
 run_checked(ids ok 60 ${gen} --checkpoint ${WORK}/ckpt --tokens 116,104,101 --tokens 115 --max-new-tokens 5)
 expect_text(ids "0: " "1: " "prefill: " "decode: " "tokens/s" "bytes of weights")
 
+# Data parallel over requests: three sampled prompts on 1, 2 and 4 ranks (two ranks of four get one, the others
+# none) print the same lines, in prompt order.
+set(three --checkpoint ${WORK}/ckpt --tokens 116,104,101 --tokens 115 --tokens 97,98 --max-new-tokens 10
+    --temperature 0.9 --top-k 20 --seed 7 --quiet)
+foreach(np 1 2 4)
+  run_checked(requests_np${np} ok 60 ${launch} -n ${np} ${GENERATE} ${three})
+  string(REGEX MATCHALL "(^|\n)[0-2]: [0-9,]+" lines_np${np} "${requests_np${np}_out}")
+  list(LENGTH lines_np${np} count)
+  if(NOT count EQUAL 3 OR NOT "${lines_np${np}}" STREQUAL "${lines_np1}")
+    message(FATAL_ERROR "np ${np} printed '${lines_np${np}}', np 1 '${lines_np1}'")
+  endif()
+endforeach()
+message(STATUS "requests: the same three lines at np 1, 2 and 4")
+
 function(refused name text)
   run_checked(${name} fail 60 ${gen} ${ARGN})
   expect_text(${name} "${text}")
@@ -48,6 +63,10 @@ function(refused name text)
 endfunction()
 refused(token_outside_vocab "token 300 at position 1 is outside the vocabulary [0, 256)"
         --checkpoint ${WORK}/ckpt --tokens 1,300)
+# At two ranks too, though the bad prompt is rank 1's: every rank checks every prompt first.
+run_checked(token_outside_vocab_np2 fail 60 ${launch} -n 2 ${GENERATE} --checkpoint ${WORK}/ckpt --tokens 1
+            --tokens 1,300)
+expect_text(token_outside_vocab_np2 "prompt 1: token 300 at position 1 is outside the vocabulary [0, 256)")
 string(REPEAT "x" 64 long)
 refused(prompt_fills_context "prompt 0 holds 64 tokens: the model's context of 64 leaves no room to generate"
         --checkpoint ${WORK}/ckpt --prompt ${long})

@@ -258,7 +258,8 @@ TEST(GptSampler, CutsAndSeeds) {
 }
 
 // generate(): each prompt's greedy tokens equal decode steps by hand; a stop token ends its sequence (kept); the
-// context ends a sequence that reaches it; sampled generations repeat with their seed.
+// context ends a sequence that reaches it; sampled generations repeat with their seed, and a prompt sampled alone
+// under its sequence id draws what it drew in the batch.
 TEST(GptGenerate, StopsAndLimits) {
   const GptConfig cfg = wide();
   Device& dev = strata::test::runtime().device();
@@ -288,7 +289,13 @@ TEST(GptGenerate, StopsAndLimits) {
   // Sampling: the same seed, the same tokens.
   o.stop_tokens.clear();
   o.sampling = SamplingOptions{0.8, 20, 0.95, 123};
-  EXPECT_EQ(generate(dec, prompts, o).tokens, generate(dec, prompts, o).tokens);
+  const Generation both = generate(dec, prompts, o);
+  EXPECT_EQ(both.tokens, generate(dec, prompts, o).tokens);
+  // Prompt 1 alone, sampled as sequence 1 (sequence_ids: a rank's share of a request), draws the same tokens.
+  GptDecoder alone(cfg, dev, 1, spec_weights(cfg, 4));
+  GenerateOptions o1 = o;
+  o1.sequence_ids = {1};
+  EXPECT_EQ(generate(alone, {prompts[1]}, o1).tokens[0], both.tokens[1]);
   // A prompt that fills the context leaves nothing to generate.
   EXPECT_THROW(generate(dec, {some_tokens(cfg.ctx, cfg.vocab, 1)}, o), Error);
 }
