@@ -30,7 +30,19 @@ if [ "${1:-}" = ctl ]; then
   ip netns list | grep -q "^$ns\b" || die "no host '$3' in this harness"
   case "$2" in
     link-down) ip -n "$STRATA_HOSTS_TAG-switch" link set "$3" down ;;
-    link-up) ip -n "$STRATA_HOSTS_TAG-switch" link set "$3" up ;;
+    link-up)
+      ip -n "$STRATA_HOSTS_TAG-switch" link set "$3" up
+      # Back in service before the next job starts: the bridge port forwarding again (bounded), and no neighbour entry
+      # left FAILED from while the link was down, which a new connection would wait out (an ARP retry) longer than
+      # Open MPI's TCP connect does.
+      for _ in $(seq 50); do
+        bridge -n "$STRATA_HOSTS_TAG-switch" link show dev "$3" | grep -q "state forwarding" && break
+        sleep 0.1
+      done
+      for h in $(ip netns list | awk -v t="$STRATA_HOSTS_TAG-host" 'index($1, t) == 1 {print $1}'); do
+        ip -n "$h" neigh flush all
+      done
+      ;;
     kill) pids=$(ip netns pids "$ns"); [ -z "$pids" ] || kill -KILL $pids ;;
     pids) ip netns pids "$ns" ;;
     *) die "unknown control '$2' (link-down, link-up, kill, pids)" ;;
