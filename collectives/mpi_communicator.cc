@@ -126,6 +126,39 @@ void exchange(MPI_Comm comm, int rank, int size, ToPeer to_peer, FromPeer from_p
   mpi_wait_all(k, reqs, timeout_s, what);
 }
 
+// all_reduce of a small buffer point to point, rank r owning elements [r count / n, (r + 1) count / n) and every
+// reduction in rank order as on every path. Where the n - 1 peers' whole buffers fit the staging reserved for the
+// all-to-all path (2 n ceil(count / n) elements; up to 3 ranks), one exchange and every rank reduces the whole buffer;
+// otherwise the all-to-all path's two steps: every rank's copy of our part in, our reduced part out to every rank.
+void all_reduce_exchanged(MPI_Comm comm, int rank, int size, const char* in, char* out, char* gathered,
+                          std::size_t count, DType dtype, ReduceOp op, double timeout_s, const std::string& what) {
+  const std::size_t n = static_cast<std::size_t>(size), me = static_cast<std::size_t>(rank);
+  const std::size_t esz = dtype_size(dtype), chunk = (count + n - 1) / n;
+  const void* pieces[kPointToPointRanks];
+  if ((n - 1) * count <= 2 * n * chunk) {
+    const std::size_t bytes = count * esz;
+    auto slot = [&](std::size_t p) { return gathered + (p < me ? p : p - 1) * bytes; };  // n - 1 of them
+    auto whole = [&](int) { return Message{in, bytes}; };
+    auto into_slot = [&](int p) { return Message{slot(static_cast<std::size_t>(p)), bytes}; };
+    exchange(comm, rank, size, whole, into_slot, timeout_s, what);
+    for (std::size_t q = 0; q < n; ++q) pieces[q] = q == me ? in : slot(q);
+    return reduce_pieces(pieces, n, count, dtype, op, out);
+  }
+  auto part_of = [&](const char* base, std::size_t r) {
+    const std::size_t begin = r * count / n, end = (r + 1) * count / n;
+    return Message{base + begin * esz, (end - begin) * esz};
+  };
+  const Message mine = part_of(out, me);
+  auto their_part = [&](int p) { return part_of(in, static_cast<std::size_t>(p)); };
+  auto copy_of_mine = [&](int p) { return Message{gathered + static_cast<std::size_t>(p) * mine.bytes, mine.bytes}; };
+  exchange(comm, rank, size, their_part, copy_of_mine, timeout_s, what);
+  for (std::size_t q = 0; q < n; ++q) pieces[q] = q == me ? part_of(in, me).at : gathered + q * mine.bytes;
+  reduce_pieces(pieces, n, mine.bytes / esz, dtype, op, const_cast<void*>(mine.at));
+  auto reduced = [&](int) { return mine; };
+  auto reduced_part = [&](int p) { return part_of(out, static_cast<std::size_t>(p)); };
+  exchange(comm, rank, size, reduced, reduced_part, timeout_s, what);
+}
+
 int as_int(std::size_t count, const char* op) {
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, count <= static_cast<std::size_t>(INT_MAX),
                     "{}: {} elements per rank exceed the MPI backend's limit of INT_MAX", op, count);
@@ -376,40 +409,12 @@ void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count
     // comm_buffer by it (see reduce_scatter).
     char* gathered = static_cast<char*>(staging(lane, 2 * n * chunk * esz));
     if (lane.shm) return lane.shm->all_reduce(send, recv, count, dtype, op, what);
+    char* out = static_cast<char*>(recv);
+    if (point_to_point(count * esz))
+      return all_reduce_exchanged(lane.comm, rank(), size(), static_cast<const char*>(send), out, gathered, count,
+                                  dtype, op, options().timeout_s, what);
     auto part = [&](std::size_t r) { return static_cast<int>(r * count / n); };
     const int mine = part(me + 1) - part(me);
-    const char* in = static_cast<const char*>(send);
-    char* out = static_cast<char*>(recv);
-    if (point_to_point(count * esz) && (n - 1) * count <= 2 * n * chunk) {
-      // One step where every peer's whole buffer fits the reserved staging (up to 3 ranks): each rank reduces the
-      // whole buffer, in rank order as every path does.
-      const std::size_t bytes = count * esz;
-      auto slot = [&](std::size_t p) { return gathered + (p < me ? p : p - 1) * bytes; };  // n - 1 of them
-      exchange(
-          lane.comm, rank(), size(), [&](int) { return Message{in, bytes}; },
-          [&](int p) { return Message{slot(static_cast<std::size_t>(p)), bytes}; }, options().timeout_s, what);
-      const void* pieces[kPointToPointRanks];
-      for (std::size_t q = 0; q < n; ++q) pieces[q] = q == me ? in : slot(q);
-      return reduce_pieces(pieces, n, count, dtype, op, out);
-    }
-    if (point_to_point(count * esz)) {
-      // The same two steps, point to point: every rank's copy of our part in, our reduced part out to every rank.
-      const std::size_t my_bytes = static_cast<std::size_t>(mine) * esz;
-      auto part_of = [&](const char* base, std::size_t r) {
-        return Message{base + static_cast<std::size_t>(part(r)) * esz,
-                       static_cast<std::size_t>(part(r + 1) - part(r)) * esz};
-      };
-      exchange(
-          lane.comm, rank(), size(), [&](int p) { return part_of(in, static_cast<std::size_t>(p)); },
-          [&](int p) { return Message{gathered + static_cast<std::size_t>(p) * my_bytes, my_bytes}; },
-          options().timeout_s, what);
-      const void* pieces[kPointToPointRanks];
-      for (std::size_t q = 0; q < n; ++q) pieces[q] = q == me ? part_of(in, me).at : gathered + q * my_bytes;
-      reduce_pieces(pieces, n, static_cast<std::size_t>(mine), dtype, op, const_cast<void*>(part_of(out, me).at));
-      return exchange(
-          lane.comm, rank(), size(), [&](int) { return part_of(out, me); },
-          [&](int p) { return part_of(out, static_cast<std::size_t>(p)); }, options().timeout_s, what);
-    }
     std::vector<int> send_counts(n), send_displs(n), recv_counts(n), recv_displs(n);
     for (std::size_t r = 0; r < n; ++r) {
       send_counts[r] = part(r + 1) - part(r);

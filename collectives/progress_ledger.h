@@ -42,7 +42,6 @@ class ProgressLedger {
   // zeroes counts, it frees none), so an issuer looks its counters up once.
   std::atomic<std::uint64_t>* counter(const std::string& name);
   static void raise(std::atomic<std::uint64_t>* counter, std::uint64_t count);  // to at least `count`
-  void issued(const std::string& counter, std::uint64_t count) { raise(this->counter(counter), count); }
   ProgressCounters counters() const;  // those issued at least once since the last reset
   void reset();                       // a new Runtime: counts start again
 

@@ -11,10 +11,11 @@ Prints Markdown tables.
 Usage: scripts/bench_cp.py [--seq 2048] [--steps 4] [--bin build/bin/train_gpt] [--repeat 1]
 """
 import argparse
-import json
 import os
-import subprocess
-import tempfile
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_tp import mib, train_gpt  # noqa: E402  (the same runner and units as the tp benchmark)
 
 MODEL = ["--layers", "6", "--heads", "6", "--embd", "384", "--vocab", "8192", "--zero-stage", "3", "--no-progress",
          "--lr", "1e-4"]
@@ -23,20 +24,7 @@ LAYOUTS = [("dp 2", ["--batch", "1"]), ("cp 2", ["--cp", "2", "--batch", "2"]),
 
 
 def run(args, binary, steps, seq):
-    cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", "2"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    shape = ["--seq", str(seq), "--ctx", str(seq)]
-    with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
-        out = subprocess.run(cmd + [binary] + MODEL + shape + ["--steps", str(steps), "--metrics", m.name] + args,
-                             check=True, capture_output=True, text=True,
-                             env=dict(os.environ, STRATA_BACKEND="cpu", STRATA_LOG_LEVEL="warn")).stdout
-        records = [json.loads(line) for line in open(m.name) if line.strip()]
-    return json.loads(out.strip().splitlines()[-1]), records
-
-
-def mib(b):
-    return b / (1 << 20)
+    return train_gpt(2, MODEL + ["--seq", str(seq), "--ctx", str(seq), "--steps", str(steps)] + args, binary)
 
 
 def main():

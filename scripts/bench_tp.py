@@ -20,16 +20,20 @@ LAYOUTS = [("dp 2", ["--batch", "2"]),
            ("tp 2 + sequence parallel", ["--tp", "2", "--sequence-parallel", "--batch", "4"])]
 
 
-def run(np_, args, binary, steps):
+def train_gpt(np_, flags, binary):
+    """train_gpt at np_ ranks on the CPU backend with `flags`: its final JSON line and its per-step --metrics records."""
     cmd = ["mpirun", "--oversubscribe", "--bind-to", "none", "-np", str(np_)]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as m:
-        out = subprocess.run(cmd + [binary] + MODEL + ["--steps", str(steps), "--metrics", m.name] + args, check=True,
-                             capture_output=True, text=True,
+        out = subprocess.run(cmd + [binary] + flags + ["--metrics", m.name], check=True, capture_output=True, text=True,
                              env=dict(os.environ, STRATA_BACKEND="cpu", STRATA_LOG_LEVEL="warn")).stdout
         steps_rec = [json.loads(line) for line in open(m.name) if line.strip()]
     return json.loads(out.strip().splitlines()[-1]), steps_rec
+
+
+def run(np_, args, binary, steps):
+    return train_gpt(np_, MODEL + ["--steps", str(steps)] + args, binary)
 
 
 def mib(b):

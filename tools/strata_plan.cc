@@ -110,9 +110,7 @@ int main(int argc, char** argv) {
     in.precision = {strata::parse_dtype(param_dtype), strata::parse_dtype(reduce_dtype)};
     in.tiled_attention = !no_tiled;
     in.offload = strata::offload_from_name(offload);
-    // "80GB" here means 80e9 bytes, as GPU data sheets count.
-    in.hardware.device_memory = static_cast<double>(strata::parse_bytes(device_memory, "--device-memory")) /
-                                (device_memory.find("iB") != std::string::npos ? 1.0 : 1.073741824);
+    in.hardware.device_memory = data_sheet_bytes(device_memory, "--device-memory");
     strata::ClusterSpec cluster;
     if (!cluster_file.empty()) {
       if (!simulate) {

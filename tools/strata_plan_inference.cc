@@ -14,6 +14,11 @@
 
 namespace flags = strata::flags;
 
+double data_sheet_bytes(const std::string& text, const char* flag) {
+  return static_cast<double>(strata::parse_bytes(text, flag)) /
+         (text.find("iB") != std::string::npos ? 1.0 : 1.073741824);
+}
+
 int strata_plan_inference(int argc, char** argv) {
   CLI::App app{
       "strata-plan --inference: device memory and decode tokens/s of a model served from resident, "
@@ -66,13 +71,8 @@ int strata_plan_inference(int argc, char** argv) {
     in.kv_dtype = strata::parse_dtype(kv_dtype);
     in.kv_on_device = kv_in == "device" ? 1 : kv_in == "host" ? 0 : -1;
     in.source = source == "disk" ? strata::WeightSource::kDisk : strata::WeightSource::kHost;
-    // "80GB" means 80e9 bytes, as GPU data sheets count; "80GiB" 80 x 2^30.
-    auto bytes = [](const std::string& text, const char* flag) {
-      return static_cast<double>(strata::parse_bytes(text, flag)) /
-             (text.find("iB") != std::string::npos ? 1.0 : 1.073741824);
-    };
-    in.hardware.device_memory = bytes(device_memory, "--device-memory");
-    in.hardware.host_memory = bytes(host_memory, "--host-memory");
+    in.hardware.device_memory = data_sheet_bytes(device_memory, "--device-memory");
+    in.hardware.host_memory = data_sheet_bytes(host_memory, "--host-memory");
     if (prompt_flag->count() == 0) in.prompt = in.model.seq / 2;
     in.validate();
     const strata::InferencePlan single = strata::plan_inference(in, in.batch > 0 ? in.batch : 1);

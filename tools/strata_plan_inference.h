@@ -1,5 +1,12 @@
-// strata-plan --inference: the inference planner's command line (its own flags; strata_plan.cc hands over to it).
+// strata-plan --inference: the inference planner's command line (its own flags; strata_plan.cc hands over to it),
+// and the memory-size rule both of strata-plan's modes read their size flags with.
 #pragma once
+
+#include <string>
+
+// A memory size flag as GPU data sheets count: "80GB" is 80e9 bytes, "80GiB" 80 x 2^30 (core/env.h's parse_bytes,
+// whose "GB" is 2^30, rescaled unless the text says "iB").
+double data_sheet_bytes(const std::string& text, const char* flag);
 
 // Parses argv (which holds --inference) and prints the plan; returns 0 when it fits, 2 when not, 1 on an error.
 int strata_plan_inference(int argc, char** argv);

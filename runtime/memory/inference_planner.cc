@@ -74,7 +74,9 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   p.resident_layers = resident_layers;
   p.streamed_layers = m.layers - resident_layers;
   p.kv_on_device = kv_on_device;
-  const double layer_bytes = layer_params(m, in.tp) * wb;
+  const double layer = layer_params(m, in.tp), outside = outside_layers(m, in.tp);
+  const double flops_per_s = hw.peak_tflops * 1e12 * hw.efficiency;
+  const double layer_bytes = layer * wb;
   const double streamed = p.streamed_layers * layer_bytes;
   // Keys and values of one position in one layer: the device's kv heads (split by tp, or replicated when there are
   // fewer than tp), head_dim each.
@@ -82,7 +84,7 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   const double kv_layer_token = 2 * kv_heads_here * head_dim * kvb;
   p.kv_bytes_per_token = L * kv_layer_token;
 
-  p.resident_weights = (outside_layers(m, in.tp) + resident_layers * layer_params(m, in.tp)) * wb;
+  p.resident_weights = (outside + resident_layers * layer) * wb;
   p.stream_buffers = p.streamed_layers > 0 ? (in.prefetch_depth + 1) * layer_bytes : 0;
   const double kv_all = b * s * p.kv_bytes_per_token;
   if (kv_on_device) {
@@ -109,12 +111,12 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   p.disk_bytes = in.source == WeightSource::kDisk ? streamed : 0;
   // Two FLOPs a parameter for each sequence, and the attention's q.k and a.v over the context: 4 h / tp per token
   // of context and layer.
-  const double params_here = outside_layers(m, in.tp) - s * h + L * layer_params(m, in.tp);  // the position table
-  p.flops = 2 * params_here * b + L * b * 4 * context * h / in.tp;  // is looked up, not multiplied
+  const double params_here = outside - s * h + L * layer;  // multiplied: the position table is looked up
+  p.flops = 2 * params_here * b + L * b * 4 * context * h / in.tp;
   p.device_s = p.device_bytes / (hw.device_gbs * 1e9);
   p.link_s = p.link_bytes / (hw.host_gbs * 1e9);
   p.disk_s = p.disk_bytes / (hw.disk_gbs * 1e9);
-  p.compute_s = p.flops / (hw.peak_tflops * 1e12 * hw.efficiency);
+  p.compute_s = p.flops / flops_per_s;
   p.step_s = std::max({p.device_s, p.link_s, p.disk_s, p.compute_s});
   p.bound = p.step_s == p.compute_s ? "compute"
             : p.step_s == p.disk_s  ? "disk"
@@ -127,8 +129,8 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   // causal attention over half the prompt on average.
   const double P = in.prompt;
   const double prefill_flops = 2 * params_here * b * P + L * b * 4 * (P + 1) / 2 * P * h / in.tp;
-  const double prefill_s = std::max({prefill_flops / (hw.peak_tflops * 1e12 * hw.efficiency),
-                                     streamed / (hw.host_gbs * 1e9), p.disk_bytes / (hw.disk_gbs * 1e9)});
+  const double prefill_s =
+      std::max({prefill_flops / flops_per_s, streamed / (hw.host_gbs * 1e9), p.disk_bytes / (hw.disk_gbs * 1e9)});
   p.prefill_tokens_per_s = b * P / prefill_s;
   return p;
 }

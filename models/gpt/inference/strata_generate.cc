@@ -46,7 +46,6 @@ struct Weights {
   gpt::GptConfig cfg;
   gpt::WeightReader read;
   std::string source;
-  std::shared_ptr<void> keep;  // what `read` reads through
 };
 
 // Shapes by parameter name -> the GPT's dimensions: layers (h.{i}.ln_1.weight), embd and vocab (wte), ctx (wpe).
@@ -88,7 +87,6 @@ Weights from_safetensors(const std::string& path, int heads) {
   w.read = [file](const std::string& name, std::size_t begin, std::size_t count, float* out) {
     file->read_f32(name, begin, count, out);
   };
-  w.keep = file;
   return w;
 }
 
@@ -121,7 +119,6 @@ Weights from_checkpoint(const std::string& path, std::int64_t step_flag, int hea
   w.read = [open](const std::string& name, std::size_t begin, std::size_t count, float* out) {
     open->reader->read_f32(open->index.tensor(params_tensor(name)), begin, count, out);
   };
-  w.keep = open;
   return w;
 }
 

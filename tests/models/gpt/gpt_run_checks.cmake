@@ -162,18 +162,14 @@ function(refused_layout name np text)
 endfunction()
 
 # train_saved(<name> <np> train_gpt arguments...): train_gpt at <np> ranks (launcher: the '|'-separated MPIEXEC) with
-# the caller's `common` flags, its metrics and final weights in WORK (<name>.jsonl, <name>.safetensors) and its command
-# and output in <name>.log; a failure stops the script. Sets <name>_out (standard output) in the caller.
+# the caller's `common` flags, its metrics and final weights in WORK (<name>.jsonl, <name>.safetensors), through
+# run_checked (run_checks.cmake: its command and output in <name>.log; a failure stops the script). Sets <name>_out
+# (its output) in the caller.
 function(train_saved name np)
   string(REPLACE "|" ";" launch "${MPIEXEC}")
-  set(argv ${launch} -n ${np} ${TRAIN_GPT} ${common} --metrics ${WORK}/${name}.jsonl --save ${WORK}/${name}.safetensors
-      ${ARGN})
-  execute_process(COMMAND ${argv} OUTPUT_VARIABLE out ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 180)
-  file(WRITE "${WORK}/${name}.log" "${argv}\nrc ${rc}\n${out}\n${err}")
-  if(NOT rc EQUAL 0)
-    message(FATAL_ERROR "${name}: failed (${rc}): ${argv}\n${out}\n${err}")
-  endif()
-  set(${name}_out "${out}" PARENT_SCOPE)
+  run_checked(${name} ok 180 ${launch} -n ${np} ${TRAIN_GPT} ${common} --metrics ${WORK}/${name}.jsonl
+              --save ${WORK}/${name}.safetensors ${ARGN})
+  set(${name}_out "${${name}_out}" PARENT_SCOPE)
 endfunction()
 
 # flip_middle_byte(<file> <rc_var>): the byte in the middle of <file> becomes 'Z' (or 'Y' where it was 'Z'), through
