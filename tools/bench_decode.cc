@@ -1,10 +1,15 @@
 // bench_decode: the decode path's tokens/s and bytes read per generated token (models/gpt/inference) beside the
 // bound for them, this machine's memory copy rate measured in the same run (a STREAM-style copy of a 2 GiB buffer on
-// every core), at several batch sizes. The default model's 0.8 GB of weights exceed the caches. Weights from the spec's
-// init: a decode step's cost does not depend on their values. Usage: build/bin/bench_decode [--layers 16 --embd 1024
-// --heads 16 --vocab 8192 --ctx 1024] [--prompt 64]
-//        [--steps 32] [--batches 1,4,16] [--reps 2]
+// every core), at several batch sizes, for each weight placement: every block resident; every block streamed from
+// host memory (bound: the copy into the slots, read and write, and the step's reads at the copy rate); every block
+// streamed from a safetensors file with its page cache dropped before each block (bound: the file's cold read rate,
+// measured in the same run). The default model's 0.8 GB of weights exceed the caches. Weights from the spec's init: a
+// decode step's cost does not depend on their values. Usage: build/bin/bench_decode [--layers 16 --embd 1024
+// --heads 16 --vocab 8192 --ctx 1024] [--prompt 64] [--steps 32] [--stream-steps 8] [--batches 1,4,16] [--reps 2]
+//        [--placements resident,host,disk] [--prefetch 1] [--dir /tmp]
+#include <fcntl.h>
 #include <omp.h>
+#include <unistd.h>
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 
 #include <CLI/CLI.hpp>
@@ -12,9 +17,14 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "core/cpu_device.h"
+#include "core/error.h"
+#include "core/safetensors.h"
 #include "core/tool_main.h"
 #include "models/gpt/data/token_data.h"
 #include "models/gpt/inference/gpt_decoder.h"
@@ -68,6 +78,45 @@ double one_row_product_rate(strata::Device& dev, int reps) {
   return median(rates);
 }
 
+// Drops `path`'s pages from the page cache (clean pages: POSIX_FADV_DONTNEED evicts them).
+void drop_cached(int fd) { (void)posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); }
+
+// GB/s of a sequential read of `path` in 64 MiB pieces, its page cache dropped first; the median of `reps`.
+double cold_read_rate(const std::string& path, int reps) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  STRATA_CHECK_CODE(strata::ErrorCode::kIo, fd >= 0, "cannot open {}", path);
+  std::vector<char> buf(std::size_t{64} << 20);
+  std::vector<double> rates;
+  for (int r = 0; r < reps; ++r) {
+    drop_cached(fd);
+    std::uint64_t total = 0;
+    const auto t0 = Clock::now();
+    for (;;) {
+      const ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(total));
+      if (n <= 0) break;
+      total += static_cast<std::uint64_t>(n);
+    }
+    rates.push_back(static_cast<double>(total) / seconds_since(t0) / 1e9);
+  }
+  ::close(fd);
+  return median(rates);
+}
+
+// The spec's init of every parameter written to one safetensors file (f32).
+void write_weights(const strata::gpt::GptConfig& cfg, const strata::gpt::WeightReader& spec, const std::string& path) {
+  strata::SafetensorsWriter w;
+  std::vector<std::vector<float>> data;
+  for (const strata::UnitSpec& u : strata::gpt::gpt_units(cfg, 1))
+    for (const strata::SlotSpec& s : u.slots) {
+      std::size_t n = 1;
+      for (std::int64_t d : s.shape) n *= static_cast<std::size_t>(d);
+      data.emplace_back(n);
+      spec(s.name, 0, n, data.back().data());
+      w.add_f32(s.name, strata::DType::kF32, s.shape, data.back().data());
+    }
+  w.write(path);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,8 +124,10 @@ int main(int argc, char** argv) {
   namespace flags = strata::flags;
   // 16 layers of 1024: 0.8 GB of f32 weights, more than the last-level cache of the machines this runs on.
   strata::gpt::GptConfig cfg{16, 16, 1024, 8192, 1024};
-  int prompt = 64, steps = 32, reps = 2;
+  int prompt = 64, steps = 32, stream_steps = 8, reps = 2, prefetch = 1;
   std::vector<int> batches{1, 4, 16};
+  std::vector<std::string> placements{"resident", "host", "disk"};
+  std::string dir = std::filesystem::temp_directory_path().string();
   app.add_option("--layers", cfg.layers)->check(flags::positive_integer());
   app.add_option("--heads", cfg.heads)->check(flags::positive_integer());
   app.add_option("--embd", cfg.embd)->check(flags::positive_integer());
@@ -86,6 +137,13 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "decode steps timed")->check(flags::positive_integer());
   app.add_option("--batches", batches, "sequences decoded together, comma list")->delimiter(',');
   app.add_option("--reps", reps, "timed repetitions (the median is printed)")->check(flags::positive_integer());
+  app.add_option("--stream-steps", stream_steps, "decode steps timed when blocks stream")
+      ->check(flags::positive_integer());
+  app.add_option("--placements", placements, "resident, host (every block streamed from host memory), disk")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"resident", "host", "disk"}));
+  app.add_option("--prefetch", prefetch, "blocks streamed ahead")->check(flags::integer(0, 8));
+  app.add_option("--dir", dir, "where the disk placement's safetensors file is written (and removed)");
   CLI11_PARSE(app, argc, argv);
   return strata::run_tool("bench_decode", [&]() -> int {
     using namespace strata;
@@ -102,48 +160,85 @@ int main(int argc, char** argv) {
         "# memory copy (every core, 2 GiB, read + write counted, as STREAM): %.2f GB/s; the decode's product "
         "at one row reads %.2f GB/s of weights (0.8 GB of 1024 x 4096 f32)\n",
         bw, product);
-    std::printf("# %5s %12s %10s %16s %14s %12s %9s %11s\n", "batch", "tokens/s", "ms/token", "bytes/token",
-                "GB/s read", "bound tok/s", "of bound", "of product");
     const gpt::WeightReader spec = [&](const std::string& name, std::size_t begin, std::size_t count, float* out) {
       ParamSlot slot;
       slot.name = name;
       gpt::spec_init(cfg, slot, begin, count, out, 1);
     };
-    for (int b : batches) {
-      STRATA_CHECK(b >= 1, "--batches: {} is not a batch size", b);
-      gpt::GptDecoder dec(cfg, dev, b, spec, std::max(128, b));
-      std::vector<double> times;
-      std::uint64_t bytes = 0;
-      for (int r = 0; r <= reps; ++r) {
-        std::vector<int> seqs;
-        std::vector<std::int32_t> next;
-        for (int s = 0; s < b; ++s) {
-          std::vector<std::int32_t> p;
-          for (std::uint16_t t :
-               gpt::synthetic_tokens(static_cast<std::uint64_t>(prompt), cfg.vocab, static_cast<std::uint64_t>(s)))
-            p.push_back(t);
-          dec.reset(s);
-          dec.prefill(s, p.data(), prompt);
-          seqs.push_back(s);
-          next.push_back(p.back());
-        }
-        const std::uint64_t before = dec.weight_bytes_read() + dec.cache_bytes_read();
-        const auto t0 = Clock::now();
-        for (int i = 0; i < steps; ++i) dec.decode(seqs, next);
-        const double s = seconds_since(t0);
-        if (r > 0) times.push_back(s);  // one warm-up
-        bytes = dec.weight_bytes_read() + dec.cache_bytes_read() - before;
-      }
-      const double t = median(times), tokens = static_cast<double>(b) * steps;
-      const double per_token = static_cast<double>(bytes) / tokens;
-      const double bound = bw * 1e9 / per_token;
-      const double read = static_cast<double>(bytes) / t / 1e9;
-      std::printf("  %5d %12.1f %10.3f %16.0f %14.2f %12.1f %9.2f %11.2f\n", b, tokens / t, 1e3 * t / tokens, per_token,
-                  read, bound, tokens / t / bound, read / product);
+    // The disk placement's file, its cold read rate, and a reader that drops its page cache before each block.
+    const std::string file = dir + "/bench_decode_weights.safetensors";
+    std::shared_ptr<SafetensorsReader> reader;
+    int fd = -1;
+    double disk_gbs = 0;
+    if (std::find(placements.begin(), placements.end(), "disk") != placements.end()) {
+      write_weights(cfg, spec, file);
+      disk_gbs = cold_read_rate(file, 3);
+      reader = std::make_shared<SafetensorsReader>(file);
+      fd = ::open(file.c_str(), O_RDONLY);
+      std::printf("# disk: %s, read cold (page cache dropped) at %.2f GB/s\n", file.c_str(), disk_gbs);
     }
+    const gpt::WeightReader from_disk = [&](const std::string& name, std::size_t begin, std::size_t count,
+                                            float* out) {
+      if (name.size() > 12 && name.compare(name.size() - 12, 12, ".ln_1.weight") == 0) drop_cached(fd);
+      reader->read_f32(name, begin, count, out);
+    };
+    std::printf("# %8s %5s %11s %9s %13s %13s %9s %11s %8s %10s\n", "weights", "batch", "tokens/s", "ms/token",
+                "bytes/token", "streamed/tok", "GB/s read", "bound tok/s", "of bound", "of product");
+    for (const std::string& where : placements)
+      for (int b : batches) {
+        STRATA_CHECK(b >= 1, "--batches: {} is not a batch size", b);
+        gpt::DecodePlacement placement;
+        if (where != "resident") {
+          placement.resident_layers = 0;
+          placement.prefetch_depth = prefetch;
+          placement.source = where == "disk" ? WeightSource::kDisk : WeightSource::kHost;
+        }
+        gpt::GptDecoder dec(cfg, dev, b, where == "disk" ? from_disk : spec, std::max(128, b), DType::kF32,
+                            placement);
+        const int n_steps = where == "resident" ? steps : stream_steps;
+        std::vector<double> times;
+        std::uint64_t bytes = 0, streamed = 0;
+        for (int r = 0; r <= reps; ++r) {
+          std::vector<int> seqs;
+          std::vector<std::int32_t> next;
+          for (int s = 0; s < b; ++s) {
+            std::vector<std::int32_t> p;
+            for (std::uint16_t t :
+                 gpt::synthetic_tokens(static_cast<std::uint64_t>(prompt), cfg.vocab, static_cast<std::uint64_t>(s)))
+              p.push_back(t);
+            dec.reset(s);
+            dec.prefill(s, p.data(), prompt);
+            seqs.push_back(s);
+            next.push_back(p.back());
+          }
+          const std::uint64_t before = dec.weight_bytes_read() + dec.cache_bytes_read();
+          const std::uint64_t streamed_before = dec.streamed_bytes_read();
+          const auto t0 = Clock::now();
+          for (int i = 0; i < n_steps; ++i) dec.decode(seqs, next);
+          const double s = seconds_since(t0);
+          if (r > 0) times.push_back(s);  // one warm-up
+          bytes = dec.weight_bytes_read() + dec.cache_bytes_read() - before;
+          streamed = dec.streamed_bytes_read() - streamed_before;
+        }
+        const double t = median(times), tokens = static_cast<double>(b) * n_steps;
+        const double per_token = static_cast<double>(bytes) / tokens;
+        const double streamed_per_token = static_cast<double>(streamed) / tokens;
+        // Seconds a token at the bound: the memory traffic at the copy rate (a streamed block is copied, read and
+        // written, then read), or the file's cold read, whichever is slower.
+        double bound_s = (per_token + 2 * streamed_per_token) / (bw * 1e9);
+        if (where == "disk") bound_s = std::max(bound_s, streamed_per_token / (disk_gbs * 1e9));
+        const double bound = 1 / bound_s;
+        const double read = static_cast<double>(bytes) / t / 1e9;
+        std::printf("  %8s %5d %11.1f %9.3f %13.0f %13.0f %9.2f %11.1f %8.2f %10.2f\n", where.c_str(), b, tokens / t,
+                    1e3 * t / tokens, per_token, streamed_per_token, read, bound, tokens / t / bound, read / product);
+      }
+    if (fd >= 0) ::close(fd);
+    if (reader) std::filesystem::remove(file);
     std::printf(
-        "# bytes/token: the weights once a step over the batch, and each sequence's cached keys and values; "
-        "bound: the copy rate over them; of product: GB/s read over the one-row product's\n");
+        "# bytes/token: read by the step, the weights once over the batch and each sequence's cached keys and values; "
+        "streamed/tok: copied into the stream slots; bound: those bytes at the copy rate (a streamed byte counted "
+        "three times: read, written, read again), or the cold file read for disk; of product: GB/s read over the "
+        "one-row product's\n");
     return 0;
   });
 }

@@ -85,7 +85,7 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   p.kv_bytes_per_token = L * kv_layer_token;
 
   p.resident_weights = (outside + resident_layers * layer) * wb;
-  p.stream_buffers = p.streamed_layers > 0 ? (in.prefetch_depth + 1) * layer_bytes : 0;
+  p.stream_buffers = std::min(in.prefetch_depth + 1, p.streamed_layers) * layer_bytes;  // none when none stream
   const double kv_all = b * s * p.kv_bytes_per_token;
   if (kv_on_device) {
     p.kv_cache = kv_all;

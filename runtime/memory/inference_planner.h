@@ -51,7 +51,7 @@ struct InferencePlan {
   bool kv_on_device = true;
   // Device memory per device, bytes.
   double resident_weights = 0;  // embeddings, final norm and the resident layers
-  double stream_buffers = 0;    // prefetch_depth + 1 layers' slots for the streamed ones
+  double stream_buffers = 0;    // prefetch_depth + 1 layers' slots (at most one per streamed layer)
   double kv_cache = 0;          // batch x seq tokens of keys and values (device placement)
   double kv_staging = 0;        // host placement: prefetch_depth + 1 layers' keys and values
   double workspace = 0;         // activations of one prefill pass and the logits

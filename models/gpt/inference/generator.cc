@@ -61,7 +61,8 @@ Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int3
     g.prompt_tokens += p.size();
   }
   const auto t1 = Clock::now();
-  const std::uint64_t w0 = decoder.weight_bytes_read(), c0 = decoder.cache_bytes_read();
+  const std::uint64_t w0 = decoder.weight_bytes_read(), c0 = decoder.cache_bytes_read(),
+                      s0 = decoder.streamed_bytes_read();
   for (;;) {
     std::vector<int> seqs;
     std::vector<std::int32_t> last;
@@ -80,6 +81,7 @@ Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int3
   g.decode_s = std::chrono::duration<double>(t2 - t1).count();
   g.decode_weight_bytes = decoder.weight_bytes_read() - w0;
   g.decode_cache_bytes = decoder.cache_bytes_read() - c0;
+  g.decode_streamed_bytes = decoder.streamed_bytes_read() - s0;
   return g;
 }
 

@@ -3,8 +3,11 @@
 #include "models/gpt/inference/gpt_decoder.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
+#include "core/byte_units.h"
+#include "core/device_registry.h"
 #include "core/error.h"
 #include "models/gpt/model/kernel_table.h"
 
@@ -21,62 +24,128 @@ struct Group {
 
 }  // namespace
 
+void DecodePlacement::validate() const {
+  STRATA_CHECK(prefetch_depth >= 0 && prefetch_depth <= 8, "--prefetch {} must be in [0, 8]", prefetch_depth);
+  STRATA_CHECK(resident_layers >= -1, "--resident-layers {} must be -1 (as many as fit) or more", resident_layers);
+}
+
 struct GptDecoder::Impl {
   GptConfig cfg;
   Device& dev;
   std::unique_ptr<GptKernels> k;
   int S, R;  // sequences, rows a pass
   std::vector<int> lengths;
+  const WeightReader read;
+  std::vector<UnitSpec> units;
+  // A block's parameters packed in one buffer, in gpt_units' slot order: floats [offset[i], offset[i] + size[i]).
+  std::array<std::size_t, kCount> offset{}, size{};
+  std::size_t block_floats = 0;
   Buffer wte, wpe, lnf_w, lnf_b;
-  std::vector<std::vector<Buffer>> blocks;  // [layer][BlockParam]
-  std::vector<Buffer> kcache, vcache;       // per layer: [S, ctx, C]
+  std::vector<Buffer> resident;  // the first `resident.size()` blocks
+  // Streaming: block resident.size() + j is the j-th streamed one. Load t (t = 0, 1, ...) copies streamed block
+  // t % streamed into slot t % slots.size(); pass after pass the blocks are consumed in that order, and consuming
+  // load t issues load t + slots.size() into the slot it frees.
+  int streamed = 0;
+  DecodePlacement placement;
+  std::unique_ptr<Device> host;    // kHost: the streamed blocks in host memory
+  std::vector<Buffer> host_blocks;  // [streamed]
+  std::vector<Buffer> slots, staging;  // staging: kDisk beside a device that is not the host's memory
+  std::vector<std::unique_ptr<Event>> loaded, consumed;  // per slot
+  std::unique_ptr<Stream> upload;
+  std::uint64_t consumed_loads = 0, issued_loads = 0;
+  std::vector<Buffer> kcache, vcache;  // per layer: [S, ctx, C]
   // Workspace of one pass (R rows).
   Buffer tokens, x, x2, ln, mean, rstd, qkv, atty, lse, tmp, fch, fchg, last, logits;
   std::vector<float> host_logits;
-  std::uint64_t weight_read = 0, cache_read = 0, param_bytes = 0;
+  std::uint64_t weight_read = 0, cache_read = 0, streamed_read = 0, param_bytes = 0;
 
-  Impl(const GptConfig& c, Device& d, int sequences, const WeightReader& read, int max_rows, DType matmul)
-      : cfg(c), dev(d), S(sequences), R(max_rows) {
+  Impl(const GptConfig& c, Device& d, int sequences, const WeightReader& reader, int max_rows, DType matmul,
+       const DecodePlacement& where)
+      : cfg(c), dev(d), S(sequences), R(max_rows), read(reader), placement(where) {
     cfg.validate();
+    placement.validate();
     STRATA_CHECK_CODE(ErrorCode::kUnsupported, dev.kind() == DeviceKind::kCpu,
                       "the decode path runs on the CPU backend only for now (its attention over the KV cache is the "
                       "CPU block kernel; the CUDA kernel table has none): use STRATA_BACKEND=cpu");
     STRATA_CHECK(S >= 1 && R >= S, "a decoder of {} sequences needs at least 1 and at most max_rows {} of them", S, R);
+    STRATA_CHECK(placement.resident_layers <= cfg.layers, "--resident-layers {}: the model has {} layers",
+                 placement.resident_layers, cfg.layers);
     k = make_gpt_kernels(dev, matmul);
     lengths.assign(static_cast<std::size_t>(S), 0);
+    units = gpt_units(cfg, 1);
+    const std::vector<SlotSpec>& first = units[static_cast<std::size_t>(block_unit(0))].slots;
+    STRATA_CHECK(first.size() == kCount, "a block has {} parameters, the decoder knows {}", first.size(),
+                 static_cast<int>(kCount));
+    for (std::size_t i = 0; i < kCount; ++i) {
+      std::size_t n = 1;
+      for (std::int64_t dim : first[i].shape) n *= static_cast<std::size_t>(dim);
+      offset[i] = block_floats;
+      size[i] = n;
+      block_floats += n;
+    }
     const std::size_t C = static_cast<std::size_t>(cfg.embd), V = static_cast<std::size_t>(cfg.vocab);
+    const std::size_t r = static_cast<std::size_t>(R);
+    const std::size_t block_bytes = block_floats * 4;
+    // Device memory other than the blocks: embeddings and final norm, the cache, the workspace.
+    const std::size_t outside = (V * C + static_cast<std::size_t>(cfg.ctx) * C + 2 * C) * 4;
+    const std::size_t cache = static_cast<std::size_t>(S) * static_cast<std::size_t>(cfg.ctx) * C * 4;
+    // The workspace below: tokens, mean and rstd (a float each a row), x, x2, ln, atty, tmp and last (C), qkv (3 C),
+    // fch and fchg (4 C), lse (heads) and the logits (V).
+    const std::size_t workspace = r * (3 + 17 * C + static_cast<std::size_t>(cfg.heads) + V) * 4;
+    const std::size_t fixed = outside + 2 * static_cast<std::size_t>(cfg.layers) * cache + workspace;
+    const int L = cfg.layers, depth = placement.prefetch_depth;
+    auto slots_for = [&](int resident_blocks) {
+      return resident_blocks < L ? static_cast<std::size_t>(std::min(depth + 1, L - resident_blocks)) : 0;
+    };
+    auto need = [&](int resident_blocks) {
+      return fixed + (static_cast<std::size_t>(resident_blocks) + slots_for(resident_blocks)) * block_bytes;
+    };
+    int resident_blocks = placement.resident_layers >= 0 ? placement.resident_layers : L;
+    const std::uint64_t budget = placement.device_memory;
+    if (budget > 0 && placement.resident_layers < 0)
+      while (resident_blocks > 0 && need(resident_blocks) > budget) --resident_blocks;
+    STRATA_CHECK_CODE(
+        ErrorCode::kOutOfMemory, budget == 0 || need(resident_blocks) <= budget,
+        "--device-memory {}: the decoder needs {} with {} of {} blocks resident (embeddings and final norm {}, KV cache "
+        "{} for {} sequences of {} positions, workspace {}, {} resident and {} stream slot(s) of {} a block); the "
+        "least, every block streamed with --prefetch 0, is {}: give at least that, fewer sequences, or a shorter "
+        "context (strata-plan --inference sizes the placements)",
+        bytes_text(budget), bytes_text(need(resident_blocks)), resident_blocks, L, bytes_text(outside),
+        bytes_text(2 * static_cast<std::size_t>(L) * cache), S, cfg.ctx, bytes_text(workspace), resident_blocks,
+        slots_for(resident_blocks), bytes_text(block_bytes),
+        bytes_text(fixed + (L > 0 ? block_bytes : 0)));
+    streamed = L - resident_blocks;
+
     // Every parameter from `read`, in gpt_units' order, through one host buffer.
-    std::vector<float> host;
+    std::vector<float> hostbuf;
     auto load = [&](const SlotSpec& s) {
       std::size_t n = 1;
-      for (std::int64_t d : s.shape) n *= static_cast<std::size_t>(d);
-      host.resize(n);
-      read(s.name, 0, n, host.data());
+      for (std::int64_t dim : s.shape) n *= static_cast<std::size_t>(dim);
+      hostbuf.resize(n);
+      read(s.name, 0, n, hostbuf.data());
       Buffer b = dev.allocate(n * 4, MemCategory::kParamShard);
-      dev.copy_from_host(b.data(), host.data(), n * 4);
+      dev.copy_from_host(b.data(), hostbuf.data(), n * 4);
       param_bytes += n * 4;
       return b;
     };
-    const std::vector<UnitSpec> units = gpt_units(cfg, 1);
     const std::vector<SlotSpec>& emb = units[static_cast<std::size_t>(embeddings_unit())].slots;
     wte = load(emb[0]);
     wpe = load(emb[1]);
-    for (int l = 0; l < cfg.layers; ++l) {
-      std::vector<Buffer> params;
-      for (const SlotSpec& s : units[static_cast<std::size_t>(block_unit(l))].slots) params.push_back(load(s));
-      STRATA_CHECK(params.size() == kCount, "block {} has {} parameters, the decoder knows {}", l, params.size(),
-                   static_cast<int>(kCount));
-      blocks.push_back(std::move(params));
+    hostbuf.resize(block_floats);
+    for (int l = 0; l < resident_blocks; ++l) {
+      read_block(l, hostbuf.data());
+      resident.push_back(dev.allocate(block_bytes, MemCategory::kParamShard));
+      dev.copy_from_host(resident.back().data(), hostbuf.data(), block_bytes);
     }
+    param_bytes += static_cast<std::uint64_t>(L) * block_bytes;
     const std::vector<SlotSpec>& lnf = units[static_cast<std::size_t>(final_norm_unit(cfg))].slots;
     lnf_w = load(lnf[0]);
     lnf_b = load(lnf[1]);
-    const std::size_t cache = static_cast<std::size_t>(S) * static_cast<std::size_t>(cfg.ctx) * C * 4;
-    for (int l = 0; l < cfg.layers; ++l) {
+    if (streamed > 0) start_streaming(block_bytes);
+    for (int l = 0; l < L; ++l) {
       kcache.push_back(dev.allocate(cache, MemCategory::kActivations));
       vcache.push_back(dev.allocate(cache, MemCategory::kActivations));
     }
-    const std::size_t r = static_cast<std::size_t>(R);
     auto ws = [&](std::size_t floats) { return dev.allocate(floats * 4, MemCategory::kWorkspace); };
     tokens = dev.allocate(r * 4, MemCategory::kWorkspace);
     x = ws(r * C);
@@ -92,6 +161,87 @@ struct GptDecoder::Impl {
     fchg = ws(r * 4 * C);
     last = ws(r * C);
     logits = ws(r * V);
+  }
+
+  ~Impl() {
+    if (!upload) return;
+    try {
+      upload->synchronize();  // no copy may still write a slot being freed
+    } catch (const std::exception&) {
+      // The failure was (or will not be) reported by the pass that waited on it.
+    }
+  }
+
+  // Block `l`'s parameters through `read`, packed as `offset` says.
+  void read_block(int l, float* out) const {
+    const std::vector<SlotSpec>& p = units[static_cast<std::size_t>(block_unit(l))].slots;
+    for (std::size_t i = 0; i < kCount; ++i) read(p[i].name, 0, size[i], out + offset[i]);
+  }
+
+  void start_streaming(std::size_t block_bytes) {
+    const int first = static_cast<int>(resident.size());
+    if (placement.source == WeightSource::kHost) {
+      host = create_host_device(dev);
+      for (int j = 0; j < streamed; ++j) {
+        host_blocks.push_back(host->allocate(block_bytes, MemCategory::kParamShard));
+        read_block(first + j, host_blocks.back().as<float>());
+      }
+    }
+    const int n = std::min(placement.prefetch_depth + 1, streamed);
+    for (int i = 0; i < n; ++i) {
+      slots.push_back(dev.allocate(block_bytes, MemCategory::kParamShard));
+      if (placement.source == WeightSource::kDisk && dev.kind() != DeviceKind::kCpu) {
+        if (!host) host = create_host_device(dev);
+        staging.push_back(host->allocate(block_bytes, MemCategory::kParamShard));
+      }
+      loaded.push_back(dev.create_event());
+      consumed.push_back(dev.create_event());
+    }
+    upload = dev.create_stream("weight-upload");
+    for (int i = 0; i < n; ++i) issue_load();
+  }
+
+  // The next load: streamed block issued_loads % streamed into slot issued_loads % slots, once the slot's last block
+  // has been consumed.
+  void issue_load() {
+    const std::size_t s = issued_loads % slots.size();
+    const int l = static_cast<int>(resident.size()) + static_cast<int>(issued_loads % static_cast<std::uint64_t>(streamed));
+    ++issued_loads;
+    upload->wait(*consumed[s]);
+    float* slot = slots[s].as<float>();
+    const std::size_t bytes = slots[s].bytes();
+    if (placement.source == WeightSource::kHost) {
+      dev.copy(slot, host_blocks[static_cast<std::size_t>(l) - resident.size()].data(), bytes, *upload);
+    } else if (staging.empty()) {  // the device's memory is the host's: read straight into the slot
+      upload->enqueue_host([this, l, slot] { read_block(l, slot); });
+    } else {
+      float* stage = staging[s].as<float>();
+      upload->enqueue_host([this, l, stage] { read_block(l, stage); });
+      dev.copy(slot, stage, bytes, *upload);
+    }
+    upload->record(*loaded[s]);
+  }
+
+  // Block `l`'s packed parameters in device memory: resident, or its slot once its load is done.
+  const float* block(int l) {
+    if (l < static_cast<int>(resident.size())) return resident[static_cast<std::size_t>(l)].as<float>();
+    const std::size_t s = consumed_loads % slots.size();
+    STRATA_CHECK_CODE(ErrorCode::kInternal,
+                      static_cast<int>(consumed_loads % static_cast<std::uint64_t>(streamed)) ==
+                          l - static_cast<int>(resident.size()),
+                      "stream slot {} holds another block than layer {}", s, l);
+    dev.compute_stream().wait(*loaded[s]);
+    return slots[s].as<float>();
+  }
+
+  // After block `l`'s kernels: a streamed block's slot takes the load `slots` ahead.
+  void done_with(int l) {
+    if (l < static_cast<int>(resident.size())) return;
+    const std::size_t s = consumed_loads % slots.size();
+    ++consumed_loads;
+    streamed_read += slots[s].bytes();
+    dev.compute_stream().record(*consumed[s]);
+    issue_load();
   }
 
   void check_seq(int seq) const {
@@ -116,8 +266,8 @@ struct GptDecoder::Impl {
                          wpe.as<float>() + static_cast<std::size_t>(g.pos) * Cz, 1, g.n, C);
     const std::size_t rc = static_cast<std::size_t>(rows) * Cz;
     for (int l = 0; l < cfg.layers; ++l) {
-      const std::vector<Buffer>& p = blocks[static_cast<std::size_t>(l)];
-      auto P = [&](BlockParam i) { return p[static_cast<std::size_t>(i)].as<float>(); };
+      const float* base = block(l);
+      auto P = [&](BlockParam i) { return base + offset[static_cast<std::size_t>(i)]; };
       k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), X, P(kLn1W), P(kLn1B), rows, C);
       k->matmul_forward(qkv.as<float>(), ln.as<float>(), P(kAttnW), P(kAttnB), rows, C, 3 * C);
       float* kc = kcache[static_cast<std::size_t>(l)].as<float>();
@@ -150,6 +300,7 @@ struct GptDecoder::Impl {
       k->gelu_forward(fchg.as<float>(), fch.as<float>(), rc * 4);
       k->matmul_forward(tmp.as<float>(), fchg.as<float>(), P(kFcProjW), P(kFcProjB), rows, 4 * C, C);
       k->residual_forward(X, x2.as<float>(), tmp.as<float>(), rc);
+      done_with(l);
     }
     for (const Group& g : groups) lengths[static_cast<std::size_t>(g.seq)] = g.pos + g.n;
     weight_read += param_bytes;
@@ -167,8 +318,8 @@ struct GptDecoder::Impl {
 };
 
 GptDecoder::GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows,
-                       DType matmul)
-    : impl_(std::make_unique<Impl>(cfg, device, sequences, read, max_rows, matmul)) {}
+                       DType matmul, const DecodePlacement& placement)
+    : impl_(std::make_unique<Impl>(cfg, device, sequences, read, max_rows, matmul, placement)) {}
 
 GptDecoder::~GptDecoder() = default;
 
@@ -232,7 +383,24 @@ const float* GptDecoder::decode(const std::vector<int>& seqs, const std::vector<
 
 std::uint64_t GptDecoder::weight_bytes_read() const { return impl_->weight_read; }
 std::uint64_t GptDecoder::cache_bytes_read() const { return impl_->cache_read; }
+std::uint64_t GptDecoder::streamed_bytes_read() const { return impl_->streamed_read; }
 std::uint64_t GptDecoder::weight_bytes() const { return impl_->param_bytes; }
+int GptDecoder::resident_layers() const { return static_cast<int>(impl_->resident.size()); }
+std::uint64_t GptDecoder::resident_weight_bytes() const {
+  return impl_->param_bytes - static_cast<std::uint64_t>(impl_->streamed) * impl_->block_floats * 4;
+}
+std::uint64_t GptDecoder::stream_slot_bytes() const { return impl_->slots.size() * impl_->block_floats * 4; }
+std::uint64_t GptDecoder::device_bytes() const {
+  std::uint64_t total = 0;
+  for (const Buffer* b : {&impl_->wte, &impl_->wpe, &impl_->lnf_w, &impl_->lnf_b}) total += b->bytes();
+  for (const std::vector<Buffer>* v : {&impl_->resident, &impl_->slots, &impl_->kcache, &impl_->vcache})
+    for (const Buffer& b : *v) total += b.bytes();
+  for (const Buffer* b : {&impl_->tokens, &impl_->x, &impl_->x2, &impl_->ln, &impl_->mean, &impl_->rstd, &impl_->qkv,
+                          &impl_->atty, &impl_->lse, &impl_->tmp, &impl_->fch, &impl_->fchg, &impl_->last,
+                          &impl_->logits})
+    total += b->bytes();
+  return total;
+}
 std::uint64_t GptDecoder::cache_bytes() const {
   return 2ull * static_cast<std::uint64_t>(impl_->cfg.layers) * static_cast<std::uint64_t>(impl_->S) *
          static_cast<std::uint64_t>(impl_->cfg.ctx) * static_cast<std::uint64_t>(impl_->cfg.embd) * 4;

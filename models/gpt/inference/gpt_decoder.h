@@ -2,8 +2,10 @@
 // a prompt goes through in chunks (prefill), then one token per sequence and step (decode), the rows of every
 // sequence in one pass through each layer's products, so a step reads each weight once for the whole batch.
 // Attention is the block kernel of runtime/context/attention_kernels.h: each sequence's new queries against its cached
-// keys and values. Weights are whole f32 tensors in device memory (tp 1). CPU kernels; the CUDA kernel table has no
-// attention blocks yet, so a CUDA device is refused with kUnsupported.
+// keys and values. Weights are whole f32 tensors (tp 1): the embeddings and final norm always in device memory, each
+// block either resident there or streamed into one of a few slots before its turn in every pass (DecodePlacement), so a
+// model larger than the device budget still runs. CPU kernels; the CUDA kernel table has no attention blocks yet, so a
+// CUDA device is refused with kUnsupported.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,7 @@
 
 #include "core/device.h"
 #include "models/gpt/model/gpt_model.h"
+#include "runtime/memory/inference_planner.h"
 
 namespace strata::gpt {
 
@@ -21,12 +24,27 @@ namespace strata::gpt {
 // into host memory at `out`.
 using WeightReader = std::function<void(const std::string& name, std::size_t begin, std::size_t count, float* out)>;
 
+// Where the blocks' weights live, as strata-plan --inference's placements: the first `resident_layers` blocks in device
+// memory, the others streamed, in layer order, into prefetch_depth + 1 slots (fewer when fewer blocks stream) on an
+// upload stream, each block copied in while the blocks before it compute. kHost: the streamed blocks are read once
+// into host memory (page-locked beside a CUDA device) and copied from there every pass; kDisk: they are read through
+// the WeightReader every pass (a checkpoint's chunk files, CRC-checked, or a safetensors file).
+struct DecodePlacement {
+  int resident_layers = -1;        // -1: every block, or as many as fit device_memory when it is set
+  std::uint64_t device_memory = 0;  // bytes the decoder may hold in device memory (0: no limit)
+  WeightSource source = WeightSource::kHost;
+  int prefetch_depth = 1;  // blocks copied ahead of the one computing (0: each copied just before its turn)
+  // kInvalidArgument for a depth outside [0, 8] or resident_layers below -1.
+  void validate() const;
+};
+
 class GptDecoder {
  public:
   // Up to `sequences` sequences at once, each up to cfg.ctx positions; a pass takes at most `max_rows` tokens in all
-  // (a longer prompt is cut into chunks of that many). `matmul` as GptPrecision's (kF32 or kBF16 products).
+  // (a longer prompt is cut into chunks of that many). `matmul` as GptPrecision's (kF32 or kBF16 products). A
+  // placement whose device memory passes its budget is refused with kOutOfMemory naming what the least would need.
   GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows = 128,
-             DType matmul = DType::kF32);
+             DType matmul = DType::kF32, const DecodePlacement& placement = {});
   ~GptDecoder();
   GptDecoder(const GptDecoder&) = delete;
   GptDecoder& operator=(const GptDecoder&) = delete;
@@ -50,8 +68,14 @@ class GptDecoder {
   // embd floats of cache).
   std::uint64_t weight_bytes_read() const;
   std::uint64_t cache_bytes_read() const;
+  // What the passes so far copied into the stream slots: each streamed block once a pass.
+  std::uint64_t streamed_bytes_read() const;
   std::uint64_t weight_bytes() const;  // of one pass: the parameters, f32
   std::uint64_t cache_bytes() const;   // the KV cache's size in device memory
+  int resident_layers() const;         // blocks resident in device memory; the rest stream
+  std::uint64_t resident_weight_bytes() const;  // in device memory: embeddings, final norm, resident blocks
+  std::uint64_t stream_slot_bytes() const;      // the slots streamed blocks are copied into
+  std::uint64_t device_bytes() const;           // everything the decoder holds in device memory
 
  private:
   struct Impl;

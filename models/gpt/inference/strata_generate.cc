@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "collectives/rank_values.h"
+#include "core/byte_units.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "models/gpt/inference/generator.h"
@@ -39,6 +41,9 @@ struct Flags {
   std::uint64_t seed = 0;
   std::vector<int> stop;
   bool quiet = false;
+  // Weight placement (gpt_decoder.h's DecodePlacement).
+  int resident_layers = -1, prefetch = 1;
+  std::string device_memory, weights_from = "host";
 };
 
 // The weights and the model's shape from a checkpoint directory or a safetensors file.
@@ -173,6 +178,9 @@ std::string rank_report(const Flags& f, const std::vector<std::size_t>& mine, co
         "bytes of weights + {:.0f} of KV cache\n",
         who, decoded / std::max(g.decode_s, 1e-12), 1e3 * g.decode_s / decoded, g.decode_steps,
         static_cast<double>(g.decode_weight_bytes) / decoded, static_cast<double>(g.decode_cache_bytes) / decoded);
+  if (decoded > 0 && g.decode_streamed_bytes > 0)
+    out += fmt::format("-\t{}streamed into the device per generated token: {:.0f} bytes of weights\n", who,
+                       static_cast<double>(g.decode_streamed_bytes) / decoded);
   return out;
 }
 
@@ -209,10 +217,23 @@ int run(const Flags& f, Runtime& rt) {
   o.stop_tokens.assign(f.stop.begin(), f.stop.end());
   o.sampling = gpt::SamplingOptions{f.temperature, f.top_k, f.top_p, f.seed};
   o.sampling.validate();
+  gpt::DecodePlacement where;
+  where.resident_layers = f.resident_layers;
+  where.prefetch_depth = f.prefetch;
+  where.source = f.weights_from == "disk" ? WeightSource::kDisk : WeightSource::kHost;
+  if (!f.device_memory.empty()) where.device_memory = parse_bytes(f.device_memory, "--device-memory");
   gpt::Generation g;
+  std::string placement;
   if (!local.empty()) {
     gpt::GptDecoder dec(w.cfg, rt.device(), static_cast<int>(local.size()), w.read,
-                        std::max<int>(128, static_cast<int>(local.size())));
+                        std::max<int>(128, static_cast<int>(local.size())), DType::kF32, where);
+    const int streamed = w.cfg.layers - dec.resident_layers();
+    placement = fmt::format("{} of {} blocks resident", dec.resident_layers(), w.cfg.layers);
+    if (streamed > 0)
+      placement += fmt::format(", {} streamed from {} (prefetch {}, {} of stream slots)", streamed,
+                               where.source == WeightSource::kDisk ? w.source : std::string("host memory"),
+                               where.prefetch_depth, bytes_text(dec.stream_slot_bytes()));
+    placement += fmt::format("; {} of device memory", bytes_text(dec.device_bytes()));
     g = gpt::generate(dec, local, o);
   }
   // Rank 0 prints every prompt's line in prompt order, then the ranks' timing lines.
@@ -239,6 +260,7 @@ int run(const Flags& f, Runtime& rt) {
                  "rank(s)\n",
                  w.source.c_str(), w.cfg.layers, w.cfg.embd, w.cfg.heads, w.cfg.vocab, w.cfg.ctx, prompts.size(),
                  world);
+    if (!placement.empty()) std::fprintf(stderr, "strata-generate: weights: %s\n", placement.c_str());
     for (const std::string& t : timing) std::fprintf(stderr, "%s\n", t.c_str());
   }
   return 0;
@@ -270,6 +292,16 @@ int main(int argc, char** argv) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(flags::integer(0, 65535));
   app.add_flag("--quiet", f.quiet, "only the generated tokens, no timing lines");
+  app.add_option("--resident-layers", f.resident_layers,
+                 "blocks kept in device memory, the first ones (default: all, or as many as --device-memory holds)")
+      ->check(flags::integer(-1, 1 << 20));
+  app.add_option("--device-memory", f.device_memory,
+                 "device memory the decoder may hold, e.g. 2GiB: as many blocks resident as fit, the rest streamed");
+  app.add_option("--weights-from", f.weights_from,
+                 "where blocks that are not resident stream from: host (read once into host memory) or disk (read "
+                 "from the checkpoint or safetensors file every pass)")
+      ->check(CLI::IsMember({"host", "disk"}));
+  app.add_option("--prefetch", f.prefetch, "blocks streamed ahead of the one computing")->check(flags::integer(0, 8));
   CLI11_PARSE(app, argc, argv);
   return run_main([&] {
     Runtime rt(&argc, &argv, RuntimeOptions{"cpu"});

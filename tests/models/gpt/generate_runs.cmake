@@ -34,7 +34,24 @@ foreach(mode greedy sampled)
     message(FATAL_ERROR "${mode}: the checkpoint gave '${a}', the safetensors file '${b}'")
   endif()
   message(STATUS "${mode}: '${a}' from both")
+  set(${mode}_text "${a}")
 endforeach()
+
+# Weight placements: blocks streamed from host memory, from the checkpoint's files every pass, and as a device budget
+# allows (room for one streamed block's slot, not a resident one), each the resident run's text.
+set(budget --device-memory 1100000 --prefetch 0 --weights-from disk)
+foreach(placement "--resident-layers;0" "--resident-layers;1;--weights-from;disk;--prefetch;0" "${budget}")
+  string(REGEX REPLACE "[^a-z0-9]+" "_" tag "${placement}")
+  run_checked(placed${tag} ok 60 ${gen} --checkpoint ${WORK}/ckpt --prompt "the strata " --max-new-tokens 24
+              ${placement})
+  string(REGEX MATCH "the strata [^\n]*" got "${placed${tag}_out}")
+  if(NOT got STREQUAL greedy_text)
+    message(FATAL_ERROR "${placement}: '${got}', resident '${greedy_text}'")
+  endif()
+  expect_text(placed${tag} "streamed into the device per generated token: ")
+endforeach()
+expect_text(placed${tag} "weights: 0 of 2 blocks resident, 2 streamed from ${WORK}/ckpt/step-00000012 (prefetch 0")
+message(STATUS "placements: the resident text streamed from host memory, from disk, and under a device budget")
 
 # Token ids: a batch of two prompts, and the timing lines.
 run_checked(ids ok 60 ${gen} --checkpoint ${WORK}/ckpt --tokens 116,104,101 --tokens 115 --max-new-tokens 5)
@@ -72,6 +89,8 @@ refused(prompt_fills_context "prompt 0 holds 64 tokens: the model's context of 6
         --checkpoint ${WORK}/ckpt --prompt ${long})
 refused(two_sources "give one of --checkpoint DIR and --weights FILE"
         --checkpoint ${WORK}/ckpt --weights ${WORK}/trained.safetensors --prompt "a")
+refused(budget_too_small "the least, every block streamed with --prefetch 0, is"
+        --checkpoint ${WORK}/ckpt --prompt "a" --device-memory 1K)
 refused(heads_not_dividing "--embd 64 must be a positive multiple of --heads 5"
         --weights ${WORK}/trained.safetensors --heads 5 --prompt "a")
 
@@ -82,3 +101,8 @@ if(NOT rc EQUAL 0)
   message(FATAL_ERROR "could not damage ${victim}")
 endif()
 refused(damaged_chunk "${victim} is corrupt: tensor '" --checkpoint ${WORK}/ckpt --prompt "the strata ")
+# The same with every block streamed from the files (the damaged tensor read as its turn comes), at two ranks: both
+# stop, naming it.
+run_checked(damaged_chunk_streamed_np2 fail 60 ${launch} -n 2 ${GENERATE} --checkpoint ${WORK}/ckpt --tokens 116,104
+            --tokens 97 --resident-layers 0 --weights-from disk)
+expect_text(damaged_chunk_streamed_np2 "${victim} is corrupt: tensor '")

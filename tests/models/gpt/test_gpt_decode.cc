@@ -15,20 +15,15 @@
 #include "models/gpt/inference/gpt_decoder.h"
 #include "models/gpt/inference/sampler.h"
 #include "runtime/memory/inference_planner.h"
+#include "tests/models/gpt/decode_test_data.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"
 
 namespace strata::gpt {
 namespace {
 
-// Weights from the spec's init (spec_init), as train_gpt draws them.
-WeightReader spec_weights(const GptConfig& cfg, std::uint64_t seed) {
-  return [cfg, seed](const std::string& name, std::size_t begin, std::size_t count, float* out) {
-    ParamSlot slot;
-    slot.name = name;
-    spec_init(cfg, slot, begin, count, out, seed);
-  };
-}
+using test_data::some_tokens;
+using test_data::spec_weights;
 
 // Mean over rows of -log softmax(logits)[target], in double.
 double mean_cross_entropy(const std::vector<float>& logits, const std::vector<std::int32_t>& targets, int V) {
@@ -80,11 +75,6 @@ TEST(GptDecode, LogitsGivePyTorchsLossOnTheReference) {
 // A model whose attention spans several 64-key tiles, on the spec's init.
 GptConfig wide() { return GptConfig{2, 4, 64, 96, 160}; }
 
-std::vector<std::int32_t> some_tokens(int n, int vocab, std::uint64_t seed) {
-  std::vector<std::int32_t> t;
-  for (std::uint16_t v : synthetic_tokens(static_cast<std::uint64_t>(n), vocab, seed)) t.push_back(v);
-  return t;
-}
 
 // KV-cache decode, one token a step, against one pass over the whole sequence: the logits of every position within
 // 1e-5 of the row's largest (f32).
