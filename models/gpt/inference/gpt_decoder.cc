@@ -10,6 +10,9 @@
 #include "core/device_registry.h"
 #include "core/error.h"
 #include "models/gpt/model/kernel_table.h"
+#include "runtime/parallel/tp_split.h"
+#include "runtime/tensor/tensor_parallel.h"
+#include "runtime/tensor/vocab_parallel.h"
 
 namespace strata::gpt {
 namespace {
@@ -36,7 +39,14 @@ struct GptDecoder::Impl {
   int S, R;  // sequences, rows a pass
   std::vector<int> lengths;
   const WeightReader read;
-  std::vector<UnitSpec> units;
+  // Tensor parallelism over `group` (Megatron's split, as training's): this rank's heads of each block, a row-parallel
+  // product's partial sums reduced before its bias, the vocabulary's rows [shard.begin, + shard.valid) of the table,
+  // the logits gathered whole. T = 1: no group.
+  Communicator* group;
+  int T = 1, trank = 0, Cl = 0, NHl = 0;  // tp degree and rank; this rank's channels and heads of attention
+  VocabShard shard;
+  std::unique_ptr<TensorParallel> tp;
+  std::vector<UnitSpec> units;  // gpt_units(cfg, T): this rank's slices
   // A block's parameters packed in one buffer, in gpt_units' slot order: floats [offset[i], offset[i] + size[i]).
   std::array<std::size_t, kCount> offset{}, size{};
   std::size_t block_floats = 0;
@@ -53,17 +63,26 @@ struct GptDecoder::Impl {
   std::vector<std::unique_ptr<Event>> loaded, consumed;  // per slot
   std::unique_ptr<Stream> upload;
   std::uint64_t consumed_loads = 0, issued_loads = 0;
-  std::vector<Buffer> kcache, vcache;  // per layer: [S, ctx, C]
-  // Workspace of one pass (R rows).
-  Buffer tokens, x, x2, ln, mean, rstd, qkv, atty, lse, tmp, fch, fchg, last, logits;
-  std::vector<float> host_logits;
+  std::vector<Buffer> kcache, vcache;  // per layer: [S, ctx, Cl]
+  // Workspace of one pass (R rows); `gathered` the tp group's logits.
+  Buffer tokens, x, x2, ln, mean, rstd, qkv, atty, lse, tmp, fch, fchg, last, logits, gathered;
+  std::vector<float> host_logits, gathered_host;
   std::uint64_t weight_read = 0, cache_read = 0, streamed_read = 0, param_bytes = 0;
 
   Impl(const GptConfig& c, Device& d, int sequences, const WeightReader& reader, int max_rows, DType matmul,
-       const DecodePlacement& where)
-      : cfg(c), dev(d), S(sequences), R(max_rows), read(reader), placement(where) {
+       const DecodePlacement& where, Communicator* tp_group)
+      : cfg(c), dev(d), S(sequences), R(max_rows), read(reader), group(tp_group), placement(where) {
     cfg.validate();
     placement.validate();
+    if (group) {
+      T = group->size();
+      trank = group->rank();
+    }
+    cfg.validate_tp(T, false, cfg.ctx);
+    Cl = cfg.embd / T;
+    NHl = cfg.heads / T;
+    shard = VocabShard::of(cfg.vocab, T, trank);
+    tp = std::make_unique<TensorParallel>(dev, T > 1 ? group : nullptr, false, 1, R, cfg.embd);
     STRATA_CHECK_CODE(ErrorCode::kUnsupported, dev.kind() == DeviceKind::kCpu,
                       "the decode path runs on the CPU backend only for now (its attention over the KV cache is the "
                       "CPU block kernel; the CUDA kernel table has none): use STRATA_BACKEND=cpu");
@@ -72,7 +91,7 @@ struct GptDecoder::Impl {
                  placement.resident_layers, cfg.layers);
     k = make_gpt_kernels(dev, matmul);
     lengths.assign(static_cast<std::size_t>(S), 0);
-    units = gpt_units(cfg, 1);
+    units = gpt_units(cfg, T);
     const std::vector<SlotSpec>& first = units[static_cast<std::size_t>(block_unit(0))].slots;
     STRATA_CHECK(first.size() == kCount, "a block has {} parameters, the decoder knows {}", first.size(),
                  static_cast<int>(kCount));
@@ -83,15 +102,17 @@ struct GptDecoder::Impl {
       size[i] = n;
       block_floats += n;
     }
-    const std::size_t C = static_cast<std::size_t>(cfg.embd), V = static_cast<std::size_t>(cfg.vocab);
+    const std::size_t C = static_cast<std::size_t>(cfg.embd), Vl = static_cast<std::size_t>(shard.rows);
+    const std::size_t cl = static_cast<std::size_t>(Cl), t = static_cast<std::size_t>(T);
     const std::size_t r = static_cast<std::size_t>(R);
     const std::size_t block_bytes = block_floats * 4;
     // Device memory other than the blocks: embeddings and final norm, the cache, the workspace.
-    const std::size_t outside = (V * C + static_cast<std::size_t>(cfg.ctx) * C + 2 * C) * 4;
-    const std::size_t cache = static_cast<std::size_t>(S) * static_cast<std::size_t>(cfg.ctx) * C * 4;
-    // The workspace below: tokens, mean and rstd (a float each a row), x, x2, ln, atty, tmp and last (C), qkv (3 C),
-    // fch and fchg (4 C), lse (heads) and the logits (V).
-    const std::size_t workspace = r * (3 + 17 * C + static_cast<std::size_t>(cfg.heads) + V) * 4;
+    const std::size_t outside = (Vl * C + static_cast<std::size_t>(cfg.ctx) * C + 2 * C) * 4;
+    const std::size_t cache = static_cast<std::size_t>(S) * static_cast<std::size_t>(cfg.ctx) * cl * 4;
+    // The workspace below: tokens, mean and rstd (a float each a row), x, x2, ln, tmp and last (C), qkv (3 Cl), atty
+    // (Cl), fch and fchg (4 Cl), lse (this rank's heads), the logits (Vl) and, under tp, the group's (T Vl).
+    const std::size_t workspace =
+        r * (3 + 5 * C + 12 * cl + static_cast<std::size_t>(NHl) + Vl + (T > 1 ? t * Vl : 0)) * 4;
     const std::size_t fixed = outside + 2 * static_cast<std::size_t>(cfg.layers) * cache + workspace;
     const int L = cfg.layers, depth = placement.prefetch_depth;
     auto slots_for = [&](int resident_blocks) {
@@ -121,8 +142,8 @@ struct GptDecoder::Impl {
     auto load = [&](const SlotSpec& s) {
       std::size_t n = 1;
       for (std::int64_t dim : s.shape) n *= static_cast<std::size_t>(dim);
-      hostbuf.resize(n);
-      read(s.name, 0, n, hostbuf.data());
+      hostbuf.assign(n, 0.0f);  // a padded vocabulary's rows stay 0
+      read_slot(s, n, hostbuf.data());
       Buffer b = dev.allocate(n * 4, MemCategory::kParamShard);
       dev.copy_from_host(b.data(), hostbuf.data(), n * 4);
       param_bytes += n * 4;
@@ -153,14 +174,15 @@ struct GptDecoder::Impl {
     ln = ws(r * C);
     mean = ws(r);
     rstd = ws(r);
-    qkv = ws(r * 3 * C);
-    atty = ws(r * C);
-    lse = ws(r * static_cast<std::size_t>(cfg.heads));
+    qkv = ws(r * 3 * cl);
+    atty = ws(r * cl);
+    lse = ws(r * static_cast<std::size_t>(NHl));
     tmp = ws(r * C);
-    fch = ws(r * 4 * C);
-    fchg = ws(r * 4 * C);
+    fch = ws(r * 4 * cl);
+    fchg = ws(r * 4 * cl);
     last = ws(r * C);
-    logits = ws(r * V);
+    logits = ws(r * Vl);
+    if (T > 1) gathered = ws(r * t * Vl);
   }
 
   ~Impl() {
@@ -172,10 +194,34 @@ struct GptDecoder::Impl {
     }
   }
 
-  // Block `l`'s parameters through `read`, packed as `offset` says.
+  // This rank's `n` elements of a parameter through `read`: the runs of its slice in the whole tensor.
+  void read_slot(const SlotSpec& s, std::size_t n, float* out) const {
+    if (T == 1 || s.tp.replicated()) {
+      read(s.name, 0, n, out);
+      return;
+    }
+    for_each_global_run(s.tp, trank, T, 0, n, [&](std::size_t local, std::size_t global, std::size_t len) {
+      read(s.name, global, len, out + local);
+    });
+  }
+
+  // Block `l`'s parameters (this rank's slices), packed as `offset` says.
   void read_block(int l, float* out) const {
     const std::vector<SlotSpec>& p = units[static_cast<std::size_t>(block_unit(l))].slots;
-    for (std::size_t i = 0; i < kCount; ++i) read(p[i].name, 0, size[i], out + offset[i]);
+    for (std::size_t i = 0; i < kCount; ++i) read_slot(p[i], size[i], out + offset[i]);
+  }
+
+  // out = inp @ weight + bias for a row-parallel product: this rank's partial sums reduced over the group, then the
+  // bias (fused into the product at tp 1).
+  void row_parallel(float* out, const float* inp, const float* weight, const float* bias, int rows, int IC) {
+    const int C = cfg.embd;
+    if (T == 1) {
+      k->matmul_forward(out, inp, weight, bias, rows, IC, C);
+      return;
+    }
+    k->matmul_forward(out, inp, weight, nullptr, rows, IC, C);
+    tp->sum(out, static_cast<std::size_t>(rows) * static_cast<std::size_t>(C));
+    k->add_bias(out, bias, rows, C);
   }
 
   void start_streaming(std::size_t block_bytes) {
@@ -251,8 +297,9 @@ struct GptDecoder::Impl {
   // One pass over `groups` (rows of `toks`, host memory): the cache grows by each group's rows; `want` lists the
   // rows whose logits are computed, into logits rows 0.. in that order.
   void pass(const std::vector<Group>& groups, const std::int32_t* toks, int rows, const std::vector<int>& want) {
-    const int C = cfg.embd, NH = cfg.heads, V = cfg.vocab;
+    const int C = cfg.embd, V = cfg.vocab;
     const std::size_t Cz = static_cast<std::size_t>(C), ctx = static_cast<std::size_t>(cfg.ctx);
+    const std::size_t cl = static_cast<std::size_t>(Cl);
     for (int i = 0; i < rows; ++i)
       STRATA_CHECK(toks[i] >= 0 && toks[i] < V, "token {} at row {} is outside the vocabulary [0, {})", toks[i], i, V);
     for (const Group& g : groups)
@@ -261,44 +308,52 @@ struct GptDecoder::Impl {
                    g.pos, g.n, cfg.ctx);
     k->upload_tokens(tokens.as<std::int32_t>(), toks, static_cast<std::size_t>(rows));
     float* X = x.as<float>();
-    for (const Group& g : groups)  // token and position embeddings at each group's positions
-      k->encoder_forward(X + static_cast<std::size_t>(g.row) * Cz, tokens.as<std::int32_t>() + g.row, wte.as<float>(),
-                         wpe.as<float>() + static_cast<std::size_t>(g.pos) * Cz, 1, g.n, C);
     const std::size_t rc = static_cast<std::size_t>(rows) * Cz;
+    if (T == 1) {
+      for (const Group& g : groups)  // token and position embeddings at each group's positions
+        k->encoder_forward(X + static_cast<std::size_t>(g.row) * Cz, tokens.as<std::int32_t>() + g.row,
+                           wte.as<float>(), wpe.as<float>() + static_cast<std::size_t>(g.pos) * Cz, 1, g.n, C);
+    } else {
+      // Each rank looks up the tokens of its vocabulary rows (0 for the others); the sum is the embedding.
+      k->embedding_forward(X, tokens.as<std::int32_t>(), wte.as<float>(), shard.begin, shard.valid, rows, C);
+      tp->sum(X, rc);
+      for (const Group& g : groups)
+        k->position_forward(X + static_cast<std::size_t>(g.row) * Cz, wpe.as<float>(), 1, g.n, g.pos, C);
+    }
     for (int l = 0; l < cfg.layers; ++l) {
       const float* base = block(l);
       auto P = [&](BlockParam i) { return base + offset[static_cast<std::size_t>(i)]; };
       k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), X, P(kLn1W), P(kLn1B), rows, C);
-      k->matmul_forward(qkv.as<float>(), ln.as<float>(), P(kAttnW), P(kAttnB), rows, C, 3 * C);
+      k->matmul_forward(qkv.as<float>(), ln.as<float>(), P(kAttnW), P(kAttnB), rows, C, 3 * Cl);
       float* kc = kcache[static_cast<std::size_t>(l)].as<float>();
       float* vc = vcache[static_cast<std::size_t>(l)].as<float>();
       for (const Group& g : groups) {
-        const std::size_t at = static_cast<std::size_t>(g.seq) * ctx * Cz;
-        const float* q = qkv.as<float>() + static_cast<std::size_t>(g.row) * 3 * Cz;
-        k->copy_rows(RowsOut{kc + at + static_cast<std::size_t>(g.pos) * Cz, Cz, 0}, Rows{q + Cz, 3 * Cz, 0}, 1, g.n, C,
-                     false);
-        k->copy_rows(RowsOut{vc + at + static_cast<std::size_t>(g.pos) * Cz, Cz, 0}, Rows{q + 2 * Cz, 3 * Cz, 0}, 1,
-                     g.n, C, false);
+        const std::size_t at = static_cast<std::size_t>(g.seq) * ctx * cl;
+        const float* q = qkv.as<float>() + static_cast<std::size_t>(g.row) * 3 * cl;
+        k->copy_rows(RowsOut{kc + at + static_cast<std::size_t>(g.pos) * cl, cl, 0}, Rows{q + cl, 3 * cl, 0}, 1, g.n,
+                     Cl, false);
+        k->copy_rows(RowsOut{vc + at + static_cast<std::size_t>(g.pos) * cl, cl, 0}, Rows{q + 2 * cl, 3 * cl, 0}, 1,
+                     g.n, Cl, false);
         AttentionBlock blk;
         blk.batch = 1;
-        blk.heads = NH;
-        blk.width = C;
+        blk.heads = NHl;
+        blk.width = Cl;
         blk.q_rows = g.n;
         blk.q_pos = g.pos;
         blk.kv_rows = g.pos + g.n;
         blk.kv_pos = 0;
-        k->attention_block_forward(blk, RowsOut{atty.as<float>() + static_cast<std::size_t>(g.row) * Cz, Cz, 0},
-                                   RowStatsOut{lse.as<float>(), static_cast<std::size_t>(g.n), 0}, Rows{q, 3 * Cz, 0},
-                                   Rows{kc + at, Cz, 0}, Rows{vc + at, Cz, 0});
-        cache_read += 2ull * static_cast<std::uint64_t>(g.pos + g.n) * Cz * 4;
+        k->attention_block_forward(blk, RowsOut{atty.as<float>() + static_cast<std::size_t>(g.row) * cl, cl, 0},
+                                   RowStatsOut{lse.as<float>(), static_cast<std::size_t>(g.n), 0}, Rows{q, 3 * cl, 0},
+                                   Rows{kc + at, cl, 0}, Rows{vc + at, cl, 0});
+        cache_read += 2ull * static_cast<std::uint64_t>(g.pos + g.n) * cl * 4;
       }
-      k->matmul_forward(tmp.as<float>(), atty.as<float>(), P(kProjW), P(kProjB), rows, C, C);
+      row_parallel(tmp.as<float>(), atty.as<float>(), P(kProjW), P(kProjB), rows, Cl);
       k->residual_forward(x2.as<float>(), X, tmp.as<float>(), rc);
       k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), x2.as<float>(), P(kLn2W), P(kLn2B), rows,
                            C);
-      k->matmul_forward(fch.as<float>(), ln.as<float>(), P(kFcW), P(kFcB), rows, C, 4 * C);
-      k->gelu_forward(fchg.as<float>(), fch.as<float>(), rc * 4);
-      k->matmul_forward(tmp.as<float>(), fchg.as<float>(), P(kFcProjW), P(kFcProjB), rows, 4 * C, C);
+      k->matmul_forward(fch.as<float>(), ln.as<float>(), P(kFcW), P(kFcB), rows, C, 4 * Cl);
+      k->gelu_forward(fchg.as<float>(), fch.as<float>(), static_cast<std::size_t>(rows) * 4 * cl);
+      row_parallel(tmp.as<float>(), fchg.as<float>(), P(kFcProjW), P(kFcProjB), rows, 4 * Cl);
       k->residual_forward(X, x2.as<float>(), tmp.as<float>(), rc);
       done_with(l);
     }
@@ -311,15 +366,33 @@ struct GptDecoder::Impl {
                    Rows{X + static_cast<std::size_t>(want[static_cast<std::size_t>(i)]) * Cz, Cz, 0}, 1, 1, C, false);
     k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), last.as<float>(), lnf_w.as<float>(),
                          lnf_b.as<float>(), w, C);
-    k->lm_head_forward(logits.as<float>(), ln.as<float>(), wte.as<float>(), w, C, V);
-    host_logits.resize(static_cast<std::size_t>(w) * static_cast<std::size_t>(V));
-    dev.copy_to_host(host_logits.data(), logits.data(), host_logits.size() * 4);
+    const std::size_t Vz = static_cast<std::size_t>(V), wz = static_cast<std::size_t>(w);
+    k->lm_head_forward(logits.as<float>(), ln.as<float>(), wte.as<float>(), w, C, shard.rows);
+    host_logits.resize(wz * Vz);
+    if (T == 1) {
+      dev.copy_to_host(host_logits.data(), logits.data(), host_logits.size() * 4);
+      return;
+    }
+    // Every rank's columns of every wanted row, then each row put together without the padded columns.
+    const std::size_t Vl = static_cast<std::size_t>(shard.rows);
+    Stream& s = dev.compute_stream();
+    group->all_gather(logits.data(), gathered.data(), wz * Vl, DType::kF32, s);
+    s.synchronize();
+    gathered_host.resize(static_cast<std::size_t>(T) * wz * Vl);
+    dev.copy_to_host(gathered_host.data(), gathered.data(), gathered_host.size() * 4);
+    for (int t = 0; t < T; ++t) {
+      const VocabShard part = VocabShard::of(V, T, t);
+      for (std::size_t i = 0; i < wz; ++i)
+        std::memcpy(host_logits.data() + i * Vz + static_cast<std::size_t>(part.begin),
+                    gathered_host.data() + (static_cast<std::size_t>(t) * wz + i) * Vl,
+                    static_cast<std::size_t>(part.valid) * 4);
+    }
   }
 };
 
 GptDecoder::GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows,
-                       DType matmul, const DecodePlacement& placement)
-    : impl_(std::make_unique<Impl>(cfg, device, sequences, read, max_rows, matmul, placement)) {}
+                       DType matmul, const DecodePlacement& placement, Communicator* tp)
+    : impl_(std::make_unique<Impl>(cfg, device, sequences, read, max_rows, matmul, placement, tp)) {}
 
 GptDecoder::~GptDecoder() = default;
 
@@ -397,13 +470,13 @@ std::uint64_t GptDecoder::device_bytes() const {
     for (const Buffer& b : *v) total += b.bytes();
   for (const Buffer* b : {&impl_->tokens, &impl_->x, &impl_->x2, &impl_->ln, &impl_->mean, &impl_->rstd, &impl_->qkv,
                           &impl_->atty, &impl_->lse, &impl_->tmp, &impl_->fch, &impl_->fchg, &impl_->last,
-                          &impl_->logits})
+                          &impl_->logits, &impl_->gathered})
     total += b->bytes();
   return total;
 }
 std::uint64_t GptDecoder::cache_bytes() const {
   return 2ull * static_cast<std::uint64_t>(impl_->cfg.layers) * static_cast<std::uint64_t>(impl_->S) *
-         static_cast<std::uint64_t>(impl_->cfg.ctx) * static_cast<std::uint64_t>(impl_->cfg.embd) * 4;
+         static_cast<std::uint64_t>(impl_->cfg.ctx) * static_cast<std::uint64_t>(impl_->Cl) * 4;
 }
 
 }  // namespace strata::gpt

@@ -2,9 +2,9 @@
 // a prompt goes through in chunks (prefill), then one token per sequence and step (decode), the rows of every
 // sequence in one pass through each layer's products, so a step reads each weight once for the whole batch.
 // Attention is the block kernel of runtime/context/attention_kernels.h: each sequence's new queries against its cached
-// keys and values. Weights are whole f32 tensors (tp 1): the embeddings and final norm always in device memory, each
-// block either resident there or streamed into one of a few slots before its turn in every pass (DecodePlacement), so a
-// model larger than the device budget still runs. CPU kernels; the CUDA kernel table has no attention blocks yet, so a
+// keys and values. Weights are f32 (this rank's slices under tensor parallelism): the embeddings and final norm always
+// in device memory, each block either resident there or streamed into one of a few slots before its turn in every
+// pass (DecodePlacement), so a model larger than the device budget still runs. CPU kernels; the CUDA kernel table has no attention blocks yet, so a
 // CUDA device is refused with kUnsupported.
 #pragma once
 
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/communicator.h"
 #include "core/device.h"
 #include "models/gpt/model/gpt_model.h"
 #include "runtime/memory/inference_planner.h"
@@ -43,8 +44,11 @@ class GptDecoder {
   // Up to `sequences` sequences at once, each up to cfg.ctx positions; a pass takes at most `max_rows` tokens in all
   // (a longer prompt is cut into chunks of that many). `matmul` as GptPrecision's (kF32 or kBF16 products). A
   // placement whose device memory passes its budget is refused with kOutOfMemory naming what the least would need.
+  // `tp`: a tensor-parallel group (Megatron's split, as training's: this rank's heads, channels of the MLP and rows of
+  // the vocabulary, two all-reduces a block, the logits gathered whole on every rank); its ranks construct together
+  // and make the same calls. Null: tp 1.
   GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows = 128,
-             DType matmul = DType::kF32, const DecodePlacement& placement = {});
+             DType matmul = DType::kF32, const DecodePlacement& placement = {}, Communicator* tp = nullptr);
   ~GptDecoder();
   GptDecoder(const GptDecoder&) = delete;
   GptDecoder& operator=(const GptDecoder&) = delete;

@@ -1,7 +1,8 @@
 // strata-generate: text or token ids in, generated tokens out, from a committed checkpoint (any layout it was saved
 // at) or a safetensors file, through the decode path (gpt_decoder.h). Prints prefill and decode tokens/s, the time
-// per generated token and the bytes read per generated token. CPU backend; under mpirun the ranks share out the
-// prompts (data parallel over requests) and rank 0 prints them in order (docs/inference.md).
+// per generated token and the bytes read per generated token. CPU backend; under mpirun groups of --tp ranks decode
+// tensor parallel and the groups share out the prompts (data parallel over requests); rank 0 prints them in order
+// (docs/inference.md).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
@@ -13,6 +14,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectives/rank_values.h"
@@ -21,6 +23,7 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "models/gpt/inference/generator.h"
+#include "models/gpt/model/cpu_ops.h"
 #include "models/gpt/training/gpt_trainer_state.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
@@ -42,7 +45,7 @@ struct Flags {
   std::vector<int> stop;
   bool quiet = false;
   // Weight placement (gpt_decoder.h's DecodePlacement).
-  int resident_layers = -1, prefetch = 1;
+  int resident_layers = -1, prefetch = 1, tp = 1;
   std::string device_memory, weights_from = "host";
 };
 
@@ -202,13 +205,19 @@ int run(const Flags& f, Runtime& rt) {
   for (const std::string& t : f.prompt_tokens) prompts.push_back(parse_ids(t));
   STRATA_CHECK(!prompts.empty(), "give --prompt TEXT or --tokens IDS (repeat --tokens for a batch)");
   gpt::check_prompts(w.cfg, prompts);  // on every rank, before any rank generates
-  // Data parallel over the prompts: rank r takes prompts r, r + world, ...; each samples with its prompt's global
-  // index, so the tokens do not depend on the rank count. Tensor-parallel and sharded decode are not built.
+  // Tensor parallel within groups of --tp consecutive ranks, data parallel over the prompts between the groups: group
+  // g of G takes prompts g, g + G, ...; each samples with its prompt's global index, so the tokens do not depend on
+  // the rank count. The group's first rank reports its prompts.
   const int world = rt.world_size(), rank = rt.rank();
+  STRATA_CHECK(f.tp >= 1 && world % f.tp == 0, "--tp {} must divide the {} ranks", f.tp, world);
+  w.cfg.validate_tp(f.tp, false, w.cfg.ctx);
+  const std::unique_ptr<Communicator> group = f.tp > 1 ? rt.world().split(rank / f.tp, rank, "tp") : nullptr;
+  const int groups = world / f.tp, my_group = rank / f.tp;
+  const bool speaks = rank % f.tp == 0;
   std::vector<std::size_t> mine;
   std::vector<std::vector<std::int32_t>> local;
   gpt::GenerateOptions o;
-  for (std::size_t i = static_cast<std::size_t>(rank); i < prompts.size(); i += static_cast<std::size_t>(world)) {
+  for (std::size_t i = static_cast<std::size_t>(my_group); i < prompts.size(); i += static_cast<std::size_t>(groups)) {
     mine.push_back(i);
     local.push_back(prompts[i]);
     o.sequence_ids.push_back(i);
@@ -226,7 +235,7 @@ int run(const Flags& f, Runtime& rt) {
   std::string placement;
   if (!local.empty()) {
     gpt::GptDecoder dec(w.cfg, rt.device(), static_cast<int>(local.size()), w.read,
-                        std::max<int>(128, static_cast<int>(local.size())), DType::kF32, where);
+                        std::max<int>(128, static_cast<int>(local.size())), DType::kF32, where, group.get());
     const int streamed = w.cfg.layers - dec.resident_layers();
     placement = fmt::format("{} of {} blocks resident", dec.resident_layers(), w.cfg.layers);
     if (streamed > 0)
@@ -237,7 +246,8 @@ int run(const Flags& f, Runtime& rt) {
     g = gpt::generate(dec, local, o);
   }
   // Rank 0 prints every prompt's line in prompt order, then the ranks' timing lines.
-  const std::vector<std::string> reports = gather_texts(rt.world(), rank_report(f, mine, g, rank, world), 0);
+  const std::vector<std::string> reports =
+      gather_texts(rt.world(), speaks ? rank_report(f, mine, g, rank, world) : std::string(), 0);
   if (rank != 0) return 0;
   std::vector<std::string> lines(prompts.size()), timing;
   for (const std::string& r : reports) {
@@ -302,9 +312,13 @@ int main(int argc, char** argv) {
                  "from the checkpoint or safetensors file every pass)")
       ->check(CLI::IsMember({"host", "disk"}));
   app.add_option("--prefetch", f.prefetch, "blocks streamed ahead of the one computing")->check(flags::integer(0, 8));
+  app.add_option("--tp", f.tp, "tensor-parallel degree: heads split over groups of this many ranks")
+      ->check(flags::positive_integer());
   CLI11_PARSE(app, argc, argv);
   return run_main([&] {
     Runtime rt(&argc, &argv, RuntimeOptions{"cpu"});
+    // The node's cores shared among its ranks, as train_gpt shares them.
+    gpt::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt.local_size()));
     const int rc = run(f, rt);
     rt.finish();
     return rc;

@@ -1,7 +1,8 @@
 # strata-generate end to end (cmake -P): a byte-level model trained at tp 2 x dp 2 with ZeRO-3 and checkpointed at its
 # last step generates the same tokens from the checkpoint (read at its saved layout) as from the safetensors file of
-# its final weights (train_gpt --save), greedy and sampled; prompts shared out over 1, 2 and 4 ranks give the same
-# lines; then bad input: a token outside the vocabulary, a prompt
+# its final weights (train_gpt --save), greedy and sampled; weight placements (blocks streamed from host memory or
+# disk, a device budget) give the same text; prompts shared out over 1, 2 and 4 ranks, and tensor-parallel groups of
+# 2 and 4, give the same lines; then bad input: a token outside the vocabulary, a prompt
 # that fills the context, text for a model that is not byte-level, two weight sources, and a checkpoint chunk damaged
 # on disk, each a clear error (a non-zero exit naming the problem, no generated tokens).
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DGENERATE=<strata-generate>
@@ -70,6 +71,22 @@ foreach(np 1 2 4)
   endif()
 endforeach()
 message(STATUS "requests: the same three lines at np 1, 2 and 4")
+
+# Tensor parallel: three greedy prompts at tp 2 (one group, then two sharing the prompts), tp 4, and tp 2 with every
+# block streamed from the checkpoint's files print the lines one rank prints.
+set(greedy3 --checkpoint ${WORK}/ckpt --tokens 116,104,101 --tokens 115 --tokens 97,98 --max-new-tokens 10 --quiet)
+run_checked(greedy_np1 ok 60 ${gen} ${greedy3})
+string(REGEX MATCHALL "(^|\n)[0-2]: [0-9,]+" greedy_lines "${greedy_np1_out}")
+foreach(run "2;--tp;2" "4;--tp;2" "4;--tp;4" "2;--tp;2;--resident-layers;0;--weights-from;disk")
+  list(POP_FRONT run np)
+  string(REGEX REPLACE "[^a-z0-9]+" "_" tag "${run}")
+  run_checked(tp_np${np}${tag} ok 60 ${launch} -n ${np} ${GENERATE} ${greedy3} ${run})
+  string(REGEX MATCHALL "(^|\n)[0-2]: [0-9,]+" lines "${tp_np${np}${tag}_out}")
+  if(NOT "${lines}" STREQUAL "${greedy_lines}")
+    message(FATAL_ERROR "np ${np} ${run} printed '${lines}', one rank '${greedy_lines}'")
+  endif()
+endforeach()
+message(STATUS "tp: the same three greedy lines at tp 2 (np 2 and 4), tp 4, and tp 2 streamed from disk")
 
 function(refused name text)
   run_checked(${name} fail 60 ${gen} ${ARGN})

@@ -1,0 +1,148 @@
+// Tensor-parallel decode (GptDecoder with a tp group) at np 2 and 4: tp 2 and tp 4 (as many as the job holds) against
+// the same model decoded by one rank alone, on a vocabulary that does not divide by tp. Every prompt position's logits
+// agree within 1e-5 of the row's largest and the greedy tokens are the same; blocks streamed from disk under tp give
+// the resident tp decoder's bits; the bytes a step reads and the memory by category are strata-plan --inference's at
+// that tp degree, to the byte.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "models/gpt/inference/generator.h"
+#include "models/gpt/inference/gpt_decoder.h"
+#include "models/gpt/model/cpu_ops.h"
+#include "runtime/memory/inference_planner.h"
+#include "tests/models/gpt/decode_test_data.h"
+#include "tests/support/test_support.h"
+
+namespace strata::gpt {
+namespace {
+
+using test_data::some_tokens;
+using test_data::spec_weights;
+
+// Four heads (tp 2 and 4 hold whole ones), a vocabulary of 97 (padded to 98 and 100), attention over several tiles.
+GptConfig model() { return GptConfig{3, 4, 64, 97, 96}; }
+
+// The tp degrees this job can form: 2, and the world size when it is 4.
+std::vector<int> degrees() {
+  const int world = strata::test::runtime().world_size();
+  std::vector<int> out;
+  for (int tp : {2, 4})
+    if (tp <= world && world % tp == 0) out.push_back(tp);
+  return out;
+}
+
+// The node's cores shared among its ranks, as GptTrainer shares them: more OpenMP threads than cores make every
+// parallel region wait out the others' time slices.
+void share_cores() {
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  set_num_threads(std::max(1, cores / strata::test::runtime().local_size()));
+}
+
+// The world cut into groups of `tp` consecutive ranks.
+std::unique_ptr<Communicator> tp_group(int tp) {
+  Communicator& world = strata::test::runtime().world();
+  return world.split(world.rank() / tp, world.rank(), "tp" + std::to_string(tp));
+}
+
+double max_rel_diff(const float* a, const float* b, int n) {
+  double diff = 0, scale = 0;
+  for (int i = 0; i < n; ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+struct Outputs {
+  std::vector<float> logits;  // every position of one prompt
+  std::vector<std::vector<std::int32_t>> tokens;
+};
+
+Outputs decode(Communicator* tp, const DecodePlacement& where = {}) {
+  share_cores();
+  const GptConfig cfg = model();
+  GptDecoder dec(cfg, strata::test::runtime().device(), 3, spec_weights(cfg, 8), 32, DType::kF32, where, tp);
+  Outputs out;
+  const std::vector<std::int32_t> p = some_tokens(50, cfg.vocab, 9);  // two chunks of 32 rows
+  out.logits.resize(p.size() * static_cast<std::size_t>(cfg.vocab));
+  dec.prefill(0, p.data(), static_cast<int>(p.size()), out.logits.data());
+  std::vector<std::vector<std::int32_t>> prompts;
+  for (int b = 0; b < 3; ++b) prompts.push_back(some_tokens(4 + 11 * b, cfg.vocab, 60 + static_cast<std::uint64_t>(b)));
+  GenerateOptions o;
+  o.max_new_tokens = 20;
+  out.tokens = generate(dec, prompts, o).tokens;
+  return out;
+}
+
+TEST(GptDecodeTp, EqualsOneRankAlone) {
+  if (degrees().empty()) GTEST_SKIP() << "needs 2 or 4 ranks";
+  const GptConfig cfg = model();
+  const Outputs alone = decode(nullptr);
+  for (int tp : degrees()) {
+    const std::unique_ptr<Communicator> group = tp_group(tp);
+    const Outputs split = decode(group.get());
+    double worst = 0;
+    for (std::size_t r = 0; r < alone.logits.size() / static_cast<std::size_t>(cfg.vocab); ++r)
+      worst = std::max(worst, max_rel_diff(split.logits.data() + r * static_cast<std::size_t>(cfg.vocab),
+                                           alone.logits.data() + r * static_cast<std::size_t>(cfg.vocab), cfg.vocab));
+    std::printf("tp %d against one rank: largest logit difference %.3g of the row's largest\n", tp, worst);
+    EXPECT_LE(worst, 1e-5) << "tp " << tp;
+    EXPECT_EQ(split.tokens, alone.tokens) << "tp " << tp;
+    // Blocks streamed from the reader under tp: the resident tp decoder's bits.
+    DecodePlacement where;
+    where.resident_layers = 1;
+    where.source = WeightSource::kDisk;
+    const Outputs streamed = decode(group.get(), where);
+    EXPECT_EQ(std::memcmp(streamed.logits.data(), split.logits.data(), split.logits.size() * 4), 0) << "tp " << tp;
+    EXPECT_EQ(streamed.tokens, split.tokens) << "tp " << tp;
+  }
+}
+
+TEST(GptDecodeTp, BytesAreThePlannersAtThatDegree) {
+  if (degrees().empty()) GTEST_SKIP() << "needs 2 or 4 ranks";
+  const GptConfig cfg = model();
+  const int P = 20, G = cfg.ctx - P, B = 2;
+  for (int tp : degrees()) {
+    const std::unique_ptr<Communicator> group = tp_group(tp);
+    DecodePlacement where;
+    where.resident_layers = 1;
+    share_cores();
+    GptDecoder dec(cfg, strata::test::runtime().device(), B, spec_weights(cfg, 8), 128, DType::kF32, where,
+                   group.get());
+    std::vector<std::vector<std::int32_t>> prompts;
+    for (int b = 0; b < B; ++b) prompts.push_back(some_tokens(P, cfg.vocab, 70 + static_cast<std::uint64_t>(b)));
+    GenerateOptions o;
+    o.max_new_tokens = G;
+    const Generation g = generate(dec, prompts, o);
+    ASSERT_EQ(g.decode_steps, static_cast<std::uint64_t>(G - 1));
+    InferenceInput in;
+    in.model.layers = cfg.layers;
+    in.model.hidden = cfg.embd;
+    in.model.heads = cfg.heads;
+    in.model.vocab = cfg.vocab;
+    in.model.seq = cfg.ctx;
+    in.prompt = P;
+    in.tp = tp;
+    in.weight_dtype = DType::kF32;
+    in.kv_dtype = DType::kF32;
+    in.validate();
+    const InferencePlan plan = plan_inference_at(in, B, 1, true);
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.resident_weight_bytes()), plan.resident_weights) << "tp " << tp;
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.stream_slot_bytes()), plan.stream_buffers) << "tp " << tp;
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_bytes()), plan.kv_cache) << "tp " << tp;
+    const double steps = G - 1;
+    EXPECT_DOUBLE_EQ(static_cast<double>(g.decode_weight_bytes + g.decode_cache_bytes) / steps, plan.device_bytes)
+        << "tp " << tp;
+    EXPECT_DOUBLE_EQ(static_cast<double>(g.decode_streamed_bytes) / steps, plan.link_bytes) << "tp " << tp;
+  }
+}
+
+}  // namespace
+}  // namespace strata::gpt
