@@ -70,6 +70,12 @@ Env Env::from_environment() {
     STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, e.backend == "auto" || e.backend == "cpu" || e.backend == "cuda",
                       "STRATA_BACKEND='{}' must be auto, cpu or cuda", v);
   }
+  if (const char* v = get("STRATA_COMM")) {
+    e.comm = v;
+    STRATA_CHECK_CODE(ErrorCode::kInvalidArgument,
+                      e.comm == "auto" || e.comm == "nccl" || e.comm == "mpi" || e.comm == "mpi-staged",
+                      "STRATA_COMM='{}' must be auto, nccl, mpi or mpi-staged", v);
+  }
   if (const char* v = get("STRATA_TIMEOUT_S")) e.timeout_s = parse_seconds(v, "STRATA_TIMEOUT_S");
   if (const char* v = get("STRATA_VALIDATE")) e.validate = parse_bool(v, "STRATA_VALIDATE");
   if (const char* v = get("STRATA_SHM")) e.shm = parse_bool(v, "STRATA_SHM");
@@ -119,9 +125,9 @@ Env Env::from_environment() {
 
 std::string Env::describe() const {
   return fmt::format(
-      "STRATA_BACKEND={} STRATA_TIMEOUT_S={} STRATA_VALIDATE={} STRATA_SHM={} STRATA_SHM_IN_PLACE={} STRATA_LOG_LEVEL={} "
+      "STRATA_BACKEND={} STRATA_COMM={} STRATA_TIMEOUT_S={} STRATA_VALIDATE={} STRATA_SHM={} STRATA_SHM_IN_PLACE={} STRATA_LOG_LEVEL={} "
       "STRATA_LOG_RANKS={} STRATA_TRACE={} STRATA_DEVICE_MEMORY={}{}{}",
-      backend, timeout_s, validate ? 1 : 0, shm ? 1 : 0, shm_in_place ? 1 : 0, log_level, log_ranks,
+      backend, comm, timeout_s, validate ? 1 : 0, shm ? 1 : 0, shm_in_place ? 1 : 0, log_level, log_ranks,
       trace_file.empty() ? "(off)" : trace_file,
       device_memory == 0 ? std::string("(unlimited)") : std::to_string(device_memory),
       ranks_per_node == 0 ? std::string() : fmt::format(" STRATA_RANKS_PER_NODE={}", ranks_per_node),

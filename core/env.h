@@ -8,6 +8,10 @@ namespace strata {
 
 struct Env {
   std::string backend = "auto";    // STRATA_BACKEND: auto | cpu | cuda
+  // STRATA_COMM: which communicator the runtime builds. auto: MPI on the CPU backend, NCCL on CUDA; nccl: NCCL (a CUDA
+  // device only); mpi: MPI, host-staged on a CUDA device (so that several ranks may share one GPU); mpi-staged: the
+  // host-staged MPI communicator on any backend (tests its staging on the CPU). See collectives/communicator_registry.h.
+  std::string comm = "auto";
   double timeout_s = 600.0;        // STRATA_TIMEOUT_S: bound on every wait
   bool validate = false;           // STRATA_VALIDATE: cross-rank check of every collective
   bool shm = true;                 // STRATA_SHM: intra-node shared-memory collectives on the CPU backend (0: MPI only)

@@ -67,9 +67,10 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
   mpi_wait(req, e.timeout_s, "start-up barrier (are all ranks starting Strata?)");
   // The environment every rank must share, agreed before anything below acts on it: the node layout
   // (STRATA_RANKS_PER_NODE), the shared-memory collectives and buffers (STRATA_SHM, STRATA_SHM_IN_PLACE), the trace's
-  // gather (STRATA_TRACE), the backend. A difference is kMismatch on every rank naming the variable and the ranks,
-  // not a timeout in the first collective that one rank runs another way.
+  // gather (STRATA_TRACE), the backend and the communicator. A difference is kMismatch on every rank naming the
+  // variable and the ranks, not a timeout in the first collective that one rank runs another way.
   check_config_agreement({{"STRATA_BACKEND", options.backend.empty() ? e.backend : options.backend},
+                          {"STRATA_COMM", e.comm},
                           {"STRATA_SHM", e.shm ? "1" : "0"},
                           {"STRATA_SHM_IN_PLACE", e.shm_in_place ? "1" : "0"},
                           {"STRATA_TRACE", e.trace_file.empty() ? "(off)" : e.trace_file},
@@ -112,18 +113,22 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
   std::string backend = options.backend.empty() ? e.backend : options.backend;
   STRATA_CHECK(backend == "auto" || backend == "cpu" || backend == "cuda", "backend '{}' must be auto, cpu or cuda",
                backend);
+  const CommChoice comm = parse_comm_choice(e.comm);
   int gpus = cuda_device_count();
+  // NCCL refuses two ranks on one GPU; the staged MPI communicator (STRATA_COMM=mpi) lets ranks share GPU
+  // local_rank % gpus.
+  const bool gpu_per_rank = needs_gpu_per_rank(comm);
   DeviceKind kind = DeviceKind::kCpu;
   if (backend == "cuda") {
     kind = DeviceKind::kCuda;
-    STRATA_CHECK_CODE(ErrorCode::kUnsupported, gpus == 0 || local_size_ <= gpus,
-                      "backend cuda: {} ranks on this node but {} GPU(s); NCCL needs one GPU per rank",
-                      local_size_, gpus);
+    STRATA_CHECK_CODE(ErrorCode::kUnsupported, gpus == 0 || local_size_ <= gpus || !gpu_per_rank, "backend cuda: {}",
+                      nccl_gpu_shortage(local_size_, gpus));
   } else if (backend == "auto" && gpus > 0) {
-    // auto takes CUDA only when every rank on the node can have its own GPU (NCCL refuses two ranks on one GPU).
-    if (local_size_ <= gpus) kind = DeviceKind::kCuda;
+    // auto takes CUDA when every rank on the node can have its own GPU, or when the ranks need not have one.
+    if (local_size_ <= gpus || !gpu_per_rank) kind = DeviceKind::kCuda;
     else if (local_rank_ == 0)
-      logger("core").warn("{} ranks on this node share {} GPU(s): using the CPU backend (STRATA_BACKEND=auto)",
+      logger("core").warn("{} ranks on this node share {} GPU(s): using the CPU backend (STRATA_BACKEND=auto; "
+                          "STRATA_COMM=mpi runs them on the GPU)",
                           local_size_, gpus);
   }
   device_ = create_device(kind, gpus > 0 ? local_rank_ % gpus : 0, e.timeout_s);
@@ -138,7 +143,14 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
     logger("comm").info("{} ranks on this node's {} cores: shared-memory collectives off (MPI only)", local_size_,
                         cores);
   }
-  world_ = create_communicator(*device_, MPI_COMM_WORLD, "world", comm_options);
+  std::string why;
+  const char* comm_backend = comm_backend_for(kind, comm, &why);
+  if (rank_ == 0)
+    logger("comm").info("communicator {} ({}{})", comm_backend, why,
+                        kind == DeviceKind::kCuda && local_size_ > gpus
+                            ? fmt::format("; {} ranks on this node share {} GPU(s)", local_size_, gpus)
+                            : std::string());
+  world_ = create_communicator(*device_, MPI_COMM_WORLD, "world", comm_options, comm);
 
   if (!e.trace_file.empty()) {
     try {

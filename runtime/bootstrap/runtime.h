@@ -23,8 +23,9 @@ struct RuntimeOptions {
 
 // Initialises MPI with MPI_THREAD_MULTIPLE (unless the embedder already did), finds this rank's place (rank,
 // world size, local rank on its node, node count), sets up logging, picks the backend (auto: CUDA when a GPU is
-// visible) and the device (cuda:local_rank), and builds the world communicator. Works without mpirun as a
-// single rank. Destruction tears down in reverse and finalises MPI if it initialised it.
+// visible for every rank of the node, or for any under STRATA_COMM=mpi) and the device (cuda:local_rank, or
+// cuda:local_rank % gpus where ranks share GPUs), and builds the world communicator (STRATA_COMM, logged at start).
+// Works without mpirun as a single rank. Destruction tears down in reverse and finalises MPI if it initialised it.
 class Runtime {
  public:
   Runtime(int* argc, char*** argv, const RuntimeOptions& options = {});

@@ -43,6 +43,29 @@ TEST(Env, ReadsTheEnvironment) {
   unsetenv("STRATA_DEVICE_MEMORY");
 }
 
+// STRATA_COMM picks the communicator; anything but its four values is refused, naming the variable and the choices.
+TEST(Env, CommunicatorChoice) {
+  unsetenv("STRATA_COMM");
+  EXPECT_EQ(Env::from_environment().comm, "auto");
+  for (const char* v : {"auto", "nccl", "mpi", "mpi-staged"}) {
+    setenv("STRATA_COMM", v, 1);
+    EXPECT_EQ(Env::from_environment().comm, v);
+  }
+  setenv("STRATA_COMM", "mpi", 1);
+  EXPECT_NE(Env::from_environment().describe().find("STRATA_COMM=mpi "), std::string::npos);
+  setenv("STRATA_COMM", "bogus", 1);
+  try {
+    Env::from_environment();
+    ADD_FAILURE() << "STRATA_COMM=bogus accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("STRATA_COMM='bogus' must be auto, nccl, mpi or mpi-staged"),
+              std::string::npos)
+        << e.what();
+  }
+  unsetenv("STRATA_COMM");
+}
+
 TEST(Env, LogRanksFilter) {
   EXPECT_TRUE(rank_is_listed("all", 5));
   EXPECT_TRUE(rank_is_listed("0,3", 3));

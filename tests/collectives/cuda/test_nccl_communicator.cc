@@ -1,5 +1,6 @@
-// Tests of NcclCommunicator at any np: every op x dtype on exactly verifiable data, batched point-to-point,
-// validation, streams and split.
+// Tests of the CUDA device's communicator at any np: every op x dtype on exactly verifiable data, batched
+// point-to-point, validation, streams and split. NcclCommunicator under STRATA_COMM=auto or nccl (one GPU per rank);
+// the host-staged MPI communicator under STRATA_COMM=mpi, where the ranks may share one GPU.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -16,6 +17,7 @@
 #include "collectives/communicator_registry.h"
 #include "core/device_registry.h"
 #include "core/dtype.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "tests/support/test_support.h"
 
@@ -131,7 +133,7 @@ std::string label(const char* op, DType dtype, std::size_t count) {
   return std::string(op) + " dtype=" + dtype_name(dtype) + " count=" + std::to_string(count);
 }
 
-// One GPU and one world communicator (validation on) shared by the tests of the suite.
+// One GPU and one world communicator (validation on, STRATA_COMM's choice) shared by the tests of the suite.
 class NcclCommunicatorTest : public ::testing::Test {
  protected:
   static void TearDownTestSuite() {
@@ -142,16 +144,21 @@ class NcclCommunicatorTest : public ::testing::Test {
   void SetUp() override {
     const int gpus = cuda_device_count();
     if (gpus == 0) GTEST_SKIP() << "no CUDA device visible";
-    // NCCL refuses two ranks of one communicator on the same GPU.
-    if (test::runtime().local_size() > gpus) GTEST_SKIP() << "needs one GPU per rank on this node";
+    const int ranks = test::runtime().local_size();
+    if (ranks > gpus && needs_gpu_per_rank(choice())) GTEST_SKIP() << nccl_gpu_shortage(ranks, gpus);
     if (!comm_) {
-      device_ = create_device(DeviceKind::kCuda, test::runtime().local_rank(), kTimeoutS);
+      device_ = create_device(DeviceKind::kCuda, test::runtime().local_rank() % gpus, kTimeoutS);
       CommOptions options;
       options.timeout_s = kTimeoutS;
       options.validate = true;
-      comm_ = create_communicator(*device_, MPI_COMM_WORLD, "world", options);
+      comm_ = create_communicator(*device_, MPI_COMM_WORLD, "world", options, choice());
     }
   }
+
+  static CommChoice choice() { return parse_comm_choice(env().comm); }
+  // "nccl", or "mpi-staged" under STRATA_COMM=mpi.
+  static const char* backend() { return comm_backend_for(DeviceKind::kCuda, choice()); }
+  static bool on_nccl() { return std::string(backend()) == "nccl"; }
 
   Device& dev() { return *device_; }
   Communicator& comm() { return *comm_; }
@@ -188,7 +195,7 @@ TEST_F(NcclCommunicatorTest, Identity) {
   EXPECT_EQ(comm().rank(), rank);
   EXPECT_EQ(comm().size(), size);
   EXPECT_EQ(comm().name(), "world");
-  EXPECT_STREQ(comm().backend_name(), "nccl");
+  EXPECT_STREQ(comm().backend_name(), backend());
   EXPECT_TRUE(comm().options().validate);
   EXPECT_EQ(&comm().device(), &dev());
 }
@@ -323,9 +330,11 @@ TEST_F(NcclCommunicatorTest, SendRecv) {
   const int rank = comm().rank();
   const int world = comm().size();
   Buffer one = dev().allocate(64, MemCategory::kCommBuffer);
-  // Rejected locally (so on every rank at once), before any sequence number is taken.
-  EXPECT_EQ(error_code_of([&] { comm().send(one.data(), 4, DType::kF32, rank, stream()); }), ErrorCode::kUnsupported);
-  EXPECT_EQ(error_code_of([&] { comm().recv(one.data(), 4, DType::kF32, rank, stream()); }), ErrorCode::kUnsupported);
+  // Rejected locally (so on every rank at once), before any sequence number is taken: a send to self is unsupported
+  // by NCCL, an invalid argument to MPI.
+  const ErrorCode to_self = on_nccl() ? ErrorCode::kUnsupported : ErrorCode::kInvalidArgument;
+  EXPECT_EQ(error_code_of([&] { comm().send(one.data(), 4, DType::kF32, rank, stream()); }), to_self);
+  EXPECT_EQ(error_code_of([&] { comm().recv(one.data(), 4, DType::kF32, rank, stream()); }), to_self);
   EXPECT_EQ(error_code_of([&] { comm().send(one.data(), 4, DType::kF32, world, stream()); }),
             ErrorCode::kInvalidArgument);
   // Pairs (0,1), (2,3), ...: the even rank sends first, then the odd one answers; an odd-sized world's last rank idles.
@@ -352,8 +361,11 @@ TEST_F(NcclCommunicatorTest, SendRecv) {
   }
 }
 
+// NCCL's validation, on the calling thread. The staged communicator validates as MPI does, in the stream's work
+// (test_collectives under STRATA_COMM=mpi-staged), and is filtered out of this test where it runs.
 TEST_F(NcclCommunicatorTest, ValidationCatchesMismatchedCalls) {
   if (comm().size() < 2) GTEST_SKIP() << "needs two ranks";
+  if (!on_nccl()) GTEST_SKIP() << "NCCL's validation at the call; " << backend() << " validates in the stream";
   const int rank = comm().rank();
   Buffer buf = dev().allocate(16 * sizeof(float), MemCategory::kCommBuffer);
   // Rank 0 disagrees on the count: every rank sees the same table and throws, and nothing is launched.
@@ -452,6 +464,8 @@ TEST_F(NcclCommunicatorTest, BatchRing) {
   }
 }
 
+// The argument checks hold for every backend; a mismatch throws at the call on NCCL, at synchronize() on the staged
+// communicator (as on MPI: test_collectives' P2PBatch tests under STRATA_COMM=mpi-staged).
 TEST_F(NcclCommunicatorTest, BatchRejectsBadArgumentsAndMismatches) {
   const int rank = comm().rank();
   const int world = comm().size();
@@ -476,7 +490,7 @@ TEST_F(NcclCommunicatorTest, BatchRejectsBadArgumentsAndMismatches) {
   comm().batch_send_recv({}, *p2p);  // a no-op
   // A pair that disagrees on a count: both sides throw, the pair's matching op still runs, and the pair stays in step.
   const int peer = rank ^ 1;
-  if (peer < world) {
+  if (peer < world && on_nccl()) {
     Buffer mine = upload(HostArray(DType::kI32, 5, [&](std::size_t i) { return value(rank, i, DType::kI32); }));
     Buffer theirs = upload(HostArray(DType::kI32, 5, [](std::size_t) { return kSentinel; }));
     std::size_t count = rank % 2 == 0 ? 8 : 9;
@@ -558,7 +572,7 @@ TEST_F(NcclCommunicatorTest, Split) {
     EXPECT_EQ(half->name(), "world/c" + std::to_string(color));
     EXPECT_EQ(half->size(), static_cast<int>(members.size()));
     EXPECT_EQ(half->rank(), static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin()));
-    EXPECT_STREQ(half->backend_name(), "nccl");
+    EXPECT_STREQ(half->backend_name(), backend());
     EXPECT_EQ(half->sequence(), 0u);
     const std::size_t count = 1009;
     Buffer buf = upload(HostArray(DType::kI64, count, [&](std::size_t i) { return value(rank, i, DType::kI64); }));

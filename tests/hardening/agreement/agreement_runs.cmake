@@ -3,9 +3,10 @@
 #   -DMODE=lr              train_gpt --lr 1e-3 on rank 0, 2e-3 on rank 1 (and first the same flags on both: it trains)
 #   -DMODE=steps           train_gpt --steps 3 on rank 0, 2 on rank 1
 #   -DMODE=custom_trainer  custom_trainer --lr 0.01 on rank 0, 0.02 on rank 1
-#   -DMODE=env_<VAR>       STRATA_SHM=0, STRATA_SHM_IN_PLACE=0, STRATA_TRACE=<file> or STRATA_RANKS_PER_NODE=1 on rank 0
-#                          only (train_gpt): the start-up agreement names the variable, both values and the ranks
-#                          (before: a full STRATA_TIMEOUT_S wait or an internal message)
+#   -DMODE=env_<VAR>       STRATA_SHM=0, STRATA_SHM_IN_PLACE=0, STRATA_TRACE=<file>, STRATA_RANKS_PER_NODE=1 or
+#                          STRATA_COMM=mpi-staged on rank 0 only (train_gpt): the start-up agreement names the
+#                          variable, both values and the ranks (before: a full STRATA_TIMEOUT_S wait or an internal
+#                          message)
 # A differing run must fail before any step, with a message naming the setting, both values and the ranks.
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DCUSTOM_TRAINER=<binary>.
 string(REPLACE "|" ";" launcher "${MPIEXEC}")
@@ -50,9 +51,10 @@ elseif(MODE STREQUAL "custom_trainer")
   expect_says("configuration differs across ranks: --lr: 0.01 on rank 0; 0.02 on rank 1")
 elseif(MODE MATCHES "^env_(.*)$")
   set(var STRATA_${CMAKE_MATCH_1})
-  set(values SHM=0 SHM_IN_PLACE=0 TRACE=${CMAKE_CURRENT_BINARY_DIR}/agreement_trace.json RANKS_PER_NODE=1)
+  set(values SHM=0 SHM_IN_PLACE=0 TRACE=${CMAKE_CURRENT_BINARY_DIR}/agreement_trace.json RANKS_PER_NODE=1
+             COMM=mpi-staged)
   set(shown "SHM=0|1" "SHM_IN_PLACE=0|1" "TRACE=${CMAKE_CURRENT_BINARY_DIR}/agreement_trace.json|(off)"
-            "RANKS_PER_NODE=1|(the nodes MPI reports)")
+            "RANKS_PER_NODE=1|(the nodes MPI reports)" "COMM=mpi-staged|auto")
   list(FILTER values INCLUDE REGEX "^${CMAKE_MATCH_1}=")
   list(FILTER shown INCLUDE REGEX "^${CMAKE_MATCH_1}=")
   string(REGEX REPLACE "^[A-Z_]+=" "" value "${values}")

@@ -1,6 +1,7 @@
 // GPT-2 training on a CUDA device (label gpu): the tiny reference run's losses equal the PyTorch reference at ZeRO 0
-// and 3, and recomputation gives the losses of a plain run. Skips without a GPU or when the test runtime is not on
-// the CUDA backend (STRATA_BACKEND=auto picks it when every local rank has a GPU).
+// and 3, and recomputation gives the losses of a plain run. Skips, saying why, without a GPU or when the test runtime
+// is not on the CUDA backend (STRATA_BACKEND=auto picks it when every local rank has a GPU, or under STRATA_COMM=mpi
+// when any GPU is visible).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -12,7 +13,9 @@
 #include <string>
 #include <vector>
 
+#include "collectives/communicator_registry.h"
 #include "core/device_registry.h"
+#include "core/env.h"
 #include "models/gpt/training/gpt_trainer.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"
@@ -31,10 +34,19 @@ using test::run;
 
 bool on_cuda() { return cuda_device_count() > 0 && runtime().backend() == DeviceKind::kCuda; }
 
+// Why the test runtime is not on a GPU, for the skips of the tests that need it to be.
+std::string not_on_cuda() {
+  const int gpus = cuda_device_count();
+  if (gpus == 0) return "no GPU visible";
+  const int ranks = runtime().local_size();
+  if (ranks > gpus && needs_gpu_per_rank(parse_comm_choice(env().comm))) return nccl_gpu_shortage(ranks, gpus);
+  return "the test runtime is not on the CUDA backend (STRATA_BACKEND=" + env().backend + ")";
+}
+
 // 1e-4 relative at each of the 20 steps, the spec's acceptance bar (the CPU test holds 1e-5): cuBLAS and the CUDA
 // kernels sum in other orders than the CPU kernels, so the round-off differs from the CPU's.
 TEST(GptCudaTraining, LossesEqualThePyTorchReference) {
-  if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
+  if (!on_cuda()) GTEST_SKIP() << not_on_cuda();
   const int world = runtime().world_size();
   auto ref = load_json(kData + "gpt_tiny_ref.json");
   const test::Trajectory want = test::reference_trajectory(ref);
@@ -50,7 +62,7 @@ TEST(GptCudaTraining, LossesEqualThePyTorchReference) {
 // bf16 compute on the GPU (bf16 tensor-core GEMMs) against PyTorch's bf16 autocast: the CPU test's bars
 // (tests/models/gpt/test_gpt_training.cc, Bf16ComputeAgreesWithPyTorchAutocast, derives them).
 TEST(GptCudaTraining, Bf16ComputeAgreesWithPyTorchAutocast) {
-  if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
+  if (!on_cuda()) GTEST_SKIP() << not_on_cuda();
   auto ref = load_json(kData + "gpt_tiny_ref_bf16.json");
   const std::vector<double> autocast = ref["losses"].get<std::vector<double>>();
   const int steps = static_cast<int>(autocast.size());
@@ -70,7 +82,7 @@ TEST(GptCudaTraining, Bf16ComputeAgreesWithPyTorchAutocast) {
 // handle) and recomputation runs them again on the same inputs, so the losses are expected bitwise equal; 1e-6
 // relative is the bar asserted, leaving room only for cuBLAS choosing another algorithm between the two runs.
 TEST(GptCudaTraining, RecomputeGivesTheSameLosses) {
-  if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
+  if (!on_cuda()) GTEST_SKIP() << not_on_cuda();
   auto ref = load_json(kData + "gpt_tiny_ref.json");
   TrainConfig cfg = reference_config(ref, runtime().world_size());
   std::vector<double> plain = run(cfg, 5);
@@ -84,7 +96,7 @@ TEST(GptCudaTraining, RecomputeGivesTheSameLosses) {
 // Communication is timed on CUDA too: CUDA events around every collective give comm_ms, and events on the compute
 // stream around every wait give exposed_comm_ms; both are numbers (not NaN), and a step's exposed time fits in it.
 TEST(GptCudaTraining, CommunicationIsTimedWithEvents) {
-  if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
+  if (!on_cuda()) GTEST_SKIP() << not_on_cuda();
   auto ref = load_json(kData + "gpt_tiny_ref.json");
   TrainConfig cfg = reference_config(ref, runtime().world_size());
   cfg.sharding.stage = zero_stage_from_int(3);
@@ -105,7 +117,7 @@ TEST(GptCudaTraining, CommunicationIsTimedWithEvents) {
 }
 
 TEST(GptCudaTraining, TensorParallelPathOnOneGpuEqualsThePyTorchReference) {
-  if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
+  if (!on_cuda()) GTEST_SKIP() << not_on_cuda();
   if (runtime().world_size() != 1) GTEST_SKIP() << "the one-GPU case; GptCudaTensorParallel covers np >= 2";
   auto ref = load_json(kData + "gpt_tiny_ref.json");
   const test::Trajectory want = test::reference_trajectory(ref);
@@ -121,7 +133,7 @@ TEST(GptCudaTraining, TensorParallelPathOnOneGpuEqualsThePyTorchReference) {
 
 // The pipeline executor on one GPU (pp 1, the step's rows in 2 micro-batches through 1F1B) against PyTorch.
 TEST(GptCudaTraining, PipelineScheduleOnOneGpuEqualsThePyTorchReference) {
-  if (!on_cuda()) GTEST_SKIP() << "no GPU, or the test runtime is not on the CUDA backend";
+  if (!on_cuda()) GTEST_SKIP() << not_on_cuda();
   if (runtime().world_size() != 1) GTEST_SKIP() << "the one-GPU case; GptCudaPipeline covers np >= 2";
   auto ref = load_json(kData + "gpt_tiny_ref.json");
   const test::Trajectory want = test::reference_trajectory(ref);
@@ -132,13 +144,12 @@ TEST(GptCudaTraining, PipelineScheduleOnOneGpuEqualsThePyTorchReference) {
                          10 * test::kGradNormBar);
 }
 
-// pp over two ranks, one GPU each: registered at np 2, skipped with the reason where the ranks do not each have a GPU.
+// pp over two ranks, one GPU each (or sharing one under STRATA_COMM=mpi): registered at np 2, skipped with the reason
+// where the ranks do not each have a GPU under NCCL.
 TEST(GptCudaPipeline, PpOverGpusEqualsThePyTorchReference) {
   const int world = runtime().world_size();
   if (world != 2) GTEST_SKIP() << "the 2-layer reference splits over 2 pipeline stages; this is np " << world;
-  if (!on_cuda())
-    GTEST_SKIP() << world << " ranks and " << cuda_device_count()
-                 << " GPU(s) visible: NCCL needs one GPU per rank, so this runs on the CPU backend and skips";
+  if (!on_cuda()) GTEST_SKIP() << not_on_cuda();
   auto ref = load_json(kData + "gpt_tiny_ref.json");
   const test::Trajectory want = test::reference_trajectory(ref);
   TrainConfig cfg = reference_config(ref, 1);
@@ -148,14 +159,12 @@ TEST(GptCudaPipeline, PpOverGpusEqualsThePyTorchReference) {
                          "cuda, pp 2 (1f1b, 2 micro-batches)", 10 * test::kLossBar, 10 * test::kGradNormBar);
 }
 
-// tp over every rank, one GPU each (NCCL refuses two ranks on one GPU): registered at np 2, skipped with the reason
-// where the ranks do not each have a GPU.
+// tp over every rank, one GPU each (NCCL refuses two ranks on one GPU; STRATA_COMM=mpi lets them share one):
+// registered at np 2, skipped with the reason where the ranks do not each have a GPU under NCCL.
 TEST(GptCudaTensorParallel, TpOverGpusEqualsThePyTorchReference) {
   const int world = runtime().world_size();
   if (world < 2) GTEST_SKIP() << "tensor parallelism needs 2 or more ranks";
-  if (!on_cuda())
-    GTEST_SKIP() << world << " ranks and " << cuda_device_count()
-                 << " GPU(s) visible: NCCL needs one GPU per rank, so this runs on the CPU backend and skips";
+  if (!on_cuda()) GTEST_SKIP() << not_on_cuda();
   auto ref = load_json(kData + "gpt_tiny_ref.json");
   const test::Trajectory want = test::reference_trajectory(ref);
   const int heads = ref["config"]["heads"].get<int>();
