@@ -273,6 +273,19 @@ std::string CudaDevice::product_name() const {
   return prop.name;
 }
 
+std::size_t CudaDevice::driver_bytes_in_use() const {
+  if (cudaSetDevice(index()) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  std::size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return total_bytes - free_bytes;
+}
+
 void CudaDevice::copy(void* dst, const void* src, std::size_t bytes, Stream& stream) {
   if (bytes == 0) return;
   cudaStream_t s = cuda_stream(stream, "copy");

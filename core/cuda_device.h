@@ -87,6 +87,7 @@ class CudaDevice : public Device {
   std::unique_ptr<Event> create_event() override;
   std::unique_ptr<Event> create_timing_event() override;
   std::string product_name() const override;
+  std::size_t driver_bytes_in_use() const override;
   // Stream-ordered cudaMemcpyAsync (cudaMemcpyDefault: device or host pointers) and cudaMemsetAsync on `stream`,
   // which must be a stream of this device.
   void copy(void* dst, const void* src, std::size_t bytes, Stream& stream) override;

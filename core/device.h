@@ -123,6 +123,10 @@ class Device {
   virtual std::unique_ptr<Event> create_timing_event() = 0;
   // The hardware's name as its driver reports it ("NVIDIA H200"); empty where there is none to report (the CPU).
   virtual std::string product_name() const { return {}; }
+  // Bytes in use on the hardware as its driver counts them (CUDA: cudaMemGetInfo's total - free, which holds the CUDA
+  // context, library workspaces, NCCL's buffers and other processes' memory beside the ledger's); 0 where the driver
+  // reports none (the CPU).
+  virtual std::size_t driver_bytes_in_use() const { return 0; }
 
   // Stream-ordered copy and fill of memory of this device (or host memory, for CUDA: cudaMemcpyDefault).
   virtual void copy(void* dst, const void* src, std::size_t bytes, Stream& stream) = 0;

@@ -37,6 +37,13 @@ TEST(CpuDevice, LedgerTracksCurrentAndPeakPerCategory) {
   EXPECT_EQ(empty.data(), nullptr);
 }
 
+// The CPU has no driver count of its memory: train_gpt prints the ledger alone there.
+TEST(CpuDevice, HasNoDriverCount) {
+  CpuDevice dev(60.0);
+  Buffer b = dev.allocate(4096, MemCategory::kActivations);
+  EXPECT_EQ(dev.driver_bytes_in_use(), 0u);
+}
+
 TEST(CpuDevice, BudgetIsEnforcedWithTheLedgerInTheError) {
   CpuDevice dev(10.0);
   dev.set_memory_budget(4096);

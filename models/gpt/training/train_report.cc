@@ -219,6 +219,16 @@ void RunLog::print_step0_memory() {
     measured_step0_[i] = rt_.device().memory_stats().peak(static_cast<MemCategory>(i)) - before_[i];
   predicted_step0_ = predict_step_memory(cfg_, rt_.world_size());
   std::printf("memory after step 0, rank 0 (bytes):\n%s", prediction_table(predicted_step0_, measured_step0_).c_str());
+  // The device's own count beside the ledger's, where the driver gives one: what the ledger does not see is the
+  // difference.
+  if (const std::size_t driver = rt_.device().driver_bytes_in_use()) {
+    const std::size_t ledger = rt_.device().memory_stats().current_total();
+    std::printf(
+        "device memory in use as its driver counts it (cudaMemGetInfo): %zu; Strata's ledger: %zu; the %lld between "
+        "them is outside the ledger (the CUDA context, cuBLAS and cuDNN workspaces, NCCL's buffers, other processes "
+        "on the GPU)\n",
+        driver, ledger, static_cast<long long>(driver) - static_cast<long long>(ledger));
+  }
   if (const Device* host = trainer_.model().resources().host_device()) {
     CategoryBytes host_measured{};
     for (std::size_t i = 0; i < kNumMemCategories; ++i)

@@ -90,6 +90,21 @@ TEST(CudaDevice, LedgerTracksCurrentAndPeakPerCategory) {
   EXPECT_EQ(stats.peak(MemCategory::kOptimState), 4096u);
 }
 
+// The driver's count of device memory in use holds the ledger's allocations: 256 MiB allocated raise it by at least
+// that much (other processes on the GPU may move it too, so only the lower bound is exact), and it is above the
+// ledger's total by the CUDA context at least.
+TEST(CudaDevice, DriverCountHoldsTheLedgersAllocations) {
+  STRATA_SKIP_WITHOUT_GPU();
+  auto dev = make_gpu();
+  dev->compute_stream().synchronize();  // the context exists
+  const std::size_t before = dev->driver_bytes_in_use();
+  ASSERT_GT(before, 0u);
+  Buffer b = dev->allocate(std::size_t{256} << 20, MemCategory::kActivations);
+  const std::size_t after = dev->driver_bytes_in_use();
+  EXPECT_GE(after, before + (std::size_t{256} << 20));
+  EXPECT_GT(after, dev->memory_stats().current_total());
+}
+
 TEST(CudaDevice, OutOfMemoryIsReportedWithoutChangingTheLedger) {
   STRATA_SKIP_WITHOUT_GPU();
   auto dev = make_gpu();
