@@ -1,12 +1,16 @@
-// Test data shared by the decode suites: weights from the spec's init and synthetic prompts.
+// What the decode suites share: weights from the spec's init, synthetic prompts, the relative difference of two rows
+// of logits, and strata-plan --inference's input for a decoder's model.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "models/gpt/data/token_data.h"
 #include "models/gpt/inference/gpt_decoder.h"
+#include "runtime/memory/inference_planner.h"
 
 namespace strata::gpt::test_data {
 
@@ -23,6 +27,34 @@ inline std::vector<std::int32_t> some_tokens(int n, int vocab, std::uint64_t see
   std::vector<std::int32_t> t;
   for (std::uint16_t v : synthetic_tokens(static_cast<std::uint64_t>(n), vocab, seed)) t.push_back(v);
   return t;
+}
+
+// The largest |a - b| over a row, relative to the row's largest |b|.
+inline double max_rel_diff(const float* a, const float* b, int n) {
+  double diff = 0, scale = 0;
+  for (int i = 0; i < n; ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+// The planner's input for `cfg` as the decoder runs it (f32 weights and cache): prompts of `prompt` tokens at tp `tp`,
+// `prefetch_depth` blocks streamed ahead.
+inline InferenceInput f32_plan_input(const GptConfig& cfg, int prompt, int tp = 1, int prefetch_depth = 1) {
+  InferenceInput in;
+  in.model.layers = cfg.layers;
+  in.model.hidden = cfg.embd;
+  in.model.heads = cfg.heads;
+  in.model.vocab = cfg.vocab;
+  in.model.seq = cfg.ctx;
+  in.prompt = prompt;
+  in.tp = tp;
+  in.prefetch_depth = prefetch_depth;
+  in.weight_dtype = DType::kF32;
+  in.kv_dtype = DType::kF32;
+  in.validate();
+  return in;
 }
 
 }  // namespace strata::gpt::test_data

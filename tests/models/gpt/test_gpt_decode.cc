@@ -22,6 +22,8 @@
 namespace strata::gpt {
 namespace {
 
+using test_data::f32_plan_input;
+using test_data::max_rel_diff;
 using test_data::some_tokens;
 using test_data::spec_weights;
 
@@ -36,16 +38,6 @@ double mean_cross_entropy(const std::vector<float>& logits, const std::vector<st
     sum += mx + std::log(z) - row[targets[r]];
   }
   return sum / static_cast<double>(targets.size());
-}
-
-// The largest |a - b| over a row, relative to the row's largest |b|.
-double max_rel_diff(const float* a, const float* b, int n) {
-  double diff = 0, scale = 0;
-  for (int i = 0; i < n; ++i) {
-    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
-  }
-  return diff / std::max(scale, 1e-30);
 }
 
 // The tiny reference (tests/data, tests/reference/gpt2_reference.py): PyTorch's loss at step 0 is the mean
@@ -172,16 +164,7 @@ TEST(GptDecode, BytesPerStepAreThePlannersPrediction) {
   o.max_new_tokens = G;
   const Generation g = generate(dec, prompts, o);
   ASSERT_EQ(g.decode_steps, static_cast<std::uint64_t>(G - 1));
-  InferenceInput in;
-  in.model.layers = cfg.layers;
-  in.model.hidden = cfg.embd;
-  in.model.heads = cfg.heads;
-  in.model.vocab = cfg.vocab;
-  in.model.seq = cfg.ctx;
-  in.prompt = P;
-  in.weight_dtype = DType::kF32;
-  in.kv_dtype = DType::kF32;
-  in.validate();
+  const InferenceInput in = f32_plan_input(cfg, P);
   const InferencePlan plan = plan_inference_at(in, B, cfg.layers, true);
   EXPECT_DOUBLE_EQ(static_cast<double>(dec.weight_bytes()), plan.resident_weights);
   EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_bytes()), plan.kv_cache);

@@ -21,6 +21,7 @@
 namespace strata::gpt {
 namespace {
 
+using test_data::f32_plan_input;
 using test_data::some_tokens;
 using test_data::spec_weights;
 
@@ -179,17 +180,7 @@ TEST(GptDecodePlacement, BytesAreThePlannersPrediction) {
   o.max_new_tokens = G;
   const Generation g = generate(dec, prompts, o);
   ASSERT_EQ(g.decode_steps, static_cast<std::uint64_t>(G - 1));
-  InferenceInput in;
-  in.model.layers = cfg.layers;
-  in.model.hidden = cfg.embd;
-  in.model.heads = cfg.heads;
-  in.model.vocab = cfg.vocab;
-  in.model.seq = cfg.ctx;
-  in.prompt = P;
-  in.weight_dtype = DType::kF32;
-  in.kv_dtype = DType::kF32;
-  in.prefetch_depth = depth;
-  in.validate();
+  const InferenceInput in = f32_plan_input(cfg, P, 1, depth);
   const InferencePlan plan = plan_inference_at(in, B, resident, true);
   EXPECT_DOUBLE_EQ(static_cast<double>(dec.resident_weight_bytes()), plan.resident_weights);
   EXPECT_DOUBLE_EQ(static_cast<double>(dec.stream_slot_bytes()), plan.stream_buffers);

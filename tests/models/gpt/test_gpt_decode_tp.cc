@@ -23,6 +23,8 @@
 namespace strata::gpt {
 namespace {
 
+using test_data::f32_plan_input;
+using test_data::max_rel_diff;
 using test_data::some_tokens;
 using test_data::spec_weights;
 
@@ -49,15 +51,6 @@ void share_cores() {
 std::unique_ptr<Communicator> tp_group(int tp) {
   Communicator& world = strata::test::runtime().world();
   return world.split(world.rank() / tp, world.rank(), "tp" + std::to_string(tp));
-}
-
-double max_rel_diff(const float* a, const float* b, int n) {
-  double diff = 0, scale = 0;
-  for (int i = 0; i < n; ++i) {
-    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
-    scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
-  }
-  return diff / std::max(scale, 1e-30);
 }
 
 struct Outputs {
@@ -122,17 +115,7 @@ TEST(GptDecodeTp, BytesAreThePlannersAtThatDegree) {
     o.max_new_tokens = G;
     const Generation g = generate(dec, prompts, o);
     ASSERT_EQ(g.decode_steps, static_cast<std::uint64_t>(G - 1));
-    InferenceInput in;
-    in.model.layers = cfg.layers;
-    in.model.hidden = cfg.embd;
-    in.model.heads = cfg.heads;
-    in.model.vocab = cfg.vocab;
-    in.model.seq = cfg.ctx;
-    in.prompt = P;
-    in.tp = tp;
-    in.weight_dtype = DType::kF32;
-    in.kv_dtype = DType::kF32;
-    in.validate();
+    const InferenceInput in = f32_plan_input(cfg, P, tp);
     const InferencePlan plan = plan_inference_at(in, B, 1, true);
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.resident_weight_bytes()), plan.resident_weights) << "tp " << tp;
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.stream_slot_bytes()), plan.stream_buffers) << "tp " << tp;
