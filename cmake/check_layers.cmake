@@ -20,6 +20,7 @@ set(STRATA_LAYERS
     "runtime/optim/=6"
     "runtime/memory/=7"
     "runtime/checkpoint/=8"
+    "runtime/inference/=8"   # generation over any Decoder and weight streaming: checkpoint's sibling
     "include/strata/=9"      # the public umbrella header: may include any runtime layer
     "models/=10"
     "tools/=11"

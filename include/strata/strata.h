@@ -4,7 +4,8 @@
 // parallel embedding and loss, the split of a parameter and the counting of a split model), pipeline parallelism (the
 // schedules, the executor and its stage interface, parameters tied across stages), context parallelism (mirrored
 // chunks of a sequence and ring attention over the trainer's attention kernels), the optimizer, the memory ledger
-// and planner, checkpoints, and overflow-checked sizes (checked_math.h). Everything else is internal.
+// and planner, checkpoints, generation over a model's Decoder (sampling, weight blocks streamed through device
+// slots), and overflow-checked sizes (checked_math.h). Everything else is internal.
 #pragma once
 
 #include "core/checked_math.h"
@@ -31,6 +32,10 @@
 #include "runtime/context/attention_kernels.h"
 #include "runtime/context/context_chunks.h"
 #include "runtime/context/ring_attention.h"
+#include "runtime/inference/block_streamer.h"
+#include "runtime/inference/decoder.h"
+#include "runtime/inference/generator.h"
+#include "runtime/inference/sampler.h"
 #include "runtime/tensor/global_elements.h"
 #include "runtime/tensor/parallel_linear.h"
 #include "runtime/tensor/tensor_parallel.h"

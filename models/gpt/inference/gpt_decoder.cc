@@ -7,9 +7,9 @@
 #include <cstring>
 
 #include "core/byte_units.h"
-#include "core/device_registry.h"
 #include "core/error.h"
 #include "models/gpt/model/kernel_table.h"
+#include "runtime/inference/block_streamer.h"
 #include "runtime/parallel/tp_split.h"
 #include "runtime/tensor/tensor_parallel.h"
 #include "runtime/tensor/vocab_parallel.h"
@@ -52,22 +52,15 @@ struct GptDecoder::Impl {
   std::size_t block_floats = 0;
   Buffer wte, wpe, lnf_w, lnf_b;
   std::vector<Buffer> resident;  // the first `resident.size()` blocks
-  // Streaming: block resident.size() + j is the j-th streamed one. Load t (t = 0, 1, ...) copies streamed block
-  // t % streamed into slot t % slots.size(); pass after pass the blocks are consumed in that order, and consuming
-  // load t issues load t + slots.size() into the slot it frees.
+  // Blocks resident.size() .. layers - 1 stream through `stream` (block j of it is layer resident.size() + j).
   int streamed = 0;
   DecodePlacement placement;
-  std::unique_ptr<Device> host;    // kHost: the streamed blocks in host memory
-  std::vector<Buffer> host_blocks;  // [streamed]
-  std::vector<Buffer> slots, staging;  // staging: kDisk beside a device that is not the host's memory
-  std::vector<std::unique_ptr<Event>> loaded, consumed;  // per slot
-  std::unique_ptr<Stream> upload;
-  std::uint64_t consumed_loads = 0, issued_loads = 0;
+  std::unique_ptr<BlockStreamer> stream;
   std::vector<Buffer> kcache, vcache;  // per layer: [S, ctx, Cl]
   // Workspace of one pass (R rows); `gathered` the tp group's logits.
   Buffer tokens, x, x2, ln, mean, rstd, qkv, atty, lse, tmp, fch, fchg, last, logits, gathered;
   std::vector<float> host_logits, gathered_host;
-  std::uint64_t weight_read = 0, cache_read = 0, streamed_read = 0, param_bytes = 0;
+  std::uint64_t weight_read = 0, cache_read = 0, param_bytes = 0;
 
   Impl(const GptConfig& c, Device& d, int sequences, const WeightReader& reader, int max_rows, DType matmul,
        const DecodePlacement& where, Communicator* tp_group)
@@ -116,7 +109,7 @@ struct GptDecoder::Impl {
     const std::size_t fixed = outside + 2 * static_cast<std::size_t>(cfg.layers) * cache + workspace;
     const int L = cfg.layers, depth = placement.prefetch_depth;
     auto slots_for = [&](int resident_blocks) {
-      return resident_blocks < L ? static_cast<std::size_t>(std::min(depth + 1, L - resident_blocks)) : 0;
+      return resident_blocks < L ? static_cast<std::size_t>(BlockStreamer::slot_count(depth, L - resident_blocks)) : 0;
     };
     auto need = [&](int resident_blocks) {
       return fixed + (static_cast<std::size_t>(resident_blocks) + slots_for(resident_blocks)) * block_bytes;
@@ -162,7 +155,11 @@ struct GptDecoder::Impl {
     const std::vector<SlotSpec>& lnf = units[static_cast<std::size_t>(final_norm_unit(cfg))].slots;
     lnf_w = load(lnf[0]);
     lnf_b = load(lnf[1]);
-    if (streamed > 0) start_streaming(block_bytes);
+    if (streamed > 0)
+      stream = std::make_unique<BlockStreamer>(
+          dev, block_bytes, streamed, placement.source, depth, [this, resident_blocks](int j, void* out) {
+            read_block(resident_blocks + j, static_cast<float*>(out));
+          });
     for (int l = 0; l < L; ++l) {
       kcache.push_back(dev.allocate(cache, MemCategory::kActivations));
       vcache.push_back(dev.allocate(cache, MemCategory::kActivations));
@@ -183,15 +180,6 @@ struct GptDecoder::Impl {
     last = ws(r * C);
     logits = ws(r * Vl);
     if (T > 1) gathered = ws(r * t * Vl);
-  }
-
-  ~Impl() {
-    if (!upload) return;
-    try {
-      upload->synchronize();  // no copy may still write a slot being freed
-    } catch (const std::exception&) {
-      // The failure was (or will not be) reported by the pass that waited on it.
-    }
   }
 
   // This rank's `n` elements of a parameter through `read`: the runs of its slice in the whole tensor.
@@ -224,70 +212,16 @@ struct GptDecoder::Impl {
     k->add_bias(out, bias, rows, C);
   }
 
-  void start_streaming(std::size_t block_bytes) {
-    const int first = static_cast<int>(resident.size());
-    if (placement.source == WeightSource::kHost) {
-      host = create_host_device(dev);
-      for (int j = 0; j < streamed; ++j) {
-        host_blocks.push_back(host->allocate(block_bytes, MemCategory::kParamShard));
-        read_block(first + j, host_blocks.back().as<float>());
-      }
-    }
-    const int n = std::min(placement.prefetch_depth + 1, streamed);
-    for (int i = 0; i < n; ++i) {
-      slots.push_back(dev.allocate(block_bytes, MemCategory::kParamShard));
-      if (placement.source == WeightSource::kDisk && dev.kind() != DeviceKind::kCpu) {
-        if (!host) host = create_host_device(dev);
-        staging.push_back(host->allocate(block_bytes, MemCategory::kParamShard));
-      }
-      loaded.push_back(dev.create_event());
-      consumed.push_back(dev.create_event());
-    }
-    upload = dev.create_stream("weight-upload");
-    for (int i = 0; i < n; ++i) issue_load();
-  }
-
-  // The next load: streamed block issued_loads % streamed into slot issued_loads % slots, once the slot's last block
-  // has been consumed.
-  void issue_load() {
-    const std::size_t s = issued_loads % slots.size();
-    const int l = static_cast<int>(resident.size()) + static_cast<int>(issued_loads % static_cast<std::uint64_t>(streamed));
-    ++issued_loads;
-    upload->wait(*consumed[s]);
-    float* slot = slots[s].as<float>();
-    const std::size_t bytes = slots[s].bytes();
-    if (placement.source == WeightSource::kHost) {
-      dev.copy(slot, host_blocks[static_cast<std::size_t>(l) - resident.size()].data(), bytes, *upload);
-    } else if (staging.empty()) {  // the device's memory is the host's: read straight into the slot
-      upload->enqueue_host([this, l, slot] { read_block(l, slot); });
-    } else {
-      float* stage = staging[s].as<float>();
-      upload->enqueue_host([this, l, stage] { read_block(l, stage); });
-      dev.copy(slot, stage, bytes, *upload);
-    }
-    upload->record(*loaded[s]);
-  }
-
-  // Block `l`'s packed parameters in device memory: resident, or its slot once its load is done.
+  // Block `l`'s packed parameters in device memory: resident, or its stream slot once its copy has arrived.
   const float* block(int l) {
-    if (l < static_cast<int>(resident.size())) return resident[static_cast<std::size_t>(l)].as<float>();
-    const std::size_t s = consumed_loads % slots.size();
-    STRATA_CHECK_CODE(ErrorCode::kInternal,
-                      static_cast<int>(consumed_loads % static_cast<std::uint64_t>(streamed)) ==
-                          l - static_cast<int>(resident.size()),
-                      "stream slot {} holds another block than layer {}", s, l);
-    dev.compute_stream().wait(*loaded[s]);
-    return slots[s].as<float>();
+    const int r = static_cast<int>(resident.size());
+    if (l < r) return resident[static_cast<std::size_t>(l)].as<float>();
+    return static_cast<const float*>(stream->acquire(l - r));
   }
 
-  // After block `l`'s kernels: a streamed block's slot takes the load `slots` ahead.
+  // After block `l`'s kernels: a streamed block's slot takes the next copy.
   void done_with(int l) {
-    if (l < static_cast<int>(resident.size())) return;
-    const std::size_t s = consumed_loads % slots.size();
-    ++consumed_loads;
-    streamed_read += slots[s].bytes();
-    dev.compute_stream().record(*consumed[s]);
-    issue_load();
+    if (l >= static_cast<int>(resident.size())) stream->release();
   }
 
   void check_seq(int seq) const {
@@ -456,17 +390,18 @@ const float* GptDecoder::decode(const std::vector<int>& seqs, const std::vector<
 
 std::uint64_t GptDecoder::weight_bytes_read() const { return impl_->weight_read; }
 std::uint64_t GptDecoder::cache_bytes_read() const { return impl_->cache_read; }
-std::uint64_t GptDecoder::streamed_bytes_read() const { return impl_->streamed_read; }
+std::uint64_t GptDecoder::streamed_bytes_read() const { return impl_->stream ? impl_->stream->bytes_streamed() : 0; }
 std::uint64_t GptDecoder::weight_bytes() const { return impl_->param_bytes; }
 int GptDecoder::resident_layers() const { return static_cast<int>(impl_->resident.size()); }
 std::uint64_t GptDecoder::resident_weight_bytes() const {
   return impl_->param_bytes - static_cast<std::uint64_t>(impl_->streamed) * impl_->block_floats * 4;
 }
-std::uint64_t GptDecoder::stream_slot_bytes() const { return impl_->slots.size() * impl_->block_floats * 4; }
+std::uint64_t GptDecoder::stream_slot_bytes() const { return impl_->stream ? impl_->stream->slot_bytes() : 0; }
 std::uint64_t GptDecoder::device_bytes() const {
   std::uint64_t total = 0;
   for (const Buffer* b : {&impl_->wte, &impl_->wpe, &impl_->lnf_w, &impl_->lnf_b}) total += b->bytes();
-  for (const std::vector<Buffer>* v : {&impl_->resident, &impl_->slots, &impl_->kcache, &impl_->vcache})
+  total += stream_slot_bytes();
+  for (const std::vector<Buffer>* v : {&impl_->resident, &impl_->kcache, &impl_->vcache})
     for (const Buffer& b : *v) total += b.bytes();
   for (const Buffer* b : {&impl_->tokens, &impl_->x, &impl_->x2, &impl_->ln, &impl_->mean, &impl_->rstd, &impl_->qkv,
                           &impl_->atty, &impl_->lse, &impl_->tmp, &impl_->fch, &impl_->fchg, &impl_->last,

@@ -17,6 +17,7 @@
 #include "collectives/communicator.h"
 #include "core/device.h"
 #include "models/gpt/model/gpt_model.h"
+#include "runtime/inference/decoder.h"
 #include "runtime/memory/inference_planner.h"
 
 namespace strata::gpt {
@@ -27,7 +28,7 @@ using WeightReader = std::function<void(const std::string& name, std::size_t beg
 
 // Where the blocks' weights live, as strata-plan --inference's placements: the first `resident_layers` blocks in device
 // memory, the others streamed, in layer order, into prefetch_depth + 1 slots (fewer when fewer blocks stream) on an
-// upload stream, each block copied in while the blocks before it compute. kHost: the streamed blocks are read once
+// upload stream, each block copied in while the blocks before it compute (runtime/inference/block_streamer.h). kHost: the streamed blocks are read once
 // into host memory (page-locked beside a CUDA device) and copied from there every pass; kDisk: they are read through
 // the WeightReader every pass (a checkpoint's chunk files, CRC-checked, or a safetensors file).
 struct DecodePlacement {
@@ -39,7 +40,7 @@ struct DecodePlacement {
   void validate() const;
 };
 
-class GptDecoder {
+class GptDecoder : public Decoder {
  public:
   // Up to `sequences` sequences at once, each up to cfg.ctx positions; a pass takes at most `max_rows` tokens in all
   // (a longer prompt is cut into chunks of that many). `matmul` as GptPrecision's (kF32 or kBF16 products). A
@@ -49,31 +50,31 @@ class GptDecoder {
   // and make the same calls. Null: tp 1.
   GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows = 128,
              DType matmul = DType::kF32, const DecodePlacement& placement = {}, Communicator* tp = nullptr);
-  ~GptDecoder();
-  GptDecoder(const GptDecoder&) = delete;
-  GptDecoder& operator=(const GptDecoder&) = delete;
+  ~GptDecoder() override;
 
   const GptConfig& config() const;
-  int sequences() const;
-  int length(int seq) const;  // positions cached for sequence `seq`
-  void reset(int seq);        // forgets its positions (a new sequence may take the slot)
+  int vocab() const override { return config().vocab; }
+  int context() const override { return config().ctx; }
+  int sequences() const override;
+  int length(int seq) const override;  // positions cached for sequence `seq`
+  void reset(int seq) override;        // forgets its positions (a new sequence may take the slot)
 
   // The next `n` tokens of sequence `seq` (host memory), in chunks of max_rows: their keys and values join the
   // cache. Returns the logits of the last one (cfg.vocab floats, host memory, valid until the next call); with
   // `all_logits`, the n rows of logits go there too (n x vocab). kInvalidArgument, naming the sequence, when the
   // positions would pass cfg.ctx or a token is outside the vocabulary.
-  const float* prefill(int seq, const std::int32_t* tokens, int n, float* all_logits = nullptr);
+  const float* prefill(int seq, const std::int32_t* tokens, int n, float* all_logits = nullptr) override;
   // One token for each sequence in `seqs` (distinct, at most max_rows), at each one's next position, in one pass.
   // Returns the logits, one row of cfg.vocab per sequence in the order given (host memory, valid until the next call).
-  const float* decode(const std::vector<int>& seqs, const std::vector<std::int32_t>& tokens);
+  const float* decode(const std::vector<int>& seqs, const std::vector<std::int32_t>& tokens) override;
 
   // What the passes so far read from device memory: every weight once a pass, and the keys and values each
   // sequence's queries attended to (a decode step of sequences at lengths L_i reads sum (L_i + 1) x 2 x layers x
   // embd floats of cache).
-  std::uint64_t weight_bytes_read() const;
-  std::uint64_t cache_bytes_read() const;
+  std::uint64_t weight_bytes_read() const override;
+  std::uint64_t cache_bytes_read() const override;
   // What the passes so far copied into the stream slots: each streamed block once a pass.
-  std::uint64_t streamed_bytes_read() const;
+  std::uint64_t streamed_bytes_read() const override;
   std::uint64_t weight_bytes() const;  // of one pass: the parameters, f32
   std::uint64_t cache_bytes() const;   // the KV cache's size in device memory
   int resident_layers() const;         // blocks resident in device memory; the rest stream

@@ -22,13 +22,14 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/safetensors.h"
-#include "models/gpt/inference/generator.h"
+#include "models/gpt/inference/gpt_decoder.h"
 #include "models/gpt/model/cpu_ops.h"
 #include "models/gpt/training/gpt_trainer_state.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/checkpoint_index.h"
 #include "runtime/checkpoint/checkpoint_reader.h"
+#include "runtime/inference/generator.h"
 
 namespace {
 
@@ -157,7 +158,7 @@ std::string as_text(const std::vector<std::int32_t>& tokens) {
 }
 
 // The rank's lines: one per prompt it generated for ("<index>\t<line>"), then its timing lines.
-std::string rank_report(const Flags& f, const std::vector<std::size_t>& mine, const gpt::Generation& g, int rank,
+std::string rank_report(const Flags& f, const std::vector<std::size_t>& mine, const Generation& g, int rank,
                         int world) {
   std::string out;
   for (std::size_t k = 0; k < mine.size(); ++k) {
@@ -204,7 +205,7 @@ int run(const Flags& f, Runtime& rt) {
   }
   for (const std::string& t : f.prompt_tokens) prompts.push_back(parse_ids(t));
   STRATA_CHECK(!prompts.empty(), "give --prompt TEXT or --tokens IDS (repeat --tokens for a batch)");
-  gpt::check_prompts(w.cfg, prompts);  // on every rank, before any rank generates
+  check_prompts(w.cfg.vocab, w.cfg.ctx, prompts);  // on every rank, before any rank generates
   // Tensor parallel within groups of --tp consecutive ranks, data parallel over the prompts between the groups: group
   // g of G takes prompts g, g + G, ...; each samples with its prompt's global index, so the tokens do not depend on
   // the rank count. The group's first rank reports its prompts.
@@ -216,7 +217,7 @@ int run(const Flags& f, Runtime& rt) {
   const bool speaks = rank % f.tp == 0;
   std::vector<std::size_t> mine;
   std::vector<std::vector<std::int32_t>> local;
-  gpt::GenerateOptions o;
+  GenerateOptions o;
   for (std::size_t i = static_cast<std::size_t>(my_group); i < prompts.size(); i += static_cast<std::size_t>(groups)) {
     mine.push_back(i);
     local.push_back(prompts[i]);
@@ -224,14 +225,14 @@ int run(const Flags& f, Runtime& rt) {
   }
   o.max_new_tokens = f.max_new_tokens;
   o.stop_tokens.assign(f.stop.begin(), f.stop.end());
-  o.sampling = gpt::SamplingOptions{f.temperature, f.top_k, f.top_p, f.seed};
+  o.sampling = SamplingOptions{f.temperature, f.top_k, f.top_p, f.seed};
   o.sampling.validate();
   gpt::DecodePlacement where;
   where.resident_layers = f.resident_layers;
   where.prefetch_depth = f.prefetch;
   where.source = f.weights_from == "disk" ? WeightSource::kDisk : WeightSource::kHost;
   if (!f.device_memory.empty()) where.device_memory = parse_bytes(f.device_memory, "--device-memory");
-  gpt::Generation g;
+  Generation g;
   std::string placement;
   if (!local.empty()) {
     gpt::GptDecoder dec(w.cfg, rt.device(), static_cast<int>(local.size()), w.read,
@@ -243,7 +244,7 @@ int run(const Flags& f, Runtime& rt) {
                                where.source == WeightSource::kDisk ? w.source : std::string("host memory"),
                                where.prefetch_depth, bytes_text(dec.stream_slot_bytes()));
     placement += fmt::format("; {} of device memory", bytes_text(dec.device_bytes()));
-    g = gpt::generate(dec, local, o);
+    g = generate(dec, local, o);
   }
   // Rank 0 prints every prompt's line in prompt order, then the ranks' timing lines.
   const std::vector<std::string> reports =

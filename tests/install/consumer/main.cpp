@@ -1,10 +1,12 @@
 // A trainer outside Strata's tree, through the public header only: one unit of two parameters fitted to a target by
 // least squares, sharded over the ranks; then a two-layer network split over a tensor-parallel group of every rank
-// (a column-parallel layer, tanh, a row-parallel layer) with its own kernels. Prints the losses and "consumer: ok"
-// when both fell. Its one flag goes through the installed CLI11 validators.
+// (a column-parallel layer, tanh, a row-parallel layer) with its own kernels; then generation over its own Decoder,
+// whose weights stream through device slots (BlockStreamer). Prints the losses, the generated tokens and "consumer: ok"
+// when both losses fell and the tokens are the decoder's. Its one flag goes through the installed CLI11 validators.
 #include <strata/flag_checks.h>
 #include <strata/strata.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -105,6 +107,50 @@ std::pair<double, double> fit_tensor_parallel(strata::Runtime& rt, strata::Devic
   return {start, loss};
 }
 
+// A decoder of the consumer's own: the next token is the last one plus the sum of one streamed weight block's bytes
+// (each block holds its index, so blocks 0, 1 and 2 add 3 a pass), modulo the vocabulary.
+class CountingDecoder : public strata::Decoder {
+ public:
+  explicit CountingDecoder(strata::Device& dev)
+      : streamer_(dev, 8, 3, strata::WeightSource::kHost, 1,
+                  [](int block, void* out) { std::memset(out, block, 8); }),
+        logits_(kVocab) {}
+  int vocab() const override { return kVocab; }
+  int context() const override { return 16; }
+  int sequences() const override { return 1; }
+  int length(int) const override { return length_; }
+  void reset(int) override { length_ = 0; }
+  const float* prefill(int, const std::int32_t* tokens, int n, float*) override {
+    length_ += n;
+    return pass(tokens[n - 1]);
+  }
+  const float* decode(const std::vector<int>&, const std::vector<std::int32_t>& tokens) override {
+    length_ += 1;
+    return pass(tokens[0]);
+  }
+  std::uint64_t weight_bytes_read() const override { return 0; }
+  std::uint64_t cache_bytes_read() const override { return 0; }
+  std::uint64_t streamed_bytes_read() const override { return streamer_.bytes_streamed(); }
+
+ private:
+  static constexpr int kVocab = 11;
+  const float* pass(std::int32_t last) {
+    int step = 0;
+    for (int b = 0; b < 3; ++b) {
+      std::uint8_t bytes[8];
+      std::memcpy(bytes, streamer_.acquire(b), 8);  // CPU backend: device memory is host memory
+      step += bytes[0];
+      streamer_.release();
+    }
+    std::fill(logits_.begin(), logits_.end(), 0.0f);
+    logits_[static_cast<std::size_t>((last + step) % kVocab)] = 1.0f;
+    return logits_.data();
+  }
+  strata::BlockStreamer streamer_;
+  std::vector<float> logits_;
+  int length_ = 0;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -151,9 +197,17 @@ int main(int argc, char** argv) {
     strata::DeviceMesh split(rt, strata::MeshDims{1, 1, -1, rt.world_size()});  // every rank in one tp group
     const auto [tp_first, tp_last] = fit_tensor_parallel(rt, split);
     STRATA_CHECK(tp_last < 0.1 * tp_first, "the tensor-parallel loss did not fall: {} -> {}", tp_first, tp_last);
+    CountingDecoder decoder(rt.device());
+    strata::GenerateOptions options;
+    options.max_new_tokens = 4;
+    const strata::Generation g = strata::generate(decoder, {{2, 5}}, options);
+    std::string tokens;
+    for (std::int32_t t : g.tokens[0]) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
+    STRATA_CHECK(tokens == "8,0,3,6" && g.decode_streamed_bytes == 3 * 24, "generated {} ({} bytes streamed)", tokens,
+                 g.decode_streamed_bytes);
     if (rt.rank() == 0)
-      std::printf("consumer: ok, %d ranks, loss %.6f -> %.6f; tp %d loss %.6f -> %.6f\n", rt.world_size(), first, last,
-                  split.tp().size(), tp_first, tp_last);
+      std::printf("consumer: ok, %d ranks, loss %.6f -> %.6f; tp %d loss %.6f -> %.6f; generated %s\n", rt.world_size(),
+                  first, last, split.tp().size(), tp_first, tp_last, tokens.c_str());
     return 0;
   });
 }

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "models/gpt/inference/generator.h"
 #include "models/gpt/inference/gpt_decoder.h"
+#include "runtime/inference/generator.h"
 #include "runtime/memory/inference_planner.h"
 #include "tests/models/gpt/decode_test_data.h"
 #include "tests/support/test_support.h"

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "models/gpt/inference/generator.h"
 #include "models/gpt/inference/gpt_decoder.h"
 #include "models/gpt/model/cpu_ops.h"
+#include "runtime/inference/generator.h"
 #include "runtime/memory/inference_planner.h"
 #include "tests/models/gpt/decode_test_data.h"
 #include "tests/support/test_support.h"

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-namespace strata::gpt {
+namespace strata {
 
 struct SamplingOptions {
   double temperature = 0;  // 0: greedy (the first largest logit)
@@ -18,4 +18,4 @@ struct SamplingOptions {
 // The token for step `step` of sequence `sequence` from `logits` (V floats, host memory).
 int sample_token(const float* logits, int V, const SamplingOptions& o, std::uint64_t sequence, std::uint64_t step);
 
-}  // namespace strata::gpt
+}  // namespace strata

@@ -1,36 +1,36 @@
 // generate: prefill every prompt, then decode the live sequences together until each ends.
-#include "models/gpt/inference/generator.h"
+#include "runtime/inference/generator.h"
 
 #include <algorithm>
 #include <chrono>
 
 #include "core/error.h"
 
-namespace strata::gpt {
+namespace strata {
 
-void check_prompts(const GptConfig& cfg, const std::vector<std::vector<std::int32_t>>& prompts) {
+void check_prompts(int vocab, int context, const std::vector<std::vector<std::int32_t>>& prompts) {
   const int n = static_cast<int>(prompts.size());
   for (int i = 0; i < n; ++i) {
     const std::vector<std::int32_t>& p = prompts[static_cast<std::size_t>(i)];
     STRATA_CHECK(!p.empty(), "prompt {} is empty", i);
-    STRATA_CHECK(static_cast<int>(p.size()) < cfg.ctx,
+    STRATA_CHECK(static_cast<int>(p.size()) < context,
                  "prompt {} holds {} tokens: the model's context of {} leaves no room to generate", i, p.size(),
-                 cfg.ctx);
+                 context);
     for (std::size_t t = 0; t < p.size(); ++t)
-      STRATA_CHECK(p[t] >= 0 && p[t] < cfg.vocab,
-                   "prompt {}: token {} at position {} is outside the vocabulary [0, {})", i, p[t], t, cfg.vocab);
+      STRATA_CHECK(p[t] >= 0 && p[t] < vocab,
+                   "prompt {}: token {} at position {} is outside the vocabulary [0, {})", i, p[t], t, vocab);
   }
 }
 
-Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int32_t>>& prompts,
+Generation generate(Decoder& decoder, const std::vector<std::vector<std::int32_t>>& prompts,
                     const GenerateOptions& options) {
   using Clock = std::chrono::steady_clock;
-  const GptConfig& cfg = decoder.config();
+  const int vocab = decoder.vocab(), context = decoder.context();
   const int n = static_cast<int>(prompts.size());
   STRATA_CHECK(n >= 1 && n <= decoder.sequences(), "{} prompts for a decoder of {} sequences", n, decoder.sequences());
   STRATA_CHECK(options.max_new_tokens >= 1, "--max-new-tokens {} must be at least 1", options.max_new_tokens);
   options.sampling.validate();
-  check_prompts(cfg, prompts);
+  check_prompts(vocab, context, prompts);
   STRATA_CHECK(options.sequence_ids.empty() || options.sequence_ids.size() == prompts.size(),
                "{} sequence ids for {} prompts", options.sequence_ids.size(), prompts.size());
   Generation g;
@@ -43,12 +43,12 @@ Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int3
   auto live = [&](int s) {
     const std::size_t i = static_cast<std::size_t>(s);
     return !g.stopped[i] && static_cast<int>(g.tokens[i].size()) < options.max_new_tokens &&
-           decoder.length(s) < cfg.ctx;
+           decoder.length(s) < context;
   };
   auto emit = [&](int s, const float* logits) {
     const std::size_t i = static_cast<std::size_t>(s);
     const std::uint64_t id = options.sequence_ids.empty() ? i : options.sequence_ids[i];
-    const int t = sample_token(logits, cfg.vocab, options.sampling, id, g.tokens[i].size());
+    const int t = sample_token(logits, vocab, options.sampling, id, g.tokens[i].size());
     g.tokens[i].push_back(t);
     g.stopped[i] = is_stop(t);
     ++g.new_tokens;
@@ -73,7 +73,7 @@ Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int3
       }
     if (seqs.empty()) break;
     const float* logits = decoder.decode(seqs, last);
-    for (std::size_t j = 0; j < seqs.size(); ++j) emit(seqs[j], logits + j * static_cast<std::size_t>(cfg.vocab));
+    for (std::size_t j = 0; j < seqs.size(); ++j) emit(seqs[j], logits + j * static_cast<std::size_t>(vocab));
     ++g.decode_steps;
   }
   const auto t2 = Clock::now();
@@ -85,4 +85,4 @@ Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int3
   return g;
 }
 
-}  // namespace strata::gpt
+}  // namespace strata

@@ -1,15 +1,15 @@
-// Generator: prompts in, tokens out, on a GptDecoder: each prompt prefilled, then one decode pass a step for every
-// sequence still going, until it emits a stop token, reaches max_new_tokens or fills the model's context. Reports
-// prefill and decode separately, as strata-generate prints them.
+// generate: prompts in, tokens out, on any Decoder (decoder.h): each prompt prefilled, then one decode pass a step for
+// every sequence still going, until it emits a stop token, reaches max_new_tokens or fills the model's context.
+// Reports prefill and decode separately, as strata-generate prints them.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "models/gpt/inference/gpt_decoder.h"
-#include "models/gpt/inference/sampler.h"
+#include "runtime/inference/decoder.h"
+#include "runtime/inference/sampler.h"
 
-namespace strata::gpt {
+namespace strata {
 
 struct GenerateOptions {
   int max_new_tokens = 32;
@@ -34,12 +34,12 @@ struct Generation {
   std::uint64_t decoded_tokens() const { return new_tokens - tokens.size(); }
 };
 
-// kInvalidArgument naming the prompt (its index in `prompts`) when one is empty, holds a token outside the model's
-// vocabulary, or leaves no room in its context for a new token.
-void check_prompts(const GptConfig& cfg, const std::vector<std::vector<std::int32_t>>& prompts);
+// kInvalidArgument naming the prompt (its index in `prompts`) when one is empty, holds a token outside a vocabulary of
+// `vocab` tokens, or leaves no room in a context of `context` positions for a new token.
+void check_prompts(int vocab, int context, const std::vector<std::vector<std::int32_t>>& prompts);
 
 // Generates for up to decoder.sequences() prompts at once (host token ids), after check_prompts.
-Generation generate(GptDecoder& decoder, const std::vector<std::vector<std::int32_t>>& prompts,
+Generation generate(Decoder& decoder, const std::vector<std::vector<std::int32_t>>& prompts,
                     const GenerateOptions& options);
 
-}  // namespace strata::gpt
+}  // namespace strata

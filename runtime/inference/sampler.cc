@@ -1,5 +1,5 @@
 // sample_token: softmax over the temperature-scaled logits in double, the top-k and top-p cuts, one counter-based draw.
-#include "models/gpt/inference/sampler.h"
+#include "runtime/inference/sampler.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 
-namespace strata::gpt {
+namespace strata {
 namespace {
 
 std::uint64_t splitmix64(std::uint64_t x) {
@@ -59,4 +59,4 @@ int sample_token(const float* logits, int V, const SamplingOptions& o, std::uint
   return order[keep - 1];
 }
 
-}  // namespace strata::gpt
+}  // namespace strata

@@ -1,0 +1,39 @@
+// Decoder: what generate() (generator.h) drives, the seam between a model's forward-only pass with a KV cache and the
+// generation loop. Up to sequences() sequences share one pass; each holds up to context() positions.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace strata {
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+
+  virtual int vocab() const = 0;      // logits per row
+  virtual int context() const = 0;    // positions a sequence can hold
+  virtual int sequences() const = 0;  // sequence slots
+  virtual int length(int seq) const = 0;  // positions cached for sequence `seq`
+  virtual void reset(int seq) = 0;        // forgets them: a new sequence may take the slot
+
+  // The next `n` tokens of sequence `seq` (host memory) into its cache. Returns the logits of the last one (vocab()
+  // floats, host memory, valid until the next call); with `all_logits`, the n rows of logits go there too.
+  virtual const float* prefill(int seq, const std::int32_t* tokens, int n, float* all_logits = nullptr) = 0;
+  // One token for each sequence in `seqs` (distinct), at each one's next position, in one pass. Returns one row of
+  // logits per sequence in the order given (host memory, valid until the next call).
+  virtual const float* decode(const std::vector<int>& seqs, const std::vector<std::int32_t>& tokens) = 0;
+
+  // What the passes so far read from device memory (weights and cache), and copied into it from host memory or disk
+  // (streamed weights): generate() reports the decode passes' share.
+  virtual std::uint64_t weight_bytes_read() const = 0;
+  virtual std::uint64_t cache_bytes_read() const = 0;
+  virtual std::uint64_t streamed_bytes_read() const { return 0; }
+
+ protected:
+  Decoder() = default;
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+};
+
+}  // namespace strata
