@@ -8,8 +8,12 @@
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <sstream>
@@ -277,6 +281,33 @@ int run(const Flags& f, Runtime& rt) {
   return 0;
 }
 
+// SIGTERM or SIGINT while the job runs (a scheduler's cancel, mpirun forwarding one, a kill from outside): one line on
+// standard error naming the rank and the signal, then the default action, so the exit status still says the signal.
+// Nothing is half-written: rank 0 prints the generated lines only once every prompt is done, and no file is written.
+char g_stop_line[160];
+std::size_t g_stop_len = 0;
+
+void on_stop_signal(int sig) {
+  const char* name = sig == SIGTERM ? "SIGTERM" : "SIGINT";
+  if (g_stop_len > 0) (void)!::write(STDERR_FILENO, g_stop_line, g_stop_len);
+  (void)!::write(STDERR_FILENO, name, std::strlen(name));
+  static constexpr char kTail[] = "; no generated line was printed\n";
+  (void)!::write(STDERR_FILENO, kTail, sizeof(kTail) - 1);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void report_stop_signals(int rank, int world) {
+  const std::string line = fmt::format("strata-generate: rank {}/{}: stopped by ", rank, world);
+  g_stop_len = std::min(line.size(), sizeof(g_stop_line));
+  std::memcpy(g_stop_line, line.data(), g_stop_len);
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -318,6 +349,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   return run_main([&] {
     Runtime rt(&argc, &argv, RuntimeOptions{"cpu"});
+    report_stop_signals(rt.rank(), rt.world_size());
     // The node's cores shared among its ranks, as train_gpt shares them.
     gpt::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt.local_size()));
     const int rc = run(f, rt);
