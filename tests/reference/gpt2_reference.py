@@ -10,6 +10,10 @@ Modes (see tests/reference/README.md for the exact commands that produced tests/
   --make-init FILE --layers L --heads H --embd C --vocab V --ctx Tctx --seed S
                                                      init weights (spec's distributions), safetensors F32
   --selfcheck [--init FILE --data FILE ...]          float64 finite-difference gradient check and more
+  --generate N --prompt IDS --init FILE [--out FILE.json]
+                                                     greedy decoding of N tokens after the prompt, each step a full
+                                                     forward over the whole sequence (no KV cache): the tokens, every
+                                                     step's logits and the smallest top-1 / top-2 margin
   (default) train: --init FILE --data FILE --steps ... [--out FILE.json]
 
 Run with Debian's python (/usr/bin/python3, package python3-torch); a pyenv `python3` on PATH may lack torch.
@@ -548,6 +552,33 @@ def selfcheck(args):
 # --------------------------------------------------------------------------------------------------------
 
 
+def generate(args):
+    """Greedy decoding by full forwards over the growing sequence: what a KV-cache decoder must reproduce."""
+    P = load_params(args.init, args.layers, args.embd, args.vocab, args.ctx, torch.float32)
+    prompt = [int(t) for t in args.prompt.split(",")]
+    if len(prompt) + args.generate > args.ctx:
+        raise ValueError(f"prompt {len(prompt)} + {args.generate} tokens pass the context {args.ctx}")
+    seq, tokens, logits, margins = list(prompt), [], [], []
+    with torch.no_grad():
+        for _ in range(args.generate):
+            row = forward_logits(P, torch.tensor([seq]), args.layers, args.heads)[0, -1]
+            top = torch.topk(row, 2).values
+            tok = int(torch.argmax(row))  # the first largest
+            margins.append(float(top[0] - top[1]))
+            logits.append([float(v) for v in row])
+            tokens.append(tok)
+            seq.append(tok)
+            print(f"step {len(tokens) - 1} token {tok} margin {margins[-1]:.3g}")
+    out = {"config": {"layers": args.layers, "heads": args.heads, "embd": args.embd, "vocab": args.vocab,
+                      "ctx": args.ctx, "init": args.init, "torch": torch.__version__},
+           "prompt": prompt, "tokens": tokens, "logits": logits, "min_margin": min(margins)}
+    print(json.dumps({"tokens": tokens, "min_margin": min(margins)}))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(out, f)
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=2)
@@ -574,6 +605,8 @@ def main(argv=None):
     ap.add_argument("--make-init", metavar="FILE")
     ap.add_argument("--make-data", metavar="FILE")
     ap.add_argument("--selfcheck", action="store_true")
+    ap.add_argument("--generate", type=int, metavar="N", help="greedy tokens to generate after --prompt")
+    ap.add_argument("--prompt", help="--generate's prompt: token ids, '3,17,42'")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--dtype", choices=("float32", "float64"), default="float32",
                     help="float32 is the spec; float64 only to measure float32 round-off drift")
@@ -602,6 +635,10 @@ def main(argv=None):
         return 0
     if args.selfcheck:
         return selfcheck(args)
+    if args.generate:
+        if not args.init or not args.prompt:
+            ap.error("--generate needs --init and --prompt")
+        return generate(args)
     if not args.init or not args.data:
         ap.error("training needs --init and --data")
     train(args)

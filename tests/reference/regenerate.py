@@ -30,7 +30,10 @@ INIT = "tests/data/gpt_tiny_init.safetensors"
 TOKENS = "tests/data/gpt_tiny_tokens.bin"
 MODEL = ["--layers", "2", "--heads", "2", "--embd", "32", "--vocab", "64", "--ctx", "16"]
 TRAIN = MODEL + ["--seq", "8", "--steps", "20", "--init", INIT, "--data", TOKENS]
+GEN_INIT = "tests/data/gpt_gen_init.safetensors"
+GEN_MODEL = ["--layers", "2", "--heads", "2", "--embd", "32", "--vocab", "64", "--ctx", "80"]
 F32 = (1e-6, 2e-4)   # (loss, gradient norm) bounds
+GENERATE = "generate"  # greedy generation: the same tokens, every logit within 1e-6 of its row's largest
 BF16 = (2e-4, 5e-3)
 
 # name: (arguments after the script, bounds; None: bit for bit)
@@ -49,6 +52,10 @@ FILES = {
                                                   "2", "--param-dtype", "bf16"], BF16),
     "gpt_tiny_ref_bf16_params_w4.json": (TRAIN + ["--lr", "1e-3", "--grad-clip", "1.0", "--ranks", "4", "--batch",
                                                   "1", "--param-dtype", "bf16"], BF16),
+    # The decode path's reference: 64 greedy tokens after an 8-token prompt, by full forwards (no KV cache).
+    "gpt_gen_init.safetensors": (["--make-init", "{out}"] + GEN_MODEL + ["--seed", "4321"], None),
+    "gpt_gen_ref.json": (["--generate", "64", "--prompt", "5,17,42,9,33,1,60,28", "--init", GEN_INIT] + GEN_MODEL,
+                         GENERATE),
 }
 
 
@@ -104,6 +111,14 @@ def main():
                 failed += not same
                 continue
             a, b = json.load(open(got)), json.load(open(want))
+            if bounds == GENERATE:
+                diff = max(max(abs(x - y) for x, y in zip(r, w)) / max(abs(v) for v in w)
+                           for r, w in zip(a["logits"], b["logits"]))
+                ok = a["tokens"] == b["tokens"] and len(a["logits"]) == len(b["logits"]) and diff <= 1e-6
+                print("%-34s tokens %s, logits %.3g of the row's largest (bound 1e-6)%s" %
+                      (name, "equal" if a["tokens"] == b["tokens"] else "DIFFER", diff, "" if ok else "  OVER"))
+                failed += not ok
+                continue
             loss, norm = worst(a["losses"], b["losses"]), worst(a["grad_norms"], b["grad_norms"])
             ok = loss <= bounds[0] and norm <= bounds[1]
             print("%-34s loss %.3g (bound %g), gradient norm %.3g (bound %g)%s" %

@@ -2,7 +2,8 @@
 # last step generates the same tokens from the checkpoint (read at its saved layout) as from the safetensors file of
 # its final weights (train_gpt --save), greedy and sampled; weight placements (blocks streamed from host memory or
 # disk, a device budget) give the same text; prompts shared out over 1, 2 and 4 ranks, and tensor-parallel groups of
-# 2 and 4, give the same lines; then bad input: a token outside the vocabulary, a prompt
+# 2 and 4, give the same lines; PyTorch's 64 greedy tokens on its own init weights come out at one rank and at tp 2;
+# then bad input: a token outside the vocabulary, a prompt
 # that fills the context, text for a model that is not byte-level, two weight sources, and a checkpoint chunk damaged
 # on disk, each a clear error (a non-zero exit naming the problem, no generated tokens).
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DGENERATE=<strata-generate>
@@ -87,6 +88,38 @@ foreach(run "2;--tp;2" "4;--tp;2" "4;--tp;4" "2;--tp;2;--resident-layers;0;--wei
   endif()
 endforeach()
 message(STATUS "tp: the same three greedy lines at tp 2 (np 2 and 4), tp 4, and tp 2 streamed from disk")
+
+# PyTorch's greedy generation (tests/data/gpt_gen_ref.json, by full forwards on gpt_gen_init.safetensors): the same 64
+# tokens from strata-generate on that file, at one rank, at tp 2, and at tp 2 with every block streamed from the file.
+set(data ${CMAKE_CURRENT_LIST_DIR}/../../data)
+file(READ ${data}/gpt_gen_ref.json ref)
+string(JSON n LENGTH "${ref}" tokens)
+set(want)
+math(EXPR last "${n} - 1")
+foreach(i RANGE ${last})
+  string(JSON t GET "${ref}" tokens ${i})
+  list(APPEND want ${t})
+endforeach()
+list(JOIN want "," want)
+string(JSON prompt_len LENGTH "${ref}" prompt)
+set(prompt)
+math(EXPR last "${prompt_len} - 1")
+foreach(i RANGE ${last})
+  string(JSON t GET "${ref}" prompt ${i})
+  list(APPEND prompt ${t})
+endforeach()
+list(JOIN prompt "," prompt)
+set(pytorch --weights ${data}/gpt_gen_init.safetensors --heads 2 --tokens ${prompt} --max-new-tokens ${n} --quiet)
+foreach(run "1" "2;--tp;2" "2;--tp;2;--resident-layers;0;--weights-from;disk")
+  list(POP_FRONT run np)
+  string(REGEX REPLACE "[^a-z0-9]+" "_" tag "${run}")
+  run_checked(pytorch_np${np}${tag} ok 60 ${launch} -n ${np} ${GENERATE} ${pytorch} ${run})
+  string(REGEX MATCH "0: [0-9,]+" line "${pytorch_np${np}${tag}_out}")
+  if(NOT line STREQUAL "0: ${want}")
+    message(FATAL_ERROR "np ${np} ${run}: '${line}', PyTorch '0: ${want}'")
+  endif()
+endforeach()
+message(STATUS "PyTorch's ${n} greedy tokens at one rank, tp 2, and tp 2 streamed from disk")
 
 function(refused name text)
   run_checked(${name} fail 60 ${gen} ${ARGN})

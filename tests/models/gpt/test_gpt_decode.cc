@@ -1,4 +1,5 @@
-// The decode path (models/gpt/inference): its logits against PyTorch's loss on the tiny reference, token-by-token
+// The decode path (models/gpt/inference): its logits against PyTorch's loss on the tiny reference and its greedy
+// tokens and logits against PyTorch's greedy generation, token-by-token
 // decode against one pass over the whole sequence, a batch of sequences of different lengths against each alone, the
 // context refused past its end; the sampler's cuts and seeds; generate()'s stop tokens and limits.
 #include <gtest/gtest.h>
@@ -62,6 +63,44 @@ TEST(GptDecode, LogitsGivePyTorchsLossOnTheReference) {
   const double loss = mean_cross_entropy(logits, targets, V), want = ref["losses"][0].get<double>();
   std::printf("decoder loss %.9g, PyTorch %.9g: relative difference %.3g\n", loss, want, std::fabs(loss - want) / want);
   EXPECT_LE(std::fabs(loss - want) / want, test::kLossBar) << "decoder " << loss << ", PyTorch " << want;
+}
+
+// PyTorch's greedy generation on the same weights (tests/data/gpt_gen_ref.json: 64 tokens after an 8-token prompt,
+// each step a full forward over the whole sequence, tests/reference/gpt2_reference.py --generate): the KV-cache
+// decoder gives the same 64 tokens, every step's logits within 1e-5 of the row's largest.
+TEST(GptDecode, GreedyTokensAndLogitsEqualPyTorchs) {
+  const nlohmann::json ref = test::load_json(test::data_dir() + "gpt_gen_ref.json");
+  const nlohmann::json& c = ref["config"];
+  const GptConfig cfg{c["layers"].get<int>(), c["heads"].get<int>(), c["embd"].get<int>(), c["vocab"].get<int>(),
+                      c["ctx"].get<int>()};
+  const SafetensorsReader init(test::data_dir() + "gpt_gen_init.safetensors");
+  GptDecoder dec(cfg, strata::test::runtime().device(), 1,
+                 [&](const std::string& name, std::size_t begin, std::size_t count, float* out) {
+                   init.read_f32(name, begin, count, out);
+                 });
+  const std::vector<std::int32_t> prompt = ref["prompt"].get<std::vector<std::int32_t>>();
+  const std::vector<std::int32_t> want = ref["tokens"].get<std::vector<std::int32_t>>();
+  const std::vector<std::vector<float>> want_logits = ref["logits"].get<std::vector<std::vector<float>>>();
+  ASSERT_EQ(want.size(), 64u);
+  ASSERT_EQ(want_logits.size(), want.size());
+  const float* logits = dec.prefill(0, prompt.data(), static_cast<int>(prompt.size()));
+  std::vector<std::int32_t> got;
+  double worst = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    if (i > 0) logits = dec.decode({0}, {got.back()});
+    ASSERT_EQ(want_logits[i].size(), static_cast<std::size_t>(cfg.vocab));
+    worst = std::max(worst, max_rel_diff(logits, want_logits[i].data(), cfg.vocab));
+    got.push_back(static_cast<std::int32_t>(std::max_element(logits, logits + cfg.vocab) - logits));
+  }
+  std::printf("64 greedy tokens against PyTorch's: %s; largest logit difference %.3g of the row's largest "
+              "(PyTorch's smallest top-2 margin %.3g)\n",
+              got == want ? "equal" : "DIFFERENT", worst, ref["min_margin"].get<double>());
+  EXPECT_EQ(got, want);
+  EXPECT_LE(worst, 1e-5);
+  // strata::generate() on the same decoder state gives them too.
+  GenerateOptions o;
+  o.max_new_tokens = 64;
+  EXPECT_EQ(generate(dec, {prompt}, o).tokens[0], want);
 }
 
 // A model whose attention spans several 64-key tiles, on the spec's init.
