@@ -29,6 +29,7 @@
 #include "models/gpt/data/token_data.h"
 #include "models/gpt/inference/gpt_decoder.h"
 #include "models/gpt/model/kernel_table.h"
+#include "runtime/sharding/shard_layout.h"
 
 namespace {
 
@@ -108,8 +109,7 @@ void write_weights(const strata::gpt::GptConfig& cfg, const strata::gpt::WeightR
   std::vector<std::vector<float>> data;
   for (const strata::UnitSpec& u : strata::gpt::gpt_units(cfg, 1))
     for (const strata::SlotSpec& s : u.slots) {
-      std::size_t n = 1;
-      for (std::int64_t d : s.shape) n *= static_cast<std::size_t>(d);
+      const std::size_t n = strata::shape_numel(s.shape);
       data.emplace_back(n);
       spec(s.name, 0, n, data.back().data());
       w.add_f32(s.name, strata::DType::kF32, s.shape, data.back().data());

@@ -11,6 +11,7 @@
 #include "models/gpt/model/kernel_table.h"
 #include "runtime/inference/block_streamer.h"
 #include "runtime/parallel/tp_split.h"
+#include "runtime/sharding/shard_layout.h"
 #include "runtime/tensor/tensor_parallel.h"
 #include "runtime/tensor/vocab_parallel.h"
 
@@ -53,9 +54,8 @@ struct GptDecoder::Impl {
   Buffer wte, wpe, lnf_w, lnf_b;
   std::vector<Buffer> resident;  // the first `resident.size()` blocks
   // Blocks resident.size() .. layers - 1 stream through `stream` (block j of it is layer resident.size() + j).
-  int streamed = 0;
-  DecodePlacement placement;
   std::unique_ptr<BlockStreamer> stream;
+  std::uint64_t held = 0;  // device memory the decoder holds: the budget's `need` of its placement
   std::vector<Buffer> kcache, vcache;  // per layer: [S, ctx, Cl]
   // Workspace of one pass (R rows); `gathered` the tp group's logits.
   Buffer tokens, x, x2, ln, mean, rstd, qkv, atty, lse, tmp, fch, fchg, last, logits, gathered;
@@ -64,9 +64,9 @@ struct GptDecoder::Impl {
 
   Impl(const GptConfig& c, Device& d, int sequences, const WeightReader& reader, int max_rows, DType matmul,
        const DecodePlacement& where, Communicator* tp_group)
-      : cfg(c), dev(d), S(sequences), R(max_rows), read(reader), group(tp_group), placement(where) {
+      : cfg(c), dev(d), S(sequences), R(max_rows), read(reader), group(tp_group) {
     cfg.validate();
-    placement.validate();
+    where.validate();
     if (group) {
       T = group->size();
       trank = group->rank();
@@ -80,8 +80,8 @@ struct GptDecoder::Impl {
                       "the decode path runs on the CPU backend only for now (its attention over the KV cache is the "
                       "CPU block kernel; the CUDA kernel table has none): use STRATA_BACKEND=cpu");
     STRATA_CHECK(S >= 1 && R >= S, "a decoder of {} sequences needs at least 1 and at most max_rows {} of them", S, R);
-    STRATA_CHECK(placement.resident_layers <= cfg.layers, "--resident-layers {}: the model has {} layers",
-                 placement.resident_layers, cfg.layers);
+    STRATA_CHECK(where.resident_layers <= cfg.layers, "--resident-layers {}: the model has {} layers",
+                 where.resident_layers, cfg.layers);
     k = make_gpt_kernels(dev, matmul);
     lengths.assign(static_cast<std::size_t>(S), 0);
     units = gpt_units(cfg, T);
@@ -89,11 +89,9 @@ struct GptDecoder::Impl {
     STRATA_CHECK(first.size() == kCount, "a block has {} parameters, the decoder knows {}", first.size(),
                  static_cast<int>(kCount));
     for (std::size_t i = 0; i < kCount; ++i) {
-      std::size_t n = 1;
-      for (std::int64_t dim : first[i].shape) n *= static_cast<std::size_t>(dim);
       offset[i] = block_floats;
-      size[i] = n;
-      block_floats += n;
+      size[i] = shape_numel(first[i].shape);
+      block_floats += size[i];
     }
     const std::size_t C = static_cast<std::size_t>(cfg.embd), Vl = static_cast<std::size_t>(shard.rows);
     const std::size_t cl = static_cast<std::size_t>(Cl), t = static_cast<std::size_t>(T);
@@ -107,16 +105,16 @@ struct GptDecoder::Impl {
     const std::size_t workspace =
         r * (3 + 5 * C + 12 * cl + static_cast<std::size_t>(NHl) + Vl + (T > 1 ? t * Vl : 0)) * 4;
     const std::size_t fixed = outside + 2 * static_cast<std::size_t>(cfg.layers) * cache + workspace;
-    const int L = cfg.layers, depth = placement.prefetch_depth;
+    const int L = cfg.layers, depth = where.prefetch_depth;
     auto slots_for = [&](int resident_blocks) {
       return resident_blocks < L ? static_cast<std::size_t>(BlockStreamer::slot_count(depth, L - resident_blocks)) : 0;
     };
     auto need = [&](int resident_blocks) {
       return fixed + (static_cast<std::size_t>(resident_blocks) + slots_for(resident_blocks)) * block_bytes;
     };
-    int resident_blocks = placement.resident_layers >= 0 ? placement.resident_layers : L;
-    const std::uint64_t budget = placement.device_memory;
-    if (budget > 0 && placement.resident_layers < 0)
+    int resident_blocks = where.resident_layers >= 0 ? where.resident_layers : L;
+    const std::uint64_t budget = where.device_memory;
+    if (budget > 0 && where.resident_layers < 0)
       while (resident_blocks > 0 && need(resident_blocks) > budget) --resident_blocks;
     STRATA_CHECK_CODE(
         ErrorCode::kOutOfMemory, budget == 0 || need(resident_blocks) <= budget,
@@ -128,13 +126,12 @@ struct GptDecoder::Impl {
         bytes_text(2 * static_cast<std::size_t>(L) * cache), S, cfg.ctx, bytes_text(workspace), resident_blocks,
         slots_for(resident_blocks), bytes_text(block_bytes),
         bytes_text(fixed + (L > 0 ? block_bytes : 0)));
-    streamed = L - resident_blocks;
+    held = need(resident_blocks);
 
     // Every parameter from `read`, in gpt_units' order, through one host buffer.
     std::vector<float> hostbuf;
     auto load = [&](const SlotSpec& s) {
-      std::size_t n = 1;
-      for (std::int64_t dim : s.shape) n *= static_cast<std::size_t>(dim);
+      const std::size_t n = shape_numel(s.shape);
       hostbuf.assign(n, 0.0f);  // a padded vocabulary's rows stay 0
       read_slot(s, n, hostbuf.data());
       Buffer b = dev.allocate(n * 4, MemCategory::kParamShard);
@@ -155,9 +152,9 @@ struct GptDecoder::Impl {
     const std::vector<SlotSpec>& lnf = units[static_cast<std::size_t>(final_norm_unit(cfg))].slots;
     lnf_w = load(lnf[0]);
     lnf_b = load(lnf[1]);
-    if (streamed > 0)
+    if (resident_blocks < L)
       stream = std::make_unique<BlockStreamer>(
-          dev, block_bytes, streamed, placement.source, depth, [this, resident_blocks](int j, void* out) {
+          dev, block_bytes, L - resident_blocks, where.source, depth, [this, resident_blocks](int j, void* out) {
             read_block(resident_blocks + j, static_cast<float*>(out));
           });
     for (int l = 0; l < L; ++l) {
@@ -394,21 +391,11 @@ std::uint64_t GptDecoder::streamed_bytes_read() const { return impl_->stream ? i
 std::uint64_t GptDecoder::weight_bytes() const { return impl_->param_bytes; }
 int GptDecoder::resident_layers() const { return static_cast<int>(impl_->resident.size()); }
 std::uint64_t GptDecoder::resident_weight_bytes() const {
-  return impl_->param_bytes - static_cast<std::uint64_t>(impl_->streamed) * impl_->block_floats * 4;
+  const std::uint64_t streamed = static_cast<std::uint64_t>(impl_->cfg.layers) - impl_->resident.size();
+  return impl_->param_bytes - streamed * impl_->block_floats * 4;
 }
 std::uint64_t GptDecoder::stream_slot_bytes() const { return impl_->stream ? impl_->stream->slot_bytes() : 0; }
-std::uint64_t GptDecoder::device_bytes() const {
-  std::uint64_t total = 0;
-  for (const Buffer* b : {&impl_->wte, &impl_->wpe, &impl_->lnf_w, &impl_->lnf_b}) total += b->bytes();
-  total += stream_slot_bytes();
-  for (const std::vector<Buffer>* v : {&impl_->resident, &impl_->kcache, &impl_->vcache})
-    for (const Buffer& b : *v) total += b.bytes();
-  for (const Buffer* b : {&impl_->tokens, &impl_->x, &impl_->x2, &impl_->ln, &impl_->mean, &impl_->rstd, &impl_->qkv,
-                          &impl_->atty, &impl_->lse, &impl_->tmp, &impl_->fch, &impl_->fchg, &impl_->last,
-                          &impl_->logits, &impl_->gathered})
-    total += b->bytes();
-  return total;
-}
+std::uint64_t GptDecoder::device_bytes() const { return impl_->held; }
 std::uint64_t GptDecoder::cache_bytes() const {
   return 2ull * static_cast<std::uint64_t>(impl_->cfg.layers) * static_cast<std::uint64_t>(impl_->S) *
          static_cast<std::uint64_t>(impl_->cfg.ctx) * static_cast<std::uint64_t>(impl_->Cl) * 4;

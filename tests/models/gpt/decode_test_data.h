@@ -43,11 +43,7 @@ inline double max_rel_diff(const float* a, const float* b, int n) {
 // `prefetch_depth` blocks streamed ahead.
 inline InferenceInput f32_plan_input(const GptConfig& cfg, int prompt, int tp = 1, int prefetch_depth = 1) {
   InferenceInput in;
-  in.model.layers = cfg.layers;
-  in.model.hidden = cfg.embd;
-  in.model.heads = cfg.heads;
-  in.model.vocab = cfg.vocab;
-  in.model.seq = cfg.ctx;
+  in.model = ModelShape{0, cfg.layers, cfg.embd, cfg.heads, cfg.vocab, cfg.ctx};
   in.prompt = prompt;
   in.tp = tp;
   in.prefetch_depth = prefetch_depth;

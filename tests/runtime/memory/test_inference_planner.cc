@@ -15,11 +15,7 @@ namespace {
 // 1024 for all four.
 InferenceInput small() {
   InferenceInput in;
-  in.model.layers = 4;
-  in.model.hidden = 64;
-  in.model.heads = 4;
-  in.model.vocab = 256;
-  in.model.seq = 128;
+  in.model = ModelShape{0, 4, 64, 4, 256, 128};  // params (0: from the dimensions), layers, hidden, heads, vocab, seq
   in.prompt = 64;
   in.hardware.device_memory = 1e9;
   in.hardware.device_gbs = 100;
@@ -143,12 +139,7 @@ TEST(InferencePlanner, ThroughputGrowsWithBatchUntilComputeBinds) {
 // H200's 141 GB holds nearly all of them at batch 1, and decodes far faster.
 TEST(InferencePlanner, SeventyBillionOnOneGpu) {
   InferenceInput in;
-  in.model.params = 70e9;
-  in.model.layers = 80;
-  in.model.hidden = 8192;
-  in.model.heads = 64;
-  in.model.vocab = 32000;
-  in.model.seq = 4096;
+  in.model = ModelShape{70e9, 80, 8192, 64, 32000, 4096};
   in.kv_heads = 8;
   in.prompt = 2048;
   in.hardware.host_gbs = 25;
