@@ -3,7 +3,6 @@
 
 #include <charconv>
 #include <chrono>
-#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -159,26 +158,10 @@ void all_reduce_exchanged(MPI_Comm comm, int rank, int size, const char* in, cha
   exchange(comm, rank, size, reduced, reduced_part, timeout_s, what);
 }
 
-int as_int(std::size_t count, const char* op) {
-  STRATA_CHECK_CODE(ErrorCode::kUnsupported, count <= static_cast<std::size_t>(INT_MAX),
-                    "{}: {} elements per rank exceed the MPI backend's limit of INT_MAX", op, count);
-  return static_cast<int>(count);
-}
-
 }  // namespace
 
 MpiCommunicator::MpiCommunicator(Device& device, MPI_Comm parent, std::string name, CommOptions options)
-    : Communicator(device, [&] {
-        int r = 0;
-        STRATA_CHECK_MPI(MPI_Comm_rank(parent, &r));
-        return r;
-      }(),
-                   [&] {
-                     int n = 0;
-                     STRATA_CHECK_MPI(MPI_Comm_size(parent, &n));
-                     return n;
-                   }(),
-                   std::move(name), options) {
+    : Communicator(device, mpi_rank(parent), mpi_size(parent), std::move(name), options) {
   STRATA_CHECK(device.kind() == DeviceKind::kCpu, "the MPI communicator works on host memory, not on {}",
                device.name());
   set_world_ranks(world_ranks_of(parent));
@@ -338,7 +321,7 @@ std::string MpiCommunicator::validate_batch(const std::vector<OpDesc>& descs, co
 void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_count, DType dtype,
                                  Stream& stream) {
   OpDesc desc = next_op(OpKind::kAllGather, send_count, dtype);
-  int count = as_int(send_count, "all_gather");
+  int count = mpi_count(send_count, "all_gather");
   std::size_t bytes = send_count * dtype_size(dtype);
   std::size_t n = static_cast<std::size_t>(size()), me = static_cast<std::size_t>(rank());
   bool in_place = send == static_cast<const char*>(recv) + me * bytes;
@@ -362,7 +345,7 @@ void MpiCommunicator::all_gather(const void* send, void* recv, std::size_t send_
 void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, ReduceOp op,
                                      Stream& stream) {
   OpDesc desc = next_op(OpKind::kReduceScatter, recv_count, dtype, op);
-  int count = as_int(recv_count, "reduce_scatter");
+  int count = mpi_count(recv_count, "reduce_scatter");
   std::size_t n = static_cast<std::size_t>(size()), me = static_cast<std::size_t>(rank());
   launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
     if (count == 0) return;
@@ -395,7 +378,7 @@ void MpiCommunicator::reduce_scatter(const void* send, void* recv, std::size_t r
 void MpiCommunicator::all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
                                  Stream& stream) {
   OpDesc desc = next_op(OpKind::kAllReduce, count, dtype, op);
-  as_int(count, "all_reduce");
+  mpi_count(count, "all_reduce");
   std::size_t n = static_cast<std::size_t>(size());
   std::size_t chunk = (count + n - 1) / n;
   std::size_t esz = dtype_size(dtype);
@@ -439,7 +422,7 @@ void MpiCommunicator::broadcast(const void* send, void* recv, std::size_t count,
                                 Stream& stream) {
   STRATA_CHECK(root >= 0 && root < size(), "broadcast root {} outside group '{}' of size {}", root, name(), size());
   OpDesc desc = next_op(OpKind::kBroadcast, count, dtype, ReduceOp::kSum, root);
-  int c = as_int(count, "broadcast");
+  int c = mpi_count(count, "broadcast");
   bool is_root = rank() == root;
   launch(stream, desc, [=, this](Lane& lane, const std::string& what) {
     if (c == 0) return;
@@ -456,7 +439,7 @@ void MpiCommunicator::send(const void* buf, std::size_t count, DType dtype, int 
   STRATA_CHECK(peer >= 0 && peer < size() && peer != rank(), "send to peer {} in group '{}' of size {} from rank {}",
                peer, name(), size(), rank());
   OpDesc desc = next_op(OpKind::kSend, count, dtype, ReduceOp::kSum, -1, peer);
-  int c = as_int(count, "send");
+  int c = mpi_count(count, "send");
   launch(stream, desc, [=, this](Lane&, const std::string& what) {
     MPI_Request req;
     STRATA_CHECK_MPI(MPI_Isend(buf, c, mpi_datatype(dtype), peer, data_tag(desc.seq), p2p_.comm, &req));
@@ -468,7 +451,7 @@ void MpiCommunicator::recv(void* buf, std::size_t count, DType dtype, int peer, 
   STRATA_CHECK(peer >= 0 && peer < size() && peer != rank(),
                "recv from peer {} in group '{}' of size {} on rank {}", peer, name(), size(), rank());
   OpDesc desc = next_op(OpKind::kRecv, count, dtype, ReduceOp::kSum, -1, peer);
-  int c = as_int(count, "recv");
+  int c = mpi_count(count, "recv");
   launch(stream, desc, [=, this](Lane&, const std::string& what) {
     MPI_Request req;
     STRATA_CHECK_MPI(MPI_Irecv(buf, c, mpi_datatype(dtype), peer, data_tag(desc.seq), p2p_.comm, &req));
@@ -487,7 +470,7 @@ void MpiCommunicator::barrier(Stream& stream) {
 
 void MpiCommunicator::batch_send_recv(const std::vector<P2POp>& ops, Stream& stream) {
   check_stream(stream, "batch_send_recv");
-  for (const P2POp& op : ops) as_int(op.count, "batch_send_recv");
+  for (const P2POp& op : ops) mpi_count(op.count, "batch_send_recv");
   std::vector<OpDesc> descs = next_p2p_batch(ops);
   if (ops.empty()) return;
   std::vector<std::string> whats;  // one in-flight entry per op

@@ -2,6 +2,7 @@
 #include "collectives/mpi_util.h"
 
 #include <chrono>
+#include <climits>
 #include <thread>
 
 #include "core/error.h"
@@ -43,6 +44,24 @@ void mpi_wait_all(int n, MPI_Request* requests, double timeout_s, const std::str
 
 void mpi_wait(MPI_Request& request, double timeout_s, const std::string& what) {
   mpi_wait_all(1, &request, timeout_s, what);
+}
+
+int mpi_rank(MPI_Comm comm) {
+  int r = 0;
+  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &r));
+  return r;
+}
+
+int mpi_size(MPI_Comm comm) {
+  int n = 0;
+  STRATA_CHECK_MPI(MPI_Comm_size(comm, &n));
+  return n;
+}
+
+int mpi_count(std::size_t count, const char* op) {
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, count <= static_cast<std::size_t>(INT_MAX),
+                    "{}: {} elements per rank exceed the MPI backend's limit of INT_MAX", op, count);
+  return static_cast<int>(count);
 }
 
 std::vector<int> world_ranks_of(MPI_Comm comm) {

@@ -1,8 +1,9 @@
-// Bounded MPI waits: poll a request (or several) until done or STRATA_TIMEOUT_S passes.
+// Bounded MPI waits (poll a request, or several, until done or STRATA_TIMEOUT_S passes) and small MPI helpers.
 #pragma once
 
 #include <mpi.h>
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -14,6 +15,13 @@ namespace strata {
 // table. Yields the core between polls so a computing thread on the same rank keeps running.
 void mpi_wait(MPI_Request& request, double timeout_s, const std::string& what);
 void mpi_wait_all(int n, MPI_Request* requests, double timeout_s, const std::string& what);
+
+// This rank's rank in `comm`, and `comm`'s size.
+int mpi_rank(MPI_Comm comm);
+int mpi_size(MPI_Comm comm);
+
+// `count` as MPI's int element count; kUnsupported naming `op` above INT_MAX.
+int mpi_count(std::size_t count, const char* op);
 
 // Each rank of `comm` as a rank of MPI_COMM_WORLD.
 std::vector<int> world_ranks_of(MPI_Comm comm);

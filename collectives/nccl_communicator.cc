@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "collectives/mpi_util.h"
 #include "core/backoff.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -35,20 +36,6 @@ constexpr auto kAbortLockWait = std::chrono::seconds(5);  // a timeout handler w
 constexpr auto kAbortCallWait = std::chrono::seconds(3);
 
 static_assert(std::is_trivially_copyable_v<OpDesc>, "OpDesc travels between ranks as bytes");
-
-
-
-int mpi_rank(MPI_Comm comm) {
-  int r = 0;
-  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &r));
-  return r;
-}
-
-int mpi_size(MPI_Comm comm) {
-  int n = 0;
-  STRATA_CHECK_MPI(MPI_Comm_size(comm, &n));
-  return n;
-}
 
 ncclDataType_t nccl_dtype(DType t) {
   switch (t) {

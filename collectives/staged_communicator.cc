@@ -1,12 +1,12 @@
 // StagedCommunicator: copies into host staging, MpiCommunicator's operation in place on it, copies back.
 #include "collectives/staged_communicator.h"
 
-#include <climits>
 #include <exception>
 #include <functional>
 #include <utility>
 
 #include "collectives/mpi_communicator.h"
+#include "collectives/mpi_util.h"
 #include "core/cpu_device.h"
 #include "core/device_registry.h"
 #include "core/error.h"
@@ -60,24 +60,6 @@ class ForwardingStream : public Stream {
   std::exception_ptr held_;
 };
 
-int rank_in(MPI_Comm comm) {
-  int r = 0;
-  STRATA_CHECK_MPI(MPI_Comm_rank(comm, &r));
-  return r;
-}
-
-int size_of(MPI_Comm comm) {
-  int n = 0;
-  STRATA_CHECK_MPI(MPI_Comm_size(comm, &n));
-  return n;
-}
-
-// The inner MpiCommunicator refuses these after numbering an operation; refusing them first keeps both counts equal.
-void check_count(std::size_t count, const char* op) {
-  STRATA_CHECK_CODE(ErrorCode::kUnsupported, count <= static_cast<std::size_t>(INT_MAX),
-                    "{}: {} elements per rank exceed the MPI backend's limit of INT_MAX", op, count);
-}
-
 }  // namespace
 
 struct StagedCommunicator::HostDevices {
@@ -96,7 +78,7 @@ struct StagedCommunicator::Lane {
 };
 
 StagedCommunicator::StagedCommunicator(Device& device, MPI_Comm parent, std::string name, CommOptions options)
-    : Communicator(device, rank_in(parent), size_of(parent), std::move(name), options),
+    : Communicator(device, mpi_rank(parent), mpi_size(parent), std::move(name), options),
       host_(std::make_shared<HostDevices>()) {
   host_->staging = create_host_device(device);
   host_->mpi = std::make_unique<CpuDevice>(device.timeout_s(), "host");
@@ -160,9 +142,11 @@ void StagedCommunicator::copy(void* dst, const void* src, std::size_t bytes, Str
   if (bytes > 0) device().copy(dst, src, bytes, stream);
 }
 
+// Each operation refuses its arguments as the inner MpiCommunicator would (mpi_count, the peer and root checks), but
+// before numbering it: the inner one numbers an operation before refusing its count, so both counts stay equal.
 void StagedCommunicator::all_gather(const void* send, void* recv, std::size_t send_count, DType dtype, Stream& stream) {
   check_stream(stream, "all_gather");
-  check_count(send_count, "all_gather");
+  mpi_count(send_count, "all_gather");
   next_op(OpKind::kAllGather, send_count, dtype);
   const std::size_t bytes = send_count * dtype_size(dtype), n = static_cast<std::size_t>(size());
   Lane& lane = lane_for(stream);
@@ -176,7 +160,7 @@ void StagedCommunicator::all_gather(const void* send, void* recv, std::size_t se
 void StagedCommunicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType dtype, ReduceOp op,
                                         Stream& stream) {
   check_stream(stream, "reduce_scatter");
-  check_count(recv_count, "reduce_scatter");
+  mpi_count(recv_count, "reduce_scatter");
   next_op(OpKind::kReduceScatter, recv_count, dtype, op);
   const std::size_t bytes = recv_count * dtype_size(dtype), n = static_cast<std::size_t>(size());
   Lane& lane = lane_for(stream);
@@ -190,7 +174,7 @@ void StagedCommunicator::reduce_scatter(const void* send, void* recv, std::size_
 void StagedCommunicator::all_reduce(const void* send, void* recv, std::size_t count, DType dtype, ReduceOp op,
                                     Stream& stream) {
   check_stream(stream, "all_reduce");
-  check_count(count, "all_reduce");
+  mpi_count(count, "all_reduce");
   next_op(OpKind::kAllReduce, count, dtype, op);
   const std::size_t bytes = count * dtype_size(dtype);
   Lane& lane = lane_for(stream);
@@ -204,7 +188,7 @@ void StagedCommunicator::broadcast(const void* send, void* recv, std::size_t cou
                                    Stream& stream) {
   check_stream(stream, "broadcast");
   STRATA_CHECK(root >= 0 && root < size(), "broadcast root {} outside group '{}' of size {}", root, name(), size());
-  check_count(count, "broadcast");
+  mpi_count(count, "broadcast");
   next_op(OpKind::kBroadcast, count, dtype, ReduceOp::kSum, root);
   const std::size_t bytes = count * dtype_size(dtype);
   const bool is_root = rank() == root;
@@ -219,7 +203,7 @@ void StagedCommunicator::send(const void* buf, std::size_t count, DType dtype, i
   check_stream(stream, "send");
   STRATA_CHECK(peer >= 0 && peer < size() && peer != rank(), "send to peer {} in group '{}' of size {} from rank {}",
                peer, name(), size(), rank());
-  check_count(count, "send");
+  mpi_count(count, "send");
   next_op(OpKind::kSend, count, dtype, ReduceOp::kSum, -1, peer);
   const std::size_t bytes = count * dtype_size(dtype);
   Lane& lane = lane_for(stream);
@@ -232,7 +216,7 @@ void StagedCommunicator::recv(void* buf, std::size_t count, DType dtype, int pee
   check_stream(stream, "recv");
   STRATA_CHECK(peer >= 0 && peer < size() && peer != rank(), "recv from peer {} in group '{}' of size {} on rank {}",
                peer, name(), size(), rank());
-  check_count(count, "recv");
+  mpi_count(count, "recv");
   next_op(OpKind::kRecv, count, dtype, ReduceOp::kSum, -1, peer);
   const std::size_t bytes = count * dtype_size(dtype);
   Lane& lane = lane_for(stream);
@@ -249,7 +233,7 @@ void StagedCommunicator::barrier(Stream& stream) {
 
 void StagedCommunicator::batch_send_recv(const std::vector<P2POp>& ops, Stream& stream) {
   check_stream(stream, "batch_send_recv");
-  for (const P2POp& op : ops) check_count(op.count, "batch_send_recv");
+  for (const P2POp& op : ops) mpi_count(op.count, "batch_send_recv");
   next_p2p_batch(ops);  // checks the batch (kInvalidArgument) before numbering it
   if (ops.empty()) return;
   // Each op gets its own part of the staging: sends copied in, the batch on the staging, receives copied out.
