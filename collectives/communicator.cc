@@ -59,6 +59,11 @@ std::string Communicator::child_name(int color, const std::string& label) const 
   return label.empty() ? fmt::format("{}/c{}", name_, color) : fmt::format("{}/{}", name_, label);
 }
 
+void Communicator::check_stream(const Stream& stream, const char* op) const {
+  STRATA_CHECK(&stream.device() == &device(), "{} on communicator '{}': stream '{}' belongs to {}, not {}", op, name(),
+               stream.name(), stream.device().name(), device().name());
+}
+
 PeerWait Communicator::peer_wait(const OpDesc& desc, const std::string& what) const {
   PeerWait w;
   w.what = what;

@@ -101,6 +101,8 @@ class Communicator {
   std::vector<OpDesc> next_p2p_batch(const std::vector<P2POp>& ops);
   // The name of a split's child (see split).
   std::string child_name(int color, const std::string& label) const;
+  // kInvalidArgument naming `op`, this communicator and both devices unless `stream` is on this communicator's device.
+  void check_stream(const Stream& stream, const char* op) const;
   // What waiting in `desc` needs from the other ranks, for a PeerWaitScope (collectives/progress_ledger.h); no
   // needs without world_ranks().
   PeerWait peer_wait(const OpDesc& desc, const std::string& what) const;

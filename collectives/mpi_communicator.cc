@@ -178,11 +178,6 @@ MpiCommunicator::~MpiCommunicator() {
   if (control_ != MPI_COMM_NULL) MPI_Comm_free(&control_);
 }
 
-void MpiCommunicator::check_stream(const Stream& stream, const char* op) const {
-  STRATA_CHECK(&stream.device() == &device(), "{} on communicator '{}': stream '{}' belongs to {}, not {}", op,
-               name(), stream.name(), stream.device().name(), device().name());
-}
-
 MpiCommunicator::Lane& MpiCommunicator::lane_for(Stream& stream) {
   std::lock_guard<std::mutex> lock(lanes_mutex_);
   auto it = lanes_.find(stream.id());

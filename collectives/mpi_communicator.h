@@ -74,7 +74,6 @@ class MpiCommunicator : public Communicator {
   // it pairs. Returns the mismatches (empty when every op pairs).
   std::string validate_batch(const std::vector<OpDesc>& descs, const std::string& what,
                              const std::function<void(std::size_t)>& post);
-  void check_stream(const Stream& stream, const char* op) const;
   // Whether an operation of `bytes` in all on the MPI path goes point to point (mpi_communicator.cc).
   bool point_to_point(std::size_t bytes) const;
 

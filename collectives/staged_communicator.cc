@@ -101,11 +101,6 @@ StagedCommunicator::~StagedCommunicator() = default;
 
 const Device& StagedCommunicator::staging_device() const { return *host_->staging; }
 
-void StagedCommunicator::check_stream(const Stream& stream, const char* op) const {
-  STRATA_CHECK(&stream.device() == &device(), "{} on communicator '{}': stream '{}' belongs to {}, not {}", op, name(),
-               stream.name(), stream.device().name(), device().name());
-}
-
 StagedCommunicator::Lane& StagedCommunicator::lane_for(Stream& stream) {
   std::lock_guard<std::mutex> lock(lanes_mutex_);
   std::unique_ptr<Lane>& lane = lanes_[stream.id()];

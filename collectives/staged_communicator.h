@@ -61,7 +61,6 @@ class StagedCommunicator : public Communicator {
   struct Lane;
   StagedCommunicator(Device& device, std::shared_ptr<HostDevices> host, std::unique_ptr<Communicator> inner,
                      CommOptions options);
-  void check_stream(const Stream& stream, const char* op) const;
   Lane& lane_for(Stream& stream);
   // `bytes` of the lane's staging, grown (and the outgrown buffer retired) where too small.
   char* staging(Lane& lane, std::size_t bytes, Stream& stream);
