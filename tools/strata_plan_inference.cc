@@ -52,8 +52,14 @@ int strata_plan_inference(int argc, char** argv) {
       ->check(flags::non_negative_integer());
   app.add_option("--kv-in", kv_in, "where the KV cache lives: device, host or auto (the faster that fits)")
       ->check(CLI::IsMember({"device", "host", "auto"}));
-  app.add_option("--weights-from", source, "where layers that are not resident stream from: host or disk")
-      ->check(CLI::IsMember({"host", "disk"}));
+  app.add_option("--weights-from", source,
+                 "where layers that are not resident stream from: host, disk, or device (each device's part, with "
+                 "--shard)")
+      ->check(CLI::IsMember({"host", "disk", "device"}));
+  app.add_option("--shard", in.shard,
+                 "devices the streamed layers are sharded over, each fetching its part and all-gathering the layer "
+                 "(ZeRO-Inference); each decodes its own batch")
+      ->check(flags::positive_integer());
   app.add_option("--prefetch", in.prefetch_depth, "layers streamed ahead")->check(flags::integer(0, 8));
   app.add_option("--device-memory", device_memory, "memory per device, e.g. 80GB");
   app.add_option("--host-memory", host_memory, "host memory per device for streamed weights and a host KV cache");
@@ -61,6 +67,8 @@ int strata_plan_inference(int argc, char** argv) {
       ->check(flags::positive_real());
   app.add_option("--host-gbs", in.hardware.host_gbs, "host -> device copy rate, GB/s")->check(flags::positive_real());
   app.add_option("--disk-gbs", in.hardware.disk_gbs, "disk read rate, GB/s")->check(flags::positive_real());
+  app.add_option("--peer-gbs", in.hardware.peer_gbs, "all-gather bus bandwidth between the --shard devices, GB/s")
+      ->check(flags::positive_real());
   app.add_option("--tflops", in.hardware.peak_tflops, "per-device peak 16-bit TFLOP/s")->check(flags::positive_real());
   app.add_option("--efficiency", in.hardware.efficiency, "fraction of peak the matrix products reach")
       ->check(flags::real(0.0, true));
@@ -70,7 +78,9 @@ int strata_plan_inference(int argc, char** argv) {
     in.weight_dtype = strata::parse_dtype(weight_dtype);
     in.kv_dtype = strata::parse_dtype(kv_dtype);
     in.kv_on_device = kv_in == "device" ? 1 : kv_in == "host" ? 0 : -1;
-    in.source = source == "disk" ? strata::WeightSource::kDisk : strata::WeightSource::kHost;
+    in.source = source == "disk"     ? strata::WeightSource::kDisk
+                : source == "device" ? strata::WeightSource::kDevice
+                                     : strata::WeightSource::kHost;
     in.hardware.device_memory = data_sheet_bytes(device_memory, "--device-memory");
     in.hardware.host_memory = data_sheet_bytes(host_memory, "--host-memory");
     if (prompt_flag->count() == 0) in.prompt = in.model.seq / 2;

@@ -31,6 +31,24 @@ int kv_heads_of(const InferenceInput& in) { return in.kv_heads > 0 ? in.kv_heads
 
 }  // namespace
 
+const char* weight_source_name(WeightSource s) {
+  switch (s) {
+    case WeightSource::kHost:
+      return "host";
+    case WeightSource::kDisk:
+      return "disk";
+    case WeightSource::kDevice:
+      return "device";
+  }
+  return "?";
+}
+
+std::size_t shard_part(std::size_t block_bytes, int shard) {
+  if (shard <= 1) return block_bytes;
+  const std::size_t n = static_cast<std::size_t>(shard);
+  return (block_bytes + 4 * n - 1) / (4 * n) * 4;
+}
+
 void InferenceInput::validate() const {
   const ModelShape& m = model;
   STRATA_CHECK(m.layers >= 1 && m.hidden >= 1 && m.heads >= 1 && m.seq >= 2,
@@ -51,12 +69,16 @@ void InferenceInput::validate() const {
   STRATA_CHECK(resident_layers >= -1 && resident_layers <= m.layers,
                "--resident-layers {} must be in [0, --layers {}] (-1: as many as fit)", resident_layers, m.layers);
   STRATA_CHECK(prefetch_depth >= 0 && prefetch_depth <= 8, "--prefetch {} must be in [0, 8]", prefetch_depth);
+  STRATA_CHECK(shard >= 1, "--shard {} must be at least 1", shard);
+  STRATA_CHECK(source != WeightSource::kDevice || shard > 1,
+               "--weights-from device keeps each device's part of the streamed layers in device memory: it needs "
+               "--shard 2 or more (with --shard 1, keep the layers resident)");
   const InferenceHardware& hw = hardware;
   STRATA_CHECK(hw.device_memory > 0 && hw.host_memory > 0 && hw.device_gbs > 0 && hw.host_gbs > 0 && hw.disk_gbs > 0 &&
-                   hw.peak_tflops > 0 && hw.efficiency > 0 && hw.efficiency <= 1,
-               "--device-memory, --host-memory, --device-gbs, --host-gbs, --disk-gbs and --tflops must be > 0 (got "
-               "{}, {}, {}, {}, {}, {}) and the efficiency in (0, 1] (got {})",
-               hw.device_memory, hw.host_memory, hw.device_gbs, hw.host_gbs, hw.disk_gbs, hw.peak_tflops,
+                   hw.peer_gbs > 0 && hw.peak_tflops > 0 && hw.efficiency > 0 && hw.efficiency <= 1,
+               "--device-memory, --host-memory, --device-gbs, --host-gbs, --disk-gbs, --peer-gbs and --tflops must be "
+               "> 0 (got {}, {}, {}, {}, {}, {}, {}) and the efficiency in (0, 1] (got {})",
+               hw.device_memory, hw.host_memory, hw.device_gbs, hw.host_gbs, hw.disk_gbs, hw.peer_gbs, hw.peak_tflops,
                hw.efficiency);
 }
 
@@ -78,6 +100,12 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   const double flops_per_s = hw.peak_tflops * 1e12 * hw.efficiency;
   const double layer_bytes = layer * wb;
   const double streamed = p.streamed_layers * layer_bytes;
+  // Under a shard group each device holds or fetches one part of a streamed layer and receives the others' parts;
+  // a slot holds every part (the last zero-padded).
+  const double part = static_cast<double>(shard_part(static_cast<std::size_t>(layer_bytes), in.shard));
+  const double slot = in.shard > 1 ? in.shard * part : layer_bytes;
+  const double fetched = p.streamed_layers * part;  // by this device from its source, each pass
+  const bool on_device = in.source == WeightSource::kDevice;
   // Keys and values of one position in one layer: the device's kv heads (split by tp, or replicated when there are
   // fewer than tp), head_dim each.
   const double kv_heads_here = std::ceil(static_cast<double>(kv_heads_of(in)) / in.tp);
@@ -85,19 +113,20 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   p.kv_bytes_per_token = L * kv_layer_token;
 
   p.resident_weights = (outside + resident_layers * layer) * wb;
-  p.stream_buffers = std::min(in.prefetch_depth + 1, p.streamed_layers) * layer_bytes;  // none when none stream
+  p.stream_buffers = std::min(in.prefetch_depth + 1, p.streamed_layers) * slot;  // none when none stream
+  p.weight_shards = on_device ? fetched : 0;
   const double kv_all = b * s * p.kv_bytes_per_token;
   if (kv_on_device) {
     p.kv_cache = kv_all;
   } else {
-    p.kv_staging = (in.prefetch_depth + 1) * b * s * kv_layer_token;
+    p.kv_staging = std::min(in.prefetch_depth + 1, m.layers) * b * s * kv_layer_token;
   }
   // One prefill pass's activations (the residual, q k v, the attention output and the MLP's 4h, in f32: 10 h
   // floats a token; attention tiled, no score matrix) and one row of logits per sequence.
   const double chunk = std::min(b * in.prompt, static_cast<double>(kPrefillChunk));
   p.workspace = chunk * 10 * h / in.tp * 4 + b * vocab_rows * 4;
-  p.total = p.resident_weights + p.stream_buffers + p.kv_cache + p.kv_staging + p.workspace;
-  p.host_bytes = (in.source == WeightSource::kDisk ? 0 : streamed) + (kv_on_device ? 0 : kv_all);
+  p.total = p.resident_weights + p.stream_buffers + p.weight_shards + p.kv_cache + p.kv_staging + p.workspace;
+  p.host_bytes = (in.source == WeightSource::kHost ? fetched : 0) + (kv_on_device ? 0 : kv_all);
   p.fits = p.total <= hw.device_memory && p.host_bytes <= hw.host_memory;
 
   // Decode: G = seq - prompt tokens a sequence, the first from the prefill; decode step k (1 .. G - 1) attends to
@@ -107,8 +136,11 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   const double kv_read = b * context * p.kv_bytes_per_token;
   const double all_weights = p.resident_weights + streamed;
   p.device_bytes = all_weights + kv_read;  // a streamed layer is read from its slot once it has arrived
-  p.link_bytes = streamed + (kv_on_device ? 0 : kv_read + b * p.kv_bytes_per_token);  // a host cache: read, append
-  p.disk_bytes = in.source == WeightSource::kDisk ? streamed : 0;
+  // Host <-> device: this device's part of the streamed layers (unless it holds them), and from a host cache each
+  // sequence's cached positions in and its new one out, the positions its query attends to.
+  p.link_bytes = (on_device ? 0 : fetched) + (kv_on_device ? 0 : kv_read);
+  p.disk_bytes = in.source == WeightSource::kDisk ? fetched : 0;
+  p.gather_bytes = p.streamed_layers * (slot - part);
   // Two FLOPs a parameter for each sequence, and the attention's q.k and a.v over the context: 4 h / tp per token
   // of context and layer.
   const double params_here = outside - s * h + L * layer;  // multiplied: the position table is looked up
@@ -116,21 +148,23 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   p.device_s = p.device_bytes / (hw.device_gbs * 1e9);
   p.link_s = p.link_bytes / (hw.host_gbs * 1e9);
   p.disk_s = p.disk_bytes / (hw.disk_gbs * 1e9);
+  p.gather_s = p.gather_bytes / (hw.peer_gbs * 1e9);
   p.compute_s = p.flops / flops_per_s;
-  p.step_s = std::max({p.device_s, p.link_s, p.disk_s, p.compute_s});
-  p.bound = p.step_s == p.compute_s ? "compute"
-            : p.step_s == p.disk_s  ? "disk"
-            : p.step_s == p.link_s  ? "host link"
-                                    : "device memory bandwidth";
+  p.step_s = std::max({p.device_s, p.link_s, p.disk_s, p.gather_s, p.compute_s});
+  p.bound = p.step_s == p.compute_s  ? "compute"
+            : p.step_s == p.disk_s   ? "disk"
+            : p.step_s == p.link_s   ? "host link"
+            : p.step_s == p.gather_s ? "interconnect"
+                                     : "device memory bandwidth";
   p.tokens_per_s = b / p.step_s;
-  p.bytes_per_token = (p.device_bytes + p.link_bytes) / b;
+  p.bytes_per_token = (p.device_bytes + p.link_bytes + p.gather_bytes) / b;
 
   // Prefill of the batch's prompts: every weight streamed once, the matrix products on batch x prompt tokens, the
   // causal attention over half the prompt on average.
   const double P = in.prompt;
   const double prefill_flops = 2 * params_here * b * P + L * b * 4 * (P + 1) / 2 * P * h / in.tp;
-  const double prefill_s =
-      std::max({prefill_flops / flops_per_s, streamed / (hw.host_gbs * 1e9), p.disk_bytes / (hw.disk_gbs * 1e9)});
+  const double prefill_s = std::max({prefill_flops / flops_per_s, (on_device ? 0 : fetched) / (hw.host_gbs * 1e9),
+                                     p.disk_bytes / (hw.disk_gbs * 1e9), p.gather_s});
   p.prefill_tokens_per_s = b * P / prefill_s;
   return p;
 }
@@ -174,6 +208,7 @@ std::string InferencePlan::json() const {
                    {"kv_on_device", kv_on_device},
                    {"resident_weights", resident_weights},
                    {"stream_buffers", stream_buffers},
+                   {"weight_shards", weight_shards},
                    {"kv_cache", kv_cache},
                    {"kv_staging", kv_staging},
                    {"workspace", workspace},
@@ -184,6 +219,7 @@ std::string InferencePlan::json() const {
                    {"device_bytes_per_step", device_bytes},
                    {"link_bytes_per_step", link_bytes},
                    {"disk_bytes_per_step", disk_bytes},
+                   {"gather_bytes_per_step", gather_bytes},
                    {"flops_per_step", flops},
                    {"step_s", step_s},
                    {"bound", bound},
@@ -198,13 +234,17 @@ std::string inference_report(const InferenceInput& in, const InferencePlan& sing
   const InferenceHardware& hw = in.hardware;
   std::string out = fmt::format(
       "model: {:.2f}B parameters, {} layers, hidden {}, {} heads ({} key/value), vocab {}, {} weights, {} KV cache\n"
-      "context: {} tokens ({} prompt, {} generated), tp {}, layers beyond the resident ones from {}\n"
+      "context: {} tokens ({} prompt, {} generated), tp {}, layers beyond the resident ones from {}{}\n"
       "device: {:.1f} GB at {:.0f} GB/s, {:.0f} TFLOP/s x {:.2f}; host: {:.0f} GB, link {:.1f} GB/s; disk {:.1f} "
-      "GB/s\n\n",
+      "GB/s{}\n\n",
       m.count() / 1e9, m.layers, m.hidden, m.heads, kv_heads_of(in), m.vocab, dtype_name(in.weight_dtype),
       dtype_name(in.kv_dtype), m.seq, in.prompt, m.seq - in.prompt, in.tp,
-      in.source == WeightSource::kDisk ? "disk" : "host memory", hw.device_memory / 1e9, hw.device_gbs, hw.peak_tflops,
-      hw.efficiency, hw.host_memory / 1e9, hw.host_gbs, hw.disk_gbs);
+      in.source == WeightSource::kDisk   ? "disk"
+      : in.source == WeightSource::kHost ? "host memory"
+                                         : "device memory",
+      in.shard > 1 ? fmt::format(", sharded over {} devices and gathered layer by layer", in.shard) : std::string(),
+      hw.device_memory / 1e9, hw.device_gbs, hw.peak_tflops, hw.efficiency, hw.host_memory / 1e9, hw.host_gbs,
+      hw.disk_gbs, in.shard > 1 ? fmt::format("; all-gather {:.0f} GB/s", hw.peer_gbs) : std::string());
   const bool two = best.batch != single.batch;
   auto gb = [](double x) { return fmt::format("{:.2f}", x / 1e9); };
   auto row = [&](const std::string& name, const std::string& a, const std::string& b) {
@@ -216,6 +256,8 @@ std::string inference_report(const InferenceInput& in, const InferencePlan& sing
   both("KV cache in", [](const InferencePlan& p) { return std::string(p.kv_on_device ? "device" : "host"); });
   both("resident weights GB", [&](const InferencePlan& p) { return gb(p.resident_weights); });
   both("stream buffers GB", [&](const InferencePlan& p) { return gb(p.stream_buffers); });
+  if (in.source == WeightSource::kDevice)
+    both("weight shards GB", [&](const InferencePlan& p) { return gb(p.weight_shards); });
   both("KV cache GB", [&](const InferencePlan& p) { return gb(p.kv_cache); });
   both("KV staging GB", [&](const InferencePlan& p) { return gb(p.kv_staging); });
   both("workspace GB", [&](const InferencePlan& p) { return gb(p.workspace); });
@@ -227,6 +269,8 @@ std::string inference_report(const InferenceInput& in, const InferencePlan& sing
   both("step: host link ms", [](const InferencePlan& p) { return fmt::format("{:.2f}", p.link_s * 1e3); });
   if (in.source == WeightSource::kDisk)
     both("step: disk ms", [](const InferencePlan& p) { return fmt::format("{:.2f}", p.disk_s * 1e3); });
+  if (in.shard > 1)
+    both("step: all-gather ms", [](const InferencePlan& p) { return fmt::format("{:.2f}", p.gather_s * 1e3); });
   both("step: compute ms", [](const InferencePlan& p) { return fmt::format("{:.2f}", p.compute_s * 1e3); });
   both("bound", [](const InferencePlan& p) { return p.bound; });
   both("decode tokens/s", [](const InferencePlan& p) { return fmt::format("{:.4g}", p.tokens_per_s); });

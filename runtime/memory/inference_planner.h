@@ -5,6 +5,7 @@
 // The arithmetic is in docs/inference.md.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "core/dtype.h"
@@ -12,7 +13,10 @@
 
 namespace strata {
 
-enum class WeightSource { kHost, kDisk };  // where the layers that are not resident stream from
+// Where the layers that are not resident stream from. kDevice: device memory itself, which holds only this device's
+// 1/shard of each of them (ZeRO-3's sharded parameters, gathered layer by layer); it needs shard > 1.
+enum class WeightSource { kHost, kDisk, kDevice };
+const char* weight_source_name(WeightSource s);  // "host", "disk", "device"
 
 struct InferenceHardware {
   double device_memory = 80e9;  // bytes per device
@@ -20,6 +24,7 @@ struct InferenceHardware {
   double device_gbs = 3350;     // device memory bandwidth, GB/s
   double host_gbs = 25;         // host -> device copy rate (pinned memory over PCIe), GB/s per device
   double disk_gbs = 3;          // disk read rate with the page cache cold, GB/s per device
+  double peer_gbs = 150;        // all-gather bus bandwidth between the devices a layer is sharded over, GB/s
   double peak_tflops = 989;     // dense 16-bit, per device
   double efficiency = 0.6;      // fraction of peak the matrix products reach
 };
@@ -36,11 +41,21 @@ struct InferenceInput {
   int kv_on_device = -1;     // 1: the KV cache in device memory, 0: in host memory, -1: whichever is faster
   WeightSource source = WeightSource::kHost;
   int prefetch_depth = 1;  // layers streamed ahead of the one computing
+  // Devices the streamed layers are sharded over (ZeRO-Inference's multi-device fetch): each holds or fetches
+  // shard_part() of every streamed layer and the group all-gathers the layer into each one's slot; every device
+  // decodes its own batch. 1: each device streams whole layers.
+  int shard = 1;
   InferenceHardware hardware;
   // kInvalidArgument naming strata-plan's flags: sizes < 1, heads not dividing hidden, kv_heads not dividing heads,
-  // tp not dividing heads, prompt outside [1, seq), a resident count outside [-1, layers], a rate <= 0.
+  // tp not dividing heads, prompt outside [1, seq), a resident count outside [-1, layers], a rate <= 0, shard < 1,
+  // a kDevice source without shard > 1.
   void validate() const;
 };
+
+// One device's part of a streamed block of `block_bytes` sharded over `shard` devices: ceil(block_bytes / shard),
+// rounded up to 4 bytes (the group gathers f32 words); block_bytes itself when shard is 1. A block's slot holds
+// shard parts.
+std::size_t shard_part(std::size_t block_bytes, int shard);
 
 inline constexpr int kPrefillChunk = 512;  // prompt tokens in one prefill pass, over the batch (the workspace's size)
 inline constexpr int kMaxInferenceBatch = 4096;
@@ -52,8 +67,9 @@ struct InferencePlan {
   // Device memory per device, bytes.
   double resident_weights = 0;  // embeddings, final norm and the resident layers
   double stream_buffers = 0;    // prefetch_depth + 1 layers' slots (at most one per streamed layer)
+  double weight_shards = 0;     // kDevice: this device's part of every streamed layer
   double kv_cache = 0;          // batch x seq tokens of keys and values (device placement)
-  double kv_staging = 0;        // host placement: prefetch_depth + 1 layers' keys and values
+  double kv_staging = 0;        // host placement: min(prefetch_depth + 1, layers) layers' keys and values
   double workspace = 0;         // activations of one prefill pass and the logits
   double total = 0;
   bool fits = false;
@@ -63,12 +79,13 @@ struct InferencePlan {
   double device_bytes = 0;  // read from device memory: every weight once, every sequence's keys and values
   double link_bytes = 0;    // host -> device: the streamed layers, a host KV cache
   double disk_bytes = 0;    // the streamed layers, when they come from disk
+  double gather_bytes = 0;  // received from the other devices of a shard group: their parts of the streamed layers
   double flops = 0;
-  double device_s = 0, link_s = 0, disk_s = 0, compute_s = 0;
-  double step_s = 0;           // the slowest of the four: prefetch overlaps them
-  std::string bound;           // "device memory bandwidth", "host link", "disk" or "compute"
+  double device_s = 0, link_s = 0, disk_s = 0, gather_s = 0, compute_s = 0;
+  double step_s = 0;           // the slowest of the five: prefetch overlaps them
+  std::string bound;           // "device memory bandwidth", "host link", "disk", "interconnect" or "compute"
   double tokens_per_s = 0;     // decode: batch / step_s
-  double bytes_per_token = 0;  // (device_bytes + link_bytes) / batch
+  double bytes_per_token = 0;  // (device_bytes + link_bytes + gather_bytes) / batch
   double prefill_tokens_per_s = 0;
   std::string json() const;
 };

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "core/error.h"
 #include "runtime/memory/inference_planner.h"
 
 namespace strata {
@@ -71,11 +72,40 @@ TEST(InferencePlanner, StreamedLayersCrossTheLinkEveryStep) {
   EXPECT_DOUBLE_EQ(d.step_s, 3 * kLayer / 1e9);
 }
 
+// Three layers streamed over a shard group of 3: the layer's 99968 bytes in parts of ceil(99968 / 12) x 4 = 33324
+// (a slot of 99972, the last part padded by 4), each device fetching its part and receiving the other two. From
+// device memory (ZeRO-3), the parts stay there and nothing crosses the link.
+TEST(InferencePlanner, ShardedLayersAreFetchedInPartsAndGathered) {
+  InferenceInput in = small();
+  in.shard = 3;
+  in.hardware.peer_gbs = 5;
+  EXPECT_EQ(shard_part(99968, 3), 33324u);
+  EXPECT_EQ(shard_part(10, 1), 10u);
+  EXPECT_EQ(shard_part(10, 4), 4u);
+  const InferencePlan h = plan_inference_at(in, 2, 1, true);
+  EXPECT_DOUBLE_EQ(h.stream_buffers, 2 * 99972);
+  EXPECT_DOUBLE_EQ(h.weight_shards, 0);
+  EXPECT_DOUBLE_EQ(h.host_bytes, 3 * 33324);
+  EXPECT_DOUBLE_EQ(h.link_bytes, 3 * 33324);
+  EXPECT_DOUBLE_EQ(h.gather_bytes, 3 * 2 * 33324);
+  EXPECT_DOUBLE_EQ(h.gather_s, 3 * 2 * 33324 / 5e9);
+  EXPECT_DOUBLE_EQ(h.device_bytes, kOutside + 4 * kLayer + 2 * kContext * kKvToken);  // every weight read once
+  in.source = WeightSource::kDevice;
+  const InferencePlan d = plan_inference_at(in, 2, 1, true);
+  EXPECT_DOUBLE_EQ(d.weight_shards, 3 * 33324);
+  EXPECT_DOUBLE_EQ(d.total, h.total + 3 * 33324);
+  EXPECT_DOUBLE_EQ(d.host_bytes, 0);
+  EXPECT_DOUBLE_EQ(d.link_bytes, 0);
+  EXPECT_EQ(d.bound, "interconnect");
+  in.shard = 1;
+  EXPECT_THROW(in.validate(), Error);  // --weights-from device needs --shard 2 or more
+}
+
 TEST(InferencePlanner, HostCacheIsReadAndAppendedOverTheLink) {
   const InferencePlan p = plan_inference_at(small(), 1, 4, false);
   EXPECT_DOUBLE_EQ(p.kv_cache, 0);
   EXPECT_DOUBLE_EQ(p.kv_staging, 2 * 128 * 256);  // two layers' keys and values
-  EXPECT_DOUBLE_EQ(p.link_bytes, kContext * kKvToken + kKvToken);
+  EXPECT_DOUBLE_EQ(p.link_bytes, kContext * kKvToken);  // the cached positions in, the new one out: those attended
   EXPECT_DOUBLE_EQ(p.host_bytes, 128 * kKvToken);
 }
 
