@@ -5,7 +5,9 @@
 #   STRATA_FUZZ_SECONDS=60   how long each fuzzer runs (they run side by side)
 #
 #   build-asan  g++, STRATA_SANITIZE=ON: test_gpt, test_gpt_context (ring attention's strided blocks),
-#               test_gpt_decode (the KV cache's views) and test_checkpoint, run by ctest through mpiexec (np 1 to 4)
+#               test_gpt_decode (the KV cache's views, host staging), test_gpt_decode_shard and test_inference
+#               (weight and cache streams beside the shard group's gathers) and test_checkpoint, run by ctest through
+#               mpiexec (np 1 to 4)
 #   build-fuzz  clang++, STRATA_SANITIZE=ON, STRATA_FUZZ=ON: fuzz_safetensors, fuzz_checkpoint_index and
 #               fuzz_cluster_file (the simulator's cluster files), each run on a copy of its seed corpus
 #               (tests/fuzz/corpus/<parser>/)
@@ -79,8 +81,8 @@ if ! cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAG
        -DCMAKE_CXX_COMPILER="$gxx" -DSTRATA_CUDA=OFF -DSTRATA_SANITIZE=ON; then
   verdict "sanitized tests" FAIL "configure of build-asan failed"
 else
-  targets=(test_gpt test_gpt_context test_gpt_decode test_checkpoint)
-  regex='test_gpt|test_gpt_context|test_gpt_decode|test_checkpoint'
+  targets=(test_gpt test_gpt_context test_gpt_decode test_gpt_decode_shard test_inference test_checkpoint)
+  regex='test_gpt|test_gpt_context|test_gpt_decode|test_gpt_decode_shard|test_inference|test_checkpoint'
   if ! cmake --build build-asan -j"$jobs" --target "${targets[@]}"; then
     verdict "sanitized tests" FAIL "build of ${targets[*]} failed"
   elif ASAN_OPTIONS="$asan_common:fast_unwind_on_malloc=0" \

@@ -1,8 +1,10 @@
 // BlockStreamer: copy t (t = 0, 1, ...) brings block t % count into slot t % slots; consuming copy t issues copy
-// t + slots into the slot it frees, after the compute stream's work on it.
+// t + slots into the slot it frees, after the compute stream's work on it. Under a shard group a copy is this rank's
+// part followed by the group's all-gather, both on the upload stream.
 #include "runtime/inference/block_streamer.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/device_registry.h"
 #include "core/error.h"
@@ -12,23 +14,46 @@ namespace strata {
 int BlockStreamer::slot_count(int prefetch_depth, int count) { return std::min(prefetch_depth + 1, count); }
 
 BlockStreamer::BlockStreamer(Device& device, std::size_t block_bytes, int count, WeightSource source,
-                             int prefetch_depth, Fill fill, MemCategory category)
-    : dev_(device), block_bytes_(block_bytes), count_(count), source_(source), fill_(std::move(fill)) {
+                             int prefetch_depth, Fill fill, MemCategory category, Communicator* shard)
+    : dev_(device), block_bytes_(block_bytes), count_(count), source_(source), fill_(std::move(fill)), shard_(shard) {
   STRATA_CHECK(count >= 1 && prefetch_depth >= 0, "a stream of {} blocks with prefetch depth {}", count,
                prefetch_depth);
-  if (source_ == WeightSource::kHost) {
-    host_ = create_host_device(dev_);
+  if (shard_ && shard_->size() > 1) {
+    shards_ = shard_->size();
+    shard_rank_ = shard_->rank();
+  } else {
+    shard_ = nullptr;
+  }
+  STRATA_CHECK(source_ != WeightSource::kDevice || shard_,
+               "weights streamed from device memory need a shard group of 2 or more ranks, each holding a part of every "
+               "block (with one rank, keep the blocks resident)");
+  part_ = shard_part(block_bytes_, shards_);
+  slot_size_ = part_ * static_cast<std::size_t>(shards_);
+  if (source_ == WeightSource::kHost || source_ == WeightSource::kDevice) {
+    Device* home = &dev_;
+    std::vector<std::uint8_t> stage;
+    if (source_ == WeightSource::kHost) {
+      host_ = create_host_device(dev_);
+      home = host_.get();
+    } else if (dev_.kind() != DeviceKind::kCpu) {
+      stage.resize(part_);
+    }
     for (int b = 0; b < count_; ++b) {
-      host_blocks_.push_back(host_->allocate(block_bytes_, category));
-      fill_(b, host_blocks_.back().data());
+      parts_.push_back(home->allocate(part_, category));
+      if (stage.empty()) {
+        fill_part(b, parts_.back().data());
+      } else {
+        fill_part(b, stage.data());
+        dev_.copy_from_host(parts_.back().data(), stage.data(), part_);
+      }
     }
   }
   const int n = slot_count(prefetch_depth, count_);
   for (int i = 0; i < n; ++i) {
-    slots_.push_back(dev_.allocate(block_bytes_, category));
+    slots_.push_back(dev_.allocate(slot_size_, category));
     if (source_ == WeightSource::kDisk && dev_.kind() != DeviceKind::kCpu) {
       if (!host_) host_ = create_host_device(dev_);
-      staging_.push_back(host_->allocate(block_bytes_, category));
+      staging_.push_back(host_->allocate(part_, category));
     }
     loaded_.push_back(dev_.create_event());
     consumed_.push_back(dev_.create_event());
@@ -45,21 +70,33 @@ BlockStreamer::~BlockStreamer() {
   }
 }
 
+void BlockStreamer::fill_part(int block, void* dst) {
+  const std::size_t begin = std::min(block_bytes_, static_cast<std::size_t>(shard_rank_) * part_);
+  const std::size_t bytes = std::min(part_, block_bytes_ - begin);
+  if (bytes > 0) fill_(block, begin, bytes, dst);
+  std::memset(static_cast<std::uint8_t*>(dst) + bytes, 0, part_ - bytes);
+}
+
 void BlockStreamer::issue() {
   const std::size_t s = issued_ % slots_.size();
   const int block = static_cast<int>(issued_ % static_cast<std::uint64_t>(count_));
   ++issued_;
   upload_->wait(*consumed_[s]);
-  void* slot = slots_[s].data();
-  if (source_ == WeightSource::kHost) {
-    dev_.copy(slot, host_blocks_[static_cast<std::size_t>(block)].data(), block_bytes_, *upload_);
+  std::uint8_t* slot = static_cast<std::uint8_t*>(slots_[s].data());
+  std::uint8_t* mine = slot + static_cast<std::size_t>(shard_rank_) * part_;
+  const void* gather_from = mine;  // in place, as NCCL allows
+  if (source_ == WeightSource::kDevice) {
+    gather_from = parts_[static_cast<std::size_t>(block)].data();
+  } else if (source_ == WeightSource::kHost) {
+    dev_.copy(mine, parts_[static_cast<std::size_t>(block)].data(), part_, *upload_);
   } else if (staging_.empty()) {  // the device's memory is the host's: fill the slot itself
-    upload_->enqueue_host([this, block, slot] { fill_(block, slot); });
+    upload_->enqueue_host([this, block, mine] { fill_part(block, mine); });
   } else {
     void* stage = staging_[s].data();
-    upload_->enqueue_host([this, block, stage] { fill_(block, stage); });
-    dev_.copy(slot, stage, block_bytes_, *upload_);
+    upload_->enqueue_host([this, block, stage] { fill_part(block, stage); });
+    dev_.copy(mine, stage, part_, *upload_);
   }
+  if (shard_) shard_->all_gather(gather_from, slot, part_ / 4, DType::kF32, *upload_);
   upload_->record(*loaded_[s]);
 }
 
@@ -79,7 +116,6 @@ void BlockStreamer::release() {
   STRATA_CHECK_CODE(ErrorCode::kInternal, held_, "release without an acquired block");
   const std::size_t s = consumed_count_ % slots_.size();
   ++consumed_count_;
-  streamed_ += block_bytes_;
   held_ = false;
   dev_.compute_stream().record(*consumed_[s]);
   issue();

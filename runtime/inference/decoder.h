@@ -7,6 +7,8 @@
 
 namespace strata {
 
+class Communicator;
+
 class Decoder {
  public:
   virtual ~Decoder() = default;
@@ -29,6 +31,20 @@ class Decoder {
   virtual std::uint64_t weight_bytes_read() const = 0;
   virtual std::uint64_t cache_bytes_read() const = 0;
   virtual std::uint64_t streamed_bytes_read() const { return 0; }
+  // Keys and values the passes so far copied between a KV cache in host memory and the device, both ways.
+  virtual std::uint64_t cache_link_bytes() const { return 0; }
+  // What the passes so far received from other ranks into device memory (their parts of sharded weights).
+  virtual std::uint64_t gathered_bytes_read() const { return 0; }
+
+  // Ranks that take every pass together although each decodes its own sequences (weights sharded over them and
+  // gathered block by block in every pass). generate() keeps them in step: the group agrees on the number of prefill
+  // passes and, before each decode pass, on whether any rank still decodes; a rank with nothing to do takes
+  // idle_pass(). Null (the default): this rank's passes are its own.
+  virtual Communicator* lockstep_group() { return nullptr; }
+  // A pass over no rows: only the collectives every pass takes part in.
+  virtual void idle_pass() {}
+  // The passes prefill() of `n` tokens takes (a long prompt goes through in chunks).
+  virtual int prefill_passes(int n) const { return n > 0 ? 1 : 0; }
 
  protected:
   Decoder() = default;

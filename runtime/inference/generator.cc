@@ -4,9 +4,19 @@
 #include <algorithm>
 #include <chrono>
 
+#include "collectives/rank_values.h"
 #include "core/error.h"
 
 namespace strata {
+namespace {
+
+// The largest of the lockstep group's values of `mine`, every rank waiting for it.
+int group_max(Communicator& group, int mine) {
+  const std::vector<double> all = all_gather_values(group, mine);
+  return static_cast<int>(*std::max_element(all.begin(), all.end()));
+}
+
+}  // namespace
 
 void check_prompts(int vocab, int context, const std::vector<std::vector<std::int32_t>>& prompts) {
   const int n = static_cast<int>(prompts.size());
@@ -27,7 +37,9 @@ Generation generate(Decoder& decoder, const std::vector<std::vector<std::int32_t
   using Clock = std::chrono::steady_clock;
   const int vocab = decoder.vocab(), context = decoder.context();
   const int n = static_cast<int>(prompts.size());
-  STRATA_CHECK(n >= 1 && n <= decoder.sequences(), "{} prompts for a decoder of {} sequences", n, decoder.sequences());
+  Communicator* group = decoder.lockstep_group();
+  STRATA_CHECK(n >= (group ? 0 : 1) && n <= decoder.sequences(), "{} prompts for a decoder of {} sequences", n,
+               decoder.sequences());
   STRATA_CHECK(options.max_new_tokens >= 1, "--max-new-tokens {} must be at least 1", options.max_new_tokens);
   options.sampling.validate();
   check_prompts(vocab, context, prompts);
@@ -54,15 +66,22 @@ Generation generate(Decoder& decoder, const std::vector<std::vector<std::int32_t
     ++g.new_tokens;
   };
   const auto t0 = Clock::now();
+  int prefill_passes = 0;
+  for (const std::vector<std::int32_t>& p : prompts) prefill_passes += decoder.prefill_passes(static_cast<int>(p.size()));
+  // In step: as many prefill passes as the busiest rank's, the others idle.
+  const int idle_prefill = group ? group_max(*group, prefill_passes) - prefill_passes : 0;
   for (int s = 0; s < n; ++s) {
     const std::vector<std::int32_t>& p = prompts[static_cast<std::size_t>(s)];
     decoder.reset(s);
     emit(s, decoder.prefill(s, p.data(), static_cast<int>(p.size())));
     g.prompt_tokens += p.size();
   }
+  for (int i = 0; i < idle_prefill; ++i) decoder.idle_pass();
+  g.idle_passes = static_cast<std::uint64_t>(idle_prefill);
   const auto t1 = Clock::now();
   const std::uint64_t w0 = decoder.weight_bytes_read(), c0 = decoder.cache_bytes_read(),
-                      s0 = decoder.streamed_bytes_read();
+                      s0 = decoder.streamed_bytes_read(), a0 = decoder.gathered_bytes_read(),
+                      k0 = decoder.cache_link_bytes();
   for (;;) {
     std::vector<int> seqs;
     std::vector<std::int32_t> last;
@@ -71,6 +90,12 @@ Generation generate(Decoder& decoder, const std::vector<std::vector<std::int32_t
         seqs.push_back(s);
         last.push_back(g.tokens[static_cast<std::size_t>(s)].back());
       }
+    // In step: a pass while any rank of the group decodes.
+    if (group && group_max(*group, seqs.empty() ? 0 : 1) > 0 && seqs.empty()) {
+      decoder.idle_pass();
+      ++g.idle_passes;
+      continue;
+    }
     if (seqs.empty()) break;
     const float* logits = decoder.decode(seqs, last);
     for (std::size_t j = 0; j < seqs.size(); ++j) emit(seqs[j], logits + j * static_cast<std::size_t>(vocab));
@@ -82,6 +107,8 @@ Generation generate(Decoder& decoder, const std::vector<std::vector<std::int32_t
   g.decode_weight_bytes = decoder.weight_bytes_read() - w0;
   g.decode_cache_bytes = decoder.cache_bytes_read() - c0;
   g.decode_streamed_bytes = decoder.streamed_bytes_read() - s0;
+  g.decode_gathered_bytes = decoder.gathered_bytes_read() - a0;
+  g.decode_cache_link_bytes = decoder.cache_link_bytes() - k0;
   return g;
 }
 

@@ -4,12 +4,17 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 
+#include <fmt/format.h>
+
+#include "collectives/rank_values.h"
 #include "core/byte_units.h"
 #include "core/error.h"
 #include "models/gpt/model/kernel_table.h"
 #include "runtime/inference/block_streamer.h"
+#include "runtime/inference/kv_cache.h"
 #include "runtime/parallel/tp_split.h"
 #include "runtime/sharding/shard_layout.h"
 #include "runtime/tensor/tensor_parallel.h"
@@ -44,6 +49,9 @@ struct GptDecoder::Impl {
   // product's partial sums reduced before its bias, the vocabulary's rows [shard.begin, + shard.valid) of the table,
   // the logits gathered whole. T = 1: no group.
   Communicator* group;
+  // The ranks the streamed blocks are sharded over (BlockStreamer's shard group), each decoding its own sequences in
+  // step with the others; null: whole blocks.
+  Communicator* shard_group;
   int T = 1, trank = 0, Cl = 0, NHl = 0;  // tp degree and rank; this rank's channels and heads of attention
   VocabShard shard;
   std::unique_ptr<TensorParallel> tp;
@@ -56,15 +64,16 @@ struct GptDecoder::Impl {
   // Blocks resident.size() .. layers - 1 stream through `stream` (block j of it is layer resident.size() + j).
   std::unique_ptr<BlockStreamer> stream;
   std::uint64_t held = 0;  // device memory the decoder holds: the budget's `need` of its placement
-  std::vector<Buffer> kcache, vcache;  // per layer: [S, ctx, Cl]
+  std::unique_ptr<KvCache> kv;  // per layer: keys and values [S, ctx, Cl], in device or host memory
   // Workspace of one pass (R rows); `gathered` the tp group's logits.
   Buffer tokens, x, x2, ln, mean, rstd, qkv, atty, lse, tmp, fch, fchg, last, logits, gathered;
   std::vector<float> host_logits, gathered_host;
   std::uint64_t weight_read = 0, cache_read = 0, param_bytes = 0;
 
   Impl(const GptConfig& c, Device& d, int sequences, const WeightReader& reader, int max_rows, DType matmul,
-       const DecodePlacement& where, Communicator* tp_group)
-      : cfg(c), dev(d), S(sequences), R(max_rows), read(reader), group(tp_group) {
+       const DecodePlacement& where, Communicator* tp_group, Communicator* weight_group)
+      : cfg(c), dev(d), S(sequences), R(max_rows), read(reader), group(tp_group),
+        shard_group(weight_group && weight_group->size() > 1 ? weight_group : nullptr) {
     cfg.validate();
     where.validate();
     if (group) {
@@ -104,28 +113,47 @@ struct GptDecoder::Impl {
     // (Cl), fch and fchg (4 Cl), lse (this rank's heads), the logits (Vl) and, under tp, the group's (T Vl).
     const std::size_t workspace =
         r * (3 + 5 * C + 12 * cl + static_cast<std::size_t>(NHl) + Vl + (T > 1 ? t * Vl : 0)) * 4;
-    const std::size_t fixed = outside + 2 * static_cast<std::size_t>(cfg.layers) * cache + workspace;
     const int L = cfg.layers, depth = where.prefetch_depth;
+    // The KV cache in device memory, or a host cache's staging slots there.
+    const std::size_t cache_layers =
+        static_cast<std::size_t>(where.kv_on_host ? KvCache::staging_slots(depth, L) : L);
+    const std::size_t fixed = outside + 2 * cache_layers * cache + workspace;
+    STRATA_CHECK(where.source != WeightSource::kDevice || shard_group,
+                 "--weights-from device keeps each rank's part of the streamed blocks in device memory: it needs "
+                 "--shard-weights over 2 or more ranks (with one, keep the blocks resident)");
+    // Under a shard group a slot holds every rank's part of a block, and kDevice keeps this rank's parts.
+    const std::size_t part = shard_part(block_bytes, shard_group ? shard_group->size() : 1);
+    const std::size_t slot = shard_group ? part * static_cast<std::size_t>(shard_group->size()) : block_bytes;
     auto slots_for = [&](int resident_blocks) {
       return resident_blocks < L ? static_cast<std::size_t>(BlockStreamer::slot_count(depth, L - resident_blocks)) : 0;
     };
     auto need = [&](int resident_blocks) {
-      return fixed + (static_cast<std::size_t>(resident_blocks) + slots_for(resident_blocks)) * block_bytes;
+      const std::size_t parts =
+          where.source == WeightSource::kDevice ? static_cast<std::size_t>(L - resident_blocks) * part : 0;
+      return fixed + static_cast<std::size_t>(resident_blocks) * block_bytes + slots_for(resident_blocks) * slot + parts;
     };
     int resident_blocks = where.resident_layers >= 0 ? where.resident_layers : L;
     const std::uint64_t budget = where.device_memory;
     if (budget > 0 && where.resident_layers < 0)
       while (resident_blocks > 0 && need(resident_blocks) > budget) --resident_blocks;
+    if (shard_group) {  // the group streams the same blocks: as few resident as on any of its ranks
+      const std::vector<double> all = all_gather_values(*shard_group, resident_blocks);
+      resident_blocks = static_cast<int>(*std::min_element(all.begin(), all.end()));
+    }
     STRATA_CHECK_CODE(
         ErrorCode::kOutOfMemory, budget == 0 || need(resident_blocks) <= budget,
-        "--device-memory {}: the decoder needs {} with {} of {} blocks resident (embeddings and final norm {}, KV cache "
-        "{} for {} sequences of {} positions, workspace {}, {} resident and {} stream slot(s) of {} a block); the "
+        "--device-memory {}: the decoder needs {} with {} of {} blocks resident (embeddings and final norm {}, KV cache{} "
+        "{} for {} sequences of {} positions, workspace {}, {} resident and {} stream slot(s) of {} a block{}); the "
         "least, every block streamed with --prefetch 0, is {}: give at least that, fewer sequences, or a shorter "
         "context (strata-plan --inference sizes the placements)",
         bytes_text(budget), bytes_text(need(resident_blocks)), resident_blocks, L, bytes_text(outside),
-        bytes_text(2 * static_cast<std::size_t>(L) * cache), S, cfg.ctx, bytes_text(workspace), resident_blocks,
+        where.kv_on_host ? fmt::format(" staging ({} of {} layers)", cache_layers, L) : std::string(),
+        bytes_text(2 * cache_layers * cache), S, cfg.ctx, bytes_text(workspace), resident_blocks,
         slots_for(resident_blocks), bytes_text(block_bytes),
-        bytes_text(fixed + (L > 0 ? block_bytes : 0)));
+        where.source == WeightSource::kDevice ? fmt::format(", and this rank's part of each streamed block, {}",
+                                                            bytes_text(part))
+                                              : std::string(),
+        bytes_text(fixed + slot + (where.source == WeightSource::kDevice ? static_cast<std::size_t>(L) * part : 0)));
     held = need(resident_blocks);
 
     // Every parameter from `read`, in gpt_units' order, through one host buffer.
@@ -133,7 +161,7 @@ struct GptDecoder::Impl {
     auto load = [&](const SlotSpec& s) {
       const std::size_t n = shape_numel(s.shape);
       hostbuf.assign(n, 0.0f);  // a padded vocabulary's rows stay 0
-      read_slot(s, n, hostbuf.data());
+      read_slot(s, 0, n, hostbuf.data());
       Buffer b = dev.allocate(n * 4, MemCategory::kParamShard);
       dev.copy_from_host(b.data(), hostbuf.data(), n * 4);
       param_bytes += n * 4;
@@ -154,13 +182,12 @@ struct GptDecoder::Impl {
     lnf_b = load(lnf[1]);
     if (resident_blocks < L)
       stream = std::make_unique<BlockStreamer>(
-          dev, block_bytes, L - resident_blocks, where.source, depth, [this, resident_blocks](int j, void* out) {
-            read_block(resident_blocks + j, static_cast<float*>(out));
-          });
-    for (int l = 0; l < L; ++l) {
-      kcache.push_back(dev.allocate(cache, MemCategory::kActivations));
-      vcache.push_back(dev.allocate(cache, MemCategory::kActivations));
-    }
+          dev, block_bytes, L - resident_blocks, where.source, depth,
+          [this, resident_blocks](int j, std::size_t begin, std::size_t bytes, void* out) {
+            read_block(resident_blocks + j, static_cast<float*>(out), begin / 4, bytes / 4);
+          },
+          MemCategory::kParamShard, shard_group);
+    kv = std::make_unique<KvCache>(dev, L, S, cfg.ctx, Cl, where.kv_on_host, depth);
     auto ws = [&](std::size_t floats) { return dev.allocate(floats * 4, MemCategory::kWorkspace); };
     tokens = dev.allocate(r * 4, MemCategory::kWorkspace);
     x = ws(r * C);
@@ -179,21 +206,27 @@ struct GptDecoder::Impl {
     if (T > 1) gathered = ws(r * t * Vl);
   }
 
-  // This rank's `n` elements of a parameter through `read`: the runs of its slice in the whole tensor.
-  void read_slot(const SlotSpec& s, std::size_t n, float* out) const {
+  // Elements [begin, begin + n) of this rank's slice of a parameter through `read`: the runs of the slice in the whole
+  // tensor.
+  void read_slot(const SlotSpec& s, std::size_t begin, std::size_t n, float* out) const {
     if (T == 1 || s.tp.replicated()) {
-      read(s.name, 0, n, out);
+      read(s.name, begin, n, out);
       return;
     }
-    for_each_global_run(s.tp, trank, T, 0, n, [&](std::size_t local, std::size_t global, std::size_t len) {
-      read(s.name, global, len, out + local);
+    for_each_global_run(s.tp, trank, T, begin, n, [&](std::size_t local, std::size_t global, std::size_t len) {
+      read(s.name, global, len, out + (local - begin));
     });
   }
 
-  // Block `l`'s parameters (this rank's slices), packed as `offset` says.
-  void read_block(int l, float* out) const {
+  // Floats [begin, begin + n) of block `l`'s parameters (this rank's slices), packed as `offset` says: the whole
+  // block by default, one rank's part of it under a shard group.
+  void read_block(int l, float* out, std::size_t begin = 0, std::size_t n = SIZE_MAX) const {
     const std::vector<SlotSpec>& p = units[static_cast<std::size_t>(block_unit(l))].slots;
-    for (std::size_t i = 0; i < kCount; ++i) read_slot(p[i], size[i], out + offset[i]);
+    const std::size_t end = std::min(block_floats, n == SIZE_MAX ? block_floats : begin + n);
+    for (std::size_t i = 0; i < kCount; ++i) {
+      const std::size_t lo = std::max(begin, offset[i]), hi = std::min(end, offset[i] + size[i]);
+      if (lo < hi) read_slot(p[i], lo - offset[i], hi - lo, out + (lo - begin));
+    }
   }
 
   // out = inp @ weight + bias for a row-parallel product: this rank's partial sums reduced over the group, then the
@@ -225,6 +258,16 @@ struct GptDecoder::Impl {
     STRATA_CHECK(seq >= 0 && seq < S, "sequence {} is outside the decoder's [0, {})", seq, S);
   }
 
+  // A pass over no rows, in step with the shard group: the streamed blocks acquired and released in turn, so this
+  // rank's part of each goes into the group's gathers.
+  void idle_pass() {
+    if (!stream) return;
+    for (int l = static_cast<int>(resident.size()); l < cfg.layers; ++l) {
+      block(l);
+      done_with(l);
+    }
+  }
+
   // One pass over `groups` (rows of `toks`, host memory): the cache grows by each group's rows; `want` lists the
   // rows whose logits are computed, into logits rows 0.. in that order.
   void pass(const std::vector<Group>& groups, const std::int32_t* toks, int rows, const std::vector<int>& want) {
@@ -251,13 +294,16 @@ struct GptDecoder::Impl {
       for (const Group& g : groups)
         k->position_forward(X + static_cast<std::size_t>(g.row) * Cz, wpe.as<float>(), 1, g.n, g.pos, C);
     }
+    std::vector<KvCache::Span> spans;
+    for (const Group& g : groups) spans.push_back(KvCache::Span{g.seq, g.pos, g.n});
+    kv->begin_pass(spans);
     for (int l = 0; l < cfg.layers; ++l) {
       const float* base = block(l);
       auto P = [&](BlockParam i) { return base + offset[static_cast<std::size_t>(i)]; };
       k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), X, P(kLn1W), P(kLn1B), rows, C);
       k->matmul_forward(qkv.as<float>(), ln.as<float>(), P(kAttnW), P(kAttnB), rows, C, 3 * Cl);
-      float* kc = kcache[static_cast<std::size_t>(l)].as<float>();
-      float* vc = vcache[static_cast<std::size_t>(l)].as<float>();
+      float* kc = kv->keys(l);
+      float* vc = kv->values(l);
       for (const Group& g : groups) {
         const std::size_t at = static_cast<std::size_t>(g.seq) * ctx * cl;
         const float* q = qkv.as<float>() + static_cast<std::size_t>(g.row) * 3 * cl;
@@ -278,6 +324,7 @@ struct GptDecoder::Impl {
                                    Rows{kc + at, cl, 0}, Rows{vc + at, cl, 0});
         cache_read += 2ull * static_cast<std::uint64_t>(g.pos + g.n) * cl * 4;
       }
+      kv->release(l);
       row_parallel(tmp.as<float>(), atty.as<float>(), P(kProjW), P(kProjB), rows, Cl);
       k->residual_forward(x2.as<float>(), X, tmp.as<float>(), rc);
       k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), x2.as<float>(), P(kLn2W), P(kLn2B), rows,
@@ -322,8 +369,8 @@ struct GptDecoder::Impl {
 };
 
 GptDecoder::GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows,
-                       DType matmul, const DecodePlacement& placement, Communicator* tp)
-    : impl_(std::make_unique<Impl>(cfg, device, sequences, read, max_rows, matmul, placement, tp)) {}
+                       DType matmul, const DecodePlacement& placement, Communicator* tp, Communicator* shard)
+    : impl_(std::make_unique<Impl>(cfg, device, sequences, read, max_rows, matmul, placement, tp, shard)) {}
 
 GptDecoder::~GptDecoder() = default;
 
@@ -388,6 +435,11 @@ const float* GptDecoder::decode(const std::vector<int>& seqs, const std::vector<
 std::uint64_t GptDecoder::weight_bytes_read() const { return impl_->weight_read; }
 std::uint64_t GptDecoder::cache_bytes_read() const { return impl_->cache_read; }
 std::uint64_t GptDecoder::streamed_bytes_read() const { return impl_->stream ? impl_->stream->bytes_streamed() : 0; }
+std::uint64_t GptDecoder::gathered_bytes_read() const { return impl_->stream ? impl_->stream->bytes_gathered() : 0; }
+Communicator* GptDecoder::lockstep_group() { return impl_->stream ? impl_->shard_group : nullptr; }
+void GptDecoder::idle_pass() { impl_->idle_pass(); }
+int GptDecoder::prefill_passes(int n) const { return n > 0 ? (n + impl_->R - 1) / impl_->R : 0; }
+std::uint64_t GptDecoder::weight_shard_bytes() const { return impl_->stream ? impl_->stream->held_bytes() : 0; }
 std::uint64_t GptDecoder::weight_bytes() const { return impl_->param_bytes; }
 int GptDecoder::resident_layers() const { return static_cast<int>(impl_->resident.size()); }
 std::uint64_t GptDecoder::resident_weight_bytes() const {
@@ -396,9 +448,11 @@ std::uint64_t GptDecoder::resident_weight_bytes() const {
 }
 std::uint64_t GptDecoder::stream_slot_bytes() const { return impl_->stream ? impl_->stream->slot_bytes() : 0; }
 std::uint64_t GptDecoder::device_bytes() const { return impl_->held; }
-std::uint64_t GptDecoder::cache_bytes() const {
-  return 2ull * static_cast<std::uint64_t>(impl_->cfg.layers) * static_cast<std::uint64_t>(impl_->S) *
-         static_cast<std::uint64_t>(impl_->cfg.ctx) * static_cast<std::uint64_t>(impl_->Cl) * 4;
+std::uint64_t GptDecoder::cache_bytes() const { return impl_->kv->on_host() ? 0 : impl_->kv->device_bytes(); }
+std::uint64_t GptDecoder::cache_staging_bytes() const {
+  return impl_->kv->on_host() ? impl_->kv->device_bytes() : 0;
 }
+std::uint64_t GptDecoder::cache_host_bytes() const { return impl_->kv->host_bytes(); }
+std::uint64_t GptDecoder::cache_link_bytes() const { return impl_->kv->link_bytes(); }
 
 }  // namespace strata::gpt

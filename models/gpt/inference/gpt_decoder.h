@@ -30,12 +30,17 @@ using WeightReader = std::function<void(const std::string& name, std::size_t beg
 // memory, the others streamed, in layer order, into prefetch_depth + 1 slots (fewer when fewer blocks stream) on an
 // upload stream, each block copied in while the blocks before it compute (runtime/inference/block_streamer.h). kHost: the streamed blocks are read once
 // into host memory (page-locked beside a CUDA device) and copied from there every pass; kDisk: they are read through
-// the WeightReader every pass (a checkpoint's chunk files, CRC-checked, or a safetensors file).
+// the WeightReader every pass (a checkpoint's chunk files, CRC-checked, or a safetensors file); kDevice (with a shard
+// group only): this rank's part of each is kept in device memory and the group gathers the rest.
 struct DecodePlacement {
   int resident_layers = -1;        // -1: every block, or as many as fit device_memory when it is set
   std::uint64_t device_memory = 0;  // bytes the decoder may hold in device memory (0: no limit)
   WeightSource source = WeightSource::kHost;
   int prefetch_depth = 1;  // blocks copied ahead of the one computing (0: each copied just before its turn)
+  // The KV cache in host memory (FlexGen's host placement, runtime/inference/kv_cache.h): each layer's cached
+  // positions are copied into one of prefetch_depth + 1 device staging slots ahead of its turn, and the positions a
+  // pass writes are copied back after it.
+  bool kv_on_host = false;
   // kInvalidArgument for a depth outside [0, 8] or resident_layers below -1.
   void validate() const;
 };
@@ -48,8 +53,14 @@ class GptDecoder : public Decoder {
   // `tp`: a tensor-parallel group (Megatron's split, as training's: this rank's heads, channels of the MLP and rows of
   // the vocabulary, two all-reduces a block, the logits gathered whole on every rank); its ranks construct together
   // and make the same calls. Null: tp 1.
+  // `shard`: ranks that decode sequences of their own but share the streamed blocks (ZeRO-Inference's multi-device
+  // fetch): each holds or reads 1/N of every streamed block (from host memory, disk, or device memory with kDevice)
+  // and the group all-gathers the block into each one's slot before its turn. Its ranks construct together and take
+  // every pass together (generate() keeps them in step: lockstep_group()). Under tp, the ranks of one shard group
+  // hold the same tp slices (the same tp rank in different tp groups). Null or a group of one: whole blocks.
   GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows = 128,
-             DType matmul = DType::kF32, const DecodePlacement& placement = {}, Communicator* tp = nullptr);
+             DType matmul = DType::kF32, const DecodePlacement& placement = {}, Communicator* tp = nullptr,
+             Communicator* shard = nullptr);
   ~GptDecoder() override;
 
   const GptConfig& config() const;
@@ -73,10 +84,23 @@ class GptDecoder : public Decoder {
   // embd floats of cache).
   std::uint64_t weight_bytes_read() const override;
   std::uint64_t cache_bytes_read() const override;
-  // What the passes so far copied into the stream slots: each streamed block once a pass.
+  // What the passes so far copied into the stream slots from host memory or disk: each streamed block once a pass (this
+  // rank's part of it under a shard group, none with kDevice); and what they received from the shard group's other
+  // ranks (their parts).
   std::uint64_t streamed_bytes_read() const override;
+  std::uint64_t gathered_bytes_read() const override;
+  // The shard group when blocks stream through it (else null); a pass over no rows; prefill's chunks.
+  Communicator* lockstep_group() override;
+  void idle_pass() override;
+  int prefill_passes(int n) const override;
+  std::uint64_t weight_shard_bytes() const;  // kDevice: this rank's parts of the streamed blocks, in device memory
   std::uint64_t weight_bytes() const;  // of one pass: the parameters, f32
-  std::uint64_t cache_bytes() const;   // the KV cache's size in device memory
+  std::uint64_t cache_bytes() const;          // the KV cache's size in device memory (0 when it is in host memory)
+  std::uint64_t cache_staging_bytes() const;  // a host cache's staging slots in device memory
+  std::uint64_t cache_host_bytes() const;     // a host cache's size
+  // Keys and values the passes so far copied between a host cache and the device: each sequence's cached positions
+  // in, the ones a pass wrote out.
+  std::uint64_t cache_link_bytes() const override;
   int resident_layers() const;         // blocks resident in device memory; the rest stream
   std::uint64_t resident_weight_bytes() const;  // in device memory: embeddings, final norm, resident blocks
   std::uint64_t stream_slot_bytes() const;      // the slots streamed blocks are copied into

@@ -1,8 +1,9 @@
 // strata-generate: text or token ids in, generated tokens out, from a committed checkpoint (any layout it was saved
 // at) or a safetensors file, through the decode path (gpt_decoder.h). Prints prefill and decode tokens/s, the time
-// per generated token and the bytes read per generated token. CPU backend; under mpirun groups of --tp ranks decode
-// tensor parallel and the groups share out the prompts (data parallel over requests); rank 0 prints them in order
-// (docs/inference.md).
+// per generated token and the bytes read per generated token. The CPU backend; under
+// mpirun groups of --tp ranks decode tensor parallel and the groups share out the prompts (data parallel over
+// requests), with --shard-weights holding one part each of the streamed blocks and gathering them every pass
+// (ZeRO-Inference); rank 0 prints them in order (docs/inference.md).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
@@ -48,10 +49,10 @@ struct Flags {
   double temperature = 0, top_p = 1;
   std::uint64_t seed = 0;
   std::vector<int> stop;
-  bool quiet = false;
+  bool quiet = false, shard_weights = false;
   // Weight placement (gpt_decoder.h's DecodePlacement).
   int resident_layers = -1, prefetch = 1, tp = 1;
-  std::string device_memory, weights_from = "host";
+  std::string device_memory, weights_from = "host", kv_in = "device";
 };
 
 // The weights and the model's shape from a checkpoint directory or a safetensors file.
@@ -189,6 +190,14 @@ std::string rank_report(const Flags& f, const std::vector<std::size_t>& mine, co
   if (decoded > 0 && g.decode_streamed_bytes > 0)
     out += fmt::format("-\t{}streamed into the device per generated token: {:.0f} bytes of weights\n", who,
                        static_cast<double>(g.decode_streamed_bytes) / decoded);
+  if (decoded > 0 && g.decode_cache_link_bytes > 0)
+    out += fmt::format("-\t{}KV cache copied between host and device per generated token: {:.0f} bytes\n", who,
+                       static_cast<double>(g.decode_cache_link_bytes) / decoded);
+  if (decoded > 0 && g.decode_gathered_bytes > 0)
+    out += fmt::format("-\t{}gathered from the shard group per generated token: {:.0f} bytes of weights{}\n", who,
+                       static_cast<double>(g.decode_gathered_bytes) / decoded,
+                       g.idle_passes > 0 ? fmt::format(" ({} idle passes to keep in step)", g.idle_passes)
+                                         : std::string());
   return out;
 }
 
@@ -217,6 +226,13 @@ int run(const Flags& f, Runtime& rt) {
   STRATA_CHECK(f.tp >= 1 && world % f.tp == 0, "--tp {} must divide the {} ranks", f.tp, world);
   w.cfg.validate_tp(f.tp, false, w.cfg.ctx);
   const std::unique_ptr<Communicator> group = f.tp > 1 ? rt.world().split(rank / f.tp, rank, "tp") : nullptr;
+  // --shard-weights: the ranks of the same tp rank in every group hold one part each of the streamed blocks.
+  const std::unique_ptr<Communicator> shard_group =
+      f.shard_weights && world > f.tp ? rt.world().split(rank % f.tp, rank, "shard") : nullptr;
+  STRATA_CHECK(f.weights_from != "device" || shard_group,
+               "--weights-from device keeps each rank's part of the streamed blocks in device memory: give "
+               "--shard-weights and more ranks than --tp {} (now {})",
+               f.tp, world);
   const int groups = world / f.tp, my_group = rank / f.tp;
   const bool speaks = rank % f.tp == 0;
   std::vector<std::size_t> mine;
@@ -234,21 +250,36 @@ int run(const Flags& f, Runtime& rt) {
   gpt::DecodePlacement where;
   where.resident_layers = f.resident_layers;
   where.prefetch_depth = f.prefetch;
-  where.source = f.weights_from == "disk" ? WeightSource::kDisk : WeightSource::kHost;
+  where.kv_on_host = f.kv_in == "host";
+  where.source = f.weights_from == "disk"     ? WeightSource::kDisk
+                 : f.weights_from == "device" ? WeightSource::kDevice
+                                              : WeightSource::kHost;
+  // Sharded weights with no placement asked for: every block streams through the shard group (ZeRO-3).
+  if (shard_group && f.resident_layers < 0 && f.device_memory.empty()) where.resident_layers = 0;
   if (!f.device_memory.empty()) where.device_memory = parse_bytes(f.device_memory, "--device-memory");
   Generation g;
   std::string placement;
-  if (!local.empty()) {
-    gpt::GptDecoder dec(w.cfg, rt.device(), static_cast<int>(local.size()), w.read,
-                        std::max<int>(128, static_cast<int>(local.size())), DType::kF32, where, group.get());
+  // Under a shard group every rank takes part in every pass, with prompts or without.
+  if (!local.empty() || shard_group) {
+    const int seqs = std::max<int>(1, static_cast<int>(local.size()));
+    gpt::GptDecoder dec(w.cfg, rt.device(), seqs, w.read, std::max(128, seqs), DType::kF32, where, group.get(),
+                        shard_group.get());
     const int streamed = w.cfg.layers - dec.resident_layers();
     placement = fmt::format("{} of {} blocks resident", dec.resident_layers(), w.cfg.layers);
     if (streamed > 0)
-      placement += fmt::format(", {} streamed from {} (prefetch {}, {} of stream slots)", streamed,
-                               where.source == WeightSource::kDisk ? w.source : std::string("host memory"),
-                               where.prefetch_depth, bytes_text(dec.stream_slot_bytes()));
+      placement += fmt::format(
+          ", {} streamed from {} (prefetch {}, {} of stream slots){}", streamed,
+          where.source == WeightSource::kDisk   ? w.source
+          : where.source == WeightSource::kHost ? std::string("host memory")
+                                                : std::string("device memory"),
+          where.prefetch_depth, bytes_text(dec.stream_slot_bytes()),
+          shard_group ? fmt::format(", sharded over {} ranks and gathered every pass", shard_group->size())
+                      : std::string());
+    if (where.kv_on_host)
+      placement += fmt::format("; KV cache in host memory ({}, {} of device staging)", bytes_text(dec.cache_host_bytes()),
+                               bytes_text(dec.cache_staging_bytes()));
     placement += fmt::format("; {} of device memory", bytes_text(dec.device_bytes()));
-    g = generate(dec, local, o);
+    if (!local.empty() || dec.lockstep_group()) g = generate(dec, local, o);
   }
   // Rank 0 prints every prompt's line in prompt order, then the ranks' timing lines.
   const std::vector<std::string> reports =
@@ -340,9 +371,18 @@ int main(int argc, char** argv) {
   app.add_option("--device-memory", f.device_memory,
                  "device memory the decoder may hold, e.g. 2GiB: as many blocks resident as fit, the rest streamed");
   app.add_option("--weights-from", f.weights_from,
-                 "where blocks that are not resident stream from: host (read once into host memory) or disk (read "
-                 "from the checkpoint or safetensors file every pass)")
-      ->check(CLI::IsMember({"host", "disk"}));
+                 "where blocks that are not resident stream from: host (read once into host memory), disk (read "
+                 "from the checkpoint or safetensors file every pass), or device (with --shard-weights: each rank's "
+                 "part kept in device memory)")
+      ->check(CLI::IsMember({"host", "disk", "device"}));
+  app.add_option("--kv-in", f.kv_in,
+                 "where the KV cache lives: device, or host (each layer's cached positions copied into device staging "
+                 "ahead of its turn, --prefetch layers ahead, and the new ones copied back)")
+      ->check(CLI::IsMember({"device", "host"}));
+  app.add_flag("--shard-weights", f.shard_weights,
+               "shard the streamed blocks over the data-parallel ranks (those of the same tp rank): each holds or "
+               "reads one part and the group all-gathers every block before its turn (ZeRO-Inference); every block "
+               "streams unless --resident-layers or --device-memory says otherwise");
   app.add_option("--prefetch", f.prefetch, "blocks streamed ahead of the one computing")->check(flags::integer(0, 8));
   app.add_option("--tp", f.tp, "tensor-parallel degree: heads split over groups of this many ranks")
       ->check(flags::positive_integer());

@@ -113,7 +113,7 @@ class CountingDecoder : public strata::Decoder {
  public:
   explicit CountingDecoder(strata::Device& dev)
       : streamer_(dev, 8, 3, strata::WeightSource::kHost, 1,
-                  [](int block, void* out) { std::memset(out, block, 8); }),
+                  [](int block, std::size_t, std::size_t bytes, void* out) { std::memset(out, block, bytes); }),
         logits_(kVocab) {}
   int vocab() const override { return kVocab; }
   int context() const override { return 16; }

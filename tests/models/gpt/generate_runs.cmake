@@ -82,18 +82,30 @@ foreach(np 2 4)
   same_lines(requests_np${np} "${lines_np1}" ${np} ${three})
 endforeach()
 message(STATUS "requests: the same three lines at np 1, 2 and 4")
+# Weights sharded over the ranks that share out the prompts (ZeRO-Inference), every block gathered each pass: from
+# host memory over 4 ranks (the fourth has no prompt and idles in step), and kept in device memory over the two tp 2
+# groups.
+foreach(run "4;--shard-weights" "4;--tp;2;--shard-weights;--weights-from;device")
+  list(POP_FRONT run np)
+  string(REGEX REPLACE "[^a-z0-9]+" "_" tag "${run}")
+  same_lines(requests_np${np}${tag} "${lines_np1}" ${np} ${three} ${run})
+endforeach()
+message(STATUS "requests: the same three lines with the weights sharded over 4 ranks, and over 2 tp groups")
 
 # Tensor parallel: three greedy prompts at tp 2 (one group, then two sharing the prompts), tp 4, and tp 2 with every
-# block streamed from the checkpoint's files print the lines one rank prints.
+# block streamed from the checkpoint's files print the lines one rank prints; so does the KV cache in host memory, on
+# one rank and at tp 2 with every block streamed from disk.
 set(greedy3 --checkpoint ${WORK}/ckpt --tokens 116,104,101 --tokens 115 --tokens 97,98 --max-new-tokens 10 --quiet)
 run_checked(greedy_np1 ok 60 ${gen} ${greedy3})
 string(REGEX MATCHALL "(^|\n)[0-2]: [0-9,]+" greedy_lines "${greedy_np1_out}")
-foreach(run "2;--tp;2" "4;--tp;2" "4;--tp;4" "2;--tp;2;--resident-layers;0;--weights-from;disk")
+foreach(run "2;--tp;2" "4;--tp;2" "4;--tp;4" "2;--tp;2;--resident-layers;0;--weights-from;disk" "1;--kv-in;host"
+        "2;--tp;2;--kv-in;host;--resident-layers;0;--weights-from;disk")
   list(POP_FRONT run np)
   string(REGEX REPLACE "[^a-z0-9]+" "_" tag "${run}")
   same_lines(tp_np${np}${tag} "${greedy_lines}" ${np} ${greedy3} ${run})
 endforeach()
-message(STATUS "tp: the same three greedy lines at tp 2 (np 2 and 4), tp 4, and tp 2 streamed from disk")
+message(STATUS "tp: the same three greedy lines at tp 2 (np 2 and 4), tp 4, tp 2 streamed from disk, and with the KV "
+               "cache in host memory")
 
 # PyTorch's greedy generation (tests/data/gpt_gen_ref.json, by full forwards on gpt_gen_init.safetensors): the same 64
 # tokens from strata-generate on that file, at one rank, at tp 2, and at tp 2 with every block streamed from the file.

@@ -1,5 +1,6 @@
 // Weight placement in the decode path (DecodePlacement): blocks streamed from host memory or through the reader
-// (disk) give the resident decoder's logits and tokens bit for bit at any resident count and prefetch depth; a device
+// (disk), and the KV cache in host memory, give the resident decoder's logits and tokens bit for bit at any resident
+// count and prefetch depth; a device
 // budget keeps as many blocks resident as fit and holds the decoder within it; a budget too small for one streamed
 // block is refused with the least that would do; a read that fails while streaming fails the pass naming the tensor;
 // the bytes a streamed placement moves are strata-plan --inference's to the byte.
@@ -31,7 +32,7 @@ GptConfig five() { return GptConfig{5, 4, 64, 96, 128}; }
 struct Outputs {
   std::vector<float> prefill_logits;         // every prompt position of sequence 0
   std::vector<std::vector<std::int32_t>> tokens;  // greedy, then sampled
-  std::uint64_t streamed = 0, passes_weight = 0;
+  std::uint64_t streamed = 0, cache_link = 0;
 };
 
 // A prompt prefilled with every row's logits, then generate() greedy and sampled on three prompts.
@@ -52,6 +53,7 @@ Outputs run_with(const DecodePlacement& where, const WeightReader& read) {
     for (const std::vector<std::int32_t>& t : g.tokens) r.tokens.push_back(t);
   }
   r.streamed = dec.streamed_bytes_read();
+  r.cache_link = dec.cache_link_bytes();
   return r;
 }
 
@@ -63,23 +65,29 @@ TEST(GptDecodePlacement, StreamedBlocksGiveTheResidentBits) {
   struct Case {
     int resident_layers, prefetch;
     WeightSource source;
+    bool kv_on_host = false;
   };
   for (const Case& c : {Case{0, 0, WeightSource::kHost}, Case{0, 1, WeightSource::kHost},
                         Case{2, 2, WeightSource::kHost}, Case{0, 4, WeightSource::kHost},
-                        Case{0, 1, WeightSource::kDisk}, Case{3, 0, WeightSource::kDisk}}) {
+                        Case{0, 1, WeightSource::kDisk}, Case{3, 0, WeightSource::kDisk},
+                        Case{5, 0, WeightSource::kHost, true}, Case{5, 2, WeightSource::kHost, true},
+                        Case{0, 1, WeightSource::kHost, true}, Case{2, 8, WeightSource::kDisk, true}}) {
     DecodePlacement where;
     where.resident_layers = c.resident_layers;
     where.prefetch_depth = c.prefetch;
     where.source = c.source;
+    where.kv_on_host = c.kv_on_host;
     const Outputs got = run_with(where, read);
-    const std::string what = std::string(c.source == WeightSource::kHost ? "host" : "disk") + ", " +
-                             std::to_string(c.resident_layers) + " resident, prefetch " + std::to_string(c.prefetch);
+    const std::string what = std::string(weight_source_name(c.source)) + ", " + std::to_string(c.resident_layers) +
+                             " resident, prefetch " + std::to_string(c.prefetch) +
+                             (c.kv_on_host ? ", KV cache in host memory" : "");
     ASSERT_EQ(got.prefill_logits.size(), resident.prefill_logits.size());
     EXPECT_EQ(std::memcmp(got.prefill_logits.data(), resident.prefill_logits.data(), got.prefill_logits.size() * 4),
               0)
         << what;
     EXPECT_EQ(got.tokens, resident.tokens) << what;
-    EXPECT_GT(got.streamed, 0u) << what;
+    EXPECT_EQ(got.streamed > 0, c.resident_layers < cfg.layers) << what;
+    EXPECT_EQ(got.cache_link > 0, c.kv_on_host) << what;
   }
 }
 
@@ -166,28 +174,41 @@ TEST(GptDecodePlacement, AReadFailingWhileStreamingFailsThePass) {
 }
 
 // A streamed placement's bytes per decode step, in device memory and over the link, and its memory by category, are
-// strata-plan --inference's prediction for it in f32, to the byte.
+// strata-plan --inference's prediction for it in f32, to the byte: with the KV cache in device memory, and in host
+// memory (its staging slots on the device, and each step's cached positions in and new ones out over the link).
 TEST(GptDecodePlacement, BytesAreThePlannersPrediction) {
   const GptConfig cfg = five();
   const int P = 30, G = cfg.ctx - P, B = 2, resident = 2, depth = 1;
-  DecodePlacement where;
-  where.resident_layers = resident;
-  where.prefetch_depth = depth;
-  GptDecoder dec(cfg, strata::test::runtime().device(), B, spec_weights(cfg, 7), 128, DType::kF32, where);
-  std::vector<std::vector<std::int32_t>> prompts;
-  for (int b = 0; b < B; ++b) prompts.push_back(some_tokens(P, cfg.vocab, 40 + static_cast<std::uint64_t>(b)));
-  GenerateOptions o;
-  o.max_new_tokens = G;
-  const Generation g = generate(dec, prompts, o);
-  ASSERT_EQ(g.decode_steps, static_cast<std::uint64_t>(G - 1));
-  const InferenceInput in = f32_plan_input(cfg, P, 1, depth);
-  const InferencePlan plan = plan_inference_at(in, B, resident, true);
-  EXPECT_DOUBLE_EQ(static_cast<double>(dec.resident_weight_bytes()), plan.resident_weights);
-  EXPECT_DOUBLE_EQ(static_cast<double>(dec.stream_slot_bytes()), plan.stream_buffers);
-  EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_bytes()), plan.kv_cache);
-  const double steps = G - 1;
-  EXPECT_DOUBLE_EQ(static_cast<double>(g.decode_weight_bytes + g.decode_cache_bytes) / steps, plan.device_bytes);
-  EXPECT_DOUBLE_EQ(static_cast<double>(g.decode_streamed_bytes) / steps, plan.link_bytes);
+  for (bool kv_on_host : {false, true}) {
+    DecodePlacement where;
+    where.resident_layers = resident;
+    where.prefetch_depth = depth;
+    where.kv_on_host = kv_on_host;
+    Device& dev = strata::test::runtime().device();
+    const std::size_t before = dev.memory_stats().current_total();
+    GptDecoder dec(cfg, dev, B, spec_weights(cfg, 7), 128, DType::kF32, where);
+    EXPECT_EQ(dev.memory_stats().current_total() - before, dec.device_bytes()) << kv_on_host;
+    std::vector<std::vector<std::int32_t>> prompts;
+    for (int b = 0; b < B; ++b) prompts.push_back(some_tokens(P, cfg.vocab, 40 + static_cast<std::uint64_t>(b)));
+    GenerateOptions o;
+    o.max_new_tokens = G;
+    const Generation g = generate(dec, prompts, o);
+    ASSERT_EQ(g.decode_steps, static_cast<std::uint64_t>(G - 1));
+    const InferenceInput in = f32_plan_input(cfg, P, 1, depth);
+    const InferencePlan plan = plan_inference_at(in, B, resident, !kv_on_host);
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.resident_weight_bytes()), plan.resident_weights) << kv_on_host;
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.stream_slot_bytes()), plan.stream_buffers) << kv_on_host;
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_bytes()), plan.kv_cache) << kv_on_host;
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_staging_bytes()), plan.kv_staging) << kv_on_host;
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_host_bytes()), kv_on_host ? B * cfg.ctx * plan.kv_bytes_per_token : 0)
+        << kv_on_host;
+    const double steps = G - 1;
+    EXPECT_DOUBLE_EQ(static_cast<double>(g.decode_weight_bytes + g.decode_cache_bytes) / steps, plan.device_bytes)
+        << kv_on_host;
+    EXPECT_DOUBLE_EQ(static_cast<double>(g.decode_streamed_bytes + g.decode_cache_link_bytes) / steps, plan.link_bytes)
+        << kv_on_host;
+    EXPECT_EQ(g.decode_cache_link_bytes, kv_on_host ? g.decode_cache_bytes : 0u) << kv_on_host;
+  }
 }
 
 }  // namespace
