@@ -2,7 +2,8 @@
 // queries over one block of keys, each block a range of rows at known global positions, and the pieces that put the
 // blocks together (the online-softmax merge, the row dot of the backward, row copies). Strata holds the ring (which
 // block, when, from which peer); the arithmetic is the trainer's, on its device, as LinearKernels' is
-// (runtime/tensor/tp_kernels.h). The GPT's kernel table implements it on the CPU; its CUDA table refuses it.
+// (runtime/tensor/tp_kernels.h). The GPT's kernel table implements it on the CPU; its CUDA table has the forward block
+// and the row copies (the decode path's attention over its KV cache) and refuses the rest.
 //
 // Contract, for every method: pointers are the device's memory; work is ordered on the device's compute stream (the
 // CPU runs it inline); forward kernels overwrite their outputs, backward kernels add (+=) into gradients. A block's

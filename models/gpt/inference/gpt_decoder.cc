@@ -85,9 +85,6 @@ struct GptDecoder::Impl {
     NHl = cfg.heads / T;
     shard = VocabShard::of(cfg.vocab, T, trank);
     tp = std::make_unique<TensorParallel>(dev, T > 1 ? group : nullptr, false, 1, R, cfg.embd);
-    STRATA_CHECK_CODE(ErrorCode::kUnsupported, dev.kind() == DeviceKind::kCpu,
-                      "the decode path runs on the CPU backend only for now (its attention over the KV cache is the "
-                      "CPU block kernel; the CUDA kernel table has none): use STRATA_BACKEND=cpu");
     STRATA_CHECK(S >= 1 && R >= S, "a decoder of {} sequences needs at least 1 and at most max_rows {} of them", S, R);
     STRATA_CHECK(where.resident_layers <= cfg.layers, "--resident-layers {}: the model has {} layers",
                  where.resident_layers, cfg.layers);
@@ -348,6 +345,7 @@ struct GptDecoder::Impl {
     k->lm_head_forward(logits.as<float>(), ln.as<float>(), wte.as<float>(), w, C, shard.rows);
     host_logits.resize(wz * Vz);
     if (T == 1) {
+      dev.compute_stream().synchronize();  // a CUDA device's transfer does not follow the compute stream
       dev.copy_to_host(host_logits.data(), logits.data(), host_logits.size() * 4);
       return;
     }

@@ -4,8 +4,8 @@
 // Attention is the block kernel of runtime/context/attention_kernels.h: each sequence's new queries against its cached
 // keys and values. Weights are f32 (this rank's slices under tensor parallelism): the embeddings and final norm always
 // in device memory, each block either resident there or streamed into one of a few slots before its turn in every
-// pass (DecodePlacement), so a model larger than the device budget still runs. CPU kernels; the CUDA kernel table has no attention blocks yet, so a
-// CUDA device is refused with kUnsupported.
+// pass (DecodePlacement), so a model larger than the device budget still runs. The device's kernel table: the CPU's,
+// or on a CUDA device the CUDA table's (its attention block is f32 only, so `matmul` kBF16 is refused there).
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // strata-generate: text or token ids in, generated tokens out, from a committed checkpoint (any layout it was saved
 // at) or a safetensors file, through the decode path (gpt_decoder.h). Prints prefill and decode tokens/s, the time
-// per generated token and the bytes read per generated token. The CPU backend; under
+// per generated token and the bytes read per generated token. The CPU backend unless --backend says cuda; under
 // mpirun groups of --tp ranks decode tensor parallel and the groups share out the prompts (data parallel over
 // requests), with --shard-weights holding one part each of the streamed blocks and gathering them every pass
 // (ZeRO-Inference); rank 0 prints them in order (docs/inference.md).
@@ -52,7 +52,7 @@ struct Flags {
   bool quiet = false, shard_weights = false;
   // Weight placement (gpt_decoder.h's DecodePlacement).
   int resident_layers = -1, prefetch = 1, tp = 1;
-  std::string device_memory, weights_from = "host", kv_in = "device";
+  std::string device_memory, weights_from = "host", kv_in = "device", backend = "cpu";
 };
 
 // The weights and the model's shape from a checkpoint directory or a safetensors file.
@@ -375,6 +375,10 @@ int main(int argc, char** argv) {
                  "from the checkpoint or safetensors file every pass), or device (with --shard-weights: each rank's "
                  "part kept in device memory)")
       ->check(CLI::IsMember({"host", "disk", "device"}));
+  app.add_option("--backend", f.backend,
+                 "the device the decoder runs on: cpu (the default), cuda, or auto (CUDA when every rank on a node has "
+                 "its own GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
   app.add_option("--kv-in", f.kv_in,
                  "where the KV cache lives: device, or host (each layer's cached positions copied into device staging "
                  "ahead of its turn, --prefetch layers ahead, and the new ones copied back)")
@@ -388,7 +392,7 @@ int main(int argc, char** argv) {
       ->check(flags::positive_integer());
   CLI11_PARSE(app, argc, argv);
   return run_main([&] {
-    Runtime rt(&argc, &argv, RuntimeOptions{"cpu"});
+    Runtime rt(&argc, &argv, RuntimeOptions{f.backend});
     report_stop_signals(rt.rank(), rt.world_size());
     // The node's cores shared among its ranks, as train_gpt shares them.
     gpt::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt.local_size()));

@@ -27,8 +27,8 @@ namespace strata::gpt {
 // The products, the bias, zeroing (LinearKernels) and the vocabulary-parallel kernels (VocabKernels) are the tensor-
 // parallel library's interfaces (runtime/tensor/tp_kernels.h), so ColumnParallelLinear and its kin run on this table;
 // the attention blocks (AttentionKernels) are the context-parallel library's (runtime/context/attention_kernels.h), for
-// RingAttention: on the CPU (f32, or bf16 products as attention_*'s); the CUDA table refuses them (kUnsupported) until
-// it has its own.
+// RingAttention: on the CPU (f32, or bf16 products as attention_*'s); the CUDA table has the forward block (f32) and
+// copy_rows, what the decode path needs, and refuses the merge and the backward (kUnsupported).
 class GptKernels : public LinearKernels, public VocabKernels, public AttentionKernels {
  public:
   virtual ~GptKernels() = default;

@@ -113,15 +113,23 @@ class CudaGptKernels final : public GptKernels {
     }
     cuda::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, s_, bf16_);
   }
-  // Ring attention (context parallelism) runs on the CPU backend only: the CUDA blocks are not built yet.
-  void attention_block_forward(const AttentionBlock&, RowsOut, RowStatsOut, Rows, Rows, Rows) override { no_ring(); }
+  // The forward block and row copies (the decode path's attention over its KV cache), f32; ring attention
+  // (context parallelism) also needs the merge and the backward, which run on the CPU backend only.
+  void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k,
+                               Rows v) override {
+    STRATA_CHECK_CODE(ErrorCode::kUnsupported, !bf16_,
+                      "the CUDA attention block is f32 only (bf16 products are not built for it)");
+    cuda::attention_block_forward(blk, out, lse, q, k, v, s_);
+  }
   void attention_block_backward(const AttentionBlock&, RowsOut, RowsOut, RowsOut, Rows, RowStats, RowStats, Rows, Rows,
                                 Rows) override {
     no_ring();
   }
   void attention_merge(const AttentionBlock&, RowsOut, RowStatsOut, Rows, RowStats) override { no_ring(); }
   void attention_row_dot(const AttentionBlock&, RowStatsOut, Rows, Rows) override { no_ring(); }
-  void copy_rows(RowsOut, Rows, int, int, int, bool) override { no_ring(); }
+  void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add) override {
+    cuda::copy_rows(dst, src, batch, rows, columns, add, s_);
+  }
   void gelu_forward(float* out, const float* inp, std::size_t n) override { cuda::gelu_forward(out, inp, n, s_); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
     cuda::gelu_backward(dinp, inp, dout, n, s_);
@@ -204,8 +212,8 @@ class CudaGptKernels final : public GptKernels {
  private:
   [[noreturn]] static void no_ring() {
     STRATA_THROW(ErrorCode::kUnsupported,
-                 "ring attention (context parallelism) runs on the CPU backend only: its CUDA kernels are not built "
-                 "yet (use --backend cpu)");
+                 "ring attention (context parallelism) runs on the CPU backend only: its CUDA merge and backward are "
+                 "not built yet (use --backend cpu)");
   }
   // src converted to bf16 (to nearest even) in workspace slot `slot`; a kernel uses distinct slots per operand.
   const __nv_bfloat16* as_bf16(int slot, const float* src, std::size_t n) {

@@ -64,6 +64,48 @@ void attention_backward(float* dqkv, const float* dout, const float* out, const 
   STRATA_CHECK_CUDA(detail::launch_attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, bf16_products, stream));
 }
 
+void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v,
+                             cudaStream_t stream) {
+  STRATA_CHECK(blk.batch >= 0 && blk.q_rows >= 0 && blk.kv_rows >= 0 && blk.heads > 0 && blk.width > 0 &&
+                   blk.width % blk.heads == 0,
+               "attention block: batch {}, {} query rows, {} key rows, width {} over {} heads", blk.batch, blk.q_rows,
+               blk.kv_rows, blk.width, blk.heads);
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, blk.width / blk.heads <= 32 * detail::kMaxPerLane,
+                    "attention block: a head of {} columns; the CUDA kernel takes at most {}", blk.width / blk.heads,
+                    32 * detail::kMaxPerLane);
+  detail::AttentionBlockArgs a;
+  a.batch = blk.batch;
+  a.heads = blk.heads;
+  a.width = blk.width;
+  a.q_rows = blk.q_rows;
+  a.q_pos = blk.q_pos;
+  a.kv_rows = blk.kv_rows;
+  a.kv_pos = blk.kv_pos;
+  a.out = out.data;
+  a.out_rs = out.row_stride;
+  a.out_bs = out.batch_stride;
+  a.lse = lse.data;
+  a.lse_hs = lse.head_stride;
+  a.lse_bs = lse.batch_stride;
+  a.q = q.data;
+  a.q_rs = q.row_stride;
+  a.q_bs = q.batch_stride;
+  a.k = k.data;
+  a.k_rs = k.row_stride;
+  a.k_bs = k.batch_stride;
+  a.v = v.data;
+  a.v_rs = v.row_stride;
+  a.v_bs = v.batch_stride;
+  STRATA_CHECK_CUDA(detail::launch_attention_block_forward(a, stream));
+}
+
+void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add, cudaStream_t stream) {
+  STRATA_CHECK(batch >= 0 && rows >= 0 && columns >= 0, "copy_rows: batch {}, {} rows, {} columns", batch, rows,
+               columns);
+  STRATA_CHECK_CUDA(detail::launch_copy_rows(dst.data, dst.row_stride, dst.batch_stride, src.data, src.row_stride,
+                                             src.batch_stride, batch, rows, columns, add, stream));
+}
+
 void gelu_forward(float* out, const float* inp, std::size_t n, cudaStream_t stream) {
   STRATA_CHECK_CUDA(detail::launch_gelu_forward(out, inp, n, stream));
 }

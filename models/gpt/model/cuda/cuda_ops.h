@@ -23,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "runtime/context/attention_kernels.h"
+
 namespace strata::gpt::cuda {
 
 // A cuBLAS handle bound to one stream, on the device current at construction. Math mode: the default, i.e. f32
@@ -101,6 +103,13 @@ void attention_forward(float* out, float* lse, const float* qkv, int B, int T, i
 // out and lse are attention_forward's.
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
                         int T, int C, int NH, cudaStream_t stream, bool bf16_products = false);
+
+// One block of queries against one block of keys, f32 (runtime/context/attention_kernels.h's
+// attention_block_forward): the decode path's attention over its KV cache. A head of at most 256 columns.
+void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v,
+                             cudaStream_t stream);
+// dst (+)= src for the first `columns` floats of `rows` rows of `batch` batches (attention_kernels.h's copy_rows).
+void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add, cudaStream_t stream);
 
 // gelu_tanh(z) = 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))), elementwise. out may equal inp.
 void gelu_forward(float* out, const float* inp, std::size_t n, cudaStream_t stream);

@@ -46,6 +46,24 @@ cudaError_t launch_residual_forward(float* out, const float* a, const float* b, 
 cudaError_t launch_crossentropy_softmax(float* losses, float* dlogits, const float* logits, const int32_t* targets,
                                         int N, int V, float dscale, cudaStream_t stream);
 
+// One block of queries against one block of keys (runtime/context/attention_kernels.h's attention_block_forward), f32,
+// rows at the given strides (in floats): q, k, v, out at row (b, i) = base + b * bs + i * rs, head h at columns
+// h * D .. h * D + D - 1 (D = width / heads <= 32 * kMaxPerLane); lse (b, h, i) at base + b * bs + h * hs + i.
+constexpr int kMaxPerLane = 8;
+struct AttentionBlockArgs {
+  int batch = 0, heads = 0, width = 0, q_rows = 0, q_pos = 0, kv_rows = 0, kv_pos = 0;
+  float* out = nullptr;
+  std::size_t out_rs = 0, out_bs = 0;
+  float* lse = nullptr;
+  std::size_t lse_hs = 0, lse_bs = 0;
+  const float *q = nullptr, *k = nullptr, *v = nullptr;
+  std::size_t q_rs = 0, q_bs = 0, k_rs = 0, k_bs = 0, v_rs = 0, v_bs = 0;
+};
+cudaError_t launch_attention_block_forward(const AttentionBlockArgs& args, cudaStream_t stream);
+// dst (+)= src for the first `columns` floats of batch x rows rows at the given strides.
+cudaError_t launch_copy_rows(float* dst, std::size_t dst_rs, std::size_t dst_bs, const float* src, std::size_t src_rs,
+                             std::size_t src_bs, int batch, int rows, int columns, bool add, cudaStream_t stream);
+
 // Tensor parallelism (tp_ops_cuda.cu).
 cudaError_t launch_embedding_forward(float* out, const int32_t* tokens, const float* wte, int v_begin, int v_count,
                                      int N, int C, cudaStream_t stream);

@@ -388,6 +388,59 @@ TEST_F(GptCudaKernels, AttentionForward) {
   }
 }
 
+// The decode path's attention over its KV cache: a block of queries inside a qkv buffer (row stride 3 C) against keys
+// and values of a cache (row stride C, one batch per sequence at a stride of ctx rows), at several positions: one
+// query over a long cache (a decode step), a chunk of queries at a later position (a prefill chunk), a block that
+// sees no key (out 0, lse -inf), and heads of 16, 64, 96 and 256 columns.
+TEST_F(GptCudaKernels, AttentionBlockForward) {
+  struct Case {
+    int batch, heads, width, q_rows, q_pos, kv_rows, kv_pos;
+  };
+  for (const Case c : {Case{3, 4, 64, 1, 130, 131, 0}, Case{2, 2, 128, 37, 40, 77, 0}, Case{1, 1, 96, 5, 0, 9, 20},
+                       Case{2, 3, 768, 2, 9, 11, 0}, Case{1, 1, 256, 70, 3, 73, 0}}) {
+    SCOPED_TRACE(shape({{"batch", c.batch}, {"heads", c.heads}, {"width", c.width}, {"q_rows", c.q_rows},
+                        {"q_pos", c.q_pos}, {"kv_rows", c.kv_rows}, {"kv_pos", c.kv_pos}}));
+    const std::size_t C = static_cast<std::size_t>(c.width), ctx = static_cast<std::size_t>(c.kv_rows) + 3;
+    const std::size_t q_bs = static_cast<std::size_t>(c.q_rows) * 3 * C, kv_bs = ctx * C;
+    const Floats q = randn(static_cast<std::size_t>(c.batch) * q_bs, 70);
+    const Floats k = randn(static_cast<std::size_t>(c.batch) * kv_bs, 71), v = randn(k.size(), 72);
+    const std::size_t out_n = static_cast<std::size_t>(c.batch) * c.q_rows * C;
+    const std::size_t lse_n = static_cast<std::size_t>(c.batch) * c.heads * c.q_rows;
+    AttentionBlock blk{c.batch, c.heads, c.width, c.q_rows, c.q_pos, c.kv_rows, c.kv_pos};
+    Floats out(out_n), lse(lse_n);
+    const std::size_t lse_hs = static_cast<std::size_t>(c.q_rows), lse_bs = lse_hs * c.heads;
+    attention_block_forward(blk, RowsOut{out.data(), C, c.q_rows * C}, RowStatsOut{lse.data(), lse_hs, lse_bs},
+                            Rows{q.data(), 3 * C, q_bs}, Rows{k.data(), C, kv_bs}, Rows{v.data(), C, kv_bs});
+    Dev d_q(q), d_k(k), d_v(v), d_out(out_n), d_lse(lse_n);
+    cuda::attention_block_forward(blk, RowsOut{d_out.get(), C, c.q_rows * C}, RowStatsOut{d_lse.get(), lse_hs, lse_bs},
+                                  Rows{d_q.get(), 3 * C, q_bs}, Rows{d_k.get(), C, kv_bs}, Rows{d_v.get(), C, kv_bs},
+                                  stream_);
+    EXPECT_CLOSE(d_out.host(stream_), out, kAttentionTol);
+    const Floats got_lse = d_lse.host(stream_);
+    for (std::size_t i = 0; i < lse_n; ++i) {
+      if (std::isinf(lse[i])) {
+        EXPECT_TRUE(std::isinf(got_lse[i]) && got_lse[i] < 0) << "lse " << i << ": " << got_lse[i];
+      } else {
+        EXPECT_NEAR(got_lse[i], lse[i], kAttentionTol * std::max(1.0f, std::fabs(lse[i]))) << "lse " << i;
+      }
+    }
+  }
+}
+
+TEST_F(GptCudaKernels, CopyRows) {
+  const int batch = 3, rows = 5, columns = 37;
+  const std::size_t src_rs = 40, src_bs = 7 * src_rs, dst_rs = 50, dst_bs = 6 * dst_rs;
+  const Floats src = randn(batch * src_bs, 73), base = randn(batch * dst_bs, 74);
+  for (bool add : {false, true}) {
+    Floats want = base;
+    copy_rows(RowsOut{want.data(), dst_rs, dst_bs}, Rows{src.data(), src_rs, src_bs}, batch, rows, columns, add);
+    Dev d_src(src), d_dst(base);
+    cuda::copy_rows(RowsOut{d_dst.get(), dst_rs, dst_bs}, Rows{d_src.get(), src_rs, src_bs}, batch, rows, columns, add,
+                    stream_);
+    EXPECT_EQ(d_dst.host(stream_), want) << (add ? "add" : "copy");  // exact: one add per element, or none
+  }
+}
+
 TEST_F(GptCudaKernels, AttentionBackward) {
   for (const AttentionShape s : kAttentionShapes) {
     SCOPED_TRACE(shape({{"B", s.B}, {"T", s.T}, {"C", s.C}, {"NH", s.NH}}));
