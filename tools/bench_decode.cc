@@ -3,10 +3,11 @@
 // every core), at several batch sizes, for each weight placement: every block resident; every block streamed from
 // host memory (bound: the copy into the slots, read and write, and the step's reads at the copy rate); every block
 // streamed from a safetensors file with its page cache dropped before each block (bound: the file's cold read rate,
-// measured in the same run). The default model's 0.8 GB of weights exceed the caches. Weights from the spec's init: a
-// decode step's cost does not depend on their values. Usage: build/bin/bench_decode [--layers 16 --embd 1024
+// measured in the same run); every block resident with the KV cache in host memory (host-kv; bound: its copies in
+// and out counted as the streamed blocks' are). The default model's 0.8 GB of weights exceed the caches. Weights from
+// the spec's init: a decode step's cost does not depend on their values. Usage: build/bin/bench_decode [--layers 16 --embd 1024
 // --heads 16 --vocab 8192 --ctx 1024] [--prompt 64] [--steps 32] [--stream-steps 8] [--batches 1,4,16] [--reps 2]
-//        [--placements resident,host,disk] [--prefetch 1] [--dir /tmp]
+//        [--placements resident,host,disk,host-kv] [--prefetch 1] [--dir /tmp]
 #include <fcntl.h>
 #include <omp.h>
 #include <unistd.h>
@@ -126,7 +127,7 @@ int main(int argc, char** argv) {
   strata::gpt::GptConfig cfg{16, 16, 1024, 8192, 1024};
   int prompt = 64, steps = 32, stream_steps = 8, reps = 2, prefetch = 1;
   std::vector<int> batches{1, 4, 16};
-  std::vector<std::string> placements{"resident", "host", "disk"};
+  std::vector<std::string> placements{"resident", "host", "disk", "host-kv"};
   std::string dir = std::filesystem::temp_directory_path().string();
   app.add_option("--layers", cfg.layers)->check(flags::positive_integer());
   app.add_option("--heads", cfg.heads)->check(flags::positive_integer());
@@ -139,9 +140,11 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed repetitions (the median is printed)")->check(flags::positive_integer());
   app.add_option("--stream-steps", stream_steps, "decode steps timed when blocks stream")
       ->check(flags::positive_integer());
-  app.add_option("--placements", placements, "resident, host (every block streamed from host memory), disk")
+  app.add_option("--placements", placements,
+                 "resident, host (every block streamed from host memory), disk, host-kv (resident, the KV cache in "
+                 "host memory)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"resident", "host", "disk"}));
+      ->check(CLI::IsMember({"resident", "host", "disk", "host-kv"}));
   app.add_option("--prefetch", prefetch, "blocks streamed ahead")->check(flags::integer(0, 8));
   app.add_option("--dir", dir, "where the disk placement's safetensors file is written (and removed)");
   CLI11_PARSE(app, argc, argv);
@@ -188,14 +191,15 @@ int main(int argc, char** argv) {
       for (int b : batches) {
         STRATA_CHECK(b >= 1, "--batches: {} is not a batch size", b);
         gpt::DecodePlacement placement;
-        if (where != "resident") {
+        placement.kv_on_host = where == "host-kv";
+        placement.prefetch_depth = prefetch;
+        if (where == "host" || where == "disk") {
           placement.resident_layers = 0;
-          placement.prefetch_depth = prefetch;
           placement.source = where == "disk" ? WeightSource::kDisk : WeightSource::kHost;
         }
         gpt::GptDecoder dec(cfg, dev, b, where == "disk" ? from_disk : spec, std::max(128, b), DType::kF32,
                             placement);
-        const int n_steps = where == "resident" ? steps : stream_steps;
+        const int n_steps = where == "host" || where == "disk" ? stream_steps : steps;
         std::vector<double> times;
         std::uint64_t bytes = 0, streamed = 0;
         for (int r = 0; r <= reps; ++r) {
@@ -212,13 +216,13 @@ int main(int argc, char** argv) {
             next.push_back(p.back());
           }
           const std::uint64_t before = dec.weight_bytes_read() + dec.cache_bytes_read();
-          const std::uint64_t streamed_before = dec.streamed_bytes_read();
+          const std::uint64_t streamed_before = dec.streamed_bytes_read() + dec.cache_link_bytes();
           const auto t0 = Clock::now();
           for (int i = 0; i < n_steps; ++i) dec.decode(seqs, next);
           const double s = seconds_since(t0);
           if (r > 0) times.push_back(s);  // one warm-up
           bytes = dec.weight_bytes_read() + dec.cache_bytes_read() - before;
-          streamed = dec.streamed_bytes_read() - streamed_before;
+          streamed = dec.streamed_bytes_read() + dec.cache_link_bytes() - streamed_before;
         }
         const double t = median(times), tokens = static_cast<double>(b) * n_steps;
         const double per_token = static_cast<double>(bytes) / tokens;
@@ -236,7 +240,7 @@ int main(int argc, char** argv) {
     if (reader) std::filesystem::remove(file);
     std::printf(
         "# bytes/token: read by the step, the weights once over the batch and each sequence's cached keys and values; "
-        "streamed/tok: copied into the stream slots; bound: those bytes at the copy rate (a streamed byte counted "
+        "streamed/tok: copied into the stream slots (host-kv: the cache's copies in and out); bound: those bytes at the copy rate (a streamed byte counted "
         "three times: read, written, read again), or the cold file read for disk; of product: GB/s read over the "
         "one-row product's\n");
     return 0;
