@@ -10,6 +10,7 @@
 
 #include "models/gpt/data/token_data.h"
 #include "models/gpt/inference/gpt_decoder.h"
+#include "runtime/inference/generator.h"
 #include "runtime/memory/inference_planner.h"
 
 namespace strata::gpt::test_data {
@@ -37,6 +38,25 @@ inline double max_rel_diff(const float* a, const float* b, int n) {
     scale = std::max(scale, static_cast<double>(std::fabs(b[i])));
   }
   return diff / std::max(scale, 1e-30);
+}
+
+// What a decoder gives for one prompt's prefill and a batch's generation.
+struct DecodeOutputs {
+  std::vector<float> logits;  // every position of the prefilled prompt
+  std::vector<std::vector<std::int32_t>> tokens;
+};
+
+// `prompt` prefilled into sequence 0 with every position's logits, then generate() greedy over `prompts`
+// (`max_new_tokens` each).
+inline DecodeOutputs prefill_then_generate(Decoder& dec, const std::vector<std::int32_t>& prompt,
+                                           const std::vector<std::vector<std::int32_t>>& prompts, int max_new_tokens) {
+  DecodeOutputs out;
+  out.logits.resize(prompt.size() * static_cast<std::size_t>(dec.vocab()));
+  dec.prefill(0, prompt.data(), static_cast<int>(prompt.size()), out.logits.data());
+  GenerateOptions o;
+  o.max_new_tokens = max_new_tokens;
+  out.tokens = generate(dec, prompts, o).tokens;
+  return out;
 }
 
 // The planner's input for `cfg` as the decoder runs it (f32 weights and cache): prompts of `prompt` tokens at tp `tp`,

@@ -53,25 +53,16 @@ std::unique_ptr<Communicator> tp_group(int tp) {
   return world.split(world.rank() / tp, world.rank(), "tp" + std::to_string(tp));
 }
 
-struct Outputs {
-  std::vector<float> logits;  // every position of one prompt
-  std::vector<std::vector<std::int32_t>> tokens;
-};
+using Outputs = test_data::DecodeOutputs;
 
 Outputs decode(Communicator* tp, const DecodePlacement& where = {}) {
   share_cores();
   const GptConfig cfg = model();
   GptDecoder dec(cfg, strata::test::runtime().device(), 3, spec_weights(cfg, 8), 32, DType::kF32, where, tp);
-  Outputs out;
-  const std::vector<std::int32_t> p = some_tokens(50, cfg.vocab, 9);  // two chunks of 32 rows
-  out.logits.resize(p.size() * static_cast<std::size_t>(cfg.vocab));
-  dec.prefill(0, p.data(), static_cast<int>(p.size()), out.logits.data());
   std::vector<std::vector<std::int32_t>> prompts;
   for (int b = 0; b < 3; ++b) prompts.push_back(some_tokens(4 + 11 * b, cfg.vocab, 60 + static_cast<std::uint64_t>(b)));
-  GenerateOptions o;
-  o.max_new_tokens = 20;
-  out.tokens = generate(dec, prompts, o).tokens;
-  return out;
+  // The first prompt goes through in two chunks of 32 rows.
+  return test_data::prefill_then_generate(dec, some_tokens(50, cfg.vocab, 9), prompts, 20);
 }
 
 TEST(GptDecodeTp, EqualsOneRankAlone) {

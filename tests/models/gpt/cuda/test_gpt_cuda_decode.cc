@@ -13,7 +13,6 @@
 #include "core/cpu_device.h"
 #include "core/device_registry.h"
 #include "models/gpt/inference/gpt_decoder.h"
-#include "runtime/inference/generator.h"
 #include "tests/models/gpt/decode_test_data.h"
 #include "tests/support/test_support.h"
 
@@ -27,24 +26,15 @@ using test_data::spec_weights;
 
 GptConfig model() { return GptConfig{3, 4, 128, 97, 160}; }
 
-struct Outputs {
-  std::vector<float> logits;  // every position of a 150-token prompt (three chunks of 64 rows)
-  std::vector<std::vector<std::int32_t>> tokens;
-};
+using Outputs = test_data::DecodeOutputs;
 
 Outputs decode(Device& dev, const DecodePlacement& where = {}) {
   const GptConfig cfg = model();
   GptDecoder dec(cfg, dev, 3, spec_weights(cfg, 8), 64, DType::kF32, where);
-  Outputs out;
-  const std::vector<std::int32_t> p = some_tokens(150, cfg.vocab, 9);
-  out.logits.resize(p.size() * static_cast<std::size_t>(cfg.vocab));
-  dec.prefill(0, p.data(), static_cast<int>(p.size()), out.logits.data());
   std::vector<std::vector<std::int32_t>> prompts;
   for (int b = 0; b < 3; ++b) prompts.push_back(some_tokens(4 + 30 * b, cfg.vocab, 60 + static_cast<std::uint64_t>(b)));
-  GenerateOptions o;
-  o.max_new_tokens = 40;
-  out.tokens = generate(dec, prompts, o).tokens;
-  return out;
+  // The first prompt goes through in three chunks of 64 rows.
+  return test_data::prefill_then_generate(dec, some_tokens(150, cfg.vocab, 9), prompts, 40);
 }
 
 TEST(GptCudaDecode, EqualsTheCpuDecoder) {
