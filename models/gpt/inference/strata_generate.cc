@@ -227,6 +227,10 @@ int run(const Flags& f, Runtime& rt) {
   w.cfg.validate_tp(f.tp, false, w.cfg.ctx);
   const std::unique_ptr<Communicator> group = f.tp > 1 ? rt.world().split(rank / f.tp, rank, "tp") : nullptr;
   // --shard-weights: the ranks of the same tp rank in every group hold one part each of the streamed blocks.
+  STRATA_CHECK(!f.shard_weights || world > f.tp,
+               "--shard-weights shares the streamed blocks among the data-parallel ranks: it needs more ranks than "
+               "--tp {} (now {})",
+               f.tp, world);
   const std::unique_ptr<Communicator> shard_group =
       f.shard_weights && world > f.tp ? rt.world().split(rank % f.tp, rank, "shard") : nullptr;
   STRATA_CHECK(f.weights_from != "device" || shard_group,

@@ -156,6 +156,8 @@ refused(budget_too_small "the least, every block streamed with --prefetch 0, is"
         --checkpoint ${WORK}/ckpt --prompt "a" --device-memory 1K)
 refused(heads_not_dividing "--embd 64 must be a positive multiple of --heads 5"
         --weights ${WORK}/trained.safetensors --heads 5 --prompt "a")
+refused(shard_without_ranks "--shard-weights shares the streamed blocks among the data-parallel ranks: it needs more"
+        --checkpoint ${WORK}/ckpt --prompt "a" --shard-weights)
 
 # A byte flipped in the middle of a data file of the checkpoint: its checksum fails, named.
 set(victim ${WORK}/ckpt/step-00000012/rank-00001.bin)
@@ -169,3 +171,8 @@ refused(damaged_chunk "${victim} is corrupt: tensor '" --checkpoint ${WORK}/ckpt
 run_checked(damaged_chunk_streamed_np2 fail 60 ${launch} -n 2 ${GENERATE} --checkpoint ${WORK}/ckpt --tokens 116,104
             --tokens 97 --resident-layers 0 --weights-from disk)
 expect_text(damaged_chunk_streamed_np2 "${victim} is corrupt: tensor '")
+# And with the blocks sharded over the two ranks, each reading its part from the files: the rank whose part holds the
+# damaged bytes names them, and both stop.
+run_checked(damaged_chunk_sharded_np2 fail 60 ${launch} -n 2 ${GENERATE} --checkpoint ${WORK}/ckpt --tokens 116,104
+            --tokens 97 --shard-weights --weights-from disk)
+expect_text(damaged_chunk_sharded_np2 "${victim} is corrupt: tensor '")
