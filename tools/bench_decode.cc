@@ -5,9 +5,9 @@
 // streamed from a safetensors file with its page cache dropped before each block (bound: the file's cold read rate,
 // measured in the same run); every block resident with the KV cache in host memory (host-kv; bound: its copies in
 // and out counted as the streamed blocks' are). The default model's 0.8 GB of weights exceed the caches. Weights from
-// the spec's init: a decode step's cost does not depend on their values. Usage: build/bin/bench_decode [--layers 16 --embd 1024
-// --heads 16 --vocab 8192 --ctx 1024] [--prompt 64] [--steps 32] [--stream-steps 8] [--batches 1,4,16] [--reps 2]
-//        [--placements resident,host,disk,host-kv] [--prefetch 1] [--dir /tmp]
+// the spec's init: a decode step's cost does not depend on their values. Usage: build/bin/bench_decode [--layers 16
+// --embd 1024 --heads 16 --vocab 8192 --ctx 1024] [--prompt 64] [--steps 32] [--stream-steps 8] [--batches 1,4,16]
+//        [--reps 2] [--placements resident,host,disk,host-kv] [--prefetch 1] [--dir /tmp]
 #include <fcntl.h>
 #include <omp.h>
 #include <unistd.h>
@@ -240,9 +240,9 @@ int main(int argc, char** argv) {
     if (reader) std::filesystem::remove(file);
     std::printf(
         "# bytes/token: read by the step, the weights once over the batch and each sequence's cached keys and values; "
-        "streamed/tok: copied into the stream slots (host-kv: the cache's copies in and out); bound: those bytes at the copy rate (a streamed byte counted "
-        "three times: read, written, read again), or the cold file read for disk; of product: GB/s read over the "
-        "one-row product's\n");
+        "streamed/tok: copied into the stream slots (host-kv: the cache's copies in and out); bound: those bytes at "
+        "the copy rate (a streamed byte counted three times: read, written, read again), or the cold file read for "
+        "disk; of product: GB/s read over the one-row product's\n");
     return 0;
   });
 }

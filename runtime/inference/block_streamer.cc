@@ -25,8 +25,8 @@ BlockStreamer::BlockStreamer(Device& device, std::size_t block_bytes, int count,
     shard_ = nullptr;
   }
   STRATA_CHECK(source_ != WeightSource::kDevice || shard_,
-               "weights streamed from device memory need a shard group of 2 or more ranks, each holding a part of every "
-               "block (with one rank, keep the blocks resident)");
+               "weights streamed from device memory need a shard group of 2 or more ranks, each holding a part of "
+               "every block (with one rank, keep the blocks resident)");
   part_ = shard_part(block_bytes_, shards_);
   slot_size_ = part_ * static_cast<std::size_t>(shards_);
   if (source_ == WeightSource::kHost || source_ == WeightSource::kDevice) {

@@ -67,7 +67,8 @@ Generation generate(Decoder& decoder, const std::vector<std::vector<std::int32_t
   };
   const auto t0 = Clock::now();
   int prefill_passes = 0;
-  for (const std::vector<std::int32_t>& p : prompts) prefill_passes += decoder.prefill_passes(static_cast<int>(p.size()));
+  for (const std::vector<std::int32_t>& p : prompts)
+    prefill_passes += decoder.prefill_passes(static_cast<int>(p.size()));
   // In step: as many prefill passes as the busiest rank's, the others idle.
   const int idle_prefill = group ? group_max(*group, prefill_passes) - prefill_passes : 0;
   for (int s = 0; s < n; ++s) {

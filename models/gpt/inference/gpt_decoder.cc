@@ -127,7 +127,8 @@ struct GptDecoder::Impl {
     auto need = [&](int resident_blocks) {
       const std::size_t parts =
           where.source == WeightSource::kDevice ? static_cast<std::size_t>(L - resident_blocks) * part : 0;
-      return fixed + static_cast<std::size_t>(resident_blocks) * block_bytes + slots_for(resident_blocks) * slot + parts;
+      return fixed + static_cast<std::size_t>(resident_blocks) * block_bytes + slots_for(resident_blocks) * slot +
+             parts;
     };
     int resident_blocks = where.resident_layers >= 0 ? where.resident_layers : L;
     const std::uint64_t budget = where.device_memory;
@@ -139,17 +140,17 @@ struct GptDecoder::Impl {
     }
     STRATA_CHECK_CODE(
         ErrorCode::kOutOfMemory, budget == 0 || need(resident_blocks) <= budget,
-        "--device-memory {}: the decoder needs {} with {} of {} blocks resident (embeddings and final norm {}, KV cache{} "
-        "{} for {} sequences of {} positions, workspace {}, {} resident and {} stream slot(s) of {} a block{}); the "
-        "least, every block streamed with --prefetch 0, is {}: give at least that, fewer sequences, or a shorter "
-        "context (strata-plan --inference sizes the placements)",
+        "--device-memory {}: the decoder needs {} with {} of {} blocks resident (embeddings and final norm {}, KV "
+        "cache{} {} for {} sequences of {} positions, workspace {}, {} resident and {} stream slot(s) of {} a "
+        "block{}); the least, every block streamed with --prefetch 0, is {}: give at least that, fewer sequences, or a "
+        "shorter context (strata-plan --inference sizes the placements)",
         bytes_text(budget), bytes_text(need(resident_blocks)), resident_blocks, L, bytes_text(outside),
         where.kv_on_host ? fmt::format(" staging ({} of {} layers)", cache_layers, L) : std::string(),
         bytes_text(2 * cache_layers * cache), S, cfg.ctx, bytes_text(workspace), resident_blocks,
         slots_for(resident_blocks), bytes_text(block_bytes),
-        where.source == WeightSource::kDevice ? fmt::format(", and this rank's part of each streamed block, {}",
-                                                            bytes_text(part))
-                                              : std::string(),
+        where.source == WeightSource::kDevice
+            ? fmt::format(", and this rank's part of each streamed block, {}", bytes_text(part))
+            : std::string(),
         bytes_text(fixed + slot + (where.source == WeightSource::kDevice ? static_cast<std::size_t>(L) * part : 0)));
     held = need(resident_blocks);
 

@@ -28,10 +28,11 @@ using WeightReader = std::function<void(const std::string& name, std::size_t beg
 
 // Where the blocks' weights live, as strata-plan --inference's placements: the first `resident_layers` blocks in device
 // memory, the others streamed, in layer order, into prefetch_depth + 1 slots (fewer when fewer blocks stream) on an
-// upload stream, each block copied in while the blocks before it compute (runtime/inference/block_streamer.h). kHost: the streamed blocks are read once
-// into host memory (page-locked beside a CUDA device) and copied from there every pass; kDisk: they are read through
-// the WeightReader every pass (a checkpoint's chunk files, CRC-checked, or a safetensors file); kDevice (with a shard
-// group only): this rank's part of each is kept in device memory and the group gathers the rest.
+// upload stream, each block copied in while the blocks before it compute (runtime/inference/block_streamer.h). kHost:
+// the streamed blocks are read once into host memory (page-locked beside a CUDA device) and copied from there every
+// pass; kDisk: they are read through the WeightReader every pass (a checkpoint's chunk files, CRC-checked, or a
+// safetensors file); kDevice (with a shard group only): this rank's part of each is kept in device memory and the
+// group gathers the rest.
 struct DecodePlacement {
   int resident_layers = -1;        // -1: every block, or as many as fit device_memory when it is set
   std::uint64_t device_memory = 0;  // bytes the decoder may hold in device memory (0: no limit)

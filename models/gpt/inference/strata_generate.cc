@@ -280,8 +280,8 @@ int run(const Flags& f, Runtime& rt) {
           shard_group ? fmt::format(", sharded over {} ranks and gathered every pass", shard_group->size())
                       : std::string());
     if (where.kv_on_host)
-      placement += fmt::format("; KV cache in host memory ({}, {} of device staging)", bytes_text(dec.cache_host_bytes()),
-                               bytes_text(dec.cache_staging_bytes()));
+      placement += fmt::format("; KV cache in host memory ({}, {} of device staging)",
+                               bytes_text(dec.cache_host_bytes()), bytes_text(dec.cache_staging_bytes()));
     placement += fmt::format("; {} of device memory", bytes_text(dec.device_bytes()));
     if (!local.empty() || dec.lockstep_group()) g = generate(dec, local, o);
   }

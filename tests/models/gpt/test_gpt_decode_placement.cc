@@ -200,7 +200,8 @@ TEST(GptDecodePlacement, BytesAreThePlannersPrediction) {
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.stream_slot_bytes()), plan.stream_buffers) << kv_on_host;
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_bytes()), plan.kv_cache) << kv_on_host;
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_staging_bytes()), plan.kv_staging) << kv_on_host;
-    EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_host_bytes()), kv_on_host ? B * cfg.ctx * plan.kv_bytes_per_token : 0)
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_host_bytes()),
+                     kv_on_host ? B * cfg.ctx * plan.kv_bytes_per_token : 0)
         << kv_on_host;
     const double steps = G - 1;
     EXPECT_DOUBLE_EQ(static_cast<double>(g.decode_weight_bytes + g.decode_cache_bytes) / steps, plan.device_bytes)
