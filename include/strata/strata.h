@@ -35,6 +35,7 @@
 #include "runtime/inference/block_streamer.h"
 #include "runtime/inference/decoder.h"
 #include "runtime/inference/generator.h"
+#include "runtime/inference/kv_cache.h"
 #include "runtime/inference/sampler.h"
 #include "runtime/tensor/global_elements.h"
 #include "runtime/tensor/parallel_linear.h"
