@@ -1,7 +1,8 @@
 // bench_decode: the decode path's tokens/s and bytes read per generated token (models/gpt/inference) beside the
 // bound for them, this machine's memory copy rate measured in the same run (a STREAM-style copy of a 2 GiB buffer on
 // every core), at several batch sizes, for each weight placement: every block resident; every block streamed from
-// host memory (bound: the copy into the slots, read and write, and the step's reads at the copy rate); every block
+// host memory (bound: the copy into the slots, read and write, and the step's reads at the copy rate, or the streamed
+// bytes at one thread's copy rate, the upload stream's, whichever is slower); every block
 // streamed from a safetensors file with its page cache dropped before each block (bound: the file's cold read rate,
 // measured in the same run); every block resident with the KV cache in host memory (host-kv; bound: its copies in
 // and out counted as the streamed blocks' are). The default model's 0.8 GB of weights exceed the caches. Weights from
@@ -59,6 +60,24 @@ double copy_rate(std::size_t bytes, int reps) {
     }
     const double s = seconds_since(t0);
     if (r > 0) rates.push_back(2.0 * static_cast<double>(bytes) / s / 1e9);
+  }
+  return median(rates);
+}
+
+// GB/s copied by one thread (bytes moved, not read + written), 50 MiB at a time from 16 sources into 2 destinations,
+// as the upload stream copies streamed blocks into their slots: the host placement's link on the CPU backend, one
+// copying thread as a GPU's link is one copy engine. The median of `reps` after one warm-up.
+double one_thread_copy_rate(int reps) {
+  constexpr std::size_t kBlock = std::size_t{50} << 20;
+  constexpr int kSources = 16;
+  std::vector<std::vector<char>> src(kSources, std::vector<char>(kBlock, 1)), dst(2, std::vector<char>(kBlock, 0));
+  std::vector<double> rates;
+  for (int r = 0; r <= reps; ++r) {
+    const auto t0 = Clock::now();
+    for (int b = 0; b < kSources; ++b)
+      std::memcpy(dst[static_cast<std::size_t>(b % 2)].data(), src[static_cast<std::size_t>(b)].data(), kBlock);
+    const double s = seconds_since(t0);
+    if (r > 0) rates.push_back(static_cast<double>(kSources) * kBlock / s / 1e9);
   }
   return median(rates);
 }
@@ -155,6 +174,8 @@ int main(int argc, char** argv) {
     CpuDevice dev(600.0);
     const std::size_t buffer = std::size_t{2} << 30;  // past any last-level cache
     const double bw = copy_rate(buffer, 5), product = one_row_product_rate(dev, 3);
+    const bool streams_from_host = std::find(placements.begin(), placements.end(), "host") != placements.end();
+    const double link = streams_from_host ? one_thread_copy_rate(3) : 0;
     std::printf(
         "# bench_decode: %d layers, embd %d, %d heads, vocab %d, ctx %d, f32; prompt %d, %d decode steps, "
         "%d threads\n",
@@ -163,6 +184,8 @@ int main(int argc, char** argv) {
         "# memory copy (every core, 2 GiB, read + write counted, as STREAM): %.2f GB/s; the decode's product "
         "at one row reads %.2f GB/s of weights (0.8 GB of 1024 x 4096 f32)\n",
         bw, product);
+    if (streams_from_host)
+      std::printf("# host: one thread copies %.2f GB/s (50 MiB blocks, bytes moved), the upload stream's link\n", link);
     const gpt::WeightReader spec = [&](const std::string& name, std::size_t begin, std::size_t count, float* out) {
       ParamSlot slot;
       slot.name = name;
@@ -231,6 +254,7 @@ int main(int argc, char** argv) {
         // written, then read), or the file's cold read, whichever is slower.
         double bound_s = (per_token + 2 * streamed_per_token) / (bw * 1e9);
         if (where == "disk") bound_s = std::max(bound_s, streamed_per_token / (disk_gbs * 1e9));
+        if (where == "host") bound_s = std::max(bound_s, streamed_per_token / (link * 1e9));
         const double bound = 1 / bound_s;
         const double read = static_cast<double>(bytes) / t / 1e9;
         std::printf("  %8s %5d %11.1f %9.3f %13.0f %13.0f %9.2f %11.1f %8.2f %10.2f\n", where.c_str(), b, tokens / t,
@@ -242,7 +266,7 @@ int main(int argc, char** argv) {
         "# bytes/token: read by the step, the weights once over the batch and each sequence's cached keys and values; "
         "streamed/tok: copied into the stream slots (host-kv: the cache's copies in and out); bound: those bytes at "
         "the copy rate (a streamed byte counted three times: read, written, read again), or the cold file read for "
-        "disk; of product: GB/s read over the one-row product's\n");
+        "disk, or one thread's copy for host, whichever is slower; of product: GB/s read over the one-row product's\n");
     return 0;
   });
 }
