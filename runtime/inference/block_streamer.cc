@@ -1,6 +1,6 @@
 // BlockStreamer: copy t (t = 0, 1, ...) brings block t % count into slot t % slots; consuming copy t issues copy
-// t + slots into the slot it frees, after the compute stream's work on it. Under a shard group a copy is this rank's
-// part followed by the group's all-gather, both on the upload stream.
+// t + slots into the slot it frees, after the compute stream's work on it, on upload stream t % streams. Under a shard
+// group a copy is this rank's part followed by the group's all-gather, both on that upload stream.
 #include "runtime/inference/block_streamer.h"
 
 #include <algorithm>
@@ -58,13 +58,16 @@ BlockStreamer::BlockStreamer(Device& device, std::size_t block_bytes, int count,
     loaded_.push_back(dev_.create_event());
     consumed_.push_back(dev_.create_event());
   }
-  upload_ = dev_.create_stream("weight-upload");
+  // Two blocks read from disk at once hide one's cold-read latency behind the other's (the disk's own rate is the
+  // same with one reader or two); copies from memory keep one stream, one copy engine.
+  const int streams = source_ == WeightSource::kDisk ? std::min(n, 2) : 1;
+  for (int i = 0; i < streams; ++i) uploads_.push_back(dev_.create_stream("weight-upload"));
   for (int i = 0; i < n; ++i) issue();
 }
 
 BlockStreamer::~BlockStreamer() {
   try {
-    upload_->synchronize();  // no copy may still write a slot being freed
+    for (auto& u : uploads_) u->synchronize();  // no copy may still write a slot being freed
   } catch (const std::exception&) {
     // A failed copy failed the pass that waited for it; nothing is left to report.
   }
@@ -80,24 +83,25 @@ void BlockStreamer::fill_part(int block, void* dst) {
 void BlockStreamer::issue() {
   const std::size_t s = issued_ % slots_.size();
   const int block = static_cast<int>(issued_ % static_cast<std::uint64_t>(count_));
+  Stream& upload = *uploads_[issued_ % uploads_.size()];
   ++issued_;
-  upload_->wait(*consumed_[s]);
+  upload.wait(*consumed_[s]);
   std::uint8_t* slot = static_cast<std::uint8_t*>(slots_[s].data());
   std::uint8_t* mine = slot + static_cast<std::size_t>(shard_rank_) * part_;
   const void* gather_from = mine;  // in place, as NCCL allows
   if (source_ == WeightSource::kDevice) {
     gather_from = parts_[static_cast<std::size_t>(block)].data();
   } else if (source_ == WeightSource::kHost) {
-    dev_.copy(mine, parts_[static_cast<std::size_t>(block)].data(), part_, *upload_);
+    dev_.copy(mine, parts_[static_cast<std::size_t>(block)].data(), part_, upload);
   } else if (staging_.empty()) {  // the device's memory is the host's: fill the slot itself
-    upload_->enqueue_host([this, block, mine] { fill_part(block, mine); });
+    upload.enqueue_host([this, block, mine] { fill_part(block, mine); });
   } else {
     void* stage = staging_[s].data();
-    upload_->enqueue_host([this, block, stage] { fill_part(block, stage); });
-    dev_.copy(mine, stage, part_, *upload_);
+    upload.enqueue_host([this, block, stage] { fill_part(block, stage); });
+    dev_.copy(mine, stage, part_, upload);
   }
-  if (shard_) shard_->all_gather(gather_from, slot, part_ / 4, DType::kF32, *upload_);
-  upload_->record(*loaded_[s]);
+  if (shard_) shard_->all_gather(gather_from, slot, part_ / 4, DType::kF32, upload);
+  upload.record(*loaded_[s]);
 }
 
 const void* BlockStreamer::acquire(int block) {

@@ -22,8 +22,9 @@ class BlockStreamer {
  public:
   // Writes bytes [begin, begin + bytes) of block `block` to `host_dst`, host memory: the whole block (begin 0), or
   // under a shard group this rank's part of it. kHost and kDevice call it once per block, at construction; kDisk
-  // every pass, on the upload stream (it must not call CUDA; an exception fails the pass that waits for the block,
-  // with its message).
+  // every pass, on the upload streams (it must not call CUDA; an exception fails the pass that waits for the block,
+  // with its message). kDisk reads two blocks at once where there are two slots or more, each on its own stream, so
+  // that one's cold reads wait while the other's proceed: it must be safe to call from two threads at once.
   using Fill = std::function<void(int block, std::size_t begin, std::size_t bytes, void* host_dst)>;
 
   // The slots `count` blocks stream through with `prefetch_depth` of them copied ahead: min(depth + 1, count).
@@ -32,8 +33,8 @@ class BlockStreamer {
   // `count` blocks of `block_bytes` (count >= 1), consumed 0, 1, ..., count - 1, then again from 0. kHost: every
   // block filled once into host memory (page-locked beside a CUDA device) and copied from there each pass; kDisk:
   // filled each pass, straight into its slot where the device's memory is the host's, else into page-locked staging
-  // copied after. Slots and staging are `category` in the device's and the host's ledgers. The first slot_count()
-  // copies are issued at once.
+  // copied after (copy t on upload stream t % 2 where there are two slots or more, else on the one). Slots and staging
+  // are `category` in the device's and the host's ledgers. The first slot_count() copies are issued at once.
   // `shard` (size N > 1): this rank holds or fetches only part shard_part(block_bytes, N) of each block, bytes
   // [rank x part, + part) (zero past the block's end), and after it arrives the group all-gathers the N parts into the
   // slot on the upload stream; kDevice keeps the parts in device memory (it needs a group). Every rank of the group
@@ -78,7 +79,7 @@ class BlockStreamer {
   std::vector<Buffer> parts_, staging_;    // [count] (kHost in host memory, kDevice in device memory), [slots] (kDisk)
   std::vector<Buffer> slots_;
   std::vector<std::unique_ptr<Event>> loaded_, consumed_;  // per slot
-  std::unique_ptr<Stream> upload_;
+  std::vector<std::unique_ptr<Stream>> uploads_;  // copy t on uploads_[t % size]
   std::uint64_t issued_ = 0, consumed_count_ = 0;
   bool held_ = false;
 };

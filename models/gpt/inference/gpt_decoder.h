@@ -23,7 +23,8 @@
 namespace strata::gpt {
 
 // Reads elements [begin, begin + count) of the named parameter (its whole row-major shape, gpt_units' names) as f32
-// into host memory at `out`.
+// into host memory at `out`. Blocks streamed from disk are read two at a time: it must be safe to call from two
+// threads at once.
 using WeightReader = std::function<void(const std::string& name, std::size_t begin, std::size_t count, float* out)>;
 
 // Where the blocks' weights live, as strata-plan --inference's placements: the first `resident_layers` blocks in device

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -105,18 +106,42 @@ Weights from_safetensors(const std::string& path, int heads) {
 }
 
 Weights from_checkpoint(const std::string& path, std::int64_t step_flag, int heads) {
-  struct Open {
-    CheckpointIndex index;
+  // A CheckpointReader reads through its own staging and opens files as it goes, so each thread reading at once
+  // (streamed blocks are read from disk two at a time) borrows one of its own.
+  struct Reader {
     std::vector<char> staging;
     std::unique_ptr<CheckpointReader> reader;
+  };
+  struct Open {
+    std::string step_dir;
+    CheckpointIndex index;
+    std::mutex mutex;
+    std::vector<std::unique_ptr<Reader>> idle;
+    std::unique_ptr<Reader> take() {
+      {
+        const std::lock_guard<std::mutex> lock(mutex);
+        if (!idle.empty()) {
+          std::unique_ptr<Reader> r = std::move(idle.back());
+          idle.pop_back();
+          return r;
+        }
+      }
+      auto r = std::make_unique<Reader>();
+      r->staging.resize(index.block_bytes);
+      r->reader = std::make_unique<CheckpointReader>(step_dir, index, r->staging.data());
+      return r;
+    }
+    void give(std::unique_ptr<Reader> r) {
+      const std::lock_guard<std::mutex> lock(mutex);
+      idle.push_back(std::move(r));
+    }
   };
   const CheckpointDir dir(path);
   const std::int64_t step = step_flag >= 0 ? step_flag : dir.latest_step();
   STRATA_CHECK_CODE(ErrorCode::kIo, step >= 0, "--checkpoint {}: no committed checkpoint", path);
   auto open = std::make_shared<Open>();
+  open->step_dir = dir.step_path(step);
   open->index = dir.read_index(step);
-  open->staging.resize(open->index.block_bytes);
-  open->reader = std::make_unique<CheckpointReader>(dir.step_path(step), open->index, open->staging.data());
   if (heads == 0 && open->index.state.contains("trainer")) {
     const gpt::GptTrainerState s =
         gpt::GptTrainerState::parse(open->index.state["trainer"], dir.step_path(step), nullptr);
@@ -131,7 +156,9 @@ Weights from_checkpoint(const std::string& path, std::int64_t step_flag, int hea
       },
       heads, w.source);
   w.read = [open](const std::string& name, std::size_t begin, std::size_t count, float* out) {
-    open->reader->read_f32(open->index.tensor(params_tensor(name)), begin, count, out);
+    std::unique_ptr<Reader> r = open->take();
+    r->reader->read_f32(open->index.tensor(params_tensor(name)), begin, count, out);  // a failed one is dropped
+    open->give(std::move(r));
   };
   return w;
 }

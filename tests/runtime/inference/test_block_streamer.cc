@@ -3,6 +3,7 @@
 // and 12 bytes; at np 4 the last rank holds 2 bytes and 10 of padding). The byte counts are the parts' arithmetic.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -22,8 +23,8 @@ std::uint8_t byte_of(int block, std::size_t at) {
   return static_cast<std::uint8_t>(block * 37 + static_cast<int>(at) * 5 + 1);
 }
 
-// Fills bytes [begin, begin + bytes) of a block, counting the bytes asked for.
-BlockStreamer::Fill filler(std::size_t* asked) {
+// Fills bytes [begin, begin + bytes) of a block, counting the bytes asked for (kDisk asks from two threads).
+BlockStreamer::Fill filler(std::atomic<std::size_t>* asked) {
   return [asked](int block, std::size_t begin, std::size_t bytes, void* out) {
     EXPECT_LE(begin + bytes, kBlock);
     for (std::size_t i = 0; i < bytes; ++i) static_cast<std::uint8_t*>(out)[i] = byte_of(block, begin + i);
@@ -55,7 +56,7 @@ TEST(BlockStreamer, SlotsHoldEachBlockWholeOrGathered) {
     for (int depth : {0, 2}) {
       if (source == WeightSource::kDevice && n == 1) continue;
       const std::string what = std::string(weight_source_name(source)) + ", prefetch " + std::to_string(depth);
-      std::size_t asked = 0;
+      std::atomic<std::size_t> asked{0};
       {
         BlockStreamer s(dev, kBlock, kBlocks, source, depth, filler(&asked), MemCategory::kParamShard, &world);
         EXPECT_EQ(s.part_bytes(), part) << what;
@@ -74,7 +75,7 @@ TEST(BlockStreamer, SlotsHoldEachBlockWholeOrGathered) {
 }
 
 TEST(BlockStreamer, DeviceSourceNeedsAGroup) {
-  std::size_t asked = 0;
+  std::atomic<std::size_t> asked{0};
   try {
     BlockStreamer s(test::runtime().device(), kBlock, kBlocks, WeightSource::kDevice, 1, filler(&asked));
     FAIL() << "a device source without a shard group was accepted";
