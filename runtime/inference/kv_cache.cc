@@ -56,17 +56,17 @@ void KvCache::begin_pass(const std::vector<Span>& spans) {
   for (int l = 0; l < static_cast<int>(slot_keys_.size()); ++l) issue(l);
 }
 
-float* KvCache::base(int layer, int which) {
+KvCache::Layer KvCache::acquire(int layer) {
   STRATA_CHECK_CODE(ErrorCode::kInternal, layer == next_, "KV cache layer {} acquired, layer {} expected", layer,
                     next_);
-  if (!on_host_) return (which == 0 ? keys_ : values_)[static_cast<std::size_t>(layer)].as<float>();
+  if (!on_host_) {
+    const std::size_t l = static_cast<std::size_t>(layer);
+    return Layer{keys_[l].as<float>(), values_[l].as<float>()};
+  }
   const std::size_t s = static_cast<std::size_t>(layer) % slot_keys_.size();
-  if (which == 0) dev_.compute_stream().wait(*loaded_[s]);
-  return (which == 0 ? slot_keys_ : slot_values_)[s].as<float>();
+  dev_.compute_stream().wait(*loaded_[s]);
+  return Layer{slot_keys_[s].as<float>(), slot_values_[s].as<float>()};
 }
-
-float* KvCache::keys(int layer) { return base(layer, 0); }
-float* KvCache::values(int layer) { return base(layer, 1); }
 
 void KvCache::issue(int layer) {
   const std::size_t s = static_cast<std::size_t>(layer) % slot_keys_.size();

@@ -34,8 +34,11 @@ class KvCache {
   // Layer `layer`'s keys and values for the pass, in device memory ([sequences, context, width] each): in a host cache,
   // a staging slot holding each span's positions [0, pos) once they have arrived (the compute stream waits for them).
   // Layers are acquired in order, each released before the next.
-  float* keys(int layer);
-  float* values(int layer);
+  struct Layer {
+    float* keys;
+    float* values;
+  };
+  Layer acquire(int layer);
   // The compute stream's work on `layer` is enqueued: a host cache copies the spans' new positions back and gives the
   // slot to the layer `staging_slots()` ahead.
   void release(int layer);
@@ -49,7 +52,6 @@ class KvCache {
 
  private:
   void issue(int layer);              // the copies that fill `layer`'s slot
-  float* base(int layer, int which);  // 0: keys, 1: values
   std::size_t seq_floats() const { return static_cast<std::size_t>(ctx_) * static_cast<std::size_t>(width_); }
   std::size_t layer_floats() const { return static_cast<std::size_t>(seqs_) * seq_floats(); }
 

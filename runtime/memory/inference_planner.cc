@@ -106,6 +106,7 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   const double slot = in.shard > 1 ? in.shard * part : layer_bytes;
   const double fetched = p.streamed_layers * part;  // by this device from its source, each pass
   const bool on_device = in.source == WeightSource::kDevice;
+  const double link_weights = on_device ? 0 : fetched;  // over the host link, each pass
   // Keys and values of one position in one layer: the device's kv heads (split by tp, or replicated when there are
   // fewer than tp), head_dim each.
   const double kv_heads_here = std::ceil(static_cast<double>(kv_heads_of(in)) / in.tp);
@@ -138,7 +139,7 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   p.device_bytes = all_weights + kv_read;  // a streamed layer is read from its slot once it has arrived
   // Host <-> device: this device's part of the streamed layers (unless it holds them), and from a host cache each
   // sequence's cached positions in and its new one out, the positions its query attends to.
-  p.link_bytes = (on_device ? 0 : fetched) + (kv_on_device ? 0 : kv_read);
+  p.link_bytes = link_weights + (kv_on_device ? 0 : kv_read);
   p.disk_bytes = in.source == WeightSource::kDisk ? fetched : 0;
   p.gather_bytes = p.streamed_layers * (slot - part);
   // Two FLOPs a parameter for each sequence, and the attention's q.k and a.v over the context: 4 h / tp per token
@@ -163,7 +164,7 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   // causal attention over half the prompt on average.
   const double P = in.prompt;
   const double prefill_flops = 2 * params_here * b * P + L * b * 4 * (P + 1) / 2 * P * h / in.tp;
-  const double prefill_s = std::max({prefill_flops / flops_per_s, (on_device ? 0 : fetched) / (hw.host_gbs * 1e9),
+  const double prefill_s = std::max({prefill_flops / flops_per_s, link_weights / (hw.host_gbs * 1e9),
                                      p.disk_bytes / (hw.disk_gbs * 1e9), p.gather_s});
   p.prefill_tokens_per_s = b * P / prefill_s;
   return p;

@@ -112,23 +112,19 @@ struct GptDecoder::Impl {
         r * (3 + 5 * C + 12 * cl + static_cast<std::size_t>(NHl) + Vl + (T > 1 ? t * Vl : 0)) * 4;
     const int L = cfg.layers, depth = where.prefetch_depth;
     // The KV cache in device memory, or a host cache's staging slots there.
-    const std::size_t cache_layers =
-        static_cast<std::size_t>(where.kv_on_host ? KvCache::staging_slots(depth, L) : L);
+    const std::size_t cache_layers = static_cast<std::size_t>(where.kv_on_host ? KvCache::staging_slots(depth, L) : L);
     const std::size_t fixed = outside + 2 * cache_layers * cache + workspace;
     STRATA_CHECK(where.source != WeightSource::kDevice || shard_group,
                  "--weights-from device keeps each rank's part of the streamed blocks in device memory: it needs "
                  "--shard-weights over 2 or more ranks (with one, keep the blocks resident)");
-    // Under a shard group a slot holds every rank's part of a block, and kDevice keeps this rank's parts.
-    const std::size_t part = shard_part(block_bytes, shard_group ? shard_group->size() : 1);
-    const std::size_t slot = shard_group ? part * static_cast<std::size_t>(shard_group->size()) : block_bytes;
+    // The streamed blocks' slots (and kDevice's parts) as the stream will hold them.
+    const int shards = shard_group ? shard_group->size() : 1;
     auto slots_for = [&](int resident_blocks) {
-      return resident_blocks < L ? static_cast<std::size_t>(BlockStreamer::slot_count(depth, L - resident_blocks)) : 0;
+      return resident_blocks < L ? BlockStreamer::slot_count(depth, L - resident_blocks) : 0;
     };
     auto need = [&](int resident_blocks) {
-      const std::size_t parts =
-          where.source == WeightSource::kDevice ? static_cast<std::size_t>(L - resident_blocks) * part : 0;
-      return fixed + static_cast<std::size_t>(resident_blocks) * block_bytes + slots_for(resident_blocks) * slot +
-             parts;
+      return fixed + static_cast<std::size_t>(resident_blocks) * block_bytes +
+             BlockStreamer::device_bytes(block_bytes, L - resident_blocks, where.source, depth, shards);
     };
     int resident_blocks = where.resident_layers >= 0 ? where.resident_layers : L;
     const std::uint64_t budget = where.device_memory;
@@ -148,10 +144,10 @@ struct GptDecoder::Impl {
         where.kv_on_host ? fmt::format(" staging ({} of {} layers)", cache_layers, L) : std::string(),
         bytes_text(2 * cache_layers * cache), S, cfg.ctx, bytes_text(workspace), resident_blocks,
         slots_for(resident_blocks), bytes_text(block_bytes),
-        where.source == WeightSource::kDevice
-            ? fmt::format(", and this rank's part of each streamed block, {}", bytes_text(part))
-            : std::string(),
-        bytes_text(fixed + slot + (where.source == WeightSource::kDevice ? static_cast<std::size_t>(L) * part : 0)));
+        where.source == WeightSource::kDevice ? fmt::format(", and this rank's part of each streamed block, {}",
+                                                            bytes_text(shard_part(block_bytes, shards)))
+                                              : std::string(),
+        bytes_text(fixed + BlockStreamer::device_bytes(block_bytes, L, where.source, 0, shards)));
     held = need(resident_blocks);
 
     // Every parameter from `read`, in gpt_units' order, through one host buffer.
@@ -300,8 +296,9 @@ struct GptDecoder::Impl {
       auto P = [&](BlockParam i) { return base + offset[static_cast<std::size_t>(i)]; };
       k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), X, P(kLn1W), P(kLn1B), rows, C);
       k->matmul_forward(qkv.as<float>(), ln.as<float>(), P(kAttnW), P(kAttnB), rows, C, 3 * Cl);
-      float* kc = kv->keys(l);
-      float* vc = kv->values(l);
+      const KvCache::Layer cache = kv->acquire(l);
+      float* kc = cache.keys;
+      float* vc = cache.values;
       for (const Group& g : groups) {
         const std::size_t at = static_cast<std::size_t>(g.seq) * ctx * cl;
         const float* q = qkv.as<float>() + static_cast<std::size_t>(g.row) * 3 * cl;

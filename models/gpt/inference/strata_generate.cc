@@ -259,7 +259,7 @@ int run(const Flags& f, Runtime& rt) {
                "--tp {} (now {})",
                f.tp, world);
   const std::unique_ptr<Communicator> shard_group =
-      f.shard_weights && world > f.tp ? rt.world().split(rank % f.tp, rank, "shard") : nullptr;
+      f.shard_weights ? rt.world().split(rank % f.tp, rank, "shard") : nullptr;
   STRATA_CHECK(f.weights_from != "device" || shard_group,
                "--weights-from device keeps each rank's part of the streamed blocks in device memory: give "
                "--shard-weights and more ranks than --tp {} (now {})",
