@@ -6,13 +6,14 @@
 // streamed from a safetensors file with its page cache dropped before each block (bound: the file's cold read rate,
 // measured in the same run); every block resident with the KV cache in host memory (host-kv; bound: its copies in
 // and out counted as the streamed blocks' are). The default model's 0.8 GB of weights exceed the caches. Weights from
-// the spec's init: a decode step's cost does not depend on their values. Usage: build/bin/bench_decode [--layers 16
+// the spec's init: a decode step's cost does not depend on their values. The decode computes on every core less the
+// decoder's copy threads (strata-generate's choice), or on --threads. Usage: build/bin/bench_decode [--layers 16
 // --embd 1024 --heads 16 --vocab 8192 --ctx 1024] [--prompt 64] [--steps 32] [--stream-steps 8] [--batches 1,4,16]
-//        [--reps 2] [--placements resident,host,disk,host-kv] [--prefetch 1] [--dir /tmp]
+//        [--reps 2] [--placements resident,host,disk,host-kv] [--prefetch 1] [--threads N] [--dir /tmp]
 #include <fcntl.h>
 #include <omp.h>
-#include <unistd.h>
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -31,6 +32,7 @@
 #include "core/tool_main.h"
 #include "models/gpt/data/token_data.h"
 #include "models/gpt/inference/gpt_decoder.h"
+#include "models/gpt/model/cpu_ops.h"
 #include "models/gpt/model/kernel_table.h"
 #include "runtime/sharding/shard_layout.h"
 
@@ -147,7 +149,7 @@ int main(int argc, char** argv) {
   namespace flags = strata::flags;
   // 16 layers of 1024: 0.8 GB of f32 weights, more than the last-level cache of the machines this runs on.
   strata::gpt::GptConfig cfg{16, 16, 1024, 8192, 1024};
-  int prompt = 64, steps = 32, stream_steps = 8, reps = 2, prefetch = 1;
+  int prompt = 64, steps = 32, stream_steps = 8, reps = 2, prefetch = 1, threads = 0;
   std::vector<int> batches{1, 4, 16};
   std::vector<std::string> placements{"resident", "host", "disk", "host-kv"};
   std::string dir = std::filesystem::temp_directory_path().string();
@@ -168,6 +170,9 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::IsMember({"resident", "host", "disk", "host-kv"}));
   app.add_option("--prefetch", prefetch, "blocks streamed ahead")->check(flags::integer(0, 8));
+  app.add_option("--threads", threads,
+                 "compute threads (default: every core less the decoder's copy threads, as strata-generate)")
+      ->check(flags::positive_integer());
   app.add_option("--dir", dir, "where the disk placement's safetensors file is written (and removed)");
   CLI11_PARSE(app, argc, argv);
   return strata::run_tool("bench_decode", [&]() -> int {
@@ -181,7 +186,7 @@ int main(int argc, char** argv) {
     const double link = streams_from_host ? one_thread_copy_rate(3) : 0;
     std::printf(
         "# bench_decode: %d layers, embd %d, %d heads, vocab %d, ctx %d, f32; prompt %d, %d decode steps, "
-        "%d threads\n",
+        "%d cores\n",
         cfg.layers, cfg.embd, cfg.heads, cfg.vocab, cfg.ctx, prompt, steps, omp_get_max_threads());
     std::printf(
         "# memory copy (every core, 2 GiB, read + write counted, as STREAM): %.2f GB/s; the decode's product "
@@ -211,8 +216,9 @@ int main(int argc, char** argv) {
       if (name.size() > 12 && name.compare(name.size() - 12, 12, ".ln_1.weight") == 0) drop_cached(fd);
       reader->read_f32(name, begin, count, out);
     };
-    std::printf("# %8s %5s %11s %9s %13s %13s %9s %11s %8s %10s\n", "weights", "batch", "tokens/s", "ms/token",
-                "bytes/token", "streamed/tok", "GB/s read", "bound tok/s", "of bound", "of product");
+    std::printf("# %8s %5s %7s %11s %9s %13s %13s %9s %11s %8s %10s\n", "weights", "batch", "threads", "tokens/s",
+                "ms/token", "bytes/token", "streamed/tok", "GB/s read", "bound tok/s", "of bound", "of product");
+    const int cores = omp_get_max_threads();
     for (const std::string& where : placements)
       for (int b : batches) {
         STRATA_CHECK(b >= 1, "--batches: {} is not a batch size", b);
@@ -226,6 +232,7 @@ int main(int argc, char** argv) {
         gpt::GptDecoder dec(cfg, dev, b, where == "disk" ? from_disk : spec, std::max(128, b), DType::kF32,
                             placement);
         const int n_steps = where == "host" || where == "disk" ? stream_steps : steps;
+        gpt::set_num_threads(threads > 0 ? threads : compute_threads(cores, dec));
         std::vector<double> times;
         std::uint64_t bytes = 0, streamed = 0;
         for (int r = 0; r <= reps; ++r) {
@@ -260,8 +267,10 @@ int main(int argc, char** argv) {
         if (where == "host") bound_s = std::max(bound_s, streamed_per_token / (link * 1e9));
         const double bound = 1 / bound_s;
         const double read = static_cast<double>(bytes) / t / 1e9;
-        std::printf("  %8s %5d %11.1f %9.3f %13.0f %13.0f %9.2f %11.1f %8.2f %10.2f\n", where.c_str(), b, tokens / t,
-                    1e3 * t / tokens, per_token, streamed_per_token, read, bound, tokens / t / bound, read / product);
+        std::printf("  %8s %5d %7d %11.1f %9.3f %13.0f %13.0f %9.2f %11.1f %8.2f %10.2f\n", where.c_str(), b,
+                    gpt::num_threads(), tokens / t, 1e3 * t / tokens, per_token, streamed_per_token, read, bound,
+                    tokens / t / bound, read / product);
+        gpt::set_num_threads(cores);
       }
     if (fd >= 0) ::close(fd);
     if (reader) std::filesystem::remove(file);

@@ -74,6 +74,10 @@ BlockStreamer::BlockStreamer(Device& device, std::size_t block_bytes, int count,
   for (int i = 0; i < n; ++i) issue();
 }
 
+int BlockStreamer::host_copy_threads() const {
+  return dev_.kind() == DeviceKind::kCpu || source_ == WeightSource::kDisk ? static_cast<int>(uploads_.size()) : 0;
+}
+
 BlockStreamer::~BlockStreamer() {
   try {
     for (auto& u : uploads_) u->synchronize();  // no copy may still write a slot being freed

@@ -57,6 +57,9 @@ class BlockStreamer {
   void release();
 
   int slots() const { return static_cast<int>(slots_.size()); }
+  // Host threads that keep copying or reading for the stream while the passes compute: every upload stream on a CPU
+  // device (its copies run on the host's cores), the disk readers beside a GPU (whose copy engine does the rest).
+  int host_copy_threads() const;
   std::uint64_t slot_bytes() const { return slots_.size() * slot_size_; }  // device memory of the slots
   std::uint64_t part_bytes() const { return part_; }                       // this rank's share of a block
   // kDevice: the parts this rank keeps in device memory.

@@ -2,6 +2,7 @@
 // generation loop. Up to sequences() sequences share one pass; each holds up to context() positions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -45,11 +46,18 @@ class Decoder {
   virtual void idle_pass() {}
   // The passes prefill() of `n` tokens takes (a long prompt goes through in chunks).
   virtual int prefill_passes(int n) const { return n > 0 ? 1 : 0; }
+  // Host threads that keep copying weights into device memory while the passes compute (streamed blocks on the CPU
+  // backend: one per upload stream). A copy thread sharing a core with the compute threads slows both, so a caller
+  // choosing its compute threads leaves these their cores: compute_threads() below.
+  virtual int copy_threads() const { return 0; }
 
  protected:
   Decoder() = default;
   Decoder(const Decoder&) = delete;
   Decoder& operator=(const Decoder&) = delete;
 };
+
+// The compute threads for `decoder` on `cores` cores: the cores its copy threads leave, at least one.
+inline int compute_threads(int cores, const Decoder& decoder) { return std::max(1, cores - decoder.copy_threads()); }
 
 }  // namespace strata

@@ -435,6 +435,7 @@ std::uint64_t GptDecoder::gathered_bytes_read() const { return impl_->stream ? i
 Communicator* GptDecoder::lockstep_group() { return impl_->stream ? impl_->shard_group : nullptr; }
 void GptDecoder::idle_pass() { impl_->idle_pass(); }
 int GptDecoder::prefill_passes(int n) const { return n > 0 ? (n + impl_->R - 1) / impl_->R : 0; }
+int GptDecoder::copy_threads() const { return impl_->stream ? impl_->stream->host_copy_threads() : 0; }
 std::uint64_t GptDecoder::weight_shard_bytes() const { return impl_->stream ? impl_->stream->held_bytes() : 0; }
 std::uint64_t GptDecoder::weight_bytes() const { return impl_->param_bytes; }
 int GptDecoder::resident_layers() const { return static_cast<int>(impl_->resident.size()); }

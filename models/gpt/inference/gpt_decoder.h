@@ -95,6 +95,9 @@ class GptDecoder : public Decoder {
   Communicator* lockstep_group() override;
   void idle_pass() override;
   int prefill_passes(int n) const override;
+  // The streamed blocks' upload streams on the CPU backend (a disk reader's beside a GPU). A host KV cache's copies
+  // are not counted: a few per cent of a step's bytes (bench_decode's host-kv row), not worth a core.
+  int copy_threads() const override;
   std::uint64_t weight_shard_bytes() const;  // kDevice: this rank's parts of the streamed blocks, in device memory
   std::uint64_t weight_bytes() const;  // of one pass: the parameters, f32
   std::uint64_t cache_bytes() const;          // the KV cache's size in device memory (0 when it is in host memory)

@@ -53,6 +53,7 @@ struct Flags {
   bool quiet = false, shard_weights = false;
   // Weight placement (gpt_decoder.h's DecodePlacement).
   int resident_layers = -1, prefetch = 1, tp = 1;
+  int threads = 0;  // compute threads per rank (0: the rank's share of the cores, less the decoder's copy threads)
   std::string device_memory, weights_from = "host", kv_in = "device", backend = "cpu";
 };
 
@@ -295,6 +296,11 @@ int run(const Flags& f, Runtime& rt) {
     const int seqs = std::max<int>(1, static_cast<int>(local.size()));
     gpt::GptDecoder dec(w.cfg, rt.device(), seqs, w.read, std::max(128, seqs), DType::kF32, where, group.get(),
                         shard_group.get());
+    // The rank's share of the node's cores (as train_gpt's), less the threads that copy streamed blocks beside the
+    // compute: a copy sharing a core with the products slows both (docs/inference.md).
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt.local_size());
+    const int threads = f.threads > 0 ? f.threads : compute_threads(cores, dec);
+    gpt::set_num_threads(threads);
     const int streamed = w.cfg.layers - dec.resident_layers();
     placement = fmt::format("{} of {} blocks resident", dec.resident_layers(), w.cfg.layers);
     if (streamed > 0)
@@ -310,6 +316,10 @@ int run(const Flags& f, Runtime& rt) {
       placement += fmt::format("; KV cache in host memory ({}, {} of device staging)",
                                bytes_text(dec.cache_host_bytes()), bytes_text(dec.cache_staging_bytes()));
     placement += fmt::format("; {} of device memory", bytes_text(dec.device_bytes()));
+    if (rt.device().kind() == DeviceKind::kCpu)
+      placement += fmt::format(
+          "; computing on {} thread(s) a rank{}", gpt::num_threads(),
+          dec.copy_threads() > 0 ? fmt::format(", {} more copying the streamed blocks in", dec.copy_threads()) : "");
     if (!local.empty() || dec.lockstep_group()) g = generate(dec, local, o);
   }
   // Rank 0 prints every prompt's line in prompt order, then the ranks' timing lines.
@@ -419,14 +429,16 @@ int main(int argc, char** argv) {
                "reads one part and the group all-gathers every block before its turn (ZeRO-Inference); every block "
                "streams unless --resident-layers or --device-memory says otherwise");
   app.add_option("--prefetch", f.prefetch, "blocks streamed ahead of the one computing")->check(flags::integer(0, 8));
+  app.add_option("--threads", f.threads,
+                 "compute threads per rank on the CPU backend (default: the rank's share of the cores, less one per "
+                 "stream copying weights in beside the compute)")
+      ->check(flags::positive_integer());
   app.add_option("--tp", f.tp, "tensor-parallel degree: heads split over groups of this many ranks")
       ->check(flags::positive_integer());
   CLI11_PARSE(app, argc, argv);
   return run_main([&] {
     Runtime rt(&argc, &argv, RuntimeOptions{f.backend});
     report_stop_signals(rt.rank(), rt.world_size());
-    // The node's cores shared among its ranks, as train_gpt shares them.
-    gpt::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt.local_size()));
     const int rc = run(f, rt);
     rt.finish();
     return rc;

@@ -3,7 +3,8 @@
 // count and prefetch depth; a device
 // budget keeps as many blocks resident as fit and holds the decoder within it; a budget too small for one streamed
 // block is refused with the least that would do; a read that fails while streaming fails the pass naming the tensor;
-// the bytes a streamed placement moves are strata-plan --inference's to the byte.
+// the bytes a streamed placement moves are strata-plan --inference's to the byte; the copy threads a placement keeps
+// busy beside the compute.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -147,6 +148,32 @@ TEST(GptDecodePlacement, BudgetTooSmallNamesTheLeast) {
 
 // A tensor whose read fails once streaming has begun (a chunk failing its CRC): the pass that needs it throws with the
 // reader's message, and the decoder is destroyed without waiting out the timeout.
+// The threads a placement keeps copying beside the compute, and the compute threads that leaves: none for resident
+// blocks or a host KV cache; on the CPU backend the host stream's one upload thread, the disk stream's two readers
+// (one with a single slot); beside a GPU only the disk readers.
+TEST(GptDecodePlacement, CopyThreadsAreTheUploadStreams) {
+  const GptConfig cfg = five();
+  Device& dev = strata::test::runtime().device();
+  const bool cpu = dev.kind() == DeviceKind::kCpu;
+  auto threads = [&](int resident, WeightSource source, int depth, bool kv_on_host) {
+    DecodePlacement where;
+    where.resident_layers = resident;
+    where.source = source;
+    where.prefetch_depth = depth;
+    where.kv_on_host = kv_on_host;
+    const GptDecoder dec(cfg, dev, 1, spec_weights(cfg, 5), 128, DType::kF32, where);
+    EXPECT_EQ(compute_threads(4, dec), 4 - dec.copy_threads());
+    EXPECT_EQ(compute_threads(1, dec), 1);  // never none
+    return dec.copy_threads();
+  };
+  EXPECT_EQ(threads(-1, WeightSource::kHost, 1, false), 0);
+  EXPECT_EQ(threads(-1, WeightSource::kHost, 1, true), 0);
+  EXPECT_EQ(threads(0, WeightSource::kHost, 2, false), cpu ? 1 : 0);
+  EXPECT_EQ(threads(3, WeightSource::kDisk, 1, false), 2);
+  EXPECT_EQ(threads(4, WeightSource::kDisk, 1, false), 1);  // one streamed block: one slot, one reader
+  EXPECT_EQ(threads(2, WeightSource::kDisk, 0, true), 1);
+}
+
 TEST(GptDecodePlacement, AReadFailingWhileStreamingFailsThePass) {
   const GptConfig cfg = five();
   auto armed = std::make_shared<std::atomic<bool>>(false);

@@ -1,8 +1,10 @@
 // BlockStreamer on the world as its shard group (np 1-4) and alone: every acquired slot holds its block's bytes, for
 // each source and prefetch depth, with blocks of 38 bytes, which no group size divides evenly (parts of 38, 20, 16
-// and 12 bytes; at np 4 the last rank holds 2 bytes and 10 of padding). The byte counts are the parts' arithmetic.
+// and 12 bytes; at np 4 the last rank holds 2 bytes and 10 of padding). The byte counts are the parts' arithmetic;
+// the host threads a stream keeps copying are its upload streams'.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -62,6 +64,13 @@ TEST(BlockStreamer, SlotsHoldEachBlockWholeOrGathered) {
         EXPECT_EQ(s.part_bytes(), part) << what;
         EXPECT_EQ(s.slot_bytes(), static_cast<std::uint64_t>(std::min(depth + 1, kBlocks)) * part * n) << what;
         EXPECT_EQ(s.held_bytes(), source == WeightSource::kDevice ? kBlocks * part : 0) << what;
+        // Disk: a reader per upload stream, two where there are two slots; memory: one stream, a host thread only
+        // where the device's copies are the host's.
+        const int readers = std::min(std::min(depth + 1, kBlocks), 2);
+        EXPECT_EQ(s.host_copy_threads(), source == WeightSource::kDisk    ? readers
+                                         : dev.kind() == DeviceKind::kCpu ? 1
+                                                                          : 0)
+            << what;
         expect_blocks(dev, s, what.c_str());
         const std::uint64_t consumed = 2 * kBlocks;
         EXPECT_EQ(s.bytes_streamed(), source == WeightSource::kDevice ? 0 : consumed * part) << what;
