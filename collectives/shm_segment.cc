@@ -15,11 +15,11 @@
 
 #include "collectives/host_reduce.h"
 #include "collectives/mpi_util.h"
-#include "collectives/streaming_copy.h"
 #include "core/backoff.h"
 #include "core/error.h"
 #include "core/in_flight.h"
 #include "core/logging.h"
+#include "core/streaming_copy.h"
 #include "core/wait_hooks.h"
 
 namespace strata {
@@ -35,10 +35,6 @@ inline void cpu_relax() {
 
 // A peer usually publishes within microseconds when it runs on its own core: spin that long before yielding.
 constexpr int kSpins = 2000;
-
-// Outputs at least this large are written with copy_streaming (streaming_copy.h): they will not be read back from
-// cache before they are evicted.
-constexpr std::size_t kStreamBytes = 8u << 20;
 
 void copy_plain(char* dst, const char* src, std::size_t len) { std::memcpy(dst, src, len); }
 
@@ -225,7 +221,7 @@ void ShmSegment::all_gather(const void* send, void* recv, std::size_t bytes, con
   char* dst = static_cast<char*>(recv);
   const std::size_t me = static_cast<std::size_t>(rank_), n = static_cast<std::size_t>(size_);
   const bool in_place = src == dst + me * bytes;
-  auto copy_out = n * bytes >= kStreamBytes ? copy_streaming : copy_plain;
+  auto copy_out = n * bytes >= kStreamingCopyMin ? copy_streaming : copy_plain;
   if (direct_ && bytes >= kDirectBytes && open_buffers(send, bytes, what)) {
     // Piece by piece, every rank starting with its own input: a piece one rank reads from memory the other reads
     // moments later from the shared cache.
@@ -312,7 +308,7 @@ void ShmSegment::all_reduce_direct(char* dst, std::size_t count, DType dtype, Re
   }
   header(rank_).reduced.value.store(direct_op_, std::memory_order_release);
   wait_peers(&Header::reduced, direct_op_, what);
-  auto copy_out = count * esz >= kStreamBytes ? copy_streaming : copy_plain;
+  auto copy_out = count * esz >= kStreamingCopyMin ? copy_streaming : copy_plain;
   for (std::size_t k = 1; k < n; ++k) {
     const std::size_t p = (me + k) % n;
     copy_out(dst + part(p) * esz, outputs_[p] + part(p) * esz, (part(p + 1) - part(p)) * esz);

@@ -8,9 +8,10 @@
 
 #include "core/backoff.h"
 #include "core/error.h"
-#include "core/in_flight.h"
 #include "core/host_memory.h"
+#include "core/in_flight.h"
 #include "core/shared_host_memory.h"
+#include "core/streaming_copy.h"
 #include "core/tracer.h"
 #include "core/wait_hooks.h"
 
@@ -249,14 +250,27 @@ std::unique_ptr<Event> CpuDevice::create_event() { return std::make_unique<CpuEv
 
 void CpuDevice::copy(void* dst, const void* src, std::size_t bytes, Stream& stream) {
   if (bytes == 0) return;
-  if (&stream == compute_.get() || !Tracer::global().enabled()) {
-    stream.enqueue_bounded([=] { std::memcpy(dst, src, bytes); });
+  const bool side = &stream != compute_.get();
+  // A large copy on a side stream (an upload ahead of its use, an offload) is not read back before it leaves the
+  // cache: streaming stores, which skip reading each destination line first, and which glibc's memcpy keeps to copies
+  // above a share of the last-level cache it is told of (300 MiB on some VMs, where they copy 1.5x as fast).
+  const bool streaming = side && bytes >= kStreamingCopyMin;
+  auto body = [=] {
+    if (streaming) {
+      copy_streaming(static_cast<char*>(dst), static_cast<const char*>(src), bytes);
+      stream_fence();
+    } else {
+      std::memcpy(dst, src, bytes);
+    }
+  };
+  if (!side || !Tracer::global().enabled()) {
+    stream.enqueue_bounded(body);
     return;
   }
   // A copy on a side stream (offload's uploads, gradient shards coming back) is a span on that stream's track.
-  stream.enqueue_bounded([=, track = stream.name()] {
+  stream.enqueue_bounded([body, bytes, track = stream.name()] {
     TraceSpan span("copy", "copy", track, fmt::format(R"("bytes":{})", bytes));
-    std::memcpy(dst, src, bytes);
+    body();
   });
 }
 

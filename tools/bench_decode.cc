@@ -25,7 +25,6 @@
 #include <string>
 #include <vector>
 
-#include "collectives/streaming_copy.h"
 #include "core/cpu_device.h"
 #include "core/error.h"
 #include "core/safetensors.h"
@@ -68,19 +67,19 @@ double copy_rate(std::size_t bytes, int reps) {
 }
 
 // GB/s copied by one thread (bytes moved, not read + written), 50 MiB at a time from 16 sources into 2 destinations
-// with streaming stores, as the upload stream copies streamed blocks into their slots: the host placement's link on
-// the CPU backend, one copying thread as a GPU's link is one copy engine. The median of `reps` after one warm-up.
-double one_thread_copy_rate(int reps) {
+// on a side stream of `dev`, as the upload stream copies streamed blocks into their slots: the host placement's link
+// on the CPU backend, one copying thread as a GPU's link is one copy engine. The median of `reps` after one warm-up.
+double one_thread_copy_rate(strata::Device& dev, int reps) {
   constexpr std::size_t kBlock = std::size_t{50} << 20;
   constexpr int kSources = 16;
   std::vector<std::vector<char>> src(kSources, std::vector<char>(kBlock, 1)), dst(2, std::vector<char>(kBlock, 0));
+  const std::unique_ptr<strata::Stream> upload = dev.create_stream("link");
   std::vector<double> rates;
   for (int r = 0; r <= reps; ++r) {
     const auto t0 = Clock::now();
     for (int b = 0; b < kSources; ++b)
-      strata::copy_streaming(dst[static_cast<std::size_t>(b % 2)].data(), src[static_cast<std::size_t>(b)].data(),
-                             kBlock);
-    strata::stream_fence();
+      dev.copy(dst[static_cast<std::size_t>(b % 2)].data(), src[static_cast<std::size_t>(b)].data(), kBlock, *upload);
+    upload->synchronize();
     const double s = seconds_since(t0);
     if (r > 0) rates.push_back(static_cast<double>(kSources) * kBlock / s / 1e9);
   }
@@ -183,7 +182,7 @@ int main(int argc, char** argv) {
     const std::size_t buffer = std::size_t{2} << 30;  // past any last-level cache
     const double bw = copy_rate(buffer, 5), product = one_row_product_rate(dev, 3);
     const bool streams_from_host = std::find(placements.begin(), placements.end(), "host") != placements.end();
-    const double link = streams_from_host ? one_thread_copy_rate(3) : 0;
+    const double link = streams_from_host ? one_thread_copy_rate(dev, 3) : 0;
     std::printf(
         "# bench_decode: %d layers, embd %d, %d heads, vocab %d, ctx %d, f32; prompt %d, %d decode steps, "
         "%d cores\n",

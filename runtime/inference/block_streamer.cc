@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/streaming_copy.h"
 #include "core/device_registry.h"
 #include "core/error.h"
 
@@ -104,14 +103,6 @@ void BlockStreamer::issue() {
   const void* gather_from = mine;  // in place, as NCCL allows
   if (source_ == WeightSource::kDevice) {
     gather_from = parts_[static_cast<std::size_t>(block)].data();
-  } else if (source_ == WeightSource::kHost && dev_.kind() == DeviceKind::kCpu) {
-    // Streaming stores: a slot's lines are not read before they are overwritten, and glibc's memcpy keeps ordinary
-    // stores up to a share of the last-level cache it is told of (300 MiB on some VMs): two thirds of the rate here.
-    const char* src = static_cast<const char*>(parts_[static_cast<std::size_t>(block)].data());
-    upload.enqueue_host([this, mine, src] {
-      copy_streaming(reinterpret_cast<char*>(mine), src, part_);
-      stream_fence();
-    });
   } else if (source_ == WeightSource::kHost) {
     dev_.copy(mine, parts_[static_cast<std::size_t>(block)].data(), part_, upload);
   } else if (staging_.empty()) {  // the device's memory is the host's: fill the slot itself

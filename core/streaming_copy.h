@@ -11,4 +11,8 @@ namespace strata {
 void copy_streaming(char* dst, const char* src, std::size_t len);
 void stream_fence();
 
+// Copies at least this large whose output is not read back at once (a collective's output, an upload ahead of its
+// use) are worth streaming: the output would be evicted from the cache before it was read.
+constexpr std::size_t kStreamingCopyMin = std::size_t{8} << 20;
+
 }  // namespace strata

@@ -1,5 +1,5 @@
 // Streaming-store copies: an AVX-512 body chosen at run time, SSE2 otherwise.
-#include "collectives/streaming_copy.h"
+#include "core/streaming_copy.h"
 
 #include <cstdint>
 #include <cstring>

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "collectives/streaming_copy.h"
+#include "core/streaming_copy.h"
 
 namespace strata {
 namespace {
