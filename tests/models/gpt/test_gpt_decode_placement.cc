@@ -146,8 +146,6 @@ TEST(GptDecodePlacement, BudgetTooSmallNamesTheLeast) {
                Error);
 }
 
-// A tensor whose read fails once streaming has begun (a chunk failing its CRC): the pass that needs it throws with the
-// reader's message, and the decoder is destroyed without waiting out the timeout.
 // The threads a placement keeps copying beside the compute, and the compute threads that leaves: none for resident
 // blocks or a host KV cache; on the CPU backend the host stream's one upload thread, the disk stream's two readers
 // (one with a single slot); beside a GPU only the disk readers.
@@ -174,6 +172,8 @@ TEST(GptDecodePlacement, CopyThreadsAreTheUploadStreams) {
   EXPECT_EQ(threads(2, WeightSource::kDisk, 0, true), 1);
 }
 
+// A tensor whose read fails once streaming has begun (a chunk failing its CRC): the pass that needs it throws with the
+// reader's message, and the decoder is destroyed without waiting out the timeout.
 TEST(GptDecodePlacement, AReadFailingWhileStreamingFailsThePass) {
   const GptConfig cfg = five();
   auto armed = std::make_shared<std::atomic<bool>>(false);
