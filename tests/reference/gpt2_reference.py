@@ -25,6 +25,7 @@ import math
 import struct
 import sys
 import time
+import types
 
 import numpy as np
 import torch
@@ -124,23 +125,40 @@ def param_specs(L, C, V, Tctx):
 def make_init(L, C, V, Tctx, seed):
     """Spec init: Normal(0,0.02) for wte/wpe/c_attn.weight/c_fc.weight, Normal(0,0.02/sqrt(2L)) for both
     c_proj weights, biases 0, LayerNorm weights 1. Drawn in the spec's table order from torch.manual_seed(seed)."""
-    torch.manual_seed(seed)
     proj_std = 0.02 / math.sqrt(2 * L)
-    out = []
-    for name, shape in param_specs(L, C, V, Tctx):
-        t = torch.empty(shape, dtype=torch.float32)
+
+    def rule(name):
         if name.endswith("c_proj.weight"):
-            t.normal_(0.0, proj_std)
-        elif name in ("wte.weight", "wpe.weight") or name.endswith("c_attn.weight") or name.endswith("c_fc.weight"):
-            t.normal_(0.0, 0.02)
-        elif name.endswith(".bias"):
-            t.zero_()
-        elif ".ln_" in name or name.startswith("ln_f"):
-            t.fill_(1.0)
+            return proj_std
+        if name in ("wte.weight", "wpe.weight") or name.endswith("c_attn.weight") or name.endswith("c_fc.weight"):
+            return 0.02
+        if name.endswith(".bias"):
+            return ("fill", 0.0)
+        if ".ln_" in name or name.startswith("ln_f"):
+            return ("fill", 1.0)
+        raise AssertionError(name)
+    return draw_init(param_specs(L, C, V, Tctx), seed, rule)
+
+
+def draw_init(specs, seed, rule):
+    """torch.manual_seed(seed), then for each (name, shape) of specs in order an F32 tensor: rule(name) is a std
+    (a Normal(0, std) draw) or ("fill", value) (no draw)."""
+    torch.manual_seed(seed)
+    out = []
+    for name, shape in specs:
+        t = torch.empty(shape, dtype=torch.float32)
+        how = rule(name)
+        if isinstance(how, tuple):
+            t.fill_(how[1])
         else:
-            raise AssertionError(name)
+            t.normal_(0.0, how)
         out.append((name, t))
     return out
+
+
+def f64_leaves(named):
+    """[(name, tensor)] -> {name: float64 copy that requires grad}."""
+    return {n: t.to(torch.float64).requires_grad_(True) for n, t in named}
 
 
 def load_params(path, L, C, V, Tctx, dtype):
@@ -151,8 +169,13 @@ def load_params(path, L, C, V, Tctx, dtype):
         if name == "lm_head.weight":
             continue  # tied to wte.weight, never used separately
         named[name] = t
+    return take_params(path, named, param_specs(L, C, V, Tctx), dtype)
+
+
+def take_params(path, named, specs, dtype):
+    """Strict: the (name, shape) of specs from named, as dtype leaves that require grad; nothing else in named."""
     params = {}
-    for name, shape in param_specs(L, C, V, Tctx):
+    for name, shape in specs:
         if name not in named:
             raise ValueError(f"{path}: missing tensor {name}")
         t = named.pop(name)
@@ -266,13 +289,17 @@ def to_bf16(x):
     return x.to(torch.bfloat16).to(torch.float32)
 
 
-def grads_for_step(P, tokens, s, args):
+def grads_for_step(P, tokens, s, args, loss_of=None):
     """Simulates W ranks: each rank accumulates sum_a grad(local_loss_a / A) over its micro-batches, then the
     gradients are all-reduced as (sum over ranks in rank order) / W. Returns (grads, reported loss).
     --param-dtype bf16: the forward and backward run on the parameters rounded to bf16 (the gathered copy), and each
-    micro-batch's gradient is added into a bf16 buffer (rounded after each add) before the f32 reduction."""
-    L, H, T, W, B, A = args.layers, args.heads, args.seq, args.ranks, args.batch, args.grad_accum
-    bf16_params = args.param_dtype == "bf16"
+    micro-batch's gradient is added into a bf16 buffer (rounded after each add) before the f32 reduction.
+    loss_of(P, idx, tgt): the model's mean loss (default: this GPT-2's; llama_reference.py passes its own)."""
+    T, W, B, A = args.seq, args.ranks, args.batch, args.grad_accum
+    if loss_of is None:
+        def loss_of(P_, idx_, tgt_):
+            return loss_fn(P_, idx_, tgt_, args.layers, args.heads)
+    bf16_params = getattr(args, "param_dtype", "f32") == "bf16"
     if bf16_params:
         P = {n: to_bf16(p.detach()).requires_grad_(True) for n, p in P.items()}
     names = list(P)
@@ -282,13 +309,13 @@ def grads_for_step(P, tokens, s, args):
         acc = None
         for a in range(A):
             idx, tgt, _ = window_rows(tokens, T, rank_rows(s, a, r, A, W, B))
-            if args.autocast == "bf16":
+            if getattr(args, "autocast", "none") == "bf16":
                 # PyTorch's bf16 mixed precision: matmuls in bf16 with f32 accumulation, f32 parameters.
                 with torch.autocast("cpu", dtype=torch.bfloat16):
-                    loss = loss_fn(P, idx, tgt, L, H)
+                    loss = loss_of(P, idx, tgt)
                 loss = loss.float()
             else:
-                loss = loss_fn(P, idx, tgt, L, H)
+                loss = loss_of(P, idx, tgt)
             local_losses.append(float(loss.item()))
             gs = torch.autograd.grad(loss / A if A > 1 else loss, [P[n] for n in names])
             acc = list(gs) if acc is None else [x + y for x, y in zip(acc, gs)]
@@ -336,19 +363,14 @@ class AdamW:
             p.copy_(p - step_size * m / denom)
 
 
-def train(args):
-    dtype = torch.float64 if args.dtype == "float64" else torch.float32
-    P = load_params(args.init, args.layers, args.embd, args.vocab, args.ctx, dtype)
-    tokens = load_tokens(args.data, args.vocab)
-    if args.seq > args.ctx:
-        raise ValueError("--seq must be <= --ctx")
-    if args.embd % args.heads:
-        raise ValueError("--embd must be a multiple of --heads")
+def train_steps(P, tokens, args, loss_of=None):
+    """The training loop (grads_for_step, global norm, clipping, AdamW), printing each step and a final JSON line.
+    Returns (losses, grad_norms)."""
     opt = AdamW(P, args.lr, args.weight_decay, args.beta1, args.beta2, args.eps)
     losses, norms, times = [], [], []
     for s in range(args.steps):
         t0 = time.perf_counter()
-        grads, loss = grads_for_step(P, tokens, s, args)
+        grads, loss = grads_for_step(P, tokens, s, args, loss_of)
         n = global_grad_norm(grads)
         if args.grad_clip > 0:
             coef = args.grad_clip / (n + 1e-6)
@@ -367,23 +389,41 @@ def train(args):
     print(json.dumps({"final_loss": losses[-1] if losses else None, "mean_step_ms": mean_ms,
                       "tokens_per_s": tok / (mean_ms / 1000.0) if mean_ms > 0 else None,
                       "peak_memory": "n/a (reference)"}), flush=True)
+    return losses, norms
+
+
+def write_train_json(args, model_cfg, losses, norms, spec, generator):
+    """--out: {spec, generator, torch, config (the model's keys, then the run's), losses, grad_norms}."""
+    cfg = dict(model_cfg)
+    cfg.update({k: getattr(args, k) for k in ("seq", "batch", "ranks", "grad_accum", "steps", "lr", "weight_decay",
+                                              "beta1", "beta2", "eps", "grad_clip")})
+    cfg["dtype"] = args.dtype
+    if args.autocast != "none":
+        cfg["autocast"] = args.autocast
+    if args.param_dtype != "f32":
+        cfg["param_dtype"] = args.param_dtype
+    cfg["init"] = args.init
+    cfg["data"] = args.data
+    doc = {"spec": spec, "generator": generator, "torch": torch.__version__, "config": cfg, "losses": losses,
+           "grad_norms": norms}
+    with open(args.out, "w") as f:
+        json.dump(doc, f, indent=1)  # floats written with repr (full precision)
+        f.write("\n")
+
+
+def train(args):
+    dtype = torch.float64 if args.dtype == "float64" else torch.float32
+    P = load_params(args.init, args.layers, args.embd, args.vocab, args.ctx, dtype)
+    tokens = load_tokens(args.data, args.vocab)
+    if args.seq > args.ctx:
+        raise ValueError("--seq must be <= --ctx")
+    if args.embd % args.heads:
+        raise ValueError("--embd must be a multiple of --heads")
+    losses, norms = train_steps(P, tokens, args)
     if args.out:
-        cfg = {k: getattr(args, k) for k in ("layers", "heads", "embd", "vocab", "ctx", "seq", "batch", "ranks",
-                                             "grad_accum", "steps", "lr", "weight_decay", "beta1", "beta2",
-                                             "eps", "grad_clip")}
-        cfg["dtype"] = args.dtype
-        if args.autocast != "none":
-            cfg["autocast"] = args.autocast
-        if args.param_dtype != "f32":
-            cfg["param_dtype"] = args.param_dtype
-        cfg["init"] = args.init
-        cfg["data"] = args.data
         # "spec" keeps the name the checked-in tests/data files carry; the rules are in docs/gpt-model.md.
-        doc = {"spec": "shared/specs/gpt2-training.md", "generator": "tests/reference/gpt2_reference.py",
-               "torch": torch.__version__, "config": cfg, "losses": losses, "grad_norms": norms}
-        with open(args.out, "w") as f:
-            json.dump(doc, f, indent=1)  # floats written with repr (full precision)
-            f.write("\n")
+        write_train_json(args, {k: getattr(args, k) for k in ("layers", "heads", "embd", "vocab", "ctx")}, losses,
+                         norms, "shared/specs/gpt2-training.md", "tests/reference/gpt2_reference.py")
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -391,41 +431,24 @@ def train(args):
 # --------------------------------------------------------------------------------------------------------
 
 
-def selfcheck(args):
-    ok = True
+class Report:
+    """report(name, err, tol) prints one selfcheck line; report.ok is False once any check failed."""
 
-    def report(name, err, tol):
-        nonlocal ok
+    def __init__(self):
+        self.ok = True
+
+    def __call__(self, name, err, tol):
         good = err <= tol
-        ok &= good
+        self.ok &= good
         print(f"selfcheck {name}: max_err {err:.3e} (tol {tol:.0e}) {'OK' if good else 'FAIL'}", flush=True)
 
-    L, H, C, V, Tctx, T = args.layers, args.heads, args.embd, args.vocab, args.ctx, args.seq
-    # 1. parameters: from --init, else the spec init with --seed (as float64 for the FD check)
-    if args.init:
-        P = load_params(args.init, L, C, V, Tctx, torch.float64)
-    else:
-        P = {n: t.to(torch.float64).requires_grad_(True) for n, t in make_init(L, C, V, Tctx, args.seed)}
-    # perturb biases and LN params away from 0/1 so their gradients are exercised generically
-    gen = torch.Generator().manual_seed(99)
-    with torch.no_grad():
-        for n, p in P.items():
-            if p.dim() == 1:
-                p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
-    if args.data:
-        tokens = load_tokens(args.data, V)
-    else:
-        tokens = torch.from_numpy(splitmix64_tokens(512, V, 7).astype(np.int64))
-    idx, tgt, _ = window_rows(tokens, T, list(range(2)))
 
-    # 2. finite differences (float64, central, h = 1e-5) vs autograd for a few entries of each parameter kind
-    loss = loss_fn(P, idx, tgt, L, H)
+def fd_check(report, P, loss_of, picks, extra=None, label="finite-difference", per_param=4, seed=5):
+    """Central finite differences (h = 1e-5) of loss_of(P) (float64) against autograd at per_param random entries of
+    each parameter in picks, plus the (name, flat index) entries in extra."""
+    loss = loss_of(P)
     grads = dict(zip(P, torch.autograd.grad(loss, list(P.values()))))
-    picks = ["wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.ln_1.bias", "h.0.attn.c_attn.weight",
-             "h.0.attn.c_attn.bias", "h.0.attn.c_proj.weight", "h.0.ln_2.weight", "h.0.mlp.c_fc.weight",
-             "h.0.mlp.c_fc.bias", f"h.{L - 1}.mlp.c_proj.weight", f"h.{L - 1}.mlp.c_proj.bias", "ln_f.weight",
-             "ln_f.bias"]
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng(seed)
     h = 1e-5
     worst = 0.0
     worst_abs = 0.0
@@ -435,16 +458,15 @@ def selfcheck(args):
         for n in picks:
             p = P[n]
             flat = p.view(-1)
-            entries = list(rng.choice(flat.numel(), size=min(4, flat.numel()), replace=False))
-            if n == "wte.weight":  # include a row that is an input token (both uses of the tied matrix)
-                entries.append(int(idx[0, 0]) * C + 3)
+            entries = list(rng.choice(flat.numel(), size=min(per_param, flat.numel()), replace=False))
+            entries += [e for name, e in (extra or []) if name == n]
             for e in entries:
                 e = int(e)
                 old = float(flat[e])
                 flat[e] = old + h
-                lp = float(loss_fn(P, idx, tgt, L, H))
+                lp = float(loss_of(P))
                 flat[e] = old - h
-                lm = float(loss_fn(P, idx, tgt, L, H))
+                lm = float(loss_of(P))
                 flat[e] = old
                 fd = (lp - lm) / (2 * h)
                 an = float(grads[n].view(-1)[e])
@@ -455,10 +477,75 @@ def selfcheck(args):
                 worst_abs = max(worst_abs, abs(fd - an))
                 gmax = max(gmax, abs(an))
                 count += 1
-    print(f"selfcheck finite-difference: {count} entries of {len(picks)} parameters, "
+    print(f"selfcheck {label}: {count} entries of {len(picks)} parameters, "
           f"max |grad| {gmax:.3e}", flush=True)
-    report("fd_grad_abs", worst_abs, 1e-9)
-    report("fd_grad_err_over_max(|grad|,1e-3)", worst, 1e-6)
+    suffix = label[len("finite-difference"):]
+    report("fd_grad_abs" + suffix, worst_abs, 1e-9)
+    report("fd_grad_err_over_max(|grad|,1e-3)" + suffix, worst, 1e-6)
+    return loss
+
+
+def perturb_1d(P, seed=99):
+    """Moves the 1-D parameters (biases, norm weights) away from 0/1 so that their gradients are exercised
+    generically."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in P.values():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+    return gen
+
+
+def loss_and_causality_check(report, logits_of, idx, tgt, loss, vocab, label=""):
+    """The loss against a manual log_softmax/gather; changing the last input token must not change the logits at
+    earlier positions."""
+    with torch.no_grad():
+        logits = logits_of(idx)
+        manual = -(logits.log_softmax(-1).gather(-1, tgt.unsqueeze(-1))).mean()
+        report("cross_entropy_vs_manual" + label, abs(float(manual) - float(loss)), 1e-12)
+        idx2 = idx.clone()
+        idx2[:, -1] = (idx2[:, -1] + 1) % vocab
+        l2 = logits_of(idx2)
+        report("causal_mask" + label, float((l2[:, :-1] - logits[:, :-1]).abs().max()), 0.0)
+
+
+def ranks_check(report, P, tokens, T, loss_of):
+    """Simulated layouts 2x2x1, 4x1x1 and 1x2x2 (W x B x A) against 1x4x1 (float64): gradients and loss agree."""
+    gl = {}
+    for W_, B_, A2 in ((1, 4, 1), (2, 2, 1), (4, 1, 1), (1, 2, 2)):
+        a_ = types.SimpleNamespace(seq=T, ranks=W_, batch=B_, grad_accum=A2)
+        gl[(W_, B_, A2)] = grads_for_step(P, tokens, 1, a_, loss_of)
+    base_g, base_l = gl[(1, 4, 1)]
+    for key, (g_, l_) in gl.items():
+        if key == (1, 4, 1):
+            continue
+        err = max(float((g_[n] - base_g[n]).abs().max()) for n in g_) + abs(l_ - base_l)
+        report(f"ranks_WxBxA={key[0]}x{key[1]}x{key[2]}_vs_1x4x1_f64", err, 1e-12)
+
+
+def selfcheck(args):
+    report = Report()
+    L, H, C, V, Tctx, T = args.layers, args.heads, args.embd, args.vocab, args.ctx, args.seq
+    # 1. parameters: from --init, else the spec init with --seed (as float64 for the FD check)
+    if args.init:
+        P = load_params(args.init, L, C, V, Tctx, torch.float64)
+    else:
+        P = f64_leaves(make_init(L, C, V, Tctx, args.seed))
+    # perturb biases and LN params away from 0/1 so their gradients are exercised generically
+    gen = perturb_1d(P)
+    if args.data:
+        tokens = load_tokens(args.data, V)
+    else:
+        tokens = torch.from_numpy(splitmix64_tokens(512, V, 7).astype(np.int64))
+    idx, tgt, _ = window_rows(tokens, T, list(range(2)))
+
+    # 2. finite differences (float64, central, h = 1e-5) vs autograd for a few entries of each parameter kind
+    picks = ["wte.weight", "wpe.weight", "h.0.ln_1.weight", "h.0.ln_1.bias", "h.0.attn.c_attn.weight",
+             "h.0.attn.c_attn.bias", "h.0.attn.c_proj.weight", "h.0.ln_2.weight", "h.0.mlp.c_fc.weight",
+             "h.0.mlp.c_fc.bias", f"h.{L - 1}.mlp.c_proj.weight", f"h.{L - 1}.mlp.c_proj.bias", "ln_f.weight",
+             "ln_f.bias"]
+    # include a row of wte that is an input token (both uses of the tied matrix)
+    loss = fd_check(report, P, lambda P_: loss_fn(P_, idx, tgt, L, H), picks, [("wte.weight", int(idx[0, 0]) * C + 3)])
 
     # 3. building blocks vs torch's own ops
     z = torch.linspace(-6, 6, 1001, dtype=torch.float64)
@@ -468,15 +555,7 @@ def selfcheck(args):
     b = torch.randn(C, dtype=torch.float64, generator=gen)
     report("layer_norm_vs_F.layer_norm",
            float((layer_norm(x, w, b) - F.layer_norm(x, (C,), w, b, 1e-5)).abs().max()), 1e-12)
-    with torch.no_grad():
-        logits = forward_logits(P, idx, L, H)
-        manual = -(logits.log_softmax(-1).gather(-1, tgt.unsqueeze(-1))).mean()
-        report("cross_entropy_vs_manual", abs(float(manual) - float(loss)), 1e-12)
-        # causality: changing the last input token must not change logits at earlier positions
-        idx2 = idx.clone()
-        idx2[:, -1] = (idx2[:, -1] + 1) % V
-        l2 = forward_logits(P, idx2, L, H)
-        report("causal_mask", float((l2[:, :-1] - logits[:, :-1]).abs().max()), 0.0)
+    loss_and_causality_check(report, lambda i_: forward_logits(P, i_, L, H), idx, tgt, loss, V)
 
     # 4. hand-written AdamW vs torch.optim.AdamW in float64 (same math, different rounding)
     torch.manual_seed(3)
@@ -495,19 +574,7 @@ def selfcheck(args):
     report("adamw_vs_torch.optim.AdamW_f64", max(float((mine[k] - ref[k].detach()).abs().max()) for k in mine), 1e-12)
 
     # 5. simulated ranks: grads of 1x4 vs 2x2 vs 4x1 rows (float64) agree
-    class A_:
-        pass
-    gl = {}
-    for W_, B_, A2 in ((1, 4, 1), (2, 2, 1), (4, 1, 1), (1, 2, 2)):
-        a_ = A_()
-        a_.layers, a_.heads, a_.seq, a_.ranks, a_.batch, a_.grad_accum = L, H, T, W_, B_, A2
-        gl[(W_, B_, A2)] = grads_for_step(P, tokens, 1, a_)
-    base_g, base_l = gl[(1, 4, 1)]
-    for key, (g_, l_) in gl.items():
-        if key == (1, 4, 1):
-            continue
-        err = max(float((g_[n] - base_g[n]).abs().max()) for n in g_) + abs(l_ - base_l)
-        report(f"ranks_WxBxA={key[0]}x{key[1]}x{key[2]}_vs_1x4x1_f64", err, 1e-12)
+    ranks_check(report, P, tokens, T, lambda P_, i_, t_: loss_fn(P_, i_, t_, L, H))
 
     # 6. safetensors round trip, incl. the transformer. prefix and BF16/F16 decoding
     import os
@@ -543,8 +610,8 @@ def selfcheck(args):
     report("splitmix64_seed0_first", float(r0 != 0xE220A8397B1DCDAF), 0.0)
     report("make_data_first_token", float(int(splitmix64_tokens(1, 1 << 16, 0)[0]) != (r0 >> 32) % (1 << 16)), 0.0)
 
-    print("selfcheck " + ("PASSED" if ok else "FAILED"), flush=True)
-    return 0 if ok else 1
+    print("selfcheck " + ("PASSED" if report.ok else "FAILED"), flush=True)
+    return 0 if report.ok else 1
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -552,16 +619,16 @@ def selfcheck(args):
 # --------------------------------------------------------------------------------------------------------
 
 
-def generate(args):
-    """Greedy decoding by full forwards over the growing sequence: what a KV-cache decoder must reproduce."""
-    P = load_params(args.init, args.layers, args.embd, args.vocab, args.ctx, torch.float32)
+def greedy_generate(args, logits_of, cfg):
+    """Greedy decoding by full forwards over the growing sequence: what a KV-cache decoder must reproduce.
+    logits_of(idx [1, t]) -> logits [1, t, V]; cfg: the model's keys for the JSON's config."""
     prompt = [int(t) for t in args.prompt.split(",")]
     if len(prompt) + args.generate > args.ctx:
         raise ValueError(f"prompt {len(prompt)} + {args.generate} tokens pass the context {args.ctx}")
     seq, tokens, logits, margins = list(prompt), [], [], []
     with torch.no_grad():
         for _ in range(args.generate):
-            row = forward_logits(P, torch.tensor([seq]), args.layers, args.heads)[0, -1]
+            row = logits_of(torch.tensor([seq]))[0, -1]
             top = torch.topk(row, 2).values
             tok = int(torch.argmax(row))  # the first largest
             margins.append(float(top[0] - top[1]))
@@ -569,8 +636,7 @@ def generate(args):
             tokens.append(tok)
             seq.append(tok)
             print(f"step {len(tokens) - 1} token {tok} margin {margins[-1]:.3g}")
-    out = {"config": {"layers": args.layers, "heads": args.heads, "embd": args.embd, "vocab": args.vocab,
-                      "ctx": args.ctx, "init": args.init, "torch": torch.__version__},
+    out = {"config": dict(cfg, init=args.init, torch=torch.__version__),
            "prompt": prompt, "tokens": tokens, "logits": logits, "min_margin": min(margins)}
     print(json.dumps({"tokens": tokens, "min_margin": min(margins)}))
     if args.out:
@@ -579,13 +645,14 @@ def generate(args):
     return 0
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--heads", type=int, default=2)
-    ap.add_argument("--embd", type=int, default=32)
-    ap.add_argument("--vocab", type=int, default=64)
-    ap.add_argument("--ctx", type=int, default=16)
+def generate(args):
+    P = load_params(args.init, args.layers, args.embd, args.vocab, args.ctx, torch.float32)
+    return greedy_generate(args, lambda idx: forward_logits(P, idx, args.layers, args.heads),
+                           {k: getattr(args, k) for k in ("layers", "heads", "embd", "vocab", "ctx")})
+
+
+def add_run_args(ap, init_help):
+    """The flags of training, --selfcheck and --generate that do not describe the model."""
     ap.add_argument("--seq", type=int, default=8)
     ap.add_argument("--batch", type=int, default=4, help="rows per rank per micro-batch (B)")
     ap.add_argument("--ranks", type=int, default=1, help="simulated data-parallel ranks (W)")
@@ -597,13 +664,10 @@ def main(argv=None):
     ap.add_argument("--beta2", type=float, default=0.95)
     ap.add_argument("--eps", type=float, default=1e-8)
     ap.add_argument("--grad-clip", type=float, default=1.0)
-    ap.add_argument("--init", help="safetensors init file (accepts the transformer. prefix)")
+    ap.add_argument("--init", help=init_help)
     ap.add_argument("--data", help="flat little-endian uint16 token file")
     ap.add_argument("--out", help="write config, per-step losses and grad norms as JSON")
     ap.add_argument("--seed", type=int, default=1234, help="seed for --make-init / --make-data / --selfcheck")
-    ap.add_argument("--tokens", type=int, help="token count for --make-data")
-    ap.add_argument("--make-init", metavar="FILE")
-    ap.add_argument("--make-data", metavar="FILE")
     ap.add_argument("--selfcheck", action="store_true")
     ap.add_argument("--generate", type=int, metavar="N", help="greedy tokens to generate after --prompt")
     ap.add_argument("--prompt", help="--generate's prompt: token ids, '3,17,42'")
@@ -615,11 +679,28 @@ def main(argv=None):
     ap.add_argument("--param-dtype", choices=("f32", "bf16"), default="f32",
                     help="bf16: the forward on the parameters rounded to bf16, gradients in bf16, f32 master weights "
                          "(Strata's --param-dtype bf16 with --compute-dtype f32)")
-    args = ap.parse_args(argv)
 
+
+def setup_torch(args):
+    """One thread (--threads), float32 default, deterministic algorithms. Returns args."""
     torch.set_num_threads(args.threads)
     torch.set_default_dtype(torch.float32)
     torch.use_deterministic_algorithms(True)
+    return args
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--embd", type=int, default=32)
+    ap.add_argument("--vocab", type=int, default=64)
+    ap.add_argument("--ctx", type=int, default=16)
+    add_run_args(ap, "safetensors init file (accepts the transformer. prefix)")
+    ap.add_argument("--tokens", type=int, help="token count for --make-data")
+    ap.add_argument("--make-init", metavar="FILE")
+    ap.add_argument("--make-data", metavar="FILE")
+    args = setup_torch(ap.parse_args(argv))
 
     if args.make_data:
         if args.tokens is None:
@@ -633,15 +714,20 @@ def main(argv=None):
                 "ctx": args.ctx, "seed": args.seed, "torch": torch.__version__}
         write_safetensors(args.make_init, init, meta)
         return 0
+    return run_mode(ap, args, selfcheck, generate, train)
+
+
+def run_mode(ap, args, selfcheck_, generate_, train_):
+    """--selfcheck, --generate or training (the default)."""
     if args.selfcheck:
-        return selfcheck(args)
+        return selfcheck_(args)
     if args.generate:
         if not args.init or not args.prompt:
             ap.error("--generate needs --init and --prompt")
-        return generate(args)
+        return generate_(args)
     if not args.init or not args.data:
         ap.error("training needs --init and --data")
-    train(args)
+    train_(args)
     return 0
 
 

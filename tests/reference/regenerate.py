@@ -1,17 +1,21 @@
 #!/usr/bin/python3
-"""Regenerates the reference files in tests/data with gpt2_reference.py, and holds the checked-in ones to them.
+"""Regenerates the reference files in tests/data with gpt2_reference.py and llama_reference.py, and holds the
+checked-in ones to them.
 
   /usr/bin/python3 tests/reference/regenerate.py           regenerate into a scratch directory and compare (ctest
                                                            reference_files_regenerate); exit 0, 1 on a difference
                                                            over its bound, 77 where torch cannot be imported (skip)
   /usr/bin/python3 tests/reference/regenerate.py --write   regenerate into tests/data (then update SHA256SUMS:
                                                            cd tests/data && sha256sum -- *.bin *.json *.safetensors)
+  ... --only PREFIX                                        only the files whose names start with PREFIX (llama_)
 
 Every file and the exact command that makes it is in FILES below (the one list: tests/reference/README.md points
-here). The bounds, relative at every step, are what another machine or torch build reproduces (README, "What
-reproduces"): the init and token files bit for bit; float32 runs within 1e-6 in loss and 2e-4 in gradient norm (a
-float32 run and a float64 one differ by up to 6.3e-7 and 7.4e-5); bf16 runs within 2e-4 and 5e-3 (bf16 rounding
-at other points moves a run by up to 9.5e-5 in loss and 2.6e-3 in gradient norm: twice that).
+here); the llama_* files are llama_reference.py's, the others gpt2_reference.py's. The bounds, relative at every
+step, are what another machine or torch build reproduces (README, "What reproduces"): the init and token files bit for
+bit; float32 runs within 1e-6 in loss and 2e-4 in gradient norm (a float32 run and a float64 one differ by up to
+6.3e-7 and 7.4e-5 for the GPT, 2.9e-7 and 5.2e-6 for the Llama files); bf16 runs within 2e-4 and 5e-3 (bf16 rounding
+at other points moves a run by up to 9.5e-5 in loss and 2.6e-3 in gradient norm: twice that; the Llama bf16 run is
+4.0e-5 and 8.9e-4 from its f32 twin).
 """
 
 import argparse
@@ -26,6 +30,7 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 SCRIPT = os.path.join(HERE, "gpt2_reference.py")
+LLAMA_SCRIPT = os.path.join(HERE, "llama_reference.py")
 INIT = "tests/data/gpt_tiny_init.safetensors"
 TOKENS = "tests/data/gpt_tiny_tokens.bin"
 MODEL = ["--layers", "2", "--heads", "2", "--embd", "32", "--vocab", "64", "--ctx", "16"]
@@ -35,6 +40,27 @@ GEN_MODEL = ["--layers", "2", "--heads", "2", "--embd", "32", "--vocab", "64", "
 F32 = (1e-6, 2e-4)   # (loss, gradient norm) bounds
 GENERATE = "generate"  # greedy generation: the same tokens, every logit within 1e-6 of its row's largest
 BF16 = (2e-4, 5e-3)
+
+
+
+def llama(ctx="16", kv_heads="2", extra=()):
+    """llama_reference.py's model flags: the tiny Llama (L 2, hidden 32, 4 heads of 8, MLP 64, V 64), untied unless
+    extra says --tie."""
+    return (["--layers", "2", "--hidden", "32", "--heads", "4", "--kv-heads", kv_heads, "--head-dim", "8",
+             "--intermediate", "64", "--vocab", "64", "--ctx", ctx, "--rope-theta", "10000", "--rms-eps", "1e-5"] +
+            (["--untie"] if "--tie" not in extra else []) + list(extra))
+
+
+def llama_train(init, model):
+    return model + ["--seq", "8", "--steps", "20", "--init", "tests/data/" + init, "--data", TOKENS]
+
+
+LLAMA_FIT = ["--lr", "1e-2", "--grad-clip", "1.0", "--ranks", "1", "--batch", "4"]  # the GPT tiny run's settings
+LLAMA_TIED = llama(extra=["--tie"])
+LLAMA_BIAS = llama(extra=["--qkv-bias"])
+LLAMA_MQA = llama(kv_heads="1")
+LLAMA_ROPE = llama(ctx="128", extra=["--rope-scaling", "llama3", "--rope-factor", "8", "--rope-low-freq-factor", "1",
+                                     "--rope-high-freq-factor", "4", "--rope-original-ctx", "64"])
 
 # name: (arguments after the script, bounds; None: bit for bit)
 FILES = {
@@ -56,6 +82,25 @@ FILES = {
     "gpt_gen_init.safetensors": (["--make-init", "{out}"] + GEN_MODEL + ["--seed", "4321"], None),
     "gpt_gen_ref.json": (["--generate", "64", "--prompt", "5,17,42,9,33,1,60,28", "--init", GEN_INIT] + GEN_MODEL,
                          GENERATE),
+    # Llama-style decoders (llama_reference.py): init files with their config in __metadata__, the GPT tiny run's
+    # data and settings; tied embeddings, q/k/v biases (drawn nonzero), one kv head, llama3 rope scaling
+    "llama_tiny_init.safetensors": (["--make-init", "{out}"] + llama() + ["--seed", "1234"], None),
+    "llama_tiny_ref.json": (llama_train("llama_tiny_init.safetensors", llama()) + LLAMA_FIT, F32),
+    "llama_tiny_ref_bf16.json": (llama_train("llama_tiny_init.safetensors", llama()) +
+                                 ["--lr", "1e-3", "--grad-clip", "1.0", "--ranks", "1", "--batch", "4",
+                                  "--autocast", "bf16"], BF16),
+    "llama_tiny_tied_init.safetensors": (["--make-init", "{out}"] + LLAMA_TIED + ["--seed", "1234"], None),
+    "llama_tiny_tied_ref.json": (llama_train("llama_tiny_tied_init.safetensors", LLAMA_TIED) + LLAMA_FIT, F32),
+    "llama_tiny_bias_init.safetensors": (["--make-init", "{out}"] + LLAMA_BIAS + ["--seed", "1234"], None),
+    "llama_tiny_bias_ref.json": (llama_train("llama_tiny_bias_init.safetensors", LLAMA_BIAS) + LLAMA_FIT, F32),
+    "llama_tiny_mqa_init.safetensors": (["--make-init", "{out}"] + LLAMA_MQA + ["--seed", "1234"], None),
+    "llama_tiny_mqa_ref.json": (llama_train("llama_tiny_mqa_init.safetensors", LLAMA_MQA) + LLAMA_FIT, F32),
+    "llama_tiny_rope_init.safetensors": (["--make-init", "{out}"] + LLAMA_ROPE + ["--seed", "1234"], None),
+    "llama_tiny_rope_ref.json": (llama_train("llama_tiny_rope_init.safetensors", LLAMA_ROPE) + LLAMA_FIT, F32),
+    # the decode path's: 64 greedy tokens after an 8-token prompt, by full forwards (no KV cache)
+    "llama_gen_init.safetensors": (["--make-init", "{out}"] + llama(ctx="80") + ["--seed", "4321"], None),
+    "llama_gen_ref.json": (["--generate", "64", "--prompt", "5,17,42,9,33,1,60,28", "--init",
+                            "tests/data/llama_gen_init.safetensors"] + llama(ctx="80"), GENERATE),
 }
 
 
@@ -79,7 +124,8 @@ def worst(got, want):
 def make(name, out_dir):
     args, _ = FILES[name]
     out = os.path.join(out_dir, name)
-    argv = [sys.executable, SCRIPT] + [a.replace("{out}", out) for a in args]
+    script = LLAMA_SCRIPT if name.startswith("llama_") else SCRIPT
+    argv = [sys.executable, script] + [a.replace("{out}", out) for a in args]
     if not name.endswith((".safetensors", ".bin")):
         argv += ["--out", out]
     subprocess.run(argv, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
@@ -89,21 +135,24 @@ def make(name, out_dir):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--write", action="store_true", help="regenerate into tests/data")
+    ap.add_argument("--only", metavar="PREFIX", default="", help="only the files whose names start with PREFIX")
     args = ap.parse_args()
+    names = [name for name in FILES if name.startswith(args.only)]
     try:
-        import torch  # noqa: F401  (gpt2_reference.py needs it)
+        import torch  # noqa: F401  (the reference scripts need it)
     except ImportError:
         print("regenerate: torch cannot be imported by %s (apt-get install python3-torch): skipped" % sys.executable)
         return 77
     data = os.path.join(ROOT, "tests", "data")
     if args.write:
-        for name in FILES:  # the init and token files first: the training runs read them from tests/data
+        for name in names:  # the init and token files first: the training runs read them from tests/data
             make(name, data)
             print("wrote tests/data/%s" % name)
         return 0
     failed = 0
     with tempfile.TemporaryDirectory(prefix="strata_reference_") as scratch:
-        for name, (_, bounds) in FILES.items():
+        for name in names:
+            bounds = FILES[name][1]
             got, want = make(name, scratch), os.path.join(data, name)
             if bounds is None:
                 same = sha256(got) == sha256(want)
