@@ -21,13 +21,14 @@ set(STRATA_LAYERS
     "runtime/memory/=7"
     "runtime/checkpoint/=8"
     "runtime/inference/=8"   # generation over any Decoder and weight streaming: checkpoint's sibling
-    "include/strata/=9"      # the public umbrella header: may include any runtime layer
-    "models/=10"
-    "tools/=11"
-    "examples/=11"
-    "tests/=12")             # may include anything
+    "kernels/=9"             # the kernels every model family calls, by op (cpu/, cuda/), and their kernel table
+    "include/strata/=10"     # the public umbrella header: may include any layer below it
+    "models/=11"
+    "tools/=12"
+    "examples/=12"
+    "tests/=13")             # may include anything
 # Top-level folders scanned (build*/ and .git are skipped wherever they appear).
-set(STRATA_LAYER_ROOTS core collectives runtime include models tools examples tests)
+set(STRATA_LAYER_ROOTS core collectives runtime kernels include models tools examples tests)
 # Files that exist only in a build tree (configure_file), with the path they are included by.
 set(STRATA_GENERATED_HEADERS "core/config.h")
 set(STRATA_SOURCE_GLOBS "*.h" "*.cc" "*.cu" "*.cuh" "*.cpp")

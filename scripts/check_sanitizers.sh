@@ -4,7 +4,7 @@
 # Usage: scripts/check_sanitizers.sh   (after scripts/setup.sh, as .ci/run does: it installs the build's packages)
 #   STRATA_FUZZ_SECONDS=60   how long each fuzzer runs (they run side by side)
 #
-#   build-asan  g++, STRATA_SANITIZE=ON: test_gpt, test_gpt_context (ring attention's strided blocks),
+#   build-asan  g++, STRATA_SANITIZE=ON: test_gpt, test_kernels, test_ring_attention (ring attention's strided blocks),
 #               test_gpt_decode (the KV cache's views, host staging), test_gpt_decode_shard and test_inference
 #               (weight and cache streams beside the shard group's gathers) and test_checkpoint, run by ctest through
 #               mpiexec (np 1 to 4)
@@ -81,12 +81,12 @@ if ! cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAG
        -DCMAKE_CXX_COMPILER="$gxx" -DSTRATA_CUDA=OFF -DSTRATA_SANITIZE=ON; then
   verdict "sanitized tests" FAIL "configure of build-asan failed"
 else
-  targets=(test_gpt test_gpt_context test_gpt_decode test_gpt_decode_shard test_inference test_checkpoint)
-  regex='test_gpt|test_gpt_context|test_gpt_decode|test_gpt_decode_shard|test_inference|test_checkpoint'
+  targets=(test_gpt test_ring_attention test_kernels test_gpt_decode test_gpt_decode_shard test_inference test_checkpoint)
+  regex='test_gpt|test_ring_attention|test_kernels|test_gpt_decode|test_gpt_decode_shard|test_inference|test_checkpoint'
   if ! cmake --build build-asan -j"$jobs" --target "${targets[@]}"; then
     verdict "sanitized tests" FAIL "build of ${targets[*]} failed"
   elif ASAN_OPTIONS="$asan_common:fast_unwind_on_malloc=0" \
-       ctest --test-dir build-asan --output-on-failure --no-tests=error -j"$jobs" -R "^(${regex})_np[0-9]+\$"; then
+       ctest --test-dir build-asan --output-on-failure --no-tests=error -j"$jobs" -R "^(${regex})(_np[0-9]+)?\$"; then
     verdict "sanitized tests" PASS "${targets[*]} under ASan + UBSan ($((SECONDS - t0)) s with the build)"
   else
     verdict "sanitized tests" FAIL "${targets[*]}: see the ctest output above"

@@ -31,8 +31,8 @@
 #include "core/tool_main.h"
 #include "models/gpt/data/token_data.h"
 #include "models/gpt/inference/gpt_decoder.h"
-#include "models/gpt/model/cpu_ops.h"
-#include "models/gpt/model/kernel_table.h"
+#include "kernels/cpu/threads.h"
+#include "kernels/kernel_table.h"
 #include "runtime/sharding/shard_layout.h"
 
 namespace {
@@ -86,11 +86,11 @@ double one_thread_copy_rate(strata::Device& dev, int reps) {
   return median(rates);
 }
 
-// GB/s of weights read by the decode path's own product at one row (GptKernels::matmul_forward, N = 1) over 0.8 GB
+// GB/s of weights read by the decode path's own product at one row (Kernels::matmul_forward, N = 1) over 0.8 GB
 // of 1024 x 4096 matrices: what the step's largest part can reach on this machine, its products alone.
 double one_row_product_rate(strata::Device& dev, int reps) {
   constexpr int IC = 1024, OC = 4096, kMatrices = 48;
-  auto k = strata::gpt::make_gpt_kernels(dev);
+  auto k = strata::make_kernels(dev);
   std::vector<std::vector<float>> w(kMatrices, std::vector<float>(static_cast<std::size_t>(IC) * OC, 1e-3f));
   std::vector<float> x(IC, 1.0f), y(OC);
   std::vector<double> rates;
@@ -231,7 +231,7 @@ int main(int argc, char** argv) {
         gpt::GptDecoder dec(cfg, dev, b, where == "disk" ? from_disk : spec, std::max(128, b), DType::kF32,
                             placement);
         const int n_steps = where == "host" || where == "disk" ? stream_steps : steps;
-        gpt::set_num_threads(threads > 0 ? threads : compute_threads(cores, dec));
+        cpu::set_num_threads(threads > 0 ? threads : compute_threads(cores, dec));
         std::vector<double> times;
         std::uint64_t bytes = 0, streamed = 0;
         for (int r = 0; r <= reps; ++r) {
@@ -267,9 +267,9 @@ int main(int argc, char** argv) {
         const double bound = 1 / bound_s;
         const double read = static_cast<double>(bytes) / t / 1e9;
         std::printf("  %8s %5d %7d %11.1f %9.3f %13.0f %13.0f %9.2f %11.1f %8.2f %10.2f\n", where.c_str(), b,
-                    gpt::num_threads(), tokens / t, 1e3 * t / tokens, per_token, streamed_per_token, read, bound,
+                    cpu::num_threads(), tokens / t, 1e3 * t / tokens, per_token, streamed_per_token, read, bound,
                     tokens / t / bound, read / product);
-        gpt::set_num_threads(cores);
+        cpu::set_num_threads(cores);
       }
     if (fd >= 0) ::close(fd);
     if (reader) std::filesystem::remove(file);

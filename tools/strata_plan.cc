@@ -1,8 +1,9 @@
 // strata-plan: will this model fit, and what must I turn on to make it fit? Per-device memory by category, from
 // runtime/memory/memory_planner.h (the arithmetic is in docs/memory-model.md). With --simulate --cluster FILE, also the
 // step time, its split and tokens/s on that cluster (runtime/memory/step_simulator.h, docs/scaling.md). With
-// --inference, serving instead of training (tools/strata_plan_inference.cc, docs/inference.md). No MPI, no device: a
-// calculator.
+// --inference, serving instead of training (tools/strata_plan_inference.cc, docs/inference.md). The model is given by
+// its dimensions or --preset (GPT-2 or the Llama family: tools/plan_model_flags.h), and its exact parameter count is
+// printed. No MPI, no device: a calculator.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "runtime/memory/memory_planner.h"
 #include "runtime/memory/step_simulator.h"
+#include "tools/plan_model_flags.h"
 #include "tools/strata_plan_inference.h"
 
 namespace flags = strata::flags;
@@ -32,13 +34,8 @@ int main(int argc, char** argv) {
   bool no_tiled = false, json = false;
   std::string recompute = "none";
   int recompute_every = 1;
-  app.add_option("--params", in.model.params, "total parameters (default: from layers/hidden/vocab/seq)")
-      ->check(flags::non_negative_real());
-  app.add_option("--layers", in.model.layers, "transformer layers")->required()->check(flags::positive_integer());
-  app.add_option("--hidden", in.model.hidden, "hidden size")->required()->check(flags::positive_integer());
-  app.add_option("--heads", in.model.heads, "attention heads")->required()->check(flags::positive_integer());
-  app.add_option("--vocab", in.model.vocab, "vocabulary")->check(flags::non_negative_integer());
-  app.add_option("--seq", in.model.seq, "sequence length")->required()->check(flags::positive_integer());
+  PlanModelFlags model;  // --preset, the dimensions, the Llama family's shape
+  model.add(app, "sequence length", 1);
   app.add_option("--micro-batch", in.micro_batch, "sequences per device per micro-batch")
       ->check(flags::positive_integer());
   app.add_option("--zero-stage", stage, "0..3")->check(flags::integer(0, 3));
@@ -106,6 +103,7 @@ int main(int argc, char** argv) {
     return 1;
   };
   return strata::run_tool("strata-plan", [&]() -> int {
+    in.model = model.shape();
     in.layout.stage = strata::zero_stage_from_int(stage);
     in.precision = {strata::parse_dtype(param_dtype), strata::parse_dtype(reduce_dtype)};
     in.tiled_attention = !no_tiled;
@@ -183,8 +181,7 @@ int main(int argc, char** argv) {
     in.validate();  // every cross-field check, naming the flags, before any arithmetic
     if (in.recompute.automatic) in.recompute = strata::choose_plan_recompute(in);
     auto print_model = [&] {
-      std::printf("model: %.2fB parameters, %d layers, hidden %d, %d heads, seq %d, micro-batch %d\n",
-                  in.model.count() / 1e9, in.model.layers, in.model.hidden, in.model.heads, in.model.seq,
+      std::printf("model: %s, seq %d, micro-batch %d\n", plan_model_text(in.model).c_str(), in.model.seq,
                   in.micro_batch);
     };
     if (simulate) {

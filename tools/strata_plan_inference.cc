@@ -11,6 +11,7 @@
 #include "core/env.h"
 #include "core/tool_main.h"
 #include "runtime/memory/inference_planner.h"
+#include "tools/plan_model_flags.h"
 
 namespace flags = strata::flags;
 
@@ -29,17 +30,8 @@ int strata_plan_inference(int argc, char** argv) {
   std::string weight_dtype = "bf16", kv_dtype = "bf16", device_memory = "80GB", host_memory = "512GB", kv_in = "auto",
               source = "host";
   app.add_flag("--inference", inference, "plan inference (this mode)")->required();
-  app.add_option("--params", in.model.params, "total parameters (default: from layers/hidden/vocab/seq)")
-      ->check(flags::non_negative_real());
-  app.add_option("--layers", in.model.layers, "transformer layers")->required()->check(flags::positive_integer());
-  app.add_option("--hidden", in.model.hidden, "hidden size")->required()->check(flags::positive_integer());
-  app.add_option("--heads", in.model.heads, "attention heads")->required()->check(flags::positive_integer());
-  app.add_option("--kv-heads", in.kv_heads, "key / value heads (grouped-query attention; default: --heads)")
-      ->check(flags::positive_integer());
-  app.add_option("--vocab", in.model.vocab, "vocabulary")->check(flags::non_negative_integer());
-  app.add_option("--seq", in.model.seq, "context per sequence: prompt plus generated tokens")
-      ->required()
-      ->check(flags::integer(2));
+  PlanModelFlags model;  // --preset, the dimensions, the Llama family's shape (--kv-heads among them)
+  model.add(app, "context per sequence: prompt plus generated tokens", 2);
   auto* prompt_flag = app.add_option("--prompt", in.prompt, "prompt tokens per sequence (default: half of --seq)")
                           ->check(flags::positive_integer());
   app.add_option("--batch", in.batch, "sequences decoded together (default: the batch with the most tokens/s)")
@@ -75,6 +67,7 @@ int strata_plan_inference(int argc, char** argv) {
   app.add_flag("--json", json, "print both plans as JSON");
   CLI11_PARSE(app, argc, argv);
   return strata::run_tool("strata-plan", [&]() -> int {
+    in.model = model.shape();
     in.weight_dtype = strata::parse_dtype(weight_dtype);
     in.kv_dtype = strata::parse_dtype(kv_dtype);
     in.kv_on_device = kv_in == "device" ? 1 : kv_in == "host" ? 0 : -1;

@@ -5,7 +5,8 @@
 // schedules, the executor and its stage interface, parameters tied across stages), context parallelism (mirrored
 // chunks of a sequence and ring attention over the trainer's attention kernels), the optimizer, the memory ledger
 // and planner, checkpoints, generation over a model's Decoder (sampling, weight blocks streamed through device
-// slots), and overflow-checked sizes (checked_math.h). Everything else is internal.
+// slots), the kernels of every model family (kernels/: the kernel table of a device, and the CPU kernels by op),
+// and overflow-checked sizes (checked_math.h). Everything else is internal.
 #pragma once
 
 #include "core/checked_math.h"
@@ -48,4 +49,6 @@
 #include "runtime/memory/activation_offload.h"
 #include "runtime/memory/memory_ledger.h"
 #include "runtime/memory/memory_planner.h"
+#include "kernels/kernel_table.h"
+#include "kernels/cpu/ops.h"
 #include "runtime/checkpoint/checkpointer.h"

@@ -1,10 +1,13 @@
-// Causal multi-head attention for the GPT-2 example: FlashAttention-style forward and backward on the CPU.
+// Causal attention (multi-head, grouped-query, multi-query): FlashAttention-style forward and backward on the CPU.
 //
-// Forward: one task per (b, h, query tile); key tiles are visited in order with an online softmax (running
-// max m, running sum l, output accumulator O rescaled by exp(m_old - m_new)); lse = m + log(l) is saved.
-// Backward: one task per (b, h), so the task owns that head's columns of dq, dk and dv and nothing is atomic;
-// for each key tile (outer) and each query tile at or after it (inner) the probabilities are recomputed as
-// P = exp(S - lse), then dV += P^T dO, dP = dO V^T, dS = P * (dP - D_i) / sqrt(D), dQ += dS K, dK += dS^T Q.
+// Forward: one task per (b, query head h, query tile), reading key / value head h / (NH / KVH); key tiles are
+// visited in order with an online softmax (running max m, running sum l, output accumulator O rescaled by
+// exp(m_old - m_new)); lse = m + log(l) is saved.
+// Backward: one task per (b, key / value head g), so the task owns g's columns of dk and dv and those of its query
+// heads in dq, and nothing is atomic; for each key tile (outer), each of g's query heads in order (middle) and each
+// query tile at or after the key tile (inner) the probabilities are recomputed as P = exp(S - lse), then
+// dV += P^T dO, dP = dO V^T, dS = P * (dP - D_i) / sqrt(D), dQ += dS K, dK += dS^T Q. With KVH = NH (one query head
+// a group) these are the multi-head kernel's operations in its order, so its results are bitwise unchanged.
 // Every product is a small tile GEMM (tile_gemm below, register-blocked with vector extensions); each output
 // sums its terms in a fixed order, so results do not depend on the thread count.
 // Memory: per thread a few tiles, plus D_i for every row and head (backward); never a T x T matrix.
@@ -18,11 +21,11 @@
 #include <limits>
 #include <vector>
 
-#include "models/gpt/model/cpu_ops.h"
-#include "models/gpt/model/vec_math.h"
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/vec_math.h"
 #include "core/error.h"
 
-namespace strata::gpt {
+namespace strata::cpu {
 namespace {
 
 constexpr int kTileQ = 64;  // query rows per tile
@@ -93,13 +96,19 @@ void tile_gemm(int m, int n, int k, const float* A, std::size_t ars, std::size_t
 
 struct Dims {
   int D;
-  std::size_t row;  // floats per qkv row (3C)
+  int kv_heads;  // KVH
+  int group;     // query heads a key / value head serves: NH / KVH
 };
 
-Dims dims(int C, int NH) {
+// kv_heads 0 means NH (AttentionBlock's convention).
+Dims dims(int C, int NH, int kv_heads) {
   STRATA_CHECK(NH > 0 && C > 0 && C % NH == 0, "C = {} must be a positive multiple of NH = {}", C, NH);
-  return Dims{C / NH, static_cast<std::size_t>(3) * C};
+  const int kvh = kv_heads == 0 ? NH : kv_heads;
+  STRATA_CHECK(kvh > 0 && NH % kvh == 0, "{} key / value heads must divide NH = {} query heads (grouped-query)",
+               kv_heads, NH);
+  return Dims{C / NH, kvh, NH / kvh};
 }
+Dims dims(const AttentionBlock& blk) { return dims(blk.width, blk.heads, blk.kv_heads); }
 
 std::size_t forward_floats_per_thread(int D) {
   return static_cast<std::size_t>(kTileQ) * kTileK  // scores, then probabilities
@@ -123,7 +132,7 @@ void transpose_tile(float* dst, const float* src, std::size_t stride, int n, int
 }  // namespace
 
 std::size_t attention_workspace_bytes(int B, int T, int C, int NH) {
-  const int D = dims(C, NH).D;
+  const int D = dims(C, NH, NH).D;
   const std::size_t threads = static_cast<std::size_t>(omp_get_max_threads());
   // The backward's D_i: one float per row and head, beside its per-thread tiles.
   const std::size_t backward = backward_floats_per_thread(D) * threads +
@@ -150,8 +159,8 @@ inline std::size_t stat(std::size_t batch_stride, std::size_t head_stride, int b
 
 void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v,
                              bool bf16_products) {
-  const auto [D, row] = dims(blk.width, blk.heads);
-  (void)row;
+  const Dims dm = dims(blk);
+  const int D = dm.D, group = dm.group;
   if (blk.batch == 0 || blk.q_rows == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const std::size_t per_thread = forward_floats_per_thread(D);
@@ -168,8 +177,8 @@ void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut
         float* m = O + static_cast<std::size_t>(kTileQ) * D;
         float* l = m + kTileQ;
         const float* qb = at(q, b, 0, h * D);
-        const float* kb = at(k, b, 0, h * D);
-        const float* vb = at(v, b, 0, h * D);
+        const float* kb = at(k, b, 0, h / group * D);
+        const float* vb = at(v, b, 0, h / group * D);
         const int i0 = qt * kTileQ, i1 = std::min(blk.q_rows, i0 + kTileQ), nq = i1 - i0;
         std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
         std::fill(l, l + nq, 0.0f);
@@ -221,33 +230,89 @@ void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut
       }
 }
 
+namespace {
+
+// A backward block's key tile: keys j0 .. j0 + nk - 1 of one key / value head, k row-major (row stride k_stride) and
+// Kt, Vt its K and V transposed; dK and dV accumulate the tile's gradients (nk x D); P and dS are scratch.
+struct KeyTile {
+  int j0, nk;
+  const float* k;
+  std::size_t k_stride;
+  const float *Kt, *Vt;
+  float *dK, *dV, *P, *dS;
+};
+// One query head's rows of a backward block (a batch's): q, dout and dq with their row strides, lse and di.
+struct QueryHead {
+  const float* q;
+  std::size_t q_stride;
+  const float* dout;
+  std::size_t dout_stride;
+  float* dq;
+  std::size_t dq_stride;
+  const float *lse, *di;
+};
+
+// The terms of a query head's rows from i_first on against a key tile: dq += dS K, and the tile's dK += dS^T Q,
+// dV += P^T dO, query tile by query tile.
+void backward_key_tile(const AttentionBlock& blk, int D, int i_first, const KeyTile& t, const QueryHead& qh,
+                       bool bf16_products) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  const int nk = t.nk;
+  float *P = t.P, *dS = t.dS;
+  for (int i0 = i_first; i0 < blk.q_rows; i0 += kTileQ) {
+    const int nq = std::min(blk.q_rows, i0 + kTileQ) - i0;
+    const float* qi = qh.q + i0 * qh.q_stride;
+    const float* dyi = qh.dout + i0 * qh.dout_stride;
+    tile_gemm(nq, nk, D, qi, qh.q_stride, 1, t.Kt, kTileK, P, kTileK, false);       // S
+    tile_gemm(nq, nk, D, dyi, qh.dout_stride, 1, t.Vt, kTileK, dS, kTileK, false);  // dP
+    for (int ii = 0; ii < nq; ++ii) {
+      const int i = i0 + ii;
+      const int n = std::clamp(blk.q_pos + i - (blk.kv_pos + t.j0) + 1, 0, nk);
+      float* p = P + static_cast<std::size_t>(ii) * kTileK;
+      float* ds = dS + static_cast<std::size_t>(ii) * kTileK;
+      const float l_i = qh.lse[i], d_i = qh.di[i];
+      for (int j = 0; j < n; ++j) {
+        p[j] = detail::exp_f32(p[j] * scale - l_i);
+        ds[j] = p[j] * (ds[j] - d_i) * scale;
+      }
+      if (bf16_products)  // dS from the f32 P, then both rounded for their products
+        for (int j = 0; j < n; ++j) {
+          p[j] = detail::round_bf16(p[j]);
+          ds[j] = detail::round_bf16(ds[j]);
+        }
+      std::fill(p + n, p + nk, 0.0f);  // masked keys
+      std::fill(ds + n, ds + nk, 0.0f);
+    }
+    float* dqi = qh.dq + i0 * qh.dq_stride;
+    tile_gemm(nk, D, nq, P, 1, kTileK, dyi, qh.dout_stride, t.dV, D, true);         // dV += P^T dO
+    tile_gemm(nq, D, nk, dS, kTileK, 1, t.k, t.k_stride, dqi, qh.dq_stride, true);  // dQ += dS K
+    tile_gemm(nk, D, nq, dS, 1, kTileK, qi, qh.q_stride, t.dK, D, true);            // dK += dS^T Q
+  }
+}
+
+}  // namespace
+
 void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, RowStats lse,
                               RowStats di, Rows q, Rows k, Rows v, bool bf16_products) {
-  const auto [D, row] = dims(blk.width, blk.heads);
-  (void)row;
+  const Dims dm = dims(blk);
+  const int D = dm.D, kv_heads = dm.kv_heads, group = dm.group;
   if (blk.batch == 0 || blk.q_rows == 0 || blk.kv_rows == 0) return;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const std::size_t per_thread = backward_floats_per_thread(D);
   std::vector<float> workspace(per_thread * omp_get_max_threads());
 
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
   for (int b = 0; b < blk.batch; ++b)
-    for (int h = 0; h < blk.heads; ++h) {
+    for (int g = 0; g < kv_heads; ++g) {
       float* Kt = workspace.data() + per_thread * omp_get_thread_num();
       float* Vt = Kt + static_cast<std::size_t>(D) * kTileK;
       float* dK = Vt + static_cast<std::size_t>(D) * kTileK;
       float* dV = dK + static_cast<std::size_t>(kTileK) * D;
       float* P = dV + static_cast<std::size_t>(kTileK) * D;
       float* dS = P + static_cast<std::size_t>(kTileQ) * kTileK;
-      const float* qb = at(q, b, 0, h * D);
-      const float* kb = at(k, b, 0, h * D);
-      const float* vb = at(v, b, 0, h * D);
-      const float* dyb = at(dout, b, 0, h * D);
-      float* dqb = at(dq, b, 0, h * D);
-      float* dkb = at(dk, b, 0, h * D);
-      float* dvb = at(dv, b, 0, h * D);
-      const float* lse_h = lse.data + stat(lse.batch_stride, lse.head_stride, b, h);
-      const float* di_h = di.data + stat(di.batch_stride, di.head_stride, b, h);
+      const float* kb = at(k, b, 0, g * D);
+      const float* vb = at(v, b, 0, g * D);
+      float* dkb = at(dk, b, 0, g * D);
+      float* dvb = at(dv, b, 0, g * D);
       for (int j0 = 0; j0 < blk.kv_rows; j0 += kTileK) {
         const int nk = std::min(blk.kv_rows, j0 + kTileK) - j0;
         // Queries at positions from the tile's first key's on see some of it.
@@ -257,32 +322,17 @@ void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk,
         transpose_tile(Vt, vb + j0 * v.row_stride, v.row_stride, nk, D);
         std::fill(dK, dK + static_cast<std::size_t>(nk) * D, 0.0f);
         std::fill(dV, dV + static_cast<std::size_t>(nk) * D, 0.0f);
-        for (int i0 = i_first; i0 < blk.q_rows; i0 += kTileQ) {
-          const int nq = std::min(blk.q_rows, i0 + kTileQ) - i0;
-          tile_gemm(nq, nk, D, qb + i0 * q.row_stride, q.row_stride, 1, Kt, kTileK, P, kTileK, false);  // S
-          tile_gemm(nq, nk, D, dyb + i0 * dout.row_stride, dout.row_stride, 1, Vt, kTileK, dS, kTileK, false);  // dP
-          for (int ii = 0; ii < nq; ++ii) {
-            const int i = i0 + ii;
-            const int n = std::clamp(blk.q_pos + i - (blk.kv_pos + j0) + 1, 0, nk);
-            float* p = P + static_cast<std::size_t>(ii) * kTileK;
-            float* ds = dS + static_cast<std::size_t>(ii) * kTileK;
-            const float l_i = lse_h[i], d_i = di_h[i];
-            for (int j = 0; j < n; ++j) {
-              p[j] = detail::exp_f32(p[j] * scale - l_i);
-              ds[j] = p[j] * (ds[j] - d_i) * scale;
-            }
-            if (bf16_products)  // dS from the f32 P, then both rounded for their products
-              for (int j = 0; j < n; ++j) {
-                p[j] = detail::round_bf16(p[j]);
-                ds[j] = detail::round_bf16(ds[j]);
-              }
-            std::fill(p + n, p + nk, 0.0f);  // masked keys
-            std::fill(ds + n, ds + nk, 0.0f);
-          }
-          tile_gemm(nk, D, nq, P, 1, kTileK, dyb + i0 * dout.row_stride, dout.row_stride, dV, D, true);  // dV += P^T dO
-          tile_gemm(nq, D, nk, dS, kTileK, 1, kb + j0 * k.row_stride, k.row_stride, dqb + i0 * dq.row_stride,
-                    dq.row_stride, true);                                                                 // dQ += dS K
-          tile_gemm(nk, D, nq, dS, 1, kTileK, qb + i0 * q.row_stride, q.row_stride, dK, D, true);        // dK += dS^T Q
+        const KeyTile tile{j0, nk, kb + j0 * k.row_stride, k.row_stride, Kt, Vt, dK, dV, P, dS};
+        for (int h = g * group; h < (g + 1) * group; ++h) {  // the group's query heads, in order
+          const QueryHead qh{at(q, b, 0, h * D),
+                             q.row_stride,
+                             at(dout, b, 0, h * D),
+                             dout.row_stride,
+                             at(dq, b, 0, h * D),
+                             dq.row_stride,
+                             lse.data + stat(lse.batch_stride, lse.head_stride, b, h),
+                             di.data + stat(di.batch_stride, di.head_stride, b, h)};
+          backward_key_tile(blk, D, i_first, tile, qh, bf16_products);
         }
         for (int j = 0; j < nk; ++j) {
           float* dkj = dkb + (j0 + j) * dk.row_stride;
@@ -297,7 +347,7 @@ void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk,
 }
 
 void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows out_b, RowStats lse_b) {
-  const int D = dims(blk.width, blk.heads).D;
+  const int D = dims(blk).D;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < blk.batch; ++b)
     for (int h = 0; h < blk.heads; ++h)
@@ -317,7 +367,7 @@ void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Ro
 }
 
 void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out) {
-  const int D = dims(blk.width, blk.heads).D;
+  const int D = dims(blk).D;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < blk.batch; ++b)
     for (int h = 0; h < blk.heads; ++h)
@@ -345,27 +395,43 @@ void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add
 
 // ---- the whole sequence: one block of every query against every key -----------------------------------------
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, bool bf16_products) {
-  const std::size_t row = 3 * static_cast<std::size_t>(C), seq = static_cast<std::size_t>(T);
-  const AttentionBlock blk{B, NH, C, T, 0, T, 0};
+namespace {
+
+// The q, k and v views of a whole-sequence qkv [B, T, C + 2 KVH D] (or of its gradient), and the block of every query
+// against every key.
+struct Sequence {
+  AttentionBlock blk;
+  std::size_t row, seq, kv_width;
+};
+Sequence sequence(int B, int T, int C, int NH, int KVH) {
+  STRATA_CHECK(KVH > 0, "attention over {} key / value heads: KVH must be >= 1 (and divide NH = {})", KVH, NH);
+  const std::size_t kv_width = static_cast<std::size_t>(KVH) * dims(C, NH, KVH).D;
+  return Sequence{AttentionBlock{B, NH, C, T, 0, T, 0, KVH}, static_cast<std::size_t>(C) + 2 * kv_width,
+                  static_cast<std::size_t>(T), kv_width};
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int KVH,
+                       bool bf16_products) {
+  const auto [blk, row, seq, kv_width] = sequence(B, T, C, NH, KVH);
   attention_block_forward(blk, RowsOut{out, static_cast<std::size_t>(C), seq * C},
                           RowStatsOut{lse, seq, static_cast<std::size_t>(NH) * seq}, Rows{qkv, row, seq * row},
-                          Rows{qkv + C, row, seq * row}, Rows{qkv + 2 * C, row, seq * row}, bf16_products);
+                          Rows{qkv + C, row, seq * row}, Rows{qkv + C + kv_width, row, seq * row}, bf16_products);
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                        int T, int C, int NH, bool bf16_products) {
+                        int T, int C, int NH, int KVH, bool bf16_products) {
+  const auto [blk, row, seq, kv_width] = sequence(B, T, C, NH, KVH);
   if (B == 0 || T == 0) return;
-  const std::size_t row = 3 * static_cast<std::size_t>(C), seq = static_cast<std::size_t>(T);
   const std::size_t heads = static_cast<std::size_t>(NH);
-  const AttentionBlock blk{B, NH, C, T, 0, T, 0};
   std::vector<float> di(static_cast<std::size_t>(B) * heads * seq);  // D_i = rowsum(dout_i * out_i), per head
   const Rows y{out, static_cast<std::size_t>(C), seq * C}, dy{dout, static_cast<std::size_t>(C), seq * C};
   attention_row_dot(blk, RowStatsOut{di.data(), seq, heads * seq}, dy, y);
   attention_block_backward(blk, RowsOut{dqkv, row, seq * row}, RowsOut{dqkv + C, row, seq * row},
-                           RowsOut{dqkv + 2 * C, row, seq * row}, dy, RowStats{lse, seq, heads * seq},
+                           RowsOut{dqkv + C + kv_width, row, seq * row}, dy, RowStats{lse, seq, heads * seq},
                            RowStats{di.data(), seq, heads * seq}, Rows{qkv, row, seq * row},
-                           Rows{qkv + C, row, seq * row}, Rows{qkv + 2 * C, row, seq * row}, bf16_products);
+                           Rows{qkv + C, row, seq * row}, Rows{qkv + C + kv_width, row, seq * row}, bf16_products);
 }
 
-}  // namespace strata::gpt
+}  // namespace strata::cpu

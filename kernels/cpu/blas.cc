@@ -1,6 +1,6 @@
 // detail::sgemm on oneDNN's dnnl_sgemm (Debian's libdnnl-dev): the fastest Debian BLAS on the GPT shapes on the
 // Zen 3 development machine, OpenMP-threaded like the kernels. Measurements: docs/notes/cpu-blas.md.
-#include "models/gpt/model/blas.h"
+#include "kernels/cpu/blas.h"
 
 #include <oneapi/dnnl/dnnl.h>
 
@@ -8,9 +8,9 @@
 #include <string>
 
 #include "core/error.h"
-#include "models/gpt/model/thread_limit.h"
+#include "kernels/cpu/threads.h"
 
-namespace strata::gpt::detail {
+namespace strata::cpu::detail {
 namespace {
 
 const char* isa_name(dnnl_cpu_isa_t isa) {
@@ -60,4 +60,4 @@ const char* blas_name() {
   return name.c_str();
 }
 
-}  // namespace strata::gpt::detail
+}  // namespace strata::cpu::detail

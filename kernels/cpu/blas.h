@@ -1,7 +1,7 @@
 // The one row-major sgemm the GPT-2 kernels call, bound at build time to the BLAS in docs/notes/cpu-blas.md.
 #pragma once
 
-namespace strata::gpt::detail {
+namespace strata::cpu::detail {
 
 // C[M,N] = op(A)[M,K] @ op(B)[K,N] + beta * C, row-major; op transposes when trans_* is set, so A is stored
 // [M,K] (lda >= K) or [K,M] (lda >= M), B [K,N] (ldb >= N) or [N,K] (ldb >= K). Sizes may be 0.
@@ -19,4 +19,4 @@ const char* blas_name();
 // What gemm_bf16 runs on, e.g. "oneDNN bf16 matmul (brg:avx512_core_amx_bf16)".
 const char* bf16_gemm_name();
 
-}  // namespace strata::gpt::detail
+}  // namespace strata::cpu::detail

@@ -13,11 +13,11 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "models/gpt/model/blas.h"
-#include "models/gpt/model/thread_limit.h"
-#include "models/gpt/model/vec_math.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/threads.h"
+#include "kernels/cpu/vec_math.h"
 
-namespace strata::gpt::detail {
+namespace strata::cpu::detail {
 namespace {
 
 // STRATA_CHECK_DNNL(call): throws strata::Error naming the oneDNN call and its status.
@@ -172,4 +172,4 @@ void gemm_bf16(bool trans_a, bool trans_b, int M, int N, int K, const float* A, 
 
 const char* bf16_gemm_name() { return engine().name.c_str(); }
 
-}  // namespace strata::gpt::detail
+}  // namespace strata::cpu::detail

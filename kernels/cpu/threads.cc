@@ -1,14 +1,16 @@
-// allowed_threads and clamp_to_thread_limit: OpenMP thread counts kept within OMP_THREAD_LIMIT.
-#include "models/gpt/model/thread_limit.h"
+// The CPU kernels' thread count, and OpenMP thread counts kept within OMP_THREAD_LIMIT.
+#include "kernels/cpu/threads.h"
 
 #include <omp.h>
 
 #include <algorithm>
 #include <atomic>
 
+#include "core/error.h"
 #include "core/logging.h"
+#include "kernels/cpu/blas.h"
 
-namespace strata::gpt {
+namespace strata::cpu {
 
 int allowed_threads(int requested) {
   const int limit = std::max(1, omp_get_thread_limit());
@@ -26,4 +28,13 @@ void clamp_to_thread_limit() {
   if (max > omp_get_thread_limit()) omp_set_num_threads(allowed_threads(max));
 }
 
-}  // namespace strata::gpt
+void set_num_threads(int n) {
+  STRATA_CHECK(n >= 1, "thread count {} must be >= 1", n);
+  n = allowed_threads(n);  // within OMP_THREAD_LIMIT, or dnnl_sgemm leaves blocks unwritten (above)
+  omp_set_num_threads(n);
+  detail::blas_set_num_threads(n);
+}
+
+int num_threads() { return omp_get_max_threads(); }
+
+}  // namespace strata::cpu

@@ -1,7 +1,12 @@
-// allowed_threads: the OpenMP thread count Strata may ask for, within what the runtime allows (OMP_THREAD_LIMIT).
+// The threads of the CPU kernels: how many every kernel and the BLAS use, kept within OMP_THREAD_LIMIT.
 #pragma once
 
-namespace strata::gpt {
+namespace strata::cpu {
+
+// Threads used by every kernel and by the BLAS (the trainer passes cores / ranks-per-node). n >= 1, lowered to
+// allowed_threads(n).
+void set_num_threads(int n);
+int num_threads();
 
 // min(requested, omp_get_thread_limit()), and at least 1. The first time it lowers a request it logs one warning
 // naming OMP_THREAD_LIMIT and both numbers. Why it matters: libgomp's omp_get_max_threads() ignores the thread limit,
@@ -14,4 +19,4 @@ int allowed_threads(int requested);
 // plans for. Cheap when nothing needs lowering; called before each sgemm.
 void clamp_to_thread_limit();
 
-}  // namespace strata::gpt
+}  // namespace strata::cpu

@@ -1,10 +1,10 @@
 // CPU kernels of the tensor-parallel GPT: OpenMP over rows, sums in double as cpu_ops.cc's cross-entropy.
-#include "models/gpt/model/cpu_tp_ops.h"
+#include "kernels/cpu/tp_ops.h"
 
 #include <cmath>
 #include <cstring>
 
-namespace strata::gpt {
+namespace strata::cpu {
 
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C) {
 #pragma omp parallel for schedule(static)
@@ -99,4 +99,4 @@ void vocab_crossentropy(float* losses, float* dlogits, const float* logits, cons
   }
 }
 
-}  // namespace strata::gpt
+}  // namespace strata::cpu

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace strata::gpt {
+namespace strata::cpu {
 
 // out[n,:] = wte[tokens[n] - v_begin,:] when tokens[n] is in [v_begin, v_begin + v_count), else 0.
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C);
@@ -33,4 +33,4 @@ void vocab_sumexp(float* stats, const float* logits, const float* row_max, const
 void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max, const float* stats,
                         const int32_t* targets, int v_begin, int N, int V, int valid, float dscale);
 
-}  // namespace strata::gpt
+}  // namespace strata::cpu

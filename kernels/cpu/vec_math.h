@@ -5,13 +5,13 @@
 #include <cstdint>
 #include <limits>
 
-namespace strata::gpt::detail {
+namespace strata::cpu::detail {
 
 // exp(x) within 2 ulp of the correctly rounded result for normal results (the tests sweep every float in
 // [-87.3, 88.7]), including subnormal results down to 0 below about -103.97, +inf above 88.72, NaN for NaN.
 // Cody-Waite reduction x = n ln2 + r with |r| <= ln2/2, Cephes' degree-6 expf polynomial for e^r, then 2^n in
 // two halves (each a normal float, so the extremes neither overflow nor flush early). Only arithmetic and
-// selects: loops over it vectorize (they need -fno-trapping-math, which strata_gpt compiles with, so that the
+// selects: loops over it vectorize (they need -fno-trapping-math, which strata_kernels compiles with, so that the
 // compiler may if-convert the range selects).
 inline float exp_f32(float x) {
   constexpr float kLog2e = 1.44269504088896341f;
@@ -44,4 +44,4 @@ inline float round_bf16(float x) {
   return std::bit_cast<float>(u & 0xffff0000u);
 }
 
-}  // namespace strata::gpt::detail
+}  // namespace strata::cpu::detail

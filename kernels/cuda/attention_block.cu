@@ -1,5 +1,6 @@
 // One block of queries against one block of keys (runtime/context/attention_kernels.h), for the decode path's
-// attention over the KV cache: rows anywhere in memory (Rows' strides), causal by global position.
+// attention over the KV cache: rows anywhere in memory (Rows' strides), causal by global position. Grouped-query
+// attention: query head h reads kv head h / (heads / kv_heads) of k and v.
 //
 // One warp per (batch, head, query row): per visible key the lanes split the head's D columns for the dot product
 // (a warp butterfly gives every lane the score), keep the online softmax's running max and sum, and each lane
@@ -10,10 +11,10 @@
 #include <cmath>
 #include <cstddef>
 
-#include "models/gpt/model/cuda/kernel_utils.cuh"
-#include "models/gpt/model/cuda/launch.h"
+#include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/cuda/launch.h"
 
-namespace strata::gpt::cuda::detail {
+namespace strata::cuda::detail {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
@@ -25,6 +26,7 @@ __global__ __launch_bounds__(kWarpsPerBlock* kWarpSize) void attention_block_for
   if (warp >= a.batch * a.heads * a.q_rows) return;  // the whole warp leaves together
   const int i = warp % a.q_rows, h = (warp / a.q_rows) % a.heads, b = warp / (a.q_rows * a.heads);
   const int D = a.width / a.heads;
+  const std::size_t kv_col = static_cast<std::size_t>(h / (a.heads / a.kv_heads)) * D;
   const int per_lane = (D + kWarpSize - 1) / kWarpSize;
   const int visible = min(a.kv_rows, a.q_pos + i - a.kv_pos + 1);
   const float* q = a.q + b * a.q_bs + static_cast<std::size_t>(i) * a.q_rs + static_cast<std::size_t>(h) * D;
@@ -37,8 +39,8 @@ __global__ __launch_bounds__(kWarpsPerBlock* kWarpSize) void attention_block_for
   float m = -INFINITY, l = 0.0f;
   for (int j = 0; j < visible; ++j) {
     const std::size_t row = static_cast<std::size_t>(j);
-    const float* k = a.k + b * a.k_bs + row * a.k_rs + static_cast<std::size_t>(h) * D;
-    const float* v = a.v + b * a.v_bs + row * a.v_rs + static_cast<std::size_t>(h) * D;
+    const float* k = a.k + b * a.k_bs + row * a.k_rs + kv_col;
+    const float* v = a.v + b * a.v_bs + row * a.v_rs + kv_col;
     float partial = 0.0f;
     for (int t = 0; t < per_lane; ++t) {
       const int d = lane + t * kWarpSize;
@@ -99,4 +101,4 @@ cudaError_t launch_copy_rows(float* dst, std::size_t dst_rs, std::size_t dst_bs,
   return cudaGetLastError();
 }
 
-}  // namespace strata::gpt::cuda::detail
+}  // namespace strata::cuda::detail

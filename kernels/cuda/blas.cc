@@ -1,12 +1,12 @@
-// Blas (a cuBLAS handle on one stream) and the cuBLAS-backed matmuls of cuda_ops.h.
+// Blas (a cuBLAS handle on one stream) and the cuBLAS-backed matmuls of kernels/cuda/ops.h.
 //
 // cuBLAS is column-major: a row-major [R, K] array is the column-major K x R matrix, its transpose. So a row-major
 // product Y = X W is computed as the column-major Y^T = W^T X^T with the same buffers, and each call below is
 // annotated with the row-major product it computes.
 #include <fmt/format.h>
 
-#include "models/gpt/model/cuda/cuda_ops.h"
-#include "models/gpt/model/cuda/launch.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/cuda/launch.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "runtime/sharding/flat_ops_kernels.h"
@@ -22,7 +22,7 @@
                                           cublasGetStatusName(strata_cublas_rc_)));                            \
   } while (0)
 
-namespace strata::gpt::cuda {
+namespace strata::cuda {
 namespace {
 
 std::size_t element_bytes(cudaDataType_t type) { return type == CUDA_R_16BF ? 2 : 4; }
@@ -155,4 +155,4 @@ void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const floa
   gemm(blas, CUDA_R_32F, false, true, C, V, N, inp, C, dlogits, V, 1.0f, dwte, C);   // dwte += dlogits^T @ inp
 }
 
-}  // namespace strata::gpt::cuda
+}  // namespace strata::cuda

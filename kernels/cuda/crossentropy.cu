@@ -3,10 +3,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "models/gpt/model/cuda/kernel_utils.cuh"
-#include "models/gpt/model/cuda/launch.h"
+#include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/cuda/launch.h"
 
-namespace strata::gpt::cuda::detail {
+namespace strata::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
@@ -57,4 +57,4 @@ cudaError_t launch_crossentropy_softmax(float* losses, float* dlogits, const flo
   return cudaGetLastError();
 }
 
-}  // namespace strata::gpt::cuda::detail
+}  // namespace strata::cuda::detail

@@ -1,7 +1,7 @@
-// CudaGptKernels: GptKernels on a CUDA device. The kernels of cuda_ops.h, cudaMemsetAsync through the Device,
+// CudaKernels: Kernels on a CUDA device. The kernels of kernels/cuda/ops.h, cudaMemsetAsync through the Device,
 // the runtime's FlatOps for dtype conversion, token uploads from page-locked staging, and the loss sum copied back
 // behind an event: all of it on the device's compute stream, none of it touching device memory from the host.
-#include "models/gpt/model/cuda/cuda_kernel_table.h"
+#include "kernels/cuda/cuda_kernel_table.h"
 
 #include <cuda_runtime_api.h>
 
@@ -9,14 +9,14 @@
 #include <cstring>
 #include <exception>
 
-#include "models/gpt/model/cuda/cuda_ops.h"
+#include "kernels/cuda/ops.h"
 #include "core/cuda_check.h"
 #include "core/device_registry.h"
 #include "core/error.h"
 #include "core/logging.h"
 #include "runtime/sharding/flat_ops.h"
 
-namespace strata::gpt::cuda {
+namespace strata::cuda {
 namespace {
 
 // The compute stream's cudaStream_t, with `device` made current on this thread (the Blas binds to the current
@@ -30,9 +30,9 @@ cudaStream_t activate(Device& device) {
   return static_cast<cudaStream_t>(handle);
 }
 
-class CudaGptKernels final : public GptKernels {
+class CudaKernels final : public Kernels {
  public:
-  CudaGptKernels(Device& device, bool bf16)
+  CudaKernels(Device& device, bool bf16)
       : device_(device),
         bf16_(bf16),
         s_(activate(device)),
@@ -46,13 +46,13 @@ class CudaGptKernels final : public GptKernels {
   }
 
   // The staging buffers and the Blas must outlive the work that uses them: wait for it (bounded) before they go.
-  ~CudaGptKernels() override {
+  ~CudaKernels() override {
     try {
       stream_.record(*losses_copied_);
       losses_copied_->synchronize();
     } catch (const std::exception& e) {
       try {
-        logger("gpt").error("GPT kernels on {}: waiting for the compute stream before teardown failed: {}",
+        logger("gpt").error("kernels on {}: waiting for the compute stream before teardown failed: {}",
                             device_.name(), e.what());
       } catch (...) {  // logging must not turn a failed wait into std::terminate
       }
@@ -101,17 +101,17 @@ class CudaGptKernels final : public GptKernels {
                                          as_bf16(1, inp, std::size_t(N) * C), as_bf16(2, wte, std::size_t(V) * C), N,
                                          C, V, blas_);
   }
-  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH) override {
-    if (bf16_) qkv = rounded(0, qkv, std::size_t(B) * T * 3 * C);
-    cuda::attention_forward(out, lse, qkv, B, T, C, NH, s_, bf16_);
+  void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int KVH) override {
+    if (bf16_) qkv = rounded(0, qkv, std::size_t(B) * T * qkv_row(C, NH, KVH));
+    cuda::attention_forward(out, lse, qkv, B, T, C, NH, KVH, s_, bf16_);
   }
   void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                          int T, int C, int NH) override {
+                          int T, int C, int NH, int KVH) override {
     if (bf16_) {
-      qkv = rounded(0, qkv, std::size_t(B) * T * 3 * C);
+      qkv = rounded(0, qkv, std::size_t(B) * T * qkv_row(C, NH, KVH));
       dout = rounded(1, dout, std::size_t(B) * T * C);
     }
-    cuda::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, s_, bf16_);
+    cuda::attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, KVH, s_, bf16_);
   }
   // The forward block and row copies (the decode path's attention over its KV cache), f32; ring attention
   // (context parallelism) also needs the merge and the backward, which run on the CPU backend only.
@@ -129,6 +129,26 @@ class CudaGptKernels final : public GptKernels {
   void attention_row_dot(const AttentionBlock&, RowStatsOut, Rows, Rows) override { no_ring(); }
   void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add) override {
     cuda::copy_rows(dst, src, batch, rows, columns, add, s_);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                       float eps) override {
+    cuda::rmsnorm_forward(out, rstd, inp, weight, N, C, eps, s_);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int N, int C) override {
+    cuda::rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, s_);
+  }
+  void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int heads, int D, int pos0,
+                    std::size_t row_stride, std::size_t batch_stride) override {
+    cuda::rope_forward(x, cos, sin, B, T, heads, D, pos0, row_stride, batch_stride, s_);
+  }
+  void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int heads, int D, int pos0,
+                     std::size_t row_stride, std::size_t batch_stride) override {
+    cuda::rope_backward(dx, cos, sin, B, T, heads, D, pos0, row_stride, batch_stride, s_);
+  }
+  void swiglu_forward(float* out, const float* gu, int N, int F) override { cuda::swiglu_forward(out, gu, N, F, s_); }
+  void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F) override {
+    cuda::swiglu_backward(dgu, dout, gu, N, F, s_);
   }
   void gelu_forward(float* out, const float* inp, std::size_t n) override { cuda::gelu_forward(out, inp, n, s_); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
@@ -215,6 +235,15 @@ class CudaGptKernels final : public GptKernels {
                  "ring attention (context parallelism) runs on the CPU backend only: its CUDA merge and backward are "
                  "not built yet (use --backend cpu)");
   }
+  // Floats per qkv row, [q: C | k: KVH D | v: KVH D] (D = C / NH): the size of the rounded copy, so the shapes are
+  // checked before it reads qkv (the kernels check them again).
+  static std::size_t qkv_row(int C, int NH, int KVH) {
+    STRATA_CHECK(C > 0 && NH > 0 && C % NH == 0 && KVH > 0 && NH % KVH == 0,
+                 "attention of C = {} over NH = {} query heads and KVH = {} key / value heads (NH must divide C and "
+                 "KVH divide NH)",
+                 C, NH, KVH);
+    return static_cast<std::size_t>(C) + 2 * static_cast<std::size_t>(KVH) * static_cast<std::size_t>(C / NH);
+  }
   // src converted to bf16 (to nearest even) in workspace slot `slot`; a kernel uses distinct slots per operand.
   const __nv_bfloat16* as_bf16(int slot, const float* src, std::size_t n) {
     Buffer& dst = workspace(bf16_ws_[slot], n * sizeof(__nv_bfloat16));
@@ -248,7 +277,7 @@ class CudaGptKernels final : public GptKernels {
   };
 
   Device& device_;
-  bool bf16_;  // bf16 products (make_gpt_kernels in kernel_table.h)
+  bool bf16_;  // bf16 products (make_kernels in kernel_table.h)
   cudaStream_t s_;
   Stream& stream_;
   Blas blas_;
@@ -265,8 +294,8 @@ class CudaGptKernels final : public GptKernels {
 
 }  // namespace
 
-std::unique_ptr<GptKernels> make_cuda_gpt_kernels(Device& device, bool bf16_products) {
-  return std::make_unique<CudaGptKernels>(device, bf16_products);
+std::unique_ptr<Kernels> make_cuda_kernels(Device& device, bool bf16_products) {
+  return std::make_unique<CudaKernels>(device, bf16_products);
 }
 
-}  // namespace strata::gpt::cuda
+}  // namespace strata::cuda

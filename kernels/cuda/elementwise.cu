@@ -1,17 +1,17 @@
-// GELU (tanh form) forward and backward, and the residual add, on the GPU: the formulas of cpu_ops.cc.
+// GELU (tanh form) forward and backward, and the residual add, on the GPU: the formulas of kernels/cpu.
 #include <cstddef>
 
-#include "models/gpt/model/cuda/kernel_utils.cuh"
-#include "models/gpt/model/cuda/launch.h"
+#include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/cuda/launch.h"
 
-namespace strata::gpt::cuda::detail {
+namespace strata::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr float kGeluBeta = 0.7978845608028654f;  // sqrt(2/pi)
 constexpr float kGeluKappa = 0.044715f;
 
-// exp(-2u) for the tanh argument u of x, capped at exp(80) so the sigmoid below stays finite (as cpu_ops.cc).
+// exp(-2u) for the tanh argument u of x, capped at exp(80) so the sigmoid below stays finite (as kernels/cpu).
 __device__ inline float gelu_exp_minus_2u(float x) {
   const float minus_2u = -2.0f * kGeluBeta * (x + kGeluKappa * x * x * x);
   return expf(fminf(minus_2u, 80.0f));
@@ -63,4 +63,4 @@ cudaError_t launch_residual_forward(float* out, const float* a, const float* b, 
   return cudaGetLastError();
 }
 
-}  // namespace strata::gpt::cuda::detail
+}  // namespace strata::cuda::detail

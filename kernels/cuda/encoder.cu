@@ -1,11 +1,11 @@
-// Token + position embedding forward and backward on the GPU (see cuda_ops.h).
+// Token + position embedding forward and backward on the GPU (see kernels/cuda/ops.h).
 #include <cstddef>
 #include <cstdint>
 
-#include "models/gpt/model/cuda/kernel_utils.cuh"
-#include "models/gpt/model/cuda/launch.h"
+#include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/cuda/launch.h"
 
-namespace strata::gpt::cuda::detail {
+namespace strata::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
@@ -72,4 +72,4 @@ cudaError_t launch_encoder_backward(float* dwte, float* dwpe, const float* dout,
   return cudaGetLastError();
 }
 
-}  // namespace strata::gpt::cuda::detail
+}  // namespace strata::cuda::detail

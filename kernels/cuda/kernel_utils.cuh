@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 
-namespace strata::gpt::cuda::detail {
+namespace strata::cuda::detail {
 
 constexpr int kWarpSize = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
@@ -71,4 +71,4 @@ __device__ inline double column_total(double partial, double (*scratch)[kWarpSiz
   return total;
 }
 
-}  // namespace strata::gpt::cuda::detail
+}  // namespace strata::cuda::detail

@@ -1,10 +1,10 @@
-// LayerNorm forward and backward on the GPU: one warp per row, row sums in double as on the CPU (cpu_ops.cc).
+// LayerNorm forward and backward on the GPU: one warp per row, row sums in double as on the CPU (kernels/cpu).
 #include <cstddef>
 
-#include "models/gpt/model/cuda/kernel_utils.cuh"
-#include "models/gpt/model/cuda/launch.h"
+#include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/cuda/launch.h"
 
-namespace strata::gpt::cuda::detail {
+namespace strata::cuda::detail {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
@@ -98,4 +98,4 @@ cudaError_t launch_layernorm_backward(float* dinp, float* dweight, float* dbias,
   return cudaGetLastError();
 }
 
-}  // namespace strata::gpt::cuda::detail
+}  // namespace strata::cuda::detail

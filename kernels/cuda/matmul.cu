@@ -2,10 +2,10 @@
 // forward (f32 rows from a bf16 bias for the bf16 forward), the fixed-order column sum for dbias.
 #include <cstddef>
 
-#include "models/gpt/model/cuda/kernel_utils.cuh"
-#include "models/gpt/model/cuda/launch.h"
+#include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/cuda/launch.h"
 
-namespace strata::gpt::cuda::detail {
+namespace strata::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
@@ -61,4 +61,4 @@ cudaError_t launch_add_column_sums(float* dst, const float* src, int N, int C, c
   return cudaGetLastError();
 }
 
-}  // namespace strata::gpt::cuda::detail
+}  // namespace strata::cuda::detail

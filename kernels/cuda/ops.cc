@@ -1,21 +1,22 @@
-// The CUDA kernels' API (cuda_ops.h) except the matmuls: argument checks, then the launchers of the .cu files.
-#include "models/gpt/model/cuda/cuda_ops.h"
+// The CUDA kernels' API (kernels/cuda/ops.h) except the matmuls: argument checks, then the launchers of the .cu files.
+#include "kernels/cuda/ops.h"
 
-#include "models/gpt/model/cuda/launch.h"
+#include "kernels/cuda/launch.h"
 #include "core/cuda_check.h"
 #include "core/error.h"
 
-namespace strata::gpt::cuda {
+namespace strata::cuda {
 namespace {
 
 void check_rows(int B, int T, int C) {
   STRATA_CHECK(B >= 0 && T >= 0 && C >= 0, "sizes must not be negative: B = {}, T = {}, C = {}", B, T, C);
 }
 
-// D = C / NH, and the attention kernels' shared memory for it fits the current device.
-void check_attention(int B, int T, int C, int NH) {
+// D = C / NH, KVH divides NH, and the attention kernels' shared memory for D fits the current device.
+void check_attention(int B, int T, int C, int NH, int KVH) {
   check_rows(B, T, C);
   STRATA_CHECK(NH > 0 && C > 0 && C % NH == 0, "C = {} must be a positive multiple of NH = {}", C, NH);
+  STRATA_CHECK(KVH > 0 && NH % KVH == 0, "KVH = {} key / value heads must divide NH = {} query heads", KVH, NH);
   int device = 0, limit = 0;
   STRATA_CHECK_CUDA(cudaGetDevice(&device));
   STRATA_CHECK_CUDA(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
@@ -52,16 +53,69 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
       detail::launch_layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C, stream));
 }
 
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream,
-                       bool bf16_products) {
-  check_attention(B, T, C, NH);
-  STRATA_CHECK_CUDA(detail::launch_attention_forward(out, lse, qkv, B, T, C, NH, bf16_products, stream));
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                     cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && C >= 1, "rmsnorm of N = {} rows of C = {} channels (need N >= 0, C >= 1)", N, C);
+  STRATA_CHECK(eps >= 0.0f, "rmsnorm eps {} must be >= 0", eps);
+  STRATA_CHECK_CUDA(detail::launch_rmsnorm_forward(out, rstd, inp, weight, N, C, eps, stream));
+}
+
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && C >= 1, "rmsnorm of N = {} rows of C = {} channels (need N >= 0, C >= 1)", N, C);
+  STRATA_CHECK_CUDA(detail::launch_rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, stream));
+}
+
+namespace {
+
+// kernels/cpu/rope.cc's checks: sizes, an even head, a position, and strides that keep rows apart.
+void check_rope(int B, int T, int heads, int D, int pos0, std::size_t row_stride, std::size_t batch_stride) {
+  STRATA_CHECK(B >= 0 && T >= 0 && heads >= 0, "rope of B = {}, T = {}, heads = {} (each must be >= 0)", B, T, heads);
+  STRATA_CHECK(D >= 2 && D % 2 == 0, "rope head dimension D = {} must be even and >= 2", D);
+  STRATA_CHECK(pos0 >= 0, "rope start position pos0 = {} must be >= 0", pos0);
+  const std::size_t width = static_cast<std::size_t>(heads) * D;
+  STRATA_CHECK(T <= 1 || row_stride >= width, "rope rows overlap: row_stride {} < heads * D = {}", row_stride, width);
+  STRATA_CHECK(B <= 1 || batch_stride >= width, "rope rows overlap: batch_stride {} < heads * D = {}", batch_stride,
+               width);
+}
+
+}  // namespace
+
+void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int heads, int D, int pos0,
+                  std::size_t row_stride, std::size_t batch_stride, cudaStream_t stream) {
+  check_rope(B, T, heads, D, pos0, row_stride, batch_stride);
+  STRATA_CHECK_CUDA(
+      detail::launch_rope(x, cos, sin, B, T, heads, D, pos0, row_stride, batch_stride, /*inverse=*/false, stream));
+}
+
+void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int heads, int D, int pos0,
+                   std::size_t row_stride, std::size_t batch_stride, cudaStream_t stream) {
+  check_rope(B, T, heads, D, pos0, row_stride, batch_stride);
+  STRATA_CHECK_CUDA(
+      detail::launch_rope(dx, cos, sin, B, T, heads, D, pos0, row_stride, batch_stride, /*inverse=*/true, stream));
+}
+
+void swiglu_forward(float* out, const float* gu, int N, int F, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && F >= 0, "swiglu of N = {} rows of F = {} features (each must be >= 0)", N, F);
+  STRATA_CHECK_CUDA(detail::launch_swiglu_forward(out, gu, N, F, stream));
+}
+
+void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F, cudaStream_t stream) {
+  STRATA_CHECK(N >= 0 && F >= 0, "swiglu of N = {} rows of F = {} features (each must be >= 0)", N, F);
+  STRATA_CHECK_CUDA(detail::launch_swiglu_backward(dgu, dout, gu, N, F, stream));
+}
+
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int KVH,
+                       cudaStream_t stream, bool bf16_products) {
+  check_attention(B, T, C, NH, KVH);
+  STRATA_CHECK_CUDA(detail::launch_attention_forward(out, lse, qkv, B, T, C, NH, KVH, bf16_products, stream));
 }
 
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                        int T, int C, int NH, cudaStream_t stream, bool bf16_products) {
-  check_attention(B, T, C, NH);
-  STRATA_CHECK_CUDA(detail::launch_attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, bf16_products, stream));
+                        int T, int C, int NH, int KVH, cudaStream_t stream, bool bf16_products) {
+  check_attention(B, T, C, NH, KVH);
+  STRATA_CHECK_CUDA(
+      detail::launch_attention_backward(dqkv, dout, out, lse, qkv, B, T, C, NH, KVH, bf16_products, stream));
 }
 
 void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v,
@@ -70,12 +124,15 @@ void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut
                    blk.width % blk.heads == 0,
                "attention block: batch {}, {} query rows, {} key rows, width {} over {} heads", blk.batch, blk.q_rows,
                blk.kv_rows, blk.width, blk.heads);
+  STRATA_CHECK(blk.kv_heads >= 0 && blk.heads % blk.kv_head_count() == 0,
+               "attention block: kv_heads = {} must divide heads = {} (0: as many as heads)", blk.kv_heads, blk.heads);
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, blk.width / blk.heads <= 32 * detail::kMaxPerLane,
                     "attention block: a head of {} columns; the CUDA kernel takes at most {}", blk.width / blk.heads,
                     32 * detail::kMaxPerLane);
   detail::AttentionBlockArgs a;
   a.batch = blk.batch;
   a.heads = blk.heads;
+  a.kv_heads = blk.kv_head_count();
   a.width = blk.width;
   a.q_rows = blk.q_rows;
   a.q_pos = blk.q_pos;
@@ -192,4 +249,4 @@ void vocab_crossentropy(float* losses, float* dlogits, const float* logits, cons
                                                       valid, dscale, stream));
 }
 
-}  // namespace strata::gpt::cuda
+}  // namespace strata::cuda

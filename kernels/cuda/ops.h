@@ -1,6 +1,6 @@
-// CUDA twins of the GPT-2 example's CPU kernels (models/gpt/model/cpu_ops.h), plus a cuBLAS context and a bf16 matmul.
+// CUDA twins of the CPU kernels (kernels/cpu/ops.h), plus a cuBLAS context and a bf16 matmul.
 //
-// Conventions: those of cpu_ops.h, which is the reference (tests/models/gpt/cuda/test_gpt_cuda_kernels.cc compares every kernel
+// Conventions: those of kernels/cpu, which is the reference (tests/kernels/cuda/test_cuda_kernels.cc compares every kernel
 // here with its CPU twin). Same names, arguments and semantics, with these differences:
 //   - Every pointer is device memory, tokens and targets included. Each function enqueues its work on `stream`
 //     (the matmuls: on the Blas's stream) and returns without synchronising. Bad arguments and launch or cuBLAS
@@ -8,12 +8,13 @@
 //   - Forward kernels overwrite their outputs; backward kernels ADD (+=) into every gradient they take.
 //     Row counts (N, B, T) may be 0: nothing is enqueued.
 //   - No float atomics anywhere: parameter-gradient reductions (dweight, dbias, dwpe, dwte) give each element one
-//     writer that sums its rows in a fixed order (in double where the CPU does), so runs are bitwise repeatable;
-//     cuBLAS is repeatable on a given GPU model with one stream per handle.
+//     writer that sums its rows in a fixed order (in double where the CPU does), and attention's dk and dv of a
+//     key / value head sum its query heads' terms in head order, so runs are bitwise repeatable; cuBLAS is
+//     repeatable on a given GPU model with one stream per handle.
 //   - Nothing allocates global memory; attention keeps its tiles in shared memory, 768 * D + 8448 bytes per block
 //     for head size D (56 KiB at D = 64), so D is limited by the device's shared memory per block (D <= 291 on
 //     an H100, 206 on an A100).
-// The CPU-only knobs of cpu_ops.h (set_num_threads, num_threads, blas_name, attention_workspace_bytes) have no twin.
+// The CPU-only knobs of kernels/cpu (set_num_threads, num_threads, blas_name, attention_workspace_bytes) have no twin.
 #pragma once
 
 #include <cublas_v2.h>
@@ -25,7 +26,7 @@
 
 #include "runtime/context/attention_kernels.h"
 
-namespace strata::gpt::cuda {
+namespace strata::cuda {
 
 // A cuBLAS handle bound to one stream, on the device current at construction. Math mode: the default, i.e. f32
 // products in full f32 (no TF32), plus CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION so the bf16 product also
@@ -59,6 +60,31 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                         const float* weight, const float* mean, const float* rstd, int N, int C, cudaStream_t stream);
 
+// RMSNorm (kernels/cpu/rmsnorm.h): per row, rstd = 1/sqrt(mean(x^2) + eps) (the mean of squares in double) and
+// out = x * rstd * weight; rstd[N] is saved for the backward. out may not alias inp. C >= 1, eps >= 0.
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C, float eps,
+                     cudaStream_t stream);
+// dinp += rstd * (g - xhat * mean(g * xhat)) with g = dout * weight, xhat = x * rstd; dweight[c] += the sum over rows
+// of dout * xhat, in double, one writer per channel (layernorm_backward's fixed-order reduction).
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int N, int C, cudaStream_t stream);
+
+// Rotary embeddings (kernels/cpu/rope.h), in place: rotates `heads` heads of D channels (D even) in each of B x T rows
+// of x, row (b, t) at x + b * batch_stride + t * row_stride (floats), head h at column h * D, row t at position
+// pos0 + t. cos and sin are a cpu::rope_table copied to the device, with rows up to pos0 + T - 1 (not checked: device
+// memory). Columns outside the heads (v in a packed qkv row, say) are not touched.
+void rope_forward(float* x, const float* cos, const float* sin, int B, int T, int heads, int D, int pos0,
+                  std::size_t row_stride, std::size_t batch_stride, cudaStream_t stream);
+// The transpose of the rotation, in place (rope_forward with sin negated): d(rotated) into d(unrotated).
+void rope_backward(float* dx, const float* cos, const float* sin, int B, int T, int heads, int D, int pos0,
+                   std::size_t row_stride, std::size_t batch_stride, cudaStream_t stream);
+
+// SwiGLU (kernels/cpu/swiglu.h): gu[N, 2F] holds each row's gate in columns 0 .. F-1 and its up product in F .. 2F-1;
+// out[N, F] = silu(g) * u. out may not alias gu.
+void swiglu_forward(float* out, const float* gu, int N, int F, cudaStream_t stream);
+// dgu[:, 0..F) += dout * u * silu'(g), dgu[:, F..2F) += dout * silu(g).
+void swiglu_backward(float* dgu, const float* dout, const float* gu, int N, int F, cudaStream_t stream);
+
 // out[N,OC] = inp[N,IC] @ weight[IC,OC] (+ bias[OC] when bias is non-null). Conv1D layout: weight is [in, out].
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N, int IC, int OC,
                     Blas& blas);
@@ -68,7 +94,7 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
 // the bias. Without a bias it may be null.
 void matmul_forward_bf16(__nv_bfloat16* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight,
                          const __nv_bfloat16* bias, int N, int IC, int OC, Blas& blas, float* f32_workspace);
-// bf16 products with f32 results (GptKernels' bf16 compute): bf16 operands on tensor cores, accumulated in f32
+// bf16 products with f32 results (Kernels' bf16 compute): bf16 operands on tensor cores, accumulated in f32
 // (CUBLAS_COMPUTE_32F) into the f32 outputs, which forward kernels overwrite and backward kernels add into, as
 // their f32 twins. The bias stays f32 (out starts as its rows); its gradient comes from the f32 dout (bias_backward).
 void matmul_forward_bf16_operands(float* out, const __nv_bfloat16* inp, const __nv_bfloat16* weight, const float* bias,
@@ -93,19 +119,23 @@ void lm_head_forward(float* logits, const float* inp, const float* wte, int N, i
 void lm_head_backward(float* dinp, float* dwte, const float* dlogits, const float* inp, const float* wte, int N, int C,
                       int V, Blas& blas);
 
-// Causal multi-head self-attention, FlashAttention-style (tiled, online softmax, never a T x T matrix).
-// qkv[B,T,3C] holds q, k, v along the last dimension, head h in columns h*D .. h*D+D-1 of each (D = C / NH).
-// out[B,T,C]; lse[B,NH,T] = log-sum-exp of row t's scaled scores (scale 1/sqrt(D)). bf16_products: P (and in the
-// backward dS) rounded to bf16 before their products, as cpu_ops.h's attention (the caller rounds q, k, v, dout).
-void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, cudaStream_t stream,
-                       bool bf16_products = false);
-// dqkv[B,T,3C] += the gradient of out with respect to qkv, recomputing the scores tile by tile from q, k and lse.
-// out and lse are attention_forward's.
+// Causal self-attention with NH query heads and KVH key / value heads (grouped-query attention: KVH divides NH;
+// KVH = NH is multi-head attention), FlashAttention-style (tiled, online softmax, never a T x T matrix).
+// qkv[B,T,C + 2 KVH D] rows are [q: C | k: KVH D | v: KVH D] (D = C / NH): query head h in columns h*D .. h*D+D-1 of
+// q, reading key / value head h / (NH / KVH) at the same columns of k and v. out[B,T,C]; lse[B,NH,T] = log-sum-exp
+// of row t's scaled scores (scale 1/sqrt(D)). bf16_products: P (and in the backward dS) rounded to bf16 before their
+// products, as kernels/cpu's attention (the caller rounds q, k, v, dout).
+void attention_forward(float* out, float* lse, const float* qkv, int B, int T, int C, int NH, int KVH,
+                       cudaStream_t stream, bool bf16_products = false);
+// dqkv (laid out as qkv) += the gradient of out with respect to qkv, recomputing the scores tile by tile from q, k
+// and lse; a key / value head's dk and dv sum its query heads' terms in head order (no atomics). out and lse are
+// attention_forward's.
 void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv, int B,
-                        int T, int C, int NH, cudaStream_t stream, bool bf16_products = false);
+                        int T, int C, int NH, int KVH, cudaStream_t stream, bool bf16_products = false);
 
 // One block of queries against one block of keys, f32 (runtime/context/attention_kernels.h's
-// attention_block_forward): the decode path's attention over its KV cache. A head of at most 256 columns.
+// attention_block_forward): the decode path's attention over its KV cache. A head of at most 256 columns; k and v
+// hold blk.kv_heads heads (0: blk.heads), each query head reading its group's.
 void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v,
                              cudaStream_t stream);
 // dst (+)= src for the first `columns` floats of `rows` rows of `batch` batches (attention_kernels.h's copy_rows).
@@ -127,7 +157,7 @@ void crossentropy_softmax(float* losses, float* dlogits, const float* logits, co
                           float dscale, cudaStream_t stream);
 
 // ---- tensor parallelism ---------------------------------------------------------------------------------------
-// Twins of models/gpt/model/cpu_tp_ops.h (the reference, same semantics). Tokens and targets stay on the device and are
+// Twins of kernels/cpu/tp_ops.h (the reference, same semantics). Tokens and targets stay on the device and are
 // not checked on the host: one outside this rank's range simply selects nothing (a zero embedding row, no gradient,
 // a target logit of 0), as on the CPU.
 
@@ -153,4 +183,4 @@ void vocab_crossentropy(float* losses, float* dlogits, const float* logits, cons
                         const int32_t* targets, int v_begin, int N, int V, int valid, float dscale,
                         cudaStream_t stream);
 
-}  // namespace strata::gpt::cuda
+}  // namespace strata::cuda

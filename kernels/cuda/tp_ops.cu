@@ -1,13 +1,13 @@
-// The tensor-parallel GPT's kernels on the GPU (see cuda_ops.h; models/gpt/model/cpu_tp_ops.cc is the reference):
+// The tensor-parallel GPT's kernels on the GPU (see kernels/cuda/ops.h; kernels/cpu/tp_ops.cc is the reference):
 // the vocabulary-parallel embedding and cross-entropy, the position embedding of a sequence slice, the bias add.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 
-#include "models/gpt/model/cuda/kernel_utils.cuh"
-#include "models/gpt/model/cuda/launch.h"
+#include "kernels/cuda/kernel_utils.cuh"
+#include "kernels/cuda/launch.h"
 
-namespace strata::gpt::cuda::detail {
+namespace strata::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
@@ -198,4 +198,4 @@ cudaError_t launch_vocab_crossentropy(float* losses, float* dlogits, const float
   return cudaGetLastError();
 }
 
-}  // namespace strata::gpt::cuda::detail
+}  // namespace strata::cuda::detail

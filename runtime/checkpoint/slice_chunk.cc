@@ -18,15 +18,14 @@ std::vector<SliceChunk> slice_chunks(const TpSplit& split, const std::vector<std
   const std::vector<std::int64_t>& g = split.global_shape;
   const std::size_t d = static_cast<std::size_t>(split.dim);
   const TpGeometry geo = split.geometry(tp);
-  const std::size_t inner = geo.inner, G = geo.global, block = geo.block, piece = geo.piece;
-  const std::size_t parts = static_cast<std::size_t>(split.parts);
-  const std::size_t first = static_cast<std::size_t>(rank) * piece;  // this rank's first index in each block
-  std::vector<SliceChunk> by_part(parts);
+  const std::size_t inner = geo.inner, G = geo.global;
+  std::vector<SliceChunk> by_part(geo.block.size());
   for_each_global_run(split, rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {
     const std::size_t o = global / (G * inner), j = global / inner % G, i = global % inner;
-    const std::size_t p = j / block;
-    // Part p's box: this rank's indices of block p along `dim`, clipped where the block ends (padding).
-    const std::size_t offset = p * block + first, width = std::min(piece, block - first);
+    const std::size_t p = geo.part_of_global(j);
+    // Part p's box: this rank's indices of part p along `dim`, clipped where the part ends (padding).
+    const std::size_t first = static_cast<std::size_t>(rank) * geo.piece[p];  // this rank's first index in part p
+    const std::size_t offset = geo.global_begin[p] + first, width = std::min(geo.piece[p], geo.block[p] - first);
     const std::uint64_t flat = (o * width + (j - offset)) * inner + i;
     SliceChunk& c = by_part[p];
     if (c.count == 0) {

@@ -7,7 +7,11 @@
 //
 // Contract, for every method: pointers are the device's memory; work is ordered on the device's compute stream (the
 // CPU runs it inline); forward kernels overwrite their outputs, backward kernels add (+=) into gradients. A block's
-// heads are `heads` groups of D = width / heads columns: head h uses columns h D .. h D + D - 1 of q, k, v, out, dout.
+// query heads are `heads` groups of D = width / heads columns: query head h uses columns h D .. h D + D - 1 of q, out,
+// dout (and dq), which are `width` wide, and has its own lse and di. k and v (and dk, dv) hold kv_heads = KVH key /
+// value heads of the same D columns, KVH D wide (grouped-query attention: KVH divides heads, and query head h reads
+// key / value head h / (heads / KVH), Hugging Face's repeat_kv order; KVH = heads is multi-head attention, KVH = 1
+// multi-query). The gradient of a key / value head sums the terms of its heads / KVH query heads.
 #pragma once
 
 #include <cstddef>
@@ -42,6 +46,11 @@ struct AttentionBlock {
   int batch = 0, heads = 0, width = 0;  // B, NH, C
   int q_rows = 0, q_pos = 0;
   int kv_rows = 0, kv_pos = 0;
+  int kv_heads = 0;  // KVH, dividing heads; 0: heads (multi-head attention)
+
+  int kv_head_count() const { return kv_heads > 0 ? kv_heads : heads; }
+  // Columns of a k or v row: KVH D.
+  int kv_width() const { return heads > 0 ? kv_head_count() * (width / heads) : 0; }
 };
 
 class AttentionKernels {
@@ -51,16 +60,16 @@ class AttentionKernels {
   // log-sum-exp of those scaled scores; a query that sees none gets out 0 and lse -inf. out and lse have q_rows rows.
   virtual void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k,
                                        Rows v) = 0;
-  // The block's terms of the gradient, from the whole row's lse and di = rowsum(dout * out) (per head): with
+  // The block's terms of the gradient, from the whole row's lse and di = rowsum(dout * out) (per query head): with
   // P = exp(q k^T / sqrt(D) - lse) over the keys each query sees and dS = P (dout v^T - di) / sqrt(D),
-  // dq += dS k, dk += dS^T q, dv += P^T dout.
+  // dq += dS k, dk += dS^T q, dv += P^T dout (a key / value head's dk and dv: the sum over its query heads).
   virtual void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout,
                                         RowStats lse, RowStats di, Rows q, Rows k, Rows v) = 0;
   // The online softmax across blocks, for q_rows rows: lse' = log(e^lse + e^lse_b),
   // out' = out e^(lse - lse') + out_b e^(lse_b - lse') (a row whose lse_b is -inf is left as it is).
   virtual void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows out_b,
                                RowStats lse_b) = 0;
-  // di(b, h, i) = the sum over head h's columns of dout * out, for q_rows rows.
+  // di(b, h, i) = the sum over query head h's columns of dout * out, for q_rows rows.
   virtual void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out) = 0;
   // dst = src (add: dst += src) for the first `columns` floats of `rows` rows of `batch` batches.
   virtual void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add) = 0;

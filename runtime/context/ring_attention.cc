@@ -9,17 +9,30 @@
 namespace strata {
 
 RingAttention::RingAttention(Communicator& cp, AttentionKernels& kernels, const ContextChunks& chunks, int batch,
-                             int width, int heads)
-    : cp_(cp), kernels_(kernels), chunks_(chunks), B_(batch), C_(width), NH_(heads), L_(chunks.local_rows()) {
+                             int width, int heads, int kv_heads)
+    : cp_(cp),
+      kernels_(kernels),
+      chunks_(chunks),
+      B_(batch),
+      C_(width),
+      NH_(heads),
+      KVH_(kv_heads),
+      L_(chunks.local_rows()) {
   STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, chunks.cp == cp.size() && chunks.rank == cp.rank(),
                     "ring attention: chunks of cp {} rank {}, but the group {} has {} ranks and this is its rank {}",
                     chunks.cp, chunks.rank, cp.name(), cp.size(), cp.rank());
   STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, batch >= 1 && heads >= 1 && width >= heads && width % heads == 0,
                     "ring attention: batch {} and width {} in {} heads (a positive multiple of the heads)", batch,
                     width, heads);
+  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, kv_heads >= 1 && heads % kv_heads == 0,
+                    "ring attention: {} key / value heads must divide the {} query heads (grouped-query attention)",
+                    kv_heads, heads);
+  kv_width_ = static_cast<std::size_t>(kv_heads) * (width / heads);
+  row_ = static_cast<std::size_t>(width) + 2 * kv_width_;
   Device& dev = cp.device();
-  const std::uint64_t kv_bytes = checked_product("ring attention's key / value block (4 x batch x rows x 2 x width)",
-                                                 std::uint64_t{4}, B_, L_, 2, C_);
+  const std::uint64_t kv_bytes =
+      checked_product("ring attention's key / value block (4 x batch x rows x 2 x kv heads x head width)",
+                      std::uint64_t{4}, B_, L_, 2, kv_width_);
   const std::uint64_t out_bytes =
       checked_product("ring attention's block output (4 x batch x rows x width)", std::uint64_t{4}, B_, L_, C_);
   const std::uint64_t stat_bytes =
@@ -45,18 +58,18 @@ std::size_t RingAttention::comm_buffer_bytes() const {
 std::size_t RingAttention::workspace_bytes() const { return block_out_.bytes() + block_lse_.bytes() + di_.bytes(); }
 
 RowsOut RingAttention::block_k(float* block, int slot) const {
-  const std::size_t row = 2 * static_cast<std::size_t>(C_);
+  const std::size_t row = 2 * kv_width_;
   return RowsOut{block + static_cast<std::size_t>(slot) * chunks_.chunk_rows() * row, row, L_ * row};
 }
 RowsOut RingAttention::block_v(float* block, int slot) const {
   RowsOut k = block_k(block, slot);
-  k.data += C_;
+  k.data += kv_width_;
   return k;
 }
 
 AttentionBlock RingAttention::block(int q_chunk, int kv_chunk) const {
   const int n = chunks_.chunk_rows();
-  return AttentionBlock{B_, NH_, C_, n, q_chunk * n, n, kv_chunk * n};
+  return AttentionBlock{B_, NH_, C_, n, q_chunk * n, n, kv_chunk * n, KVH_};
 }
 
 void RingAttention::exchange(const float* send, float* recv, std::size_t count) {
@@ -82,9 +95,9 @@ void RingAttention::wait_exchange(const char* phase, int step) {
 }
 
 void RingAttention::load_own_block(const float* qkv) {
-  const std::size_t C = static_cast<std::size_t>(C_), L = static_cast<std::size_t>(L_);
-  kernels_.copy_rows(RowsOut{kv_[0].as<float>(), 2 * C, L * 2 * C}, Rows{qkv + C, 3 * C, L * 3 * C}, B_, L_, 2 * C_,
-                     false);
+  const std::size_t L = static_cast<std::size_t>(L_), kv2 = 2 * kv_width_;
+  kernels_.copy_rows(RowsOut{kv_[0].as<float>(), kv2, L * kv2}, Rows{qkv + C_, row_, L * row_}, B_, L_,
+                     static_cast<int>(kv2), false);
 }
 
 template <typename Fn>
@@ -102,7 +115,7 @@ void RingAttention::for_each_block(int src, Fn&& fn) const {
 
 void RingAttention::forward(float* out, float* lse, const float* qkv) {
   const int P = chunks_.cp, r = chunks_.rank, n = chunks_.chunk_rows();
-  const std::size_t C = static_cast<std::size_t>(C_), L = static_cast<std::size_t>(L_), row3 = 3 * C;
+  const std::size_t C = static_cast<std::size_t>(C_), L = static_cast<std::size_t>(L_), row = row_;
   const std::size_t block_floats = kv_[0].bytes() / sizeof(float);
   load_own_block(qkv);  // this rank's keys and values: the first block that travels
   bool first[2] = {true, true};  // a chunk's first block is written, the later ones merged
@@ -112,7 +125,7 @@ void RingAttention::forward(float* out, float* lse, const float* qkv) {
     float* kv = kv_[cur].as<float>();
     for_each_block((r + P - s) % P, [&](int qi, int ki, const AttentionBlock& blk) {
       const std::size_t q0 = static_cast<std::size_t>(qi) * n;
-      const Rows q{qkv + q0 * row3, row3, L * row3};
+      const Rows q{qkv + q0 * row, row, L * row};
       const RowsOut o{out + q0 * C, C, L * C};
       const RowStatsOut l{lse + q0, L, NH_ * L};
       if (first[qi]) {
@@ -134,11 +147,11 @@ void RingAttention::forward(float* out, float* lse, const float* qkv) {
 
 void RingAttention::backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv) {
   const int P = chunks_.cp, r = chunks_.rank, n = chunks_.chunk_rows();
-  const std::size_t C = static_cast<std::size_t>(C_), L = static_cast<std::size_t>(L_), row3 = 3 * C;
+  const std::size_t C = static_cast<std::size_t>(C_), L = static_cast<std::size_t>(L_), row = row_;
   const std::size_t block_floats = kv_[0].bytes() / sizeof(float);
   Device& dev = cp_.device();
   float* di = di_.as<float>();
-  kernels_.attention_row_dot(AttentionBlock{B_, NH_, C_, L_, 0, L_, 0}, RowStatsOut{di, L, NH_ * L},
+  kernels_.attention_row_dot(AttentionBlock{B_, NH_, C_, L_, 0, L_, 0, KVH_}, RowStatsOut{di, L, NH_ * L},
                              Rows{dout, C, L * C}, Rows{out, C, L * C});
   load_own_block(qkv);
   dev.fill_zero(dkv_[0].data(), dkv_[0].bytes(), dev.compute_stream());
@@ -149,10 +162,10 @@ void RingAttention::backward(float* dqkv, const float* dout, const float* out, c
     float* dkv = dkv_[cur].as<float>();
     for_each_block((r + P - s) % P, [&](int qi, int ki, const AttentionBlock& blk) {
       const std::size_t q0 = static_cast<std::size_t>(qi) * n;
-      kernels_.attention_block_backward(blk, RowsOut{dqkv + q0 * row3, row3, L * row3}, block_k(dkv, ki),
+      kernels_.attention_block_backward(blk, RowsOut{dqkv + q0 * row, row, L * row}, block_k(dkv, ki),
                                         block_v(dkv, ki), Rows{dout + q0 * C, C, L * C},
                                         RowStats{lse + q0, L, NH_ * L}, RowStats{di + q0, L, NH_ * L},
-                                        Rows{qkv + q0 * row3, row3, L * row3}, block_k(kv, ki), block_v(kv, ki));
+                                        Rows{qkv + q0 * row, row, L * row}, block_k(kv, ki), block_v(kv, ki));
     });
     if (P > 1) {
       // The block's gradients go on with it: after the last step each rank receives its own, complete.
@@ -161,8 +174,9 @@ void RingAttention::backward(float* dqkv, const float* dout, const float* out, c
       cur = 1 - cur;
     }
   }
-  kernels_.copy_rows(RowsOut{dqkv + C, row3, L * row3}, Rows{dkv_[cur].as<float>(), 2 * C, L * 2 * C}, B_, L_,
-                     2 * C_, true);
+  const std::size_t kv2 = 2 * kv_width_;
+  kernels_.copy_rows(RowsOut{dqkv + C, row, L * row}, Rows{dkv_[cur].as<float>(), kv2, L * kv2}, B_, L_,
+                     static_cast<int>(kv2), true);
 }
 
 }  // namespace strata

@@ -25,19 +25,21 @@ namespace strata {
 class RingAttention {
  public:
   // cp: the group the sequence is split over (its rank is the chunks' rank, its size their cp). Batches of `batch`
-  // sequences, each of chunks.local_rows() rows on this rank, `width` columns in `heads` heads. Allocates the ring's
-  // buffers on cp's device: two key / value blocks and two of their gradients (comm_buffer), and the backward's
-  // row statistics and a block's output (workspace).
+  // sequences, each of chunks.local_rows() rows on this rank; queries `width` columns in `heads` heads of
+  // D = width / heads, keys and values kv_heads heads of D (grouped-query attention: kv_heads divides heads; kv_heads
+  // = heads is multi-head). Allocates the ring's buffers on cp's device: two key / value blocks and two of their
+  // gradients (comm_buffer, kv_heads D wide each: GQA sends heads / kv_heads times less), and the backward's row
+  // statistics and a block's output (workspace).
   RingAttention(Communicator& cp, AttentionKernels& kernels, const ContextChunks& chunks, int batch, int width,
-                int heads);
+                int heads, int kv_heads);
   ~RingAttention();
   RingAttention(const RingAttention&) = delete;
   RingAttention& operator=(const RingAttention&) = delete;
 
   // out [B, local, C] and lse [B, NH, local]: this rank's queries over every key of the sequence they see, from
-  // qkv [B, local, 3C] (q, k, v along the last dimension, the GPT's layout).
+  // qkv [B, local, C + 2 KVH D] (rows [q: C | k: KVH D | v: KVH D], the attention kernels' layout).
   void forward(float* out, float* lse, const float* qkv);
-  // dqkv [B, local, 3C] += the gradient of the loss through out, given dout and forward's out and lse.
+  // dqkv [B, local, C + 2 KVH D] += the gradient of the loss through out, given dout and forward's out and lse.
   void backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv);
 
   // Bytes this rank sends (and receives) per ring step: a key / value block; the backward adds its gradients.
@@ -69,7 +71,8 @@ class RingAttention {
   Communicator& cp_;
   AttentionKernels& kernels_;
   ContextChunks chunks_;
-  int B_, C_, NH_, L_;  // L_: local rows
+  int B_, C_, NH_, KVH_, L_;  // L_: local rows
+  std::size_t kv_width_, row_;  // KVH D (a k or v row) and C + 2 KVH D (a qkv row)
   std::unique_ptr<Stream> stream_;
   std::unique_ptr<Event> ready_;
   Buffer kv_[2], dkv_[2], block_out_, block_lse_, di_;

@@ -12,13 +12,10 @@
 namespace strata {
 namespace {
 
-// Parameters on one device outside the transformer layers: the token embedding (vocabulary-parallel, also the LM
-// head), the position table and the final LayerNorm. They are read every step and always resident.
-double outside_layers(const ModelShape& m, int tp) {
-  const double h = m.hidden;
-  const double vocab_rows = std::ceil(static_cast<double>(m.vocab) / tp);
-  return (vocab_rows + m.seq) * h + 2 * h;
-}
+// Parameters on one device outside the transformer layers: the token embedding (vocabulary-parallel; also the LM
+// head when tied, which an untied model holds beside it), the position table (unless rotary) and the final norm.
+// They are read every step and always resident.
+double outside_layers(const ModelShape& m, int tp) { return m.embedding_per_rank(tp) + m.norm_params(); }
 
 // One layer's parameters on one device. From the dimensions, ModelShape::layer_per_rank; with --params given, what
 // is left of params / tp after the embeddings, split evenly over the layers.
@@ -27,7 +24,7 @@ double layer_params(const ModelShape& m, int tp) {
   return std::max(0.0, m.count_per_rank(tp) - outside_layers(m, tp)) / m.layers;
 }
 
-int kv_heads_of(const InferenceInput& in) { return in.kv_heads > 0 ? in.kv_heads : in.model.heads; }
+int kv_heads_of(const InferenceInput& in) { return in.kv_heads > 0 ? in.kv_heads : in.model.kv_head_count(); }
 
 }  // namespace
 
@@ -56,9 +53,13 @@ void InferenceInput::validate() const {
                m.hidden, m.heads, m.seq);
   STRATA_CHECK(m.vocab >= 0 && std::isfinite(m.params) && m.params >= 0, "--vocab {} and --params {} must be >= 0",
                m.vocab, m.params);
-  STRATA_CHECK(m.hidden % m.heads == 0, "--heads {} must divide --hidden {}", m.heads, m.hidden);
-  STRATA_CHECK(kv_heads >= 0 && (kv_heads == 0 || m.heads % kv_heads == 0),
-               "--kv-heads {} must divide --heads {} (grouped-query attention)", kv_heads, m.heads);
+  STRATA_CHECK(m.head_dim > 0 || m.hidden % m.heads == 0, "--heads {} must divide --hidden {} (or give --head-dim)",
+               m.heads, m.hidden);
+  STRATA_CHECK(kv_heads >= 0 && m.kv_heads >= 0 && m.head_dim >= 0 && m.ffn >= 0,
+               "--kv-heads {}, --head-dim {} and --ffn {} must each be >= 0", kv_heads > 0 ? kv_heads : m.kv_heads,
+               m.head_dim, m.ffn);
+  STRATA_CHECK(m.heads % kv_heads_of(*this) == 0, "--kv-heads {} must divide --heads {} (grouped-query attention)",
+               kv_heads_of(*this), m.heads);
   STRATA_CHECK(tp >= 1 && m.heads % tp == 0 && m.hidden % tp == 0, "--tp {} must divide --heads {} and --hidden {}", tp,
                m.heads, m.hidden);
   STRATA_CHECK(prompt >= 1 && prompt < m.seq,
@@ -88,7 +89,7 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   const double wb = static_cast<double>(dtype_size(in.weight_dtype));
   const double kvb = static_cast<double>(dtype_size(in.kv_dtype));
   const double b = batch, h = m.hidden, L = m.layers, s = m.seq;
-  const double head_dim = h / m.heads;
+  const double head_dim = m.head_width();
   const double vocab_rows = std::ceil(static_cast<double>(m.vocab) / in.tp);
 
   InferencePlan p;
@@ -142,10 +143,13 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   p.link_bytes = link_weights + (kv_on_device ? 0 : kv_read);
   p.disk_bytes = in.source == WeightSource::kDisk ? fetched : 0;
   p.gather_bytes = p.streamed_layers * (slot - part);
-  // Two FLOPs a parameter for each sequence, and the attention's q.k and a.v over the context: 4 h / tp per token
-  // of context and layer.
-  const double params_here = outside - s * h + L * layer;  // multiplied: the position table is looked up
-  p.flops = 2 * params_here * b + L * b * 4 * context * h / in.tp;
+  // Two FLOPs a parameter for each sequence, and the attention's q.k and a.v over the context: 4 q / tp per token
+  // of context and layer (q = heads x head_dim, h for a GPT-2 block).
+  double looked_up = m.rotary ? 0 : s * h;  // not multiplied: the position table, and an untied token embedding
+  if (!m.tied) looked_up += vocab_rows * h;
+  const double params_here = outside - looked_up + L * layer;
+  const double q = m.q_width();
+  p.flops = 2 * params_here * b + L * b * 4 * context * q / in.tp;
   p.device_s = p.device_bytes / (hw.device_gbs * 1e9);
   p.link_s = p.link_bytes / (hw.host_gbs * 1e9);
   p.disk_s = p.disk_bytes / (hw.disk_gbs * 1e9);
@@ -163,7 +167,7 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   // Prefill of the batch's prompts: every weight streamed once, the matrix products on batch x prompt tokens, the
   // causal attention over half the prompt on average.
   const double P = in.prompt;
-  const double prefill_flops = 2 * params_here * b * P + L * b * 4 * (P + 1) / 2 * P * h / in.tp;
+  const double prefill_flops = 2 * params_here * b * P + L * b * 4 * (P + 1) / 2 * P * q / in.tp;
   const double prefill_s = std::max({prefill_flops / flops_per_s, link_weights / (hw.host_gbs * 1e9),
                                      p.disk_bytes / (hw.disk_gbs * 1e9), p.gather_s});
   p.prefill_tokens_per_s = b * P / prefill_s;
@@ -234,12 +238,13 @@ std::string inference_report(const InferenceInput& in, const InferencePlan& sing
   const ModelShape& m = in.model;
   const InferenceHardware& hw = in.hardware;
   std::string out = fmt::format(
-      "model: {:.2f}B parameters, {} layers, hidden {}, {} heads ({} key/value), vocab {}, {} weights, {} KV cache\n"
+      "model: {} parameters ({:.2f}B), {} layers, hidden {}, {} heads ({} key/value), vocab {}, {} weights, {} KV "
+      "cache\n"
       "context: {} tokens ({} prompt, {} generated), tp {}, layers beyond the resident ones from {}{}\n"
       "device: {:.1f} GB at {:.0f} GB/s, {:.0f} TFLOP/s x {:.2f}; host: {:.0f} GB, link {:.1f} GB/s; disk {:.1f} "
       "GB/s{}\n\n",
-      m.count() / 1e9, m.layers, m.hidden, m.heads, kv_heads_of(in), m.vocab, dtype_name(in.weight_dtype),
-      dtype_name(in.kv_dtype), m.seq, in.prompt, m.seq - in.prompt, in.tp,
+      grouped_count(m.count()), m.count() / 1e9, m.layers, m.hidden, m.heads, kv_heads_of(in), m.vocab,
+      dtype_name(in.weight_dtype), dtype_name(in.kv_dtype), m.seq, in.prompt, m.seq - in.prompt, in.tp,
       in.source == WeightSource::kDisk   ? "disk"
       : in.source == WeightSource::kHost ? "host memory"
                                          : "device memory",

@@ -31,7 +31,7 @@ struct InferenceHardware {
 
 struct InferenceInput {
   ModelShape model;  // layers, hidden, heads, vocab; seq is the context the KV cache holds (prompt + generated)
-  int kv_heads = 0;  // key / value heads (grouped-query attention); 0: as many as heads
+  int kv_heads = 0;  // key / value heads (grouped-query attention); 0: model.kv_heads (itself 0: as many as heads)
   int prompt = 0;    // tokens of each prompt, prefilled kPrefillChunk at a time; the rest of seq is generated
   int tp = 1;        // tensor parallelism: heads and matrices split over tp devices, vocabulary-parallel head
   DType weight_dtype = DType::kBF16;

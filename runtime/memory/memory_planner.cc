@@ -12,22 +12,57 @@
 
 namespace strata {
 
-double ModelShape::count() const {
-  if (params > 0) return params;
-  const double h = hidden;
-  return layers * (12 * h * h + 13 * h) + (static_cast<double>(vocab) + seq) * h + 2 * h;
-}
+double ModelShape::norm_params() const { return rms_norm ? hidden : 2.0 * hidden; }
 
 double ModelShape::layer_per_rank(int tp) const {
-  const double h = hidden;
-  return (12 * h * h + 7 * h) / tp + 6 * h;
+  const double h = hidden, q = q_width(), F = static_cast<double>(ffn_width());
+  const double matrices = gated ? 3 : 2;
+  // Split over the tp group: q and o, the MLP's matrices, and the column-parallel biases (q's, and the MLP's up-side
+  // ones under GPT-2's biases); k and v too when the group divides their heads. The rest is on every rank.
+  double split = 2 * h * q + matrices * h * F;
+  double whole = 2 * norm_params();
+  const bool kv_split = kv_heads <= 0 || kv_heads % tp == 0;
+  const double kv = kv_split ? kv_width() : kv_width_per_rank(tp);  // k's (and v's) width, split or here
+  (kv_split ? split : whole) += 2 * h * kv;
+  const bool qkv_biases = !rms_norm || qkv_bias;
+  if (qkv_biases) {
+    split += q;
+    (kv_split ? split : whole) += 2 * kv;
+  }
+  if (!rms_norm) {
+    split += (matrices - 1) * F;  // fc (GELU) or gate and up (gated)
+    whole += 2 * h;               // the attention's and the MLP's output biases (row-parallel)
+  } else if (out_bias) {
+    whole += h;
+  }
+  return split / tp + whole;
+}
+
+double ModelShape::embedding_per_rank(int tp) const {
+  const double vocab_rows = static_cast<double>((static_cast<std::int64_t>(vocab) + tp - 1) / tp);
+  return (vocab_rows * (tied ? 1 : 2) + (rotary ? 0 : seq)) * static_cast<double>(hidden);
+}
+
+double ModelShape::count() const {
+  if (params > 0) return params;
+  return layers * layer_per_rank(1) + embedding_per_rank(1) + norm_params();
 }
 
 double ModelShape::count_per_rank(int tp) const {
   if (params > 0) return params / tp;
-  const double h = hidden;
-  const double vocab_rows = static_cast<double>((static_cast<std::int64_t>(vocab) + tp - 1) / tp);
-  return layers * layer_per_rank(tp) + (vocab_rows + seq) * h + 2 * h;
+  return layers * layer_per_rank(tp) + embedding_per_rank(tp) + norm_params();
+}
+
+std::string grouped_count(double count) {
+  if (!std::isfinite(count) || std::fabs(count) >= 9.2e18) return fmt::format("{:g}", count);
+  const long long n = std::llround(count);
+  const std::string digits = std::to_string(n < 0 ? -n : n);
+  std::string out = n < 0 ? "-" : "";
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
 }
 
 void PlanInput::validate() const {
@@ -41,8 +76,15 @@ void PlanInput::validate() const {
   recompute.validate(m.layers);
   STRATA_CHECK(std::isfinite(m.params) && m.params >= 0, "--params {} must be a finite number >= 0 (0: from the "
                "dimensions)", m.params);
-  STRATA_CHECK(m.hidden % m.heads == 0, "--heads {} must divide --hidden {} (each head has hidden / heads channels)",
+  STRATA_CHECK(m.head_dim > 0 || m.hidden % m.heads == 0,
+               "--heads {} must divide --hidden {} (each head has hidden / heads channels; or give --head-dim)",
                m.heads, m.hidden);
+  STRATA_CHECK(m.kv_heads >= 0 && m.head_dim >= 0 && m.ffn >= 0,
+               "--kv-heads {}, --head-dim {} and --ffn {} must each be >= 0 (0: the GPT-2 default)", m.kv_heads,
+               m.head_dim, m.ffn);
+  STRATA_CHECK(m.heads % m.kv_head_count() == 0,
+               "--kv-heads {} must divide --heads {} (grouped-query attention: each key / value head serves heads / "
+               "kv-heads query heads)", m.kv_heads, m.heads);
   STRATA_CHECK(micro_batch >= 1, "--micro-batch {} must be at least 1", micro_batch);
   STRATA_CHECK(L.dp >= 1 && L.tp >= 1 && L.pp >= 1 && L.cp >= 1,
                "--dp {}, --tp {}, --pp {} and --cp {} must each be at least 1", L.dp, L.tp, L.pp, L.cp);
@@ -62,6 +104,11 @@ void PlanInput::validate() const {
   STRATA_CHECK(m.heads % L.tp == 0 && m.hidden % L.tp == 0,
                "--tp {} must divide --heads {} and --hidden {} (each tensor-parallel rank holds whole heads)", L.tp,
                m.heads, m.hidden);
+  STRATA_CHECK(m.ffn_width() % L.tp == 0, "--tp {} must divide the MLP's width {} (--ffn; each rank holds ffn / tp "
+               "of it)", L.tp, m.ffn_width());
+  STRATA_CHECK(m.kv_head_count() % L.tp == 0 || L.tp % m.kv_head_count() == 0,
+               "--tp {} neither divides --kv-heads {} nor is a multiple of it (each rank holds whole key / value "
+               "heads: kv-heads / tp, or one replicated over tp / kv-heads ranks)", L.tp, m.kv_head_count());
   STRATA_CHECK(!L.sequence_parallel || L.tp > 1, "--sequence-parallel needs --tp 2 or more (it splits over the tp "
                "group)");
   STRATA_CHECK(!L.sequence_parallel || m.seq % L.tp == 0,
@@ -95,20 +142,28 @@ int ParallelLayout::shard_size() const {
 }
 
 double activation_bytes_of(const PlanInput& in, BlockRecompute kind) {
-  const double s = static_cast<double>(in.model.seq) / in.layout.cp;  // this rank's tokens of a sequence
-  const double b = in.micro_batch, h = in.model.hidden, a = in.model.heads, t = in.layout.tp;
+  const ModelShape& m = in.model;
+  const double s = static_cast<double>(m.seq) / in.layout.cp;  // this rank's tokens of a sequence
+  const double b = in.micro_batch, h = m.hidden, a = m.heads, t = in.layout.tp;
   const double width = static_cast<double>(dtype_size(in.precision.param_dtype)) / 2.0;  // the formulas are 16-bit
   // Sequence parallelism splits the regions tensor parallelism leaves whole (and the layer input) along the sequence.
   const double sp = in.layout.sequence_parallel ? t : 1.0;
   const double scores = in.tiled_attention ? 0.0 : 5 * a * s / (h * t);
-  const double all = 10 / sp + 24 / t + scores;
+  // The tp-split terms in units of h, 24 for a GPT-2 block: q, k, v and the attention core's output (2 bytes a
+  // channel each; k and v of the kv heads a rank holds, times t) and the MLP's (GELU: its input and output, 2 ffn
+  // each; SwiGLU: gate, up and their product).
+  const double F = static_cast<double>(m.ffn_width());
+  const double q = m.q_width(), kv = m.kv_width_per_rank(in.layout.tp) * t;
+  const double act = 2 * F / h;  // the activation's output, which --recompute mlp drops (8 for a GPT-2 block)
+  const double split = (4 * q + 4 * kv + (m.gated ? 6 : 4) * F) / h;
+  const double all = 10 / sp + split / t + scores;
   double per_token = all;
   switch (kind) {
     case BlockRecompute::kNone:
     case BlockRecompute::kOffload: break;
     case BlockRecompute::kFull: per_token = 2 / sp; break;
-    case BlockRecompute::kMlp: per_token = all - 8 / t; break;
-    case BlockRecompute::kAttention: per_token = all - scores - 2 / t; break;
+    case BlockRecompute::kMlp: per_token = all - act / t; break;
+    case BlockRecompute::kAttention: per_token = all - scores - 2 * q / h / t; break;
   }
   return s * b * h * per_token * width;
 }
@@ -129,10 +184,11 @@ double activation_bytes_per_layer(const PlanInput& in) {
 }
 
 double recompute_flops_per_token(const PlanInput& in, BlockRecompute kind) {
-  const double h = in.model.hidden, s = static_cast<double>(in.model.seq) / in.layout.cp, t = in.layout.tp;
+  // QK^T and AV: 4 x the query width x s (the hidden size for a GPT-2 block).
+  const double q = in.model.q_width(), s = static_cast<double>(in.model.seq) / in.layout.cp, t = in.layout.tp;
   switch (kind) {
-    case BlockRecompute::kFull: return 2 * in.model.layer_per_rank(in.layout.tp) + 4 * h * s / t;
-    case BlockRecompute::kAttention: return 4 * h * s / t;
+    case BlockRecompute::kFull: return 2 * in.model.layer_per_rank(in.layout.tp) + 4 * q * s / t;
+    case BlockRecompute::kAttention: return 4 * q * s / t;
     default: return 0;
   }
 }
@@ -182,8 +238,9 @@ MemoryPlan compute(const PlanInput& in) {
   // rank's chunks of it under cp.
   const double tokens_here = static_cast<double>(in.model.seq) / L.cp * in.micro_batch;
   const double head = tokens_here * in.model.vocab * (psz + 4) / L.tp;
-  // The ring's two key / value blocks and two of their gradients: [micro-batch, seq / cp, 2 hidden / tp] each.
-  if (L.cp > 1) p.comm_buffers += 4 * tokens_here * 2 * in.model.hidden / L.tp * psz;
+  // The ring's two key / value blocks and two of their gradients: [micro-batch, seq / cp, 2 x the rank's key / value
+  // width] each (2 hidden / tp for a GPT-2 block).
+  if (L.cp > 1) p.comm_buffers += 4 * tokens_here * 2 * in.model.kv_width_per_rank(L.tp) * psz;
   p.activations = layers_here * activation_bytes_per_layer(in) * in_flight + head;
   const int offloaded = in.recompute.count(BlockRecompute::kOffload, stage_layers(in));
   if (offloaded > 0) {  // the offloaded layers in host memory, two of them staged on the device
@@ -273,7 +330,9 @@ std::vector<PlanChange> fit_changes(const PlanInput& in) {
   // run with sequence parallelism keeps it, so the sequence must divide by the new tp.
   for (int f = 2; in.layout.dp % f == 0; f *= 2) {
     int tp = in.layout.tp * f;
+    const int kv = in.model.kv_head_count();
     if (tp <= in.hardware.devices_per_node && in.model.heads % tp == 0 && in.model.hidden % tp == 0 &&
+        in.model.ffn_width() % tp == 0 && (kv % tp == 0 || tp % kv == 0) &&
         (!in.layout.sequence_parallel || in.model.seq % tp == 0))
       add(fmt::format("tensor parallelism --tp {} --dp {} (with --recompute)", tp, in.layout.dp / f),
           [tp, f](PlanInput& c) {
@@ -314,7 +373,7 @@ RecomputePolicy choose_plan_recompute(const PlanInput& in) {
     c.recompute = whole(candidate);
     const MemoryPlan p = compute(c);
     if (!p.fits) return std::nullopt;
-    const double gelu = 4.0 * in.model.hidden / in.layout.tp * in.model.seq * in.micro_batch;
+    const double gelu = static_cast<double>(in.model.ffn_width()) / in.layout.tp * in.model.seq * in.micro_batch;
     return RecomputeCost{p.recompute_flops,
                          2 * c.recompute.count(BlockRecompute::kOffload, n) *
                              activation_bytes_of(c, BlockRecompute::kOffload),

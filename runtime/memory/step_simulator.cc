@@ -259,9 +259,12 @@ StepPrediction simulate_step(const SimInput& input) {
   // traffic at memory bandwidth, split the same way.
   // With --params given (a model not shaped like ours, e.g. Llama's SwiGLU and untied head), the blocks carry what the
   // embeddings do not, so the step's FLOPs stay 6 N + 12 L h s per token.
+  // From the dimensions, a block is ModelShape's count of one layer (12 h^2 + 13 h for a GPT-2 block), and the
+  // attention's 12 h s is 12 q s, q = heads x head_dim.
   const double block_params =
-      m.params > 0 ? std::max(0.0, (m.params - (V_vocab + s) * h) / m.layers) : 12 * h * h + 13 * h;
-  const double layer_flops = (6 * block_params + 12 * h * s) * tokens_mb / T;
+      m.params > 0 ? std::max(0.0, (m.params - (V_vocab + s) * h) / m.layers) : m.layer_per_rank(1);
+  const double q = m.q_width();
+  const double layer_flops = (6 * block_params + 12 * q * s) * tokens_mb / T;
   // Attention that holds the s x s scores (no tiling) also streams them: about kScoreBytes per token, head and key.
   const double score_bytes = in.plan.tiled_attention ? 0.0 : kScoreBytes * m.heads * s;
   const double layer_mem = (c.elementwise_bytes * h + score_bytes) * tokens_mb / T;
@@ -297,7 +300,7 @@ StepPrediction simulate_step(const SimInput& input) {
   // under hybrid sharding); ZeRO-0 all-reduces them over the whole data-parallel group instead.
   const GroupLink shard_g = group_link(c, T, S), rep_g = group_link(c, T * S, R), dp_g = group_link(c, T, L.dp);
   const double layer_params = m.layer_per_rank(T);
-  const double embed_params = (std::ceil(V_vocab / T) + s) * h;
+  const double embed_params = m.embedding_per_rank(T);
   auto gather = [&](double params) { return ring_all_gather_s(params * psz, S, shard_g.link); };
   auto reduce = [&](double params) {
     if (L.stage == ZeroStage::kNone) return all_reduce_s(params * rsz, L.dp, dp_g.link);
@@ -341,7 +344,7 @@ StepPrediction simulate_step(const SimInput& input) {
   p.tokens_per_step = tokens_mb * M * L.dp;
   p.tokens_per_s = p.tokens_per_step / p.step_s;
   p.tokens_per_s_per_device = p.tokens_per_s / world;
-  const double model_flops_per_token = 6 * m.count() + 12.0 * m.layers * h * s;
+  const double model_flops_per_token = 6 * m.count() + 12.0 * m.layers * q * s;
   p.model_tflops_per_device = model_flops_per_token * p.tokens_per_s_per_device / 1e12;
   // Peak of the job: every device's, or on CPU machines every core's.
   const double peak =

@@ -10,25 +10,50 @@ namespace strata {
 
 std::string TpSplit::describe() const {
   if (replicated()) return "replicated";
+  if (!part_sizes.empty())
+    return fmt::format("dim {} in parts {} of [{}]", dim, fmt::join(part_sizes, " + "), fmt::join(global_shape, ", "));
   return fmt::format("dim {} in {} part{} of [{}]", dim, parts, parts == 1 ? "" : "s", fmt::join(global_shape, ", "));
 }
 
 std::vector<std::int64_t> TpSplit::local_shape(int tp) const {
   if (replicated()) return global_shape;
   std::vector<std::int64_t> s = global_shape;
-  const std::int64_t block = s[static_cast<std::size_t>(dim)] / parts;
-  s[static_cast<std::size_t>(dim)] = (block + tp - 1) / tp * parts;
+  s[static_cast<std::size_t>(dim)] = static_cast<std::int64_t>(geometry(tp).local);
   return s;
 }
 
 TpGeometry TpSplit::geometry(int tp) const {
   TpGeometry g;
-  const std::size_t d = static_cast<std::size_t>(dim);
+  const std::size_t d = static_cast<std::size_t>(dim), t = static_cast<std::size_t>(tp);
   for (std::size_t i = d + 1; i < global_shape.size(); ++i) g.inner *= static_cast<std::size_t>(global_shape[i]);
   g.global = static_cast<std::size_t>(global_shape[d]);
-  g.block = g.global / static_cast<std::size_t>(parts);
-  g.piece = (g.block + static_cast<std::size_t>(tp) - 1) / static_cast<std::size_t>(tp);
+  std::vector<std::size_t> sizes;
+  if (part_sizes.empty())
+    sizes.assign(static_cast<std::size_t>(parts), g.global / static_cast<std::size_t>(parts));
+  else
+    for (std::int64_t n : part_sizes) sizes.push_back(static_cast<std::size_t>(n));
+  std::size_t global_at = 0;
+  for (std::size_t n : sizes) {
+    g.block.push_back(n);
+    g.piece.push_back((n + t - 1) / t);
+    g.global_begin.push_back(global_at);
+    g.local_begin.push_back(g.local);
+    global_at += n;
+    g.local += g.piece.back();
+  }
   return g;
+}
+
+std::size_t TpGeometry::part_of_local(std::size_t j) const {
+  std::size_t p = 0;
+  while (p + 1 < local_begin.size() && j >= local_begin[p + 1]) ++p;
+  return p;
+}
+
+std::size_t TpGeometry::part_of_global(std::size_t j) const {
+  std::size_t p = 0;
+  while (p + 1 < global_begin.size() && j >= global_begin[p + 1]) ++p;
+  return p;
 }
 
 void TpSplit::validate(const std::string& what, int tp) const {
@@ -36,8 +61,21 @@ void TpSplit::validate(const std::string& what, int tp) const {
   STRATA_CHECK(tp >= 1, "{}: tensor-parallel degree {} must be at least 1", what, tp);
   STRATA_CHECK(dim < static_cast<int>(global_shape.size()), "{}: split dimension {} of a {}-D tensor", what, dim,
                global_shape.size());
-  STRATA_CHECK(parts >= 1, "{}: {} parts", what, parts);
   const std::int64_t n = global_shape[static_cast<std::size_t>(dim)];
+  if (!part_sizes.empty()) {
+    std::int64_t sum = 0;
+    for (std::int64_t p : part_sizes) {
+      STRATA_CHECK(p >= 1 && p % tp == 0,
+                   "{}: part of {} along dimension {} must be positive and divide by the tensor-parallel degree {} "
+                   "(parts {})",
+                   what, p, dim, tp, fmt::join(part_sizes, " + "));
+      sum += p;
+    }
+    STRATA_CHECK(sum == n, "{}: parts {} add up to {}, not dimension {}'s {}", what, fmt::join(part_sizes, " + "), sum,
+                 dim, n);
+    return;
+  }
+  STRATA_CHECK(parts >= 1, "{}: {} parts", what, parts);
   STRATA_CHECK(n % parts == 0, "{}: dimension {} of size {} is not {} equal parts", what, dim, n, parts);
   STRATA_CHECK(parts == 1 || (n / parts) % tp == 0,
                "{}: each of the {} parts of dimension {} ({}) must divide by the tensor-parallel degree {}", what,
@@ -53,9 +91,7 @@ void for_each_global_run(const TpSplit& split, int rank, int tp, std::size_t beg
   }
   // Row-major: an element is (outer, j, inner) with j its index along `dim` (local size L, global size G).
   const TpGeometry geo = split.geometry(tp);
-  const std::size_t inner = geo.inner, G = geo.global, block = geo.block, piece = geo.piece;
-  const std::size_t parts = static_cast<std::size_t>(split.parts);
-  const std::size_t L = piece * parts;
+  const std::size_t inner = geo.inner, G = geo.global, L = geo.local;
   const std::size_t end = begin + count;
   std::size_t run_local = 0, run_global = 0, run_len = 0;
   auto flush = [&] {
@@ -67,9 +103,9 @@ void for_each_global_run(const TpSplit& split, int rank, int tp, std::size_t beg
   while (k < end) {
     const std::size_t o = k / (L * inner), j = (k / inner) % L, i = k % inner;
     const std::size_t len = std::min(inner - i, end - k);
-    const std::size_t p = j / piece, w = j % piece;
-    const std::size_t gj = p * block + static_cast<std::size_t>(rank) * piece + w;
-    if (static_cast<std::size_t>(rank) * piece + w >= block) {  // padding (only when parts == 1)
+    const std::size_t p = geo.part_of_local(j), w = j - geo.local_begin[p], piece = geo.piece[p];
+    const std::size_t gj = geo.global_begin[p] + static_cast<std::size_t>(rank) * piece + w;
+    if (static_cast<std::size_t>(rank) * piece + w >= geo.block[p]) {  // padding (only with one part)
       flush();
     } else {
       const std::size_t gk = (o * G + gj) * inner + i;

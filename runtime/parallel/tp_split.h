@@ -8,20 +8,30 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace strata {
 
 // A split tensor seen row-major as (outer, j, inner), j its index along the split dimension: the sizes that place a
-// rank's elements (for_each_global_run, checkpoint boxes).
+// rank's elements (for_each_global_run, checkpoint boxes). Along the split dimension the tensor is parts in order,
+// each cut into tp pieces: part p spans global indices [global_begin[p], global_begin[p] + block[p]) and this rank's
+// piece of it local indices [local_begin[p], local_begin[p] + piece[p]).
 struct TpGeometry {
   std::size_t inner = 1;  // elements after the split dimension
   std::size_t global = 0;  // the split dimension's global size
-  std::size_t block = 0;  // global size of one part along it
-  std::size_t piece = 0;  // one rank's share of a part: ceil(block / tp)
+  std::size_t local = 0;   // and its local size (every part's piece)
+  std::vector<std::size_t> block, piece, global_begin, local_begin;  // per part
+  // The part holding local index j along the split dimension.
+  std::size_t part_of_local(std::size_t j) const;
+  // The part holding global index j along the split dimension.
+  std::size_t part_of_global(std::size_t j) const;
 };
 
 struct TpSplit {
+  TpSplit() = default;
+  TpSplit(int dim_, int parts_, std::vector<std::int64_t> global_shape_, std::vector<std::int64_t> part_sizes_ = {})
+      : dim(dim_), parts(parts_), global_shape(std::move(global_shape_)), part_sizes(std::move(part_sizes_)) {}
   // The dimension of the global shape cut into tp pieces; -1: replicated (every tp rank holds all of it).
   int dim = -1;
   // The split dimension is `parts` equal blocks, each cut into tp pieces, and a rank's local tensor holds its piece of
@@ -30,16 +40,21 @@ struct TpSplit {
   // The global shape. Along `dim` it may be smaller than tp x the local size: the local tensors are padded at the
   // end (a vocabulary not divisible by tp); padded elements have no global place. Empty when replicated.
   std::vector<std::int64_t> global_shape;
+  // Parts of unequal sizes along `dim`, in order, in place of `parts` equal ones (grouped-query attention's fused
+  // q | k | v: its query heads' width, then the key-value heads' twice); each divides by tp (no padding). Empty: the
+  // `parts` equal blocks.
+  std::vector<std::int64_t> part_sizes;
 
   bool replicated() const { return dim < 0; }
-  // "replicated", or "dim 1 in 3 parts of [32, 96]".
+  // "replicated", "dim 1 in 3 parts of [32, 96]" or "dim 1 in parts 32 + 16 + 16 of [32, 64]".
   std::string describe() const;
-  // The local shape at tp degree `tp` (global along `dim` / (parts * tp), rounded up, times parts).
+  // The local shape at tp degree `tp` (global along `dim` / (parts * tp), rounded up, times parts; with part_sizes the
+  // sum of each part / tp).
   std::vector<std::int64_t> local_shape(int tp) const;
   // The sizes of a split tensor at degree `tp` (not for a replicated one).
   TpGeometry geometry(int tp) const;
   // kInvalidArgument naming `what` when the split cannot be taken at degree `tp` (dim out of range, a block size not
-  // divisible, parts > 1 with padding).
+  // divisible, parts > 1 with padding, part sizes that do not add up to the dimension or do not divide by tp).
   void validate(const std::string& what, int tp) const;
 };
 

@@ -17,6 +17,20 @@ ColumnParallelLinear::ColumnParallelLinear(TensorParallel& tp, LinearKernels& k,
   local_out_ = out / tp.size();
 }
 
+ColumnParallelLinear::ColumnParallelLinear(TensorParallel& tp, LinearKernels& k, int in,
+                                           const std::vector<int>& part_widths)
+    : tp_(tp), k_(k), in_(in), out_(0), parts_(static_cast<int>(part_widths.size())) {
+  STRATA_CHECK(in >= 1 && !part_widths.empty(), "column-parallel product of input width {} in {} parts", in,
+               part_widths.size());
+  for (int w : part_widths) {
+    STRATA_CHECK(w >= 1 && w % tp.size() == 0,
+                 "column-parallel product [{}, ...]: a part of width {} must divide by tp ({})", in, w, tp.size());
+    out_ += w;
+    part_widths_.push_back(w);
+  }
+  local_out_ = out_ / tp.size();
+}
+
 const float* ColumnParallelLinear::forward(float* y, const float* x, float* gathered, const float* w, const float* b) {
   const float* whole = tp_.to_full(x, gathered, in_);
   k_.matmul_forward(y, whole, w, b, tp_.rows(), in_, local_out_);

@@ -9,6 +9,8 @@
 // gradient leaves. Buffers are the caller's; nothing is allocated here.
 #pragma once
 
+#include <vector>
+
 #include "runtime/parallel/tp_split.h"
 #include "runtime/tensor/tensor_parallel.h"
 #include "runtime/tensor/tp_kernels.h"
@@ -21,10 +23,13 @@ class ColumnParallelLinear {
  public:
   // `out` is the global width; parts > 1 splits each of `parts` equal blocks of it (q|k|v by heads).
   ColumnParallelLinear(TensorParallel& tp, LinearKernels& k, int in, int out, int parts = 1);
+  // The output as parts of these widths, in order, each split over tp (grouped-query attention's q | k | v: the query
+  // heads' width, then the key-value heads' twice); every width must divide by tp.
+  ColumnParallelLinear(TensorParallel& tp, LinearKernels& k, int in, const std::vector<int>& part_widths);
   int in() const { return in_; }
   int local_out() const { return local_out_; }
-  TpSplit weight_split() const { return TpSplit{1, parts_, {in_, out_}}; }
-  TpSplit bias_split() const { return TpSplit{0, parts_, {out_}}; }
+  TpSplit weight_split() const { return TpSplit{1, parts_, {in_, out_}, part_widths_}; }
+  TpSplit bias_split() const { return TpSplit{0, parts_, {out_}, part_widths_}; }
 
   // y [rows, local_out] from x, this rank's rows of the input ([local_rows, in]); under sequence parallelism x is
   // gathered whole into `gathered` ([rows, in]) first. Returns the whole input multiplied (backward takes it).
@@ -40,6 +45,7 @@ class ColumnParallelLinear {
   TensorParallel& tp_;
   LinearKernels& k_;
   int in_, out_, parts_, local_out_;
+  std::vector<std::int64_t> part_widths_;  // empty: `parts_` equal ones
 };
 
 // y = x @ W + b with W [in, out] split along in: this rank holds in / tp input channels (a column-parallel

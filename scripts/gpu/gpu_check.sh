@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # What the check builds and runs: the gpu-labelled tests, the benchmark and the trainer.
-gpu_tests=(test_core_cuda test_collectives_cuda test_sharding_cuda test_checkpoint_cuda test_gpt_cuda)
+gpu_tests=(test_core_cuda test_collectives_cuda test_sharding_cuda test_checkpoint_cuda test_kernels_cuda test_gpt_cuda)
 targets=("${gpu_tests[@]}" train_gpt collectives_bench)
 
 if [ "${1:-}" = --prebuild ]; then

@@ -24,17 +24,58 @@ nlohmann::json load_json(const std::string& path) {
   return nlohmann::json::parse(in);
 }
 
-TrainConfig reference_config(const nlohmann::json& ref, int world) {
-  const auto& c = ref["config"];
+namespace {
+
+// What every reference's configuration says of the run beside its model: rows, steps' rows over `world` ranks, AdamW,
+// clipping.
+TrainConfig run_fields(const nlohmann::json& c, int world) {
   TrainConfig t;
-  t.model = GptConfig{c["layers"], c["heads"], c["embd"], c["vocab"], c["ctx"]};
   t.seq = c["seq"];
   t.grad_accum = c["grad_accum"];
   int global_rows = c["batch"].get<int>() * c["ranks"].get<int>();
   t.batch = global_rows / world;
   t.adamw = AdamWConfig{c["lr"], c["beta1"], c["beta2"], c["eps"], c["weight_decay"]};
   t.optimizer.grad_clip = c["grad_clip"];
+  return t;
+}
+
+}  // namespace
+
+TrainConfig reference_config(const nlohmann::json& ref, int world) {
+  const auto& c = ref["config"];
+  TrainConfig t = run_fields(c, world);
+  t.model = GptConfig{c["layers"], c["heads"], c["embd"], c["vocab"], c["ctx"]};
   t.init = data_dir() + "gpt_tiny_init.safetensors";
+  return t;
+}
+
+GptConfig llama_reference_model(const nlohmann::json& c) {
+  GptConfig m{c["layers"], c["heads"], c["hidden"], c["vocab"], c["ctx"]};
+  m.family = Family::kLlama;
+  m.kv_heads = c["kv_heads"];
+  m.head_dim = c["head_dim"];
+  m.ffn = c["intermediate"];
+  m.rope_theta = c["rope_theta"];
+  m.norm_eps = c["rms_eps"];
+  m.tied = c["tie"];
+  m.qkv_bias = c["qkv_bias"];
+  if (c["rope_scaling"].is_object()) {
+    const auto& r = c["rope_scaling"];
+    m.rope_scaling.kind = cpu::RopeScaling::kLlama3;
+    m.rope_scaling.factor = r["factor"];
+    m.rope_scaling.low_freq_factor = r["low_freq_factor"];
+    m.rope_scaling.high_freq_factor = r["high_freq_factor"];
+    m.rope_scaling.original_max_position_embeddings = r["original_max_position_embeddings"];
+  }
+  return m;
+}
+
+TrainConfig llama_reference_config(const nlohmann::json& ref, int world) {
+  const auto& c = ref["config"];
+  TrainConfig t = run_fields(c, world);
+  t.model = llama_reference_model(c);
+  const std::string init = c["init"];
+  t.init = data_dir() + init.substr(init.rfind('/') + 1);
   return t;
 }
 

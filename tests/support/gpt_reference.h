@@ -16,6 +16,11 @@ std::string data_dir();
 nlohmann::json load_json(const std::string& path);
 // The reference's configuration at `world` ranks: its global rows per step split over the ranks, its init file.
 TrainConfig reference_config(const nlohmann::json& ref, int world);
+// The same for a Llama-style reference (tests/reference/llama_reference.py: its config names Hugging Face's fields and
+// its init file).
+TrainConfig llama_reference_config(const nlohmann::json& ref, int world);
+// The model alone of a Llama-style reference's config (also --generate's, which has no run fields).
+GptConfig llama_reference_model(const nlohmann::json& config);
 // A run step by step: its losses and its global gradient norms before clipping.
 struct Trajectory {
   std::vector<double> losses, grad_norms;

@@ -52,6 +52,21 @@ double element(const void* src, std::size_t i, DType dtype) {
   STRATA_THROW(ErrorCode::kInvalidArgument, "unknown dtype");
 }
 
+SharedScratchDir::SharedScratchDir(const std::string& what) {
+  int root_pid = ::getpid();
+  MPI_Bcast(&root_pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  path_ = (std::filesystem::temp_directory_path() / fmt::format("strata_{}_{}", what, root_pid)).string();
+  if (runtime().rank() == 0) std::filesystem::remove_all(path_);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+SharedScratchDir::~SharedScratchDir() {
+  MPI_Barrier(MPI_COMM_WORLD);
+  std::error_code ec;
+  if (runtime().rank() == 0) std::filesystem::remove_all(path_, ec);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 ScratchDir::ScratchDir(const std::string& what)
     : path_((std::filesystem::temp_directory_path() /
              fmt::format("strata_{}_{}_{}", what, ::getpid(), runtime().rank()))

@@ -53,6 +53,20 @@ std::optional<ErrorCode> error_code_of(Fn&& fn) {
   return std::nullopt;
 }
 
+// A directory every rank shares under the temporary directory (checkpoints): strata_<what>_<rank 0's pid>, made
+// empty by rank 0 and removed at the end (collective: every rank constructs and destroys it).
+class SharedScratchDir {
+ public:
+  explicit SharedScratchDir(const std::string& what);
+  ~SharedScratchDir();
+  SharedScratchDir(const SharedScratchDir&) = delete;
+  SharedScratchDir& operator=(const SharedScratchDir&) = delete;
+  std::string dir(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
 // A directory of this rank's own under the temporary directory, emptied when made and removed at the end:
 // strata_<what>_<pid>_<rank>.
 class ScratchDir {

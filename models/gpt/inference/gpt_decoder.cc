@@ -1,9 +1,9 @@
 // GptDecoder: a pass over rows of several sequences, each layer's products on all of them at once, attention per
-// sequence against its cache.
+// sequence against its cache. Either family's block (gpt_model.h): the family picks the norm, the positions (learned,
+// or q and k rotated at each row's own position), the MLP's activation, the biases and the head.
 #include "models/gpt/inference/gpt_decoder.h"
 
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstring>
 
@@ -12,7 +12,10 @@
 #include "collectives/rank_values.h"
 #include "core/byte_units.h"
 #include "core/error.h"
-#include "models/gpt/model/kernel_table.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/kernel_table.h"
+#include "models/gpt/model/block_activations.h"
+#include "models/gpt/model/unit_slots.h"
 #include "runtime/inference/block_streamer.h"
 #include "runtime/inference/kv_cache.h"
 #include "runtime/parallel/tp_split.h"
@@ -23,13 +26,16 @@
 namespace strata::gpt {
 namespace {
 
-// A block's parameters, in gpt_units' slot order.
-enum BlockParam { kLn1W, kLn1B, kAttnW, kAttnB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kCount };
-
 // Consecutive rows of one sequence in a pass: rows [row, row + n) at positions [pos, pos + n).
 struct Group {
   int seq = 0, row = 0, n = 0, pos = 0;
 };
+
+std::size_t numel_of(const UnitSpec& u) {
+  std::size_t n = 0;
+  for (const SlotSpec& s : u.slots) n += shape_numel(s.shape);
+  return n;
+}
 
 }  // namespace
 
@@ -41,7 +47,7 @@ void DecodePlacement::validate() const {
 struct GptDecoder::Impl {
   GptConfig cfg;
   Device& dev;
-  std::unique_ptr<GptKernels> k;
+  std::unique_ptr<Kernels> k;
   int S, R;  // sequences, rows a pass
   std::vector<int> lengths;
   const WeightReader read;
@@ -52,19 +58,29 @@ struct GptDecoder::Impl {
   // The ranks the streamed blocks are sharded over (BlockStreamer's shard group), each decoding its own sequences in
   // step with the others; null: whole blocks.
   Communicator* shard_group;
-  int T = 1, trank = 0, Cl = 0, NHl = 0;  // tp degree and rank; this rank's channels and heads of attention
+  // tp degree and rank; this rank's query and key-value heads; a head's channels.
+  int T = 1, trank = 0, NHl = 0, KVHl = 0, D = 0;
+  // This rank's widths of a block's rows, as training's: q | k | v, the attention's output (q's), the MLP's up product
+  // and its activation; kvw: k's (and v's), the floats each layer and position add to the cache for keys and values.
+  BlockWidths w;
+  std::size_t kvw = 0;
+  BlockSlots bs;  // where each weight sits in a block, the embeddings and the final norm (-1: the family has none)
+  EmbeddingSlots es;
+  NormSlots ns;
   VocabShard shard;
   std::unique_ptr<TensorParallel> tp;
   std::vector<UnitSpec> units;  // gpt_units(cfg, T): this rank's slices
   // A block's parameters packed in one buffer, in gpt_units' slot order: floats [offset[i], offset[i] + size[i]).
-  std::array<std::size_t, kCount> offset{}, size{};
+  std::vector<std::size_t> offset, size;
   std::size_t block_floats = 0;
-  Buffer wte, wpe, lnf_w, lnf_b;
+  // In device memory always: the token table, GPT-2's positions, the final norm, an untied head (Llama's "output"),
+  // Llama's rotary table of every position [ctx, D / 2].
+  Buffer wte, wpe, lnf_w, lnf_b, head, rope_cos, rope_sin;
   std::vector<Buffer> resident;  // the first `resident.size()` blocks
   // Blocks resident.size() .. layers - 1 stream through `stream` (block j of it is layer resident.size() + j).
   std::unique_ptr<BlockStreamer> stream;
   std::uint64_t held = 0;  // device memory the decoder holds: the budget's `need` of its placement
-  std::unique_ptr<KvCache> kv;  // per layer: keys and values [S, ctx, Cl], in device or host memory
+  std::unique_ptr<KvCache> kv;  // per layer: keys and values [S, ctx, kvw], in device or host memory
   // Workspace of one pass (R rows); `gathered` the tp group's logits.
   Buffer tokens, x, x2, ln, mean, rstd, qkv, atty, lse, tmp, fch, fchg, last, logits, gathered;
   std::vector<float> host_logits, gathered_host;
@@ -81,35 +97,53 @@ struct GptDecoder::Impl {
       trank = group->rank();
     }
     cfg.validate_tp(T, false, cfg.ctx);
-    Cl = cfg.embd / T;
     NHl = cfg.heads / T;
+    KVHl = cfg.kv() / T;
+    D = cfg.hd();
+    w = BlockWidths::of(cfg, static_cast<std::uint64_t>(R), static_cast<std::uint64_t>(R), T, 1);
+    kvw = static_cast<std::size_t>(w.qkv - w.att) / 2;
+    bs = block_slots(cfg);
+    es = embedding_slots(cfg);
+    ns = final_norm_slots(cfg);
     shard = VocabShard::of(cfg.vocab, T, trank);
     tp = std::make_unique<TensorParallel>(dev, T > 1 ? group : nullptr, false, 1, R, cfg.embd);
     STRATA_CHECK(S >= 1 && R >= S, "a decoder of {} sequences needs at least 1 and at most max_rows {} of them", S, R);
     STRATA_CHECK(where.resident_layers <= cfg.layers, "--resident-layers {}: the model has {} layers",
                  where.resident_layers, cfg.layers);
-    k = make_gpt_kernels(dev, matmul);
+    k = make_kernels(dev, matmul);
     lengths.assign(static_cast<std::size_t>(S), 0);
     units = gpt_units(cfg, T);
-    const std::vector<SlotSpec>& first = units[static_cast<std::size_t>(block_unit(0))].slots;
-    STRATA_CHECK(first.size() == kCount, "a block has {} parameters, the decoder knows {}", first.size(),
-                 static_cast<int>(kCount));
-    for (std::size_t i = 0; i < kCount; ++i) {
-      offset[i] = block_floats;
-      size[i] = shape_numel(first[i].shape);
-      block_floats += size[i];
+    for (const SlotSpec& s : units[static_cast<std::size_t>(block_unit(0))].slots) {
+      offset.push_back(block_floats);
+      size.push_back(shape_numel(s.shape));
+      block_floats += size.back();
     }
+    const int resident_blocks = place(where);
+    load_weights(resident_blocks, where);
+    kv = std::make_unique<KvCache>(dev, cfg.layers, S, cfg.ctx, static_cast<int>(kvw), where.kv_on_host,
+                                   where.prefetch_depth);
+    allocate_workspace();
+  }
+
+  // The blocks kept resident under `where` (as many as its budget holds when it gives one and no count; as few as on
+  // any rank of a shard group), and `held`: the device memory that placement needs. kOutOfMemory naming the least
+  // placement when the budget is smaller than the one asked for.
+  int place(const DecodePlacement& where) {
     const std::size_t C = static_cast<std::size_t>(cfg.embd), Vl = static_cast<std::size_t>(shard.rows);
-    const std::size_t cl = static_cast<std::size_t>(Cl), t = static_cast<std::size_t>(T);
-    const std::size_t r = static_cast<std::size_t>(R);
+    const std::size_t t = static_cast<std::size_t>(T), r = static_cast<std::size_t>(R);
     const std::size_t block_bytes = block_floats * 4;
-    // Device memory other than the blocks: embeddings and final norm, the cache, the workspace.
-    const std::size_t outside = (Vl * C + static_cast<std::size_t>(cfg.ctx) * C + 2 * C) * 4;
-    const std::size_t cache = static_cast<std::size_t>(S) * static_cast<std::size_t>(cfg.ctx) * cl * 4;
-    // The workspace below: tokens, mean and rstd (a float each a row), x, x2, ln, tmp and last (C), qkv (3 Cl), atty
-    // (Cl), fch and fchg (4 Cl), lse (this rank's heads), the logits (Vl) and, under tp, the group's (T Vl).
+    // Device memory other than the blocks: every other unit (embeddings, final norm, an untied head), Llama's rotary
+    // table (cos and sin, D / 2 each a position), the cache, the workspace.
+    std::size_t outside_floats = cfg.llama() ? static_cast<std::size_t>(cfg.ctx) * static_cast<std::size_t>(D) : 0;
+    for (int u = 0; u < static_cast<int>(units.size()); ++u)
+      if (u < block_unit(0) || u > block_unit(cfg.layers - 1))
+        outside_floats += numel_of(units[static_cast<std::size_t>(u)]);
+    const std::size_t outside = outside_floats * 4;
+    const std::size_t cache = static_cast<std::size_t>(S) * static_cast<std::size_t>(cfg.ctx) * kvw * 4;
+    // The workspace below: tokens, mean and rstd (a float each a row), x, x2, ln, tmp and last (C), qkv, atty, fch and
+    // fchg (the block's widths), lse (this rank's heads), the logits (Vl) and, under tp, the group's (T Vl).
     const std::size_t workspace =
-        r * (3 + 5 * C + 12 * cl + static_cast<std::size_t>(NHl) + Vl + (T > 1 ? t * Vl : 0)) * 4;
+        r * (3 + 5 * C + w.qkv + w.att + w.up + w.act + static_cast<std::size_t>(NHl) + Vl + (T > 1 ? t * Vl : 0)) * 4;
     const int L = cfg.layers, depth = where.prefetch_depth;
     // The KV cache in device memory, or a host cache's staging slots there.
     const std::size_t cache_layers = static_cast<std::size_t>(where.kv_on_host ? KvCache::staging_slots(depth, L) : L);
@@ -136,8 +170,8 @@ struct GptDecoder::Impl {
     }
     STRATA_CHECK_CODE(
         ErrorCode::kOutOfMemory, budget == 0 || need(resident_blocks) <= budget,
-        "--device-memory {}: the decoder needs {} with {} of {} blocks resident (embeddings and final norm {}, KV "
-        "cache{} {} for {} sequences of {} positions, workspace {}, {} resident and {} stream slot(s) of {} a "
+        "--device-memory {}: the decoder needs {} with {} of {} blocks resident (embeddings, final norm and head {}, "
+        "KV cache{} {} for {} sequences of {} positions, workspace {}, {} resident and {} stream slot(s) of {} a "
         "block{}); the least, every block streamed with --prefetch 0, is {}: give at least that, fewer sequences, or a "
         "shorter context (strata-plan --inference sizes the placements)",
         bytes_text(budget), bytes_text(need(resident_blocks)), resident_blocks, L, bytes_text(outside),
@@ -149,39 +183,60 @@ struct GptDecoder::Impl {
                                               : std::string(),
         bytes_text(fixed + BlockStreamer::device_bytes(block_bytes, L, where.source, 0, shards)));
     held = need(resident_blocks);
+    return resident_blocks;
+  }
 
-    // Every parameter from `read`, in gpt_units' order, through one host buffer.
+  Buffer upload(const std::vector<float>& host, MemCategory kind) {
+    Buffer b = dev.allocate(host.size() * 4, kind);
+    dev.copy_from_host(b.data(), host.data(), host.size() * 4);
+    return b;
+  }
+
+  // Every parameter from `read`, in gpt_units' order, through one host buffer: the units other than the blocks and the
+  // first `resident_blocks` blocks into device memory, the others to the stream; Llama's rotary table.
+  void load_weights(int resident_blocks, const DecodePlacement& where) {
     std::vector<float> hostbuf;
-    auto load = [&](const SlotSpec& s) {
+    auto load = [&](int unit, int slot) {
+      if (slot < 0) return Buffer();  // a weight the family does not have
+      const SlotSpec& s = units[static_cast<std::size_t>(unit)].slots[static_cast<std::size_t>(slot)];
       const std::size_t n = shape_numel(s.shape);
       hostbuf.assign(n, 0.0f);  // a padded vocabulary's rows stay 0
       read_slot(s, 0, n, hostbuf.data());
-      Buffer b = dev.allocate(n * 4, MemCategory::kParamShard);
-      dev.copy_from_host(b.data(), hostbuf.data(), n * 4);
       param_bytes += n * 4;
-      return b;
+      return upload(hostbuf, MemCategory::kParamShard);
     };
-    const std::vector<SlotSpec>& emb = units[static_cast<std::size_t>(embeddings_unit())].slots;
-    wte = load(emb[0]);
-    wpe = load(emb[1]);
+    wte = load(embeddings_unit(), es.wte);
+    wpe = load(embeddings_unit(), es.wpe);
+    const int L = cfg.layers;
     hostbuf.resize(block_floats);
     for (int l = 0; l < resident_blocks; ++l) {
       read_block(l, hostbuf.data());
-      resident.push_back(dev.allocate(block_bytes, MemCategory::kParamShard));
-      dev.copy_from_host(resident.back().data(), hostbuf.data(), block_bytes);
+      resident.push_back(upload(hostbuf, MemCategory::kParamShard));
     }
-    param_bytes += static_cast<std::uint64_t>(L) * block_bytes;
-    const std::vector<SlotSpec>& lnf = units[static_cast<std::size_t>(final_norm_unit(cfg))].slots;
-    lnf_w = load(lnf[0]);
-    lnf_b = load(lnf[1]);
+    param_bytes += static_cast<std::uint64_t>(L) * block_floats * 4;
+    lnf_w = load(final_norm_unit(cfg), ns.w);
+    lnf_b = load(final_norm_unit(cfg), ns.b);
+    if (!cfg.tied) head = load(final_norm_unit(cfg) + 1, 0);  // the "output" unit follows the final norm
+    if (cfg.llama()) {
+      const std::size_t n = static_cast<std::size_t>(cfg.ctx) * static_cast<std::size_t>(D / 2);
+      std::vector<float> sn(n);
+      hostbuf.assign(n, 0.0f);
+      cpu::rope_table(hostbuf.data(), sn.data(), cfg.ctx, D, cfg.rope_theta, cfg.rope_scaling);
+      rope_cos = upload(hostbuf, MemCategory::kWorkspace);
+      rope_sin = upload(sn, MemCategory::kWorkspace);
+    }
     if (resident_blocks < L)
       stream = std::make_unique<BlockStreamer>(
-          dev, block_bytes, L - resident_blocks, where.source, depth,
+          dev, block_floats * 4, L - resident_blocks, where.source, where.prefetch_depth,
           [this, resident_blocks](int j, std::size_t begin, std::size_t bytes, void* out) {
             read_block(resident_blocks + j, static_cast<float*>(out), begin / 4, bytes / 4);
           },
           MemCategory::kParamShard, shard_group);
-    kv = std::make_unique<KvCache>(dev, L, S, cfg.ctx, Cl, where.kv_on_host, depth);
+  }
+
+  void allocate_workspace() {
+    const std::size_t C = static_cast<std::size_t>(cfg.embd), Vl = static_cast<std::size_t>(shard.rows);
+    const std::size_t r = static_cast<std::size_t>(R);
     auto ws = [&](std::size_t floats) { return dev.allocate(floats * 4, MemCategory::kWorkspace); };
     tokens = dev.allocate(r * 4, MemCategory::kWorkspace);
     x = ws(r * C);
@@ -189,15 +244,15 @@ struct GptDecoder::Impl {
     ln = ws(r * C);
     mean = ws(r);
     rstd = ws(r);
-    qkv = ws(r * 3 * cl);
-    atty = ws(r * cl);
+    qkv = ws(r * w.qkv);
+    atty = ws(r * w.att);
     lse = ws(r * static_cast<std::size_t>(NHl));
     tmp = ws(r * C);
-    fch = ws(r * 4 * cl);
-    fchg = ws(r * 4 * cl);
+    fch = ws(r * w.up);
+    fchg = ws(r * w.act);
     last = ws(r * C);
     logits = ws(r * Vl);
-    if (T > 1) gathered = ws(r * t * Vl);
+    if (T > 1) gathered = ws(r * static_cast<std::size_t>(T) * Vl);
   }
 
   // Elements [begin, begin + n) of this rank's slice of a parameter through `read`: the runs of the slice in the whole
@@ -217,14 +272,14 @@ struct GptDecoder::Impl {
   void read_block(int l, float* out, std::size_t begin = 0, std::size_t n = SIZE_MAX) const {
     const std::vector<SlotSpec>& p = units[static_cast<std::size_t>(block_unit(l))].slots;
     const std::size_t end = std::min(block_floats, n == SIZE_MAX ? block_floats : begin + n);
-    for (std::size_t i = 0; i < kCount; ++i) {
+    for (std::size_t i = 0; i < p.size(); ++i) {
       const std::size_t lo = std::max(begin, offset[i]), hi = std::min(end, offset[i] + size[i]);
       if (lo < hi) read_slot(p[i], lo - offset[i], hi - lo, out + (lo - begin));
     }
   }
 
   // out = inp @ weight + bias for a row-parallel product: this rank's partial sums reduced over the group, then the
-  // bias (fused into the product at tp 1).
+  // bias (fused into the product at tp 1; none in a Llama-style block).
   void row_parallel(float* out, const float* inp, const float* weight, const float* bias, int rows, int IC) {
     const int C = cfg.embd;
     if (T == 1) {
@@ -233,7 +288,7 @@ struct GptDecoder::Impl {
     }
     k->matmul_forward(out, inp, weight, nullptr, rows, IC, C);
     tp->sum(out, static_cast<std::size_t>(rows) * static_cast<std::size_t>(C));
-    k->add_bias(out, bias, rows, C);
+    if (bias) k->add_bias(out, bias, rows, C);
   }
 
   // Block `l`'s packed parameters in device memory: resident, or its stream slot once its copy has arrived.
@@ -262,12 +317,92 @@ struct GptDecoder::Impl {
     }
   }
 
+  // The family's norm of `rows` rows of `in` into ln: LayerNorm (weight and bias) or RMSNorm (weight).
+  void norm(const float* in, const float* weight, const float* bias, int rows) {
+    if (cfg.llama()) k->rmsnorm_forward(ln.as<float>(), rstd.as<float>(), in, weight, rows, cfg.embd, cfg.norm_eps);
+    else k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), in, weight, bias, rows, cfg.embd);
+  }
+
+  // The embeddings of the pass's tokens into x: GPT-2's token and position tables at each group's positions; the token
+  // table alone (Llama: positions are rotations in the attention); under tp each rank's vocabulary rows (0 for the
+  // others) summed over the group, then the positions.
+  void embed(const std::vector<Group>& groups, int rows) {
+    const int C = cfg.embd;
+    const std::size_t Cz = static_cast<std::size_t>(C);
+    float* X = x.as<float>();
+    const std::int32_t* tok = tokens.as<std::int32_t>();
+    if (T == 1 && es.wpe >= 0) {
+      for (const Group& g : groups)
+        k->encoder_forward(X + static_cast<std::size_t>(g.row) * Cz, tok + g.row, wte.as<float>(),
+                           wpe.as<float>() + static_cast<std::size_t>(g.pos) * Cz, 1, g.n, C);
+      return;
+    }
+    k->embedding_forward(X, tok, wte.as<float>(), shard.begin, shard.valid, rows, C);
+    if (T > 1) tp->sum(X, static_cast<std::size_t>(rows) * Cz);
+    if (es.wpe < 0) return;
+    for (const Group& g : groups)
+      k->position_forward(X + static_cast<std::size_t>(g.row) * Cz, wpe.as<float>(), 1, g.n, g.pos, C);
+  }
+
+  // Layer `l`'s attention core over the pass's q | k | v rows: each group's q and k heads rotated at their positions
+  // (Llama), its keys and values into the cache at its positions, its queries against the cache up to them.
+  void attend(int l, const std::vector<Group>& groups) {
+    const std::size_t ctx = static_cast<std::size_t>(cfg.ctx), s = w.qkv, q = w.att;
+    const KvCache::Layer cache = kv->acquire(l);
+    for (const Group& g : groups) {
+      float* row = qkv.as<float>() + static_cast<std::size_t>(g.row) * s;
+      if (cfg.llama()) {
+        k->rope_forward(row, rope_cos.as<float>(), rope_sin.as<float>(), 1, g.n, NHl, D, g.pos, s, 0);
+        k->rope_forward(row + q, rope_cos.as<float>(), rope_sin.as<float>(), 1, g.n, KVHl, D, g.pos, s, 0);
+      }
+      const std::size_t at = static_cast<std::size_t>(g.seq) * ctx * kvw;  // the sequence's cache
+      const std::size_t end = at + static_cast<std::size_t>(g.pos) * kvw;  // its first new position
+      k->copy_rows(RowsOut{cache.keys + end, kvw, 0}, Rows{row + q, s, 0}, 1, g.n, static_cast<int>(kvw), false);
+      k->copy_rows(RowsOut{cache.values + end, kvw, 0}, Rows{row + q + kvw, s, 0}, 1, g.n, static_cast<int>(kvw),
+                   false);
+      AttentionBlock blk;
+      blk.batch = 1;
+      blk.heads = NHl;
+      blk.kv_heads = KVHl;
+      blk.width = static_cast<int>(q);
+      blk.q_rows = g.n;
+      blk.q_pos = g.pos;
+      blk.kv_rows = g.pos + g.n;
+      blk.kv_pos = 0;
+      k->attention_block_forward(blk, RowsOut{atty.as<float>() + static_cast<std::size_t>(g.row) * q, q, 0},
+                                 RowStatsOut{lse.as<float>(), static_cast<std::size_t>(g.n), 0}, Rows{row, s, 0},
+                                 Rows{cache.keys + at, kvw, 0}, Rows{cache.values + at, kvw, 0});
+      cache_read += 2ull * static_cast<std::uint64_t>(g.pos + g.n) * kvw * 4;
+    }
+    kv->release(l);
+  }
+
+  // Block `l` on the pass's rows of x, in place: norm, q | k | v, attention, its output product, the residual, norm,
+  // the MLP's up product, its activation (GELU, or SwiGLU over gate | up), its down product, the residual.
+  void block_forward(int l, const std::vector<Group>& groups, int rows) {
+    const float* base = block(l);
+    auto P = [&](int slot) { return slot < 0 ? nullptr : base + offset[static_cast<std::size_t>(slot)]; };
+    const int C = cfg.embd;
+    const std::size_t rc = static_cast<std::size_t>(rows) * static_cast<std::size_t>(C);
+    float* X = x.as<float>();
+    norm(X, P(bs.ln1w), P(bs.ln1b), rows);
+    k->matmul_forward(qkv.as<float>(), ln.as<float>(), P(bs.attnw), P(bs.attnb), rows, C, static_cast<int>(w.qkv));
+    attend(l, groups);
+    row_parallel(tmp.as<float>(), atty.as<float>(), P(bs.projw), P(bs.projb), rows, static_cast<int>(w.att));
+    k->residual_forward(x2.as<float>(), X, tmp.as<float>(), rc);
+    norm(x2.as<float>(), P(bs.ln2w), P(bs.ln2b), rows);
+    k->matmul_forward(fch.as<float>(), ln.as<float>(), P(bs.fcw), P(bs.fcb), rows, C, static_cast<int>(w.up));
+    if (cfg.llama()) k->swiglu_forward(fchg.as<float>(), fch.as<float>(), rows, static_cast<int>(w.act));
+    else k->gelu_forward(fchg.as<float>(), fch.as<float>(), static_cast<std::size_t>(rows) * w.act);
+    row_parallel(tmp.as<float>(), fchg.as<float>(), P(bs.fcprojw), P(bs.fcprojb), rows, static_cast<int>(w.act));
+    k->residual_forward(X, x2.as<float>(), tmp.as<float>(), rc);
+    done_with(l);
+  }
+
   // One pass over `groups` (rows of `toks`, host memory): the cache grows by each group's rows; `want` lists the
   // rows whose logits are computed, into logits rows 0.. in that order.
   void pass(const std::vector<Group>& groups, const std::int32_t* toks, int rows, const std::vector<int>& want) {
-    const int C = cfg.embd, V = cfg.vocab;
-    const std::size_t Cz = static_cast<std::size_t>(C), ctx = static_cast<std::size_t>(cfg.ctx);
-    const std::size_t cl = static_cast<std::size_t>(Cl);
+    const int V = cfg.vocab;
     for (int i = 0; i < rows; ++i)
       STRATA_CHECK(toks[i] >= 0 && toks[i] < V, "token {} at row {} is outside the vocabulary [0, {})", toks[i], i, V);
     for (const Group& g : groups)
@@ -275,72 +410,30 @@ struct GptDecoder::Impl {
                    "sequence {}: {} positions cached and {} more pass the model's context of {} positions", g.seq,
                    g.pos, g.n, cfg.ctx);
     k->upload_tokens(tokens.as<std::int32_t>(), toks, static_cast<std::size_t>(rows));
-    float* X = x.as<float>();
-    const std::size_t rc = static_cast<std::size_t>(rows) * Cz;
-    if (T == 1) {
-      for (const Group& g : groups)  // token and position embeddings at each group's positions
-        k->encoder_forward(X + static_cast<std::size_t>(g.row) * Cz, tokens.as<std::int32_t>() + g.row,
-                           wte.as<float>(), wpe.as<float>() + static_cast<std::size_t>(g.pos) * Cz, 1, g.n, C);
-    } else {
-      // Each rank looks up the tokens of its vocabulary rows (0 for the others); the sum is the embedding.
-      k->embedding_forward(X, tokens.as<std::int32_t>(), wte.as<float>(), shard.begin, shard.valid, rows, C);
-      tp->sum(X, rc);
-      for (const Group& g : groups)
-        k->position_forward(X + static_cast<std::size_t>(g.row) * Cz, wpe.as<float>(), 1, g.n, g.pos, C);
-    }
+    embed(groups, rows);
     std::vector<KvCache::Span> spans;
     for (const Group& g : groups) spans.push_back(KvCache::Span{g.seq, g.pos, g.n});
     kv->begin_pass(spans);
-    for (int l = 0; l < cfg.layers; ++l) {
-      const float* base = block(l);
-      auto P = [&](BlockParam i) { return base + offset[static_cast<std::size_t>(i)]; };
-      k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), X, P(kLn1W), P(kLn1B), rows, C);
-      k->matmul_forward(qkv.as<float>(), ln.as<float>(), P(kAttnW), P(kAttnB), rows, C, 3 * Cl);
-      const KvCache::Layer cache = kv->acquire(l);
-      float* kc = cache.keys;
-      float* vc = cache.values;
-      for (const Group& g : groups) {
-        const std::size_t at = static_cast<std::size_t>(g.seq) * ctx * cl;
-        const float* q = qkv.as<float>() + static_cast<std::size_t>(g.row) * 3 * cl;
-        k->copy_rows(RowsOut{kc + at + static_cast<std::size_t>(g.pos) * cl, cl, 0}, Rows{q + cl, 3 * cl, 0}, 1, g.n,
-                     Cl, false);
-        k->copy_rows(RowsOut{vc + at + static_cast<std::size_t>(g.pos) * cl, cl, 0}, Rows{q + 2 * cl, 3 * cl, 0}, 1,
-                     g.n, Cl, false);
-        AttentionBlock blk;
-        blk.batch = 1;
-        blk.heads = NHl;
-        blk.width = Cl;
-        blk.q_rows = g.n;
-        blk.q_pos = g.pos;
-        blk.kv_rows = g.pos + g.n;
-        blk.kv_pos = 0;
-        k->attention_block_forward(blk, RowsOut{atty.as<float>() + static_cast<std::size_t>(g.row) * cl, cl, 0},
-                                   RowStatsOut{lse.as<float>(), static_cast<std::size_t>(g.n), 0}, Rows{q, 3 * cl, 0},
-                                   Rows{kc + at, cl, 0}, Rows{vc + at, cl, 0});
-        cache_read += 2ull * static_cast<std::uint64_t>(g.pos + g.n) * cl * 4;
-      }
-      kv->release(l);
-      row_parallel(tmp.as<float>(), atty.as<float>(), P(kProjW), P(kProjB), rows, Cl);
-      k->residual_forward(x2.as<float>(), X, tmp.as<float>(), rc);
-      k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), x2.as<float>(), P(kLn2W), P(kLn2B), rows,
-                           C);
-      k->matmul_forward(fch.as<float>(), ln.as<float>(), P(kFcW), P(kFcB), rows, C, 4 * Cl);
-      k->gelu_forward(fchg.as<float>(), fch.as<float>(), static_cast<std::size_t>(rows) * 4 * cl);
-      row_parallel(tmp.as<float>(), fchg.as<float>(), P(kFcProjW), P(kFcProjB), rows, 4 * Cl);
-      k->residual_forward(X, x2.as<float>(), tmp.as<float>(), rc);
-      done_with(l);
-    }
+    for (int l = 0; l < cfg.layers; ++l) block_forward(l, groups, rows);
     for (const Group& g : groups) lengths[static_cast<std::size_t>(g.seq)] = g.pos + g.n;
     weight_read += param_bytes;
-    // The final LayerNorm and the LM head on the wanted rows only.
-    const int w = static_cast<int>(want.size());
-    for (int i = 0; i < w; ++i)
+    head_forward(want);
+  }
+
+  // The final norm and the LM head (the token table when tied) on the wanted rows of x, into host_logits (gathered
+  // whole from the tp group).
+  void head_forward(const std::vector<int>& want) {
+    const int C = cfg.embd, V = cfg.vocab;
+    const std::size_t Cz = static_cast<std::size_t>(C);
+    const int n = static_cast<int>(want.size());
+    for (int i = 0; i < n; ++i)
       k->copy_rows(RowsOut{last.as<float>() + static_cast<std::size_t>(i) * Cz, Cz, 0},
-                   Rows{X + static_cast<std::size_t>(want[static_cast<std::size_t>(i)]) * Cz, Cz, 0}, 1, 1, C, false);
-    k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), last.as<float>(), lnf_w.as<float>(),
-                         lnf_b.as<float>(), w, C);
-    const std::size_t Vz = static_cast<std::size_t>(V), wz = static_cast<std::size_t>(w);
-    k->lm_head_forward(logits.as<float>(), ln.as<float>(), wte.as<float>(), w, C, shard.rows);
+                   Rows{x.as<float>() + static_cast<std::size_t>(want[static_cast<std::size_t>(i)]) * Cz, Cz, 0}, 1, 1,
+                   C, false);
+    norm(last.as<float>(), lnf_w.as<float>(), lnf_b.as<float>(), n);
+    const std::size_t Vz = static_cast<std::size_t>(V), wz = static_cast<std::size_t>(n);
+    k->lm_head_forward(logits.as<float>(), ln.as<float>(), cfg.tied ? wte.as<float>() : head.as<float>(), n, C,
+                       shard.rows);
     host_logits.resize(wz * Vz);
     if (T == 1) {
       dev.compute_stream().synchronize();  // a CUDA device's transfer does not follow the compute stream

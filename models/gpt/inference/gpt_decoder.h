@@ -1,11 +1,14 @@
-// GptDecoder: the GPT of gpt_model.h run forward only with a KV cache, for a batch of sequences of different lengths:
-// a prompt goes through in chunks (prefill), then one token per sequence and step (decode), the rows of every
-// sequence in one pass through each layer's products, so a step reads each weight once for the whole batch.
-// Attention is the block kernel of runtime/context/attention_kernels.h: each sequence's new queries against its cached
-// keys and values. Weights are f32 (this rank's slices under tensor parallelism): the embeddings and final norm always
-// in device memory, each block either resident there or streamed into one of a few slots before its turn in every
-// pass (DecodePlacement), so a model larger than the device budget still runs. The device's kernel table: the CPU's,
-// or on a CUDA device the CUDA table's (its attention block is f32 only, so `matmul` kBF16 is refused there).
+// GptDecoder: the model of gpt_model.h, either family, run forward only with a KV cache, for a batch of sequences of
+// different lengths: a prompt goes through in chunks (prefill), then one token per sequence and step (decode), the
+// rows of every sequence in one pass through each layer's products, so a step reads each weight once for the whole
+// batch. Attention is the block kernel of runtime/context/attention_kernels.h: each sequence's new queries against its
+// cached keys and values. A Llama-style model's q and k are rotated at each row's own position before its keys join
+// the cache (the cache holds rotated keys, as Hugging Face's does), and the cache holds its key-value heads only
+// (kv_width a layer and position, grouped-query attention). Weights are f32 (this rank's slices under tensor
+// parallelism): the embeddings, final norm and head always in device memory, each block either resident there or
+// streamed into one of a few slots before its turn in every pass (DecodePlacement), so a model larger than the device
+// budget still runs. The device's kernel table: the CPU's, or on a CUDA device the CUDA table's (its attention block
+// is f32 only, so `matmul` kBF16 is refused there).
 #pragma once
 
 #include <cstdint>
@@ -54,7 +57,8 @@ class GptDecoder : public Decoder {
   // placement whose device memory passes its budget is refused with kOutOfMemory naming what the least would need.
   // `tp`: a tensor-parallel group (Megatron's split, as training's: this rank's heads, channels of the MLP and rows of
   // the vocabulary, two all-reduces a block, the logits gathered whole on every rank); its ranks construct together
-  // and make the same calls. Null: tp 1.
+  // and make the same calls. Null: tp 1. A Llama-style model splits as its training does (GptConfig::validate_tp: each
+  // rank holds whole key-value heads, its share of q | k | v's unequal parts).
   // `shard`: ranks that decode sequences of their own but share the streamed blocks (ZeRO-Inference's multi-device
   // fetch): each holds or reads 1/N of every streamed block (from host memory, disk, or device memory with kDevice)
   // and the group all-gathers the block into each one's slot before its turn. Its ranks construct together and take
@@ -83,7 +87,7 @@ class GptDecoder : public Decoder {
 
   // What the passes so far read from device memory: every weight once a pass, and the keys and values each
   // sequence's queries attended to (a decode step of sequences at lengths L_i reads sum (L_i + 1) x 2 x layers x
-  // embd floats of cache).
+  // kv_width floats of cache, this rank's part of kv_width under tp; kv_width is embd for GPT-2).
   std::uint64_t weight_bytes_read() const override;
   std::uint64_t cache_bytes_read() const override;
   // What the passes so far copied into the stream slots from host memory or disk: each streamed block once a pass (this
@@ -100,14 +104,15 @@ class GptDecoder : public Decoder {
   int copy_threads() const override;
   std::uint64_t weight_shard_bytes() const;  // kDevice: this rank's parts of the streamed blocks, in device memory
   std::uint64_t weight_bytes() const;  // of one pass: the parameters, f32
-  std::uint64_t cache_bytes() const;          // the KV cache's size in device memory (0 when it is in host memory)
+  // The KV cache's size in device memory (0 when it is in host memory): sequences x ctx x 2 x layers x kv_width floats.
+  std::uint64_t cache_bytes() const;
   std::uint64_t cache_staging_bytes() const;  // a host cache's staging slots in device memory
   std::uint64_t cache_host_bytes() const;     // a host cache's size
   // Keys and values the passes so far copied between a host cache and the device: each sequence's cached positions
   // in, the ones a pass wrote out.
   std::uint64_t cache_link_bytes() const override;
   int resident_layers() const;         // blocks resident in device memory; the rest stream
-  std::uint64_t resident_weight_bytes() const;  // in device memory: embeddings, final norm, resident blocks
+  std::uint64_t resident_weight_bytes() const;  // in device memory: embeddings, final norm, head, resident blocks
   std::uint64_t stream_slot_bytes() const;      // the slots streamed blocks are copied into
   std::uint64_t device_bytes() const;           // everything the decoder holds in device memory
 

@@ -1,5 +1,6 @@
 // strata-generate: text or token ids in, generated tokens out, from a committed checkpoint (any layout it was saved
-// at) or a safetensors file, through the decode path (gpt_decoder.h). Prints prefill and decode tokens/s, the time
+// at) or a safetensors file (a Llama-style model's with Hugging Face's names), through the decode path
+// (gpt_decoder.h). Prints prefill and decode tokens/s, the time
 // per generated token and the bytes read per generated token. The CPU backend unless --backend says cuda; under
 // mpirun groups of --tp ranks decode tensor parallel and the groups share out the prompts (data parallel over
 // requests), with --shard-weights holding one part each of the streamed blocks and gathering them every pass
@@ -28,8 +29,10 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/safetensors.h"
+#include "kernels/cpu/threads.h"
 #include "models/gpt/inference/gpt_decoder.h"
-#include "models/gpt/model/cpu_ops.h"
+#include "models/gpt/model/llama_shape_flags.h"
+#include "models/gpt/model/hf_llama_weights.h"
 #include "models/gpt/training/gpt_trainer_state.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
@@ -55,6 +58,9 @@ struct Flags {
   int resident_layers = -1, prefetch = 1, tp = 1;
   int threads = 0;  // compute threads per rank (0: the rank's share of the cores, less the decoder's copy threads)
   std::string device_memory, weights_from = "host", kv_in = "device", backend = "cpu";
+  std::string family;  // --family; empty: what the weights say (Hugging Face Llama names, a checkpoint's record)
+  // --family llama from --weights: the shape flags (llama_shape_flags.h) and --ctx (0 until given).
+  gpt::GptConfig llama{0, 0, 0, 0, 0};
 };
 
 // The weights and the model's shape from a checkpoint directory or a safetensors file.
@@ -64,9 +70,22 @@ struct Weights {
   std::string source;
 };
 
+using ShapeOf = std::function<const std::vector<std::int64_t>*(const std::string&)>;
+
+// Every parameter of the model `cfg`, with its shape (gpt_units' names; null: absent): a file of another model is
+// refused here, naming the tensor.
+void check_shapes(const gpt::GptConfig& cfg, const ShapeOf& shape, const std::string& source) {
+  for (const UnitSpec& u : gpt::gpt_units(cfg, 1))
+    for (const SlotSpec& s : u.slots) {
+      const std::vector<std::int64_t>* got = shape(s.name);
+      STRATA_CHECK_CODE(ErrorCode::kIo, got && *got == s.shape,
+                        "{}: tensor '{}' {} (a {}-layer, {}-wide model needs it)", source, s.name,
+                        got ? "has another shape" : "is missing", cfg.layers, cfg.embd);
+    }
+}
+
 // Shapes by parameter name -> the GPT's dimensions: layers (h.{i}.ln_1.weight), embd and vocab (wte), ctx (wpe).
-gpt::GptConfig config_from_shapes(const std::function<const std::vector<std::int64_t>*(const std::string&)>& shape,
-                                  int heads, const std::string& source) {
+gpt::GptConfig config_from_shapes(const ShapeOf& shape, int heads, const std::string& source) {
   const std::vector<std::int64_t>* wte = shape("wte.weight");
   const std::vector<std::int64_t>* wpe = shape("wpe.weight");
   STRATA_CHECK_CODE(ErrorCode::kIo, wte && wpe && wte->size() == 2 && wpe->size() == 2,
@@ -80,19 +99,101 @@ gpt::GptConfig config_from_shapes(const std::function<const std::vector<std::int
   STRATA_CHECK(heads > 0, "{}: the attention heads are not in the file: give --heads", source);
   cfg.heads = heads;
   cfg.validate();
-  // Every parameter of that model, with its shape: a file of another model is refused here, naming the tensor.
-  for (const UnitSpec& u : gpt::gpt_units(cfg, 1))
-    for (const SlotSpec& s : u.slots) {
-      const std::vector<std::int64_t>* got = shape(s.name);
-      STRATA_CHECK_CODE(ErrorCode::kIo, got && *got == s.shape,
-                        "{}: tensor '{}' {} (a {}-layer, {}-wide model needs it)", source, s.name,
-                        got ? "has another shape" : "is missing", cfg.layers, cfg.embd);
-    }
+  check_shapes(cfg, shape, source);
   return cfg;
 }
 
-Weights from_safetensors(const std::string& path, int heads) {
+// A Llama-style model from a safetensors file of Hugging Face names (LlamaForCausalLM's): its layers, width and
+// vocabulary from the tensors, and its heads and context from --heads and --ctx (no tensor counts them); the other
+// shape flags, where given, win over what the tensors imply (head_dim from q_proj's rows, key-value heads from
+// k_proj's, the MLP from gate_proj's, an untied head from lm_head.weight, biases from q_proj.bias). HfLlamaWeights then
+// refuses a file that disagrees with the result, naming the tensor and both shapes.
+Weights llama_from_hf(const std::shared_ptr<SafetensorsReader>& file, const Flags& f) {
+  STRATA_CHECK_CODE(ErrorCode::kIo, gpt::has_hf_llama_names(*file),
+                    "{}: --family llama reads Hugging Face's names (model.embed_tokens.weight, model.layers.{{i}}.*); "
+                    "this file has none (decode train_gpt's own weights from its --checkpoint-dir)",
+                    file->path());
+  STRATA_CHECK(f.heads > 0 && f.llama.ctx > 0,
+               "{}: a Llama-style model's attention heads and context are in no tensor: give --heads and --ctx (now "
+               "{} and {})",
+               file->path(), f.heads, f.llama.ctx);
+  const std::string pre = file->contains("model.embed_tokens.weight") ? "model." : "";
+  auto rows = [&](const std::string& name) -> int {
+    return file->contains(pre + name) ? static_cast<int>(file->info(pre + name).shape.at(0)) : 0;
+  };
+  const std::vector<std::int64_t>& emb = file->info(pre + "embed_tokens.weight").shape;
+  STRATA_CHECK_CODE(ErrorCode::kIo, emb.size() == 2, "{}: {}embed_tokens.weight is not 2-D", file->path(), pre);
+  gpt::GptConfig cfg = f.llama;
+  cfg.family = gpt::Family::kLlama;
+  cfg.heads = f.heads;
+  cfg.vocab = static_cast<int>(emb[0]);
+  cfg.embd = static_cast<int>(emb[1]);
+  cfg.layers = 0;
+  while (file->contains(pre + "layers." + std::to_string(cfg.layers) + ".input_layernorm.weight")) ++cfg.layers;
+  if (cfg.head_dim == 0) cfg.head_dim = rows("layers.0.self_attn.q_proj.weight") / cfg.heads;
+  if (cfg.kv_heads == 0 && cfg.head_dim > 0) cfg.kv_heads = rows("layers.0.self_attn.k_proj.weight") / cfg.head_dim;
+  if (cfg.ffn == 0) cfg.ffn = rows("layers.0.mlp.gate_proj.weight");
+  cfg.tied = cfg.tied && !file->contains("lm_head.weight");
+  cfg.qkv_bias = cfg.qkv_bias || file->contains(pre + "layers.0.self_attn.q_proj.bias");
+  cfg.validate();
+  auto hf = std::make_shared<gpt::HfLlamaWeights>(*file, cfg);
+  auto lock = std::make_shared<std::mutex>();
+  Weights w;
+  w.cfg = cfg;
+  w.source = file->path();
+  // HfLlamaWeights keeps the fused tensors it has read: one reader at a time (a disk stream reads two blocks at once).
+  w.read = [file, hf, lock](const std::string& name, std::size_t begin, std::size_t count, float* out) {
+    const std::lock_guard<std::mutex> hold(*lock);
+    hf->read(name, begin, count, out);
+  };
+  return w;
+}
+
+// A Llama-style model's shape from a checkpoint's record of its training run (TrainConfig::to_json's config.model).
+gpt::GptConfig llama_config_from_record(const nlohmann::json& m, const std::string& source) {
+  auto field = [&](const char* key, bool boolean) -> const nlohmann::json& {
+    STRATA_CHECK_CODE(ErrorCode::kIo, m.contains(key) && (boolean ? m[key].is_boolean() : m[key].is_number()),
+                      "{}: the trainer state's config.model.{} is missing or not a {} (a Llama-style run records it)",
+                      source, key, boolean ? "boolean" : "number");
+    return m[key];
+  };
+  auto dim = [&](const char* key) { return field(key, false).get<int>(); };
+  gpt::GptConfig cfg{dim("layers"), dim("heads"), dim("embd"), dim("vocab"), dim("ctx")};
+  cfg.family = gpt::Family::kLlama;
+  cfg.kv_heads = dim("kv_heads");
+  cfg.head_dim = dim("head_dim");
+  cfg.ffn = dim("ffn");
+  cfg.norm_eps = field("norm_eps", false).get<float>();
+  cfg.rope_theta = field("rope_theta", false).get<double>();
+  cfg.qkv_bias = field("qkv_bias", true).get<bool>();
+  cfg.tied = field("tied", true).get<bool>();
+  // "none", or llama3's factors (TrainConfig::to_json).
+  if (m.contains("rope_scaling") && m["rope_scaling"].is_object()) {
+    const nlohmann::json& r = m["rope_scaling"];
+    STRATA_CHECK_CODE(ErrorCode::kIo, r.value("rope_type", "") == "llama3",
+                      "{}: the trainer state's config.model.rope_scaling is of a type this build does not know: {}",
+                      source, r.dump());
+    cfg.rope_scaling.kind = cpu::RopeScaling::kLlama3;
+    cfg.rope_scaling.factor = r.at("factor").get<double>();
+    cfg.rope_scaling.low_freq_factor = r.at("low_freq_factor").get<double>();
+    cfg.rope_scaling.high_freq_factor = r.at("high_freq_factor").get<double>();
+    cfg.rope_scaling.original_max_position_embeddings = r.at("original_max_position_embeddings").get<int>();
+  }
+  cfg.validate();
+  return cfg;
+}
+
+// Whether --ctx or a Llama shape flag was given: they describe a Llama-style model read from --weights.
+bool llama_flags_given(const gpt::GptConfig& m) {
+  const gpt::GptConfig d;
+  return m.ctx != 0 || m.kv_heads != d.kv_heads || m.head_dim != d.head_dim || m.ffn != d.ffn || m.tied != d.tied ||
+         m.qkv_bias != d.qkv_bias || m.rope_theta != d.rope_theta || m.norm_eps != d.norm_eps;
+}
+
+Weights from_safetensors(const std::string& path, const Flags& f) {
   auto file = std::make_shared<SafetensorsReader>(path);
+  if (f.family == "llama" || (f.family.empty() && gpt::has_hf_llama_names(*file))) return llama_from_hf(file, f);
+  const int heads = f.heads;
   Weights w;
   w.source = path;
   w.cfg = config_from_shapes(
@@ -106,7 +207,7 @@ Weights from_safetensors(const std::string& path, int heads) {
   return w;
 }
 
-Weights from_checkpoint(const std::string& path, std::int64_t step_flag, int heads) {
+Weights from_checkpoint(const std::string& path, std::int64_t step_flag, const Flags& f) {
   // A CheckpointReader reads through its own staging and opens files as it goes, so each thread reading at once
   // (streamed blocks are read from disk two at a time) borrows one of its own.
   struct Reader {
@@ -143,19 +244,31 @@ Weights from_checkpoint(const std::string& path, std::int64_t step_flag, int hea
   auto open = std::make_shared<Open>();
   open->step_dir = dir.step_path(step);
   open->index = dir.read_index(step);
-  if (heads == 0 && open->index.state.contains("trainer")) {
+  // The record of the run: its family, and the heads (GPT-2) or the whole shape (Llama) its weights do not show.
+  int heads = f.heads;
+  std::string family = "gpt2";
+  nlohmann::json model;
+  if (open->index.state.contains("trainer")) {
     const gpt::GptTrainerState s =
         gpt::GptTrainerState::parse(open->index.state["trainer"], dir.step_path(step), nullptr);
-    if (s.heads) heads = *s.heads;
+    if (heads == 0 && s.heads) heads = *s.heads;
+    family = gpt::family_name(gpt::parse_family(s.family));
+    if (s.config.contains("model")) model = s.config["model"];
   }
+  STRATA_CHECK(f.family.empty() || f.family == family, "--family {}: the checkpoint {} records a {} model", f.family,
+               dir.step_path(step), family);
   Weights w;
   w.source = dir.step_path(step);
-  w.cfg = config_from_shapes(
-      [&](const std::string& name) -> const std::vector<std::int64_t>* {
-        const std::string t = params_tensor(name);
-        return open->index.has_tensor(t) ? &open->index.tensor(t).shape : nullptr;
-      },
-      heads, w.source);
+  const ShapeOf shape = [&](const std::string& name) -> const std::vector<std::int64_t>* {
+    const std::string t = params_tensor(name);
+    return open->index.has_tensor(t) ? &open->index.tensor(t).shape : nullptr;
+  };
+  if (family == "llama") {
+    w.cfg = llama_config_from_record(model, w.source);
+    check_shapes(w.cfg, shape, w.source);
+  } else {
+    w.cfg = config_from_shapes(shape, heads, w.source);
+  }
   w.read = [open](const std::string& name, std::size_t begin, std::size_t count, float* out) {
     std::unique_ptr<Reader> r = open->take();
     r->reader->read_f32(open->index.tensor(params_tensor(name)), begin, count, out);  // a failed one is dropped
@@ -231,8 +344,11 @@ std::string rank_report(const Flags& f, const std::vector<std::size_t>& mine, co
 
 int run(const Flags& f, Runtime& rt) {
   STRATA_CHECK(f.checkpoint.empty() != f.weights.empty(), "give one of --checkpoint DIR and --weights FILE");
-  const Weights w =
-      f.checkpoint.empty() ? from_safetensors(f.weights, f.heads) : from_checkpoint(f.checkpoint, f.step, f.heads);
+  const Weights w = f.checkpoint.empty() ? from_safetensors(f.weights, f) : from_checkpoint(f.checkpoint, f.step, f);
+  STRATA_CHECK(!llama_flags_given(f.llama) || (w.cfg.llama() && f.checkpoint.empty()),
+               "--ctx and the Llama shape flags (--kv-heads, --head-dim, --ffn, --rope-theta, --norm-eps, --untied, "
+               "--qkv-bias) describe a Llama-style model read from --weights; {} is {}",
+               w.source, w.cfg.llama() ? "a checkpoint, which records its shape" : "a GPT-2");
   std::vector<std::vector<std::int32_t>> prompts;
   const bool text = !f.prompt_text.empty();
   if (text) {
@@ -300,7 +416,7 @@ int run(const Flags& f, Runtime& rt) {
     // compute: a copy sharing a core with the products slows both (docs/inference.md).
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt.local_size());
     const int threads = f.threads > 0 ? f.threads : compute_threads(cores, dec);
-    gpt::set_num_threads(threads);
+    cpu::set_num_threads(threads);
     const int streamed = w.cfg.layers - dec.resident_layers();
     placement = fmt::format("{} of {} blocks resident", dec.resident_layers(), w.cfg.layers);
     if (streamed > 0)
@@ -318,7 +434,7 @@ int run(const Flags& f, Runtime& rt) {
     placement += fmt::format("; {} of device memory", bytes_text(dec.device_bytes()));
     if (rt.device().kind() == DeviceKind::kCpu)
       placement += fmt::format(
-          "; computing on {} thread(s) a rank{}", gpt::num_threads(),
+          "; computing on {} thread(s) a rank{}", cpu::num_threads(),
           dec.copy_threads() > 0 ? fmt::format(", {} more copying the streamed blocks in", dec.copy_threads()) : "");
     if (!local.empty() || dec.lockstep_group()) g = generate(dec, local, o);
   }
@@ -342,11 +458,12 @@ int run(const Flags& f, Runtime& rt) {
   }
   for (const std::string& l : lines) std::printf("%s\n", l.c_str());
   if (!f.quiet) {
-    std::fprintf(stderr,
-                 "strata-generate: %s (%d layers, %d wide, %d heads, vocab %d, context %d); %zu prompt(s) on %d "
-                 "rank(s)\n",
-                 w.source.c_str(), w.cfg.layers, w.cfg.embd, w.cfg.heads, w.cfg.vocab, w.cfg.ctx, prompts.size(),
-                 world);
+    const std::string shape = w.cfg.llama()
+                                  ? w.cfg.describe()
+                                  : fmt::format("{} layers, {} wide, {} heads, vocab {}, context {}", w.cfg.layers,
+                                                w.cfg.embd, w.cfg.heads, w.cfg.vocab, w.cfg.ctx);
+    std::fprintf(stderr, "strata-generate: %s (%s); %zu prompt(s) on %d rank(s)\n", w.source.c_str(), shape.c_str(),
+                 prompts.size(), world);
     if (!placement.empty()) std::fprintf(stderr, "strata-generate: weights: %s\n", placement.c_str());
     for (const std::string& t : timing) std::fprintf(stderr, "%s\n", t.c_str());
   }
@@ -383,15 +500,28 @@ void report_stop_signals(int rank, int world) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"strata-generate: tokens from a trained GPT (docs/inference.md); ranks share out the prompts"};
+  CLI::App app{
+      "strata-generate: tokens from a trained GPT-2 or Llama-style model (docs/inference.md); ranks share out the "
+      "prompts"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   Flags f;
   app.add_option("--checkpoint", f.checkpoint, "a checkpoint directory (train_gpt --checkpoint-dir): its latest step");
   app.add_option("--step", f.step, "the checkpoint's step to load (default: the latest committed)")
       ->check(flags::non_negative_int64());
-  app.add_option("--weights", f.weights, "a safetensors file (strata-ckpt export, or train_gpt --init's format)");
+  app.add_option("--weights", f.weights,
+                 "a safetensors file (strata-ckpt export, train_gpt --init's format, or a Hugging Face Llama's)");
   app.add_option("--heads", f.heads, "attention heads (default: the checkpoint's record)")
       ->check(flags::positive_integer());
+  app.add_option("--family", f.family,
+                 "gpt2 or llama (docs/llama-model.md); default: llama for a --weights file of Hugging Face Llama names "
+                 "(model.embed_tokens.weight, ...) or a checkpoint of a --family llama run, else gpt2")
+      ->check(CLI::IsMember({"gpt2", "llama"}));
+  app.add_option("--ctx", f.llama.ctx,
+                 "--family llama from --weights: the positions of the rotary table (max_position_embeddings)")
+      ->check(flags::positive_integer());
+  // The Llama shape flags: with --weights, where the tensors leave them open or to insist on them (a checkpoint
+  // records its own).
+  gpt::add_llama_shape_flags(app, f.llama);
   app.add_option("--prompt", f.prompt_text, "byte-level text (a model trained with --text, vocab 256)");
   app.add_option("--tokens", f.prompt_tokens, "a prompt as token ids, '3,17,42'; repeat for a batch")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

@@ -1,7 +1,24 @@
-// plan_positions: what each position of a rank's chunks keeps under its blocks' recomputation kinds.
+// BlockWidths of a model, and plan_positions: what each position of a rank's chunks keeps under its blocks' recomputation kinds.
 #include "models/gpt/model/block_activations.h"
 
 namespace strata::gpt {
+
+BlockWidths BlockWidths::of(const GptConfig& cfg, std::uint64_t N, std::uint64_t Nl, int tp, std::uint64_t T) {
+  const std::uint64_t P = static_cast<std::uint64_t>(tp);
+  BlockWidths w;
+  w.N = N;
+  w.Nl = Nl;
+  w.C = static_cast<std::uint64_t>(cfg.embd);
+  w.qkv = static_cast<std::uint64_t>(cfg.q_width() + 2 * cfg.kv_width()) / P;
+  w.att = static_cast<std::uint64_t>(cfg.q_width()) / P;
+  const std::uint64_t mlp = static_cast<std::uint64_t>(cfg.mlp_width()) / P;
+  w.up = cfg.llama() ? 2 * mlp : mlp;
+  w.act = mlp;
+  w.Hl = static_cast<std::uint64_t>(cfg.heads) / P;
+  w.T = T;
+  w.norm_mean = !cfg.llama();
+  return w;
+}
 
 PositionPlan plan_positions(const std::vector<LayerRange>& chunks, const RecomputePolicy& policy) {
   PositionPlan p;

@@ -1,4 +1,4 @@
-// What a GPT block's backward reads from its forward, activation by activation, and which of them each
+// What a block's backward reads from its forward (either family's), activation by activation, and which of them each
 // recomputation kind (runtime/memory/recompute_policy.h) gives up. GptModel allocates by it; the memory prediction
 // (models/gpt/training/gpt_memory.h) counts by it.
 #pragma once
@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "models/gpt/model/gpt_model.h"
 #include "runtime/memory/recompute_policy.h"
 #include "runtime/parallel/pipeline_schedule.h"
 
@@ -23,7 +24,7 @@ inline constexpr ActMask act_bit(int a) { return ActMask{1} << a; }
 inline constexpr ActMask kAllActs = (ActMask{1} << kNumBlockActs) - 1;
 
 // The activations a block of this kind does not keep on the device between its forward and its backward: the GELU's
-// output (mlp), the attention core's output and log-sum-exp (attention), all of them (full, offload).
+// output, or SwiGLU's (mlp), the attention core's output and log-sum-exp (attention), all of them (full, offload).
 inline ActMask dropped_by(BlockRecompute kind) {
   switch (kind) {
     case BlockRecompute::kNone: return 0;
@@ -35,17 +36,27 @@ inline ActMask dropped_by(BlockRecompute kind) {
   return 0;
 }
 
-// Floats of activation `a` for N rows (Nl of them on this rank's sequence shard), Cl channels of C, Hl heads of
-// sequences of T.
-inline std::uint64_t act_floats(int a, std::uint64_t N, std::uint64_t Nl, std::uint64_t C, std::uint64_t Cl,
-                                std::uint64_t Hl, std::uint64_t T) {
+// The widths of one block's activations on one rank: N rows of the micro-batch (Nl of them on this rank's sequence
+// shard), C residual channels, this rank's share of q | k | v (qkv), of the attention's output (att), of the MLP's up
+// product (up: GPT-2's 4C, Llama's gate | up 2F) and of its activation (act: 4C, or F), Hl heads of sequences of T;
+// norm_mean: the norms keep a mean beside rstd (LayerNorm; RMSNorm keeps rstd only).
+struct BlockWidths {
+  std::uint64_t N = 0, Nl = 0, C = 0, qkv = 0, att = 0, up = 0, act = 0, Hl = 0, T = 0;
+  bool norm_mean = true;
+  static BlockWidths of(const GptConfig& cfg, std::uint64_t N, std::uint64_t Nl, int tp, std::uint64_t T);
+};
+
+// Floats of activation `a`.
+inline std::uint64_t act_floats(int a, const BlockWidths& w) {
   switch (a) {
-    case kActLn1: case kActXmid: case kActLn2: return Nl * C;
-    case kActLn1Mean: case kActLn1Rstd: case kActLn2Mean: case kActLn2Rstd: return Nl;
-    case kActQkv: return 3 * N * Cl;
-    case kActAtty: return N * Cl;
-    case kActLse: return (N / T) * Hl * T;
-    case kActFch: case kActFchGelu: return 4 * N * Cl;
+    case kActLn1: case kActXmid: case kActLn2: return w.Nl * w.C;
+    case kActLn1Mean: case kActLn2Mean: return w.norm_mean ? w.Nl : 0;
+    case kActLn1Rstd: case kActLn2Rstd: return w.Nl;
+    case kActQkv: return w.N * w.qkv;
+    case kActAtty: return w.N * w.att;
+    case kActLse: return (w.N / w.T) * w.Hl * w.T;
+    case kActFch: return w.N * w.up;
+    case kActFchGelu: return w.N * w.act;
     default: return 0;
   }
 }

@@ -1,4 +1,4 @@
-// GptModel: units, spec init, and forward/backward of the spec's GPT-2 over ShardedModel, through the GptKernels of
+// GptModel: forward and backward of either family (GPT-2, Llama-style) over ShardedModel, through the Kernels of
 // the model's device.
 #include "models/gpt/model/gpt_model.h"
 
@@ -10,7 +10,8 @@
 
 #include "core/hash.h"
 #include "models/gpt/model/block_activations.h"
-#include "models/gpt/model/kernel_table.h"
+#include "models/gpt/model/unit_slots.h"
+#include "kernels/kernel_table.h"
 #include "runtime/context/ring_attention.h"
 #include "runtime/memory/activation_offload.h"
 #include "runtime/tensor/parallel_linear.h"
@@ -19,180 +20,6 @@
 #include "core/error.h"
 
 namespace strata::gpt {
-
-// ---- configuration and units ------------------------------------------------------------------------------------
-
-void GptConfig::validate() const {
-  STRATA_CHECK(layers >= 1, "--layers {} must be at least 1", layers);
-  STRATA_CHECK(heads >= 1 && embd >= 1 && embd % heads == 0, "--embd {} must be a positive multiple of --heads {}",
-               embd, heads);
-  STRATA_CHECK(vocab >= 2 && vocab <= 65536, "--vocab {} must be in [2, 65536] (tokens are uint16)", vocab);
-  STRATA_CHECK(ctx >= 1, "--ctx {} must be at least 1", ctx);
-}
-
-void GptConfig::validate_tp(int tp, bool sequence_parallel, int seq) const {
-  STRATA_CHECK(tp >= 1, "--tp {} must be at least 1", tp);
-  STRATA_CHECK(heads % tp == 0, "--heads {} must divide by --tp {} (each tensor-parallel rank holds whole heads)",
-               heads, tp);
-  STRATA_CHECK(embd % tp == 0, "--embd {} must divide by --tp {}", embd, tp);
-  STRATA_CHECK(!sequence_parallel || seq % tp == 0,
-               "--seq {} must divide by --tp {} under --sequence-parallel (each rank holds seq / tp positions)", seq,
-               tp);
-}
-
-void GptConfig::validate_sizes(int batch, int seq, int tp) const {
-  STRATA_CHECK(batch >= 1 && seq >= 1 && tp >= 1, "--batch {}, --seq {} and --tp {} must be at least 1", batch, seq,
-               tp);
-  // The kernels index rows with int: batch x seq must fit one.
-  const int rows = checked_mul<int>(batch, seq, "tokens per micro-batch (--batch x --seq)");
-  const std::uint64_t C = static_cast<std::uint64_t>(embd), Cl = C / static_cast<std::uint64_t>(tp);
-  const std::uint64_t Vl = static_cast<std::uint64_t>(vocab_per_rank(*this, tp));
-  // Parameters on one rank: per block 12 C^2 / tp + 13 C (at least the split's share), wte's rows and wpe (ln_f's
-  // 2 C is within the bound's slack). Every later size is a small multiple of one of these.
-  const std::uint64_t block =
-      checked_add<std::uint64_t>(checked_product("a block's parameters (12 x --embd x --embd / --tp)", 12, C, Cl),
-                                 checked_product("a block's vectors (13 x --embd)", 13, C), "a block's parameters");
-  std::uint64_t params = checked_product("the blocks' parameters (--layers x a block)", layers, block);
-  params = checked_add<std::uint64_t>(params, checked_product("wte (--vocab / --tp x --embd)", Vl, C), "parameters");
-  params = checked_add<std::uint64_t>(params, checked_product("wpe (--ctx x --embd)", ctx, C), "parameters");
-  // f32 parameters, their gradients and AdamW's two moments: 16 bytes each when nothing is sharded.
-  check_addressable(checked_product("the parameters' f32 state (16 bytes x parameters)", 16, params),
-                    fmt::format("{} parameters per rank (f32 weights, gradients and AdamW moments)", params).c_str());
-  // Activations kept for the backward: about 16 [rows, C] arrays per block, plus the logits [rows, vocab / tp].
-  const std::uint64_t acts = checked_product("the activations (4 bytes x (--layers + 1) x --batch x --seq x 16 x "
-                                             "--embd)",
-                                             4, static_cast<std::uint64_t>(layers) + 1, rows, 16, C);
-  const std::uint64_t logits = checked_product("the logits (4 bytes x --batch x --seq x --vocab / --tp)", 4, rows, Vl);
-  check_addressable(checked_add<std::uint64_t>(acts, logits, "activations and logits"),
-                    fmt::format("the activations of {} rows x {} tokens (--batch x --seq) at --embd {}, --vocab {}",
-                                batch, seq, embd, vocab)
-                        .c_str());
-}
-
-std::string GptConfig::describe() const {
-  return fmt::format("GPT-2 L={} H={} C={} V={} ctx={}", layers, heads, embd, vocab, ctx);
-}
-
-namespace {
-// Slot order inside a block unit (the kernels index views by it).
-enum BlockSlot {
-  kLn1W, kLn1B, kAttnW, kAttnB, kProjW, kProjB, kLn2W, kLn2B, kFcW, kFcB, kFcProjW, kFcProjB, kBlockSlots
-};
-enum EmbSlot { kWte, kWpe };
-enum LnfSlot { kLnfW, kLnfB };
-}  // namespace
-
-int vocab_per_rank(const GptConfig& cfg, int tp) { return (cfg.vocab + tp - 1) / tp; }
-
-std::vector<UnitSpec> gpt_units(const GptConfig& c, int tp) {
-  const std::int64_t C = c.embd;
-  // A slot of global shape `g`, cut along `dim` (-1: replicated) in `parts` blocks over the tp ranks.
-  auto slot = [tp](std::string name, std::vector<std::int64_t> g, bool decay, int dim = -1, int parts = 1) {
-    SlotSpec s;
-    s.name = std::move(name);
-    s.shape = g;
-    s.weight_decay = decay;
-    if (dim >= 0) {
-      s.tp = TpSplit{dim, parts, g};
-      s.shape = s.tp.local_shape(tp);
-    }
-    return s;
-  };
-  std::vector<UnitSpec> units;
-  // 2-D parameters are decayed, 1-D ones are not (spec, Step 4).
-  units.push_back({"embeddings", {slot("wte.weight", {c.vocab, C}, true, 0), slot("wpe.weight", {c.ctx, C}, true)}});
-  for (int i = 0; i < c.layers; ++i) {
-    std::string p = "h." + std::to_string(i) + ".";
-    units.push_back({"h." + std::to_string(i),
-                     {slot(p + "ln_1.weight", {C}, false),
-                      slot(p + "ln_1.bias", {C}, false),
-                      slot(p + "attn.c_attn.weight", {C, 3 * C}, true, 1, 3),  // column-parallel, q|k|v by heads
-                      slot(p + "attn.c_attn.bias", {3 * C}, false, 0, 3),
-                      slot(p + "attn.c_proj.weight", {C, C}, true, 0),  // row-parallel
-                      slot(p + "attn.c_proj.bias", {C}, false),
-                      slot(p + "ln_2.weight", {C}, false),
-                      slot(p + "ln_2.bias", {C}, false),
-                      slot(p + "mlp.c_fc.weight", {C, 4 * C}, true, 1),  // column-parallel
-                      slot(p + "mlp.c_fc.bias", {4 * C}, false, 0),
-                      slot(p + "mlp.c_proj.weight", {4 * C, C}, true, 0),  // row-parallel
-                      slot(p + "mlp.c_proj.bias", {C}, false)}});
-  }
-  units.push_back({"ln_f", {slot("ln_f.weight", {C}, false), slot("ln_f.bias", {C}, false)}});
-  return units;
-}
-
-GptStagePart GptStagePart::of_rank(const GptConfig& cfg, int pp, int virtual_stages, int rank, int slots) {
-  GptStagePart part;
-  const std::vector<LayerRange> ranges = split_layers(cfg.layers, pp, virtual_stages);
-  for (int v = 0; v < virtual_stages; ++v) part.chunks.push_back(ranges[static_cast<std::size_t>(v * pp + rank)]);
-  part.first = rank == 0;
-  part.last = rank == pp - 1;
-  part.slots = slots;
-  return part;
-}
-
-GptStageUnits stage_units(const GptConfig& cfg, const GptStagePart& part) {
-  const std::vector<LayerRange> chunks = part.chunks.empty() ? std::vector<LayerRange>{{0, cfg.layers}} : part.chunks;
-  GptStageUnits u;
-  int next = 0;
-  if (part.first) u.emb = 0;
-  for (std::size_t c = 0; c < chunks.size(); ++c) {
-    u.first.push_back(next);
-    next += chunks[c].count() + (c == 0 && part.first ? 1 : 0);
-    if (c + 1 == chunks.size() && part.last) {
-      u.lnf = next++;
-      u.head = part.first ? u.emb : next++;
-    }
-  }
-  u.first.push_back(next);
-  return u;
-}
-
-std::vector<UnitSpec> gpt_units(const GptConfig& cfg, int tp, const GptStagePart& part) {
-  std::vector<UnitSpec> all = gpt_units(cfg, tp), units;
-  if (part.chunks.empty()) return all;
-  if (part.first) units.push_back(all[static_cast<std::size_t>(embeddings_unit())]);
-  for (const LayerRange& r : part.chunks)
-    for (int l = r.first; l < r.last; ++l) units.push_back(all[static_cast<std::size_t>(block_unit(l))]);
-  if (part.last) units.push_back(all[static_cast<std::size_t>(final_norm_unit(cfg))]);
-  if (part.holds_tied_copy()) {
-    units.push_back(all[static_cast<std::size_t>(embeddings_unit())]);
-    units.back().name = kTiedHeadUnit;
-  }
-  return units;
-}
-
-int embeddings_unit() { return 0; }
-int block_unit(int layer) { return 1 + layer; }
-int final_norm_unit(const GptConfig& cfg) { return 1 + cfg.layers; }
-
-namespace {
-double unit_uniform(std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-}  // namespace
-
-void spec_init(const GptConfig& cfg, const ParamSlot& slot, std::size_t begin, std::size_t count, float* out,
-               std::uint64_t seed) {
-  const std::string& n = slot.name;
-  auto ends = [&](const char* s) { return n.size() >= std::strlen(s) && n.compare(n.size() - std::strlen(s), std::string::npos, s) == 0; };
-  if (ends(".bias")) {
-    std::fill(out, out + count, 0.0f);
-    return;
-  }
-  if (ends("ln_1.weight") || ends("ln_2.weight") || n == "ln_f.weight") {
-    std::fill(out, out + count, 1.0f);
-    return;
-  }
-  double sigma = 0.02;
-  if (ends("c_proj.weight")) sigma = 0.02 / std::sqrt(2.0 * cfg.layers);
-  std::uint64_t h = fnv1a(n);
-  for (std::size_t k = 0; k < count; ++k) {
-    // Box-Muller on two counter-based uniforms: element (begin + k) of this parameter, for this seed.
-    std::uint64_t idx = begin + k;
-    double u1 = unit_uniform(splitmix64(h ^ splitmix64(seed ^ splitmix64(2 * idx))));
-    double u2 = unit_uniform(splitmix64(h ^ splitmix64(seed ^ splitmix64(2 * idx + 1))));
-    out[k] = static_cast<float>(sigma * std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
-  }
-}
 
 // ---- the model ---------------------------------------------------------------------------------------------------
 
@@ -204,7 +31,7 @@ namespace {
 // under sequence parallelism each tp rank's share of a replicated parameter's gradient comes from its own positions.
 class UnitF32 {
  public:
-  UnitF32(Device& dev, GptKernels& k, std::size_t max_numel) : k_(k) {
+  UnitF32(Device& dev, Kernels& k, std::size_t max_numel) : k_(k) {
     params_ = dev.allocate(max_numel * 4, MemCategory::kWorkspace);
     grads_ = dev.allocate(max_numel * 4, MemCategory::kWorkspace);
   }
@@ -243,11 +70,12 @@ class UnitF32 {
       if (scratch_[k]) k_.add_f32_into(v.data, v.dtype, g_[k], v.numel());  // the others were written in place
     }
   }
-  const float* p(int k) const { return p_[static_cast<std::size_t>(k)]; }
-  float* g(int k) const { return g_[static_cast<std::size_t>(k)]; }
+  // Slot k's f32 parameters and gradients; null for k = -1 (a weight the family does not have, unit_slots.h).
+  const float* p(int k) const { return k < 0 ? nullptr : p_[static_cast<std::size_t>(k)]; }
+  float* g(int k) const { return k < 0 ? nullptr : g_[static_cast<std::size_t>(k)]; }
 
  private:
-  GptKernels& k_;
+  Kernels& k_;
   Buffer params_, grads_;
   std::vector<const float*> p_;
   std::vector<float*> g_;
@@ -274,7 +102,7 @@ struct MicroActs {
   std::vector<Buffer> x_in;     // per layer of the chunk: the block input [Nl, C]; the last is the chunk's output
   std::vector<BlockActs> acts;  // per layer of the chunk
   std::vector<int> offload_id;  // per layer of the chunk: its set in the ActivationOffload (-1: none)
-  Buffer lnf, lnf_mean, lnf_rstd, logits, losses;  // the last stage
+  Buffer lnf, lnf_mean, lnf_rstd, logits, losses;  // the last stage (lnf_mean: LayerNorm only)
   Buffer tokens_in, tokens_tgt;                    // the micro-batch's tokens [N] in the device's memory
 };
 
@@ -292,7 +120,7 @@ struct GptModel::Impl {
   GptConfig cfg;
   ShardedModel& model;
   Device& dev;
-  std::unique_ptr<GptKernels> k;  // every kernel, zeroing, conversion and copy goes through it
+  std::unique_ptr<Kernels> k;  // every kernel, zeroing, conversion and copy goes through it
   int B, T, N;
   RecomputePolicy recompute;
   TensorParallel tp;
@@ -300,7 +128,13 @@ struct GptModel::Impl {
   bool tpk;
   bool sp;
   int Nl;              // rows of the sequence-sharded regions on this rank
-  int Cl, NHl;         // this rank's channels and heads of attention (C / tp, NH / tp)
+  int NHl;             // this rank's heads of attention (NH / tp)
+  int D, KVHl;         // a head's channels; this rank's key-value heads
+  BlockWidths w;       // this rank's widths of a block's activations (q | k | v, attention, MLP)
+  BlockSlots bs;       // where each weight sits in a block unit (unit_slots.h), in the embeddings and in ln_f
+  EmbeddingSlots es;
+  NormSlots ns;
+  Buffer rope_cos, rope_sin;  // Llama: the rotary table of every position [ctx, D / 2]
   VocabShard vocab;    // this rank's vocabulary rows, the first, and how many are real (not padding)
   int Vl;              // vocab.rows
   // The Megatron split of a block: q|k|v and c_fc column-parallel, the two c_proj row-parallel (set once tp is checked).
@@ -309,7 +143,7 @@ struct GptModel::Impl {
   std::vector<int> block_tp_summed, emb_tp_summed, lnf_tp_summed;  // replicated slots summed over tp (SP)
   GptStagePart part;
   std::vector<int> unit_of_layer;       // the ShardedModel unit of each layer this rank holds (-1: elsewhere)
-  int u_emb = -1, u_lnf = -1, u_head = -1;  // the embeddings, ln_f and the unit whose wte is the LM head
+  int u_emb = -1, u_lnf = -1, u_head = -1;  // the embeddings, ln_f and the LM head's unit (the embeddings when tied)
   std::vector<MicroActs> micro;   // per slot
   BlockActs rebuilt;              // what the blocks' recomputations rebuild in their backward (one set for all)
   std::unique_ptr<ActivationOffload> offload;  // the blocks whose activations wait in host memory
@@ -320,14 +154,14 @@ struct GptModel::Impl {
   Buffer dres, dln, datty, dqkv, dfch, dfch_gelu;  // backward scratch
   Buffer dfull, dln_local;        // SP: a gradient gathered whole [N, C]; a reduced one on this rank's rows [Nl, C]
   Buffer dnext;                   // pipeline: the gradient of a chunk's output, received from the next stage
-  std::unique_ptr<UnitF32> emb, unit;
+  std::unique_ptr<UnitF32> emb, unit, head;  // head: an untied LM head's unit
   // Context parallelism: this rank's chunks of each row and the ring that attends over the whole sequence.
   std::optional<ContextChunks> chunks;
   std::unique_ptr<RingAttention> ring;
 
   Impl(const GptConfig& c, ShardedModel& m, Device& d, int b, int t, const RecomputePolicy& rc, const GptParallel& par,
        const GptStagePart& stage_part, const GptPrecision& precision)
-      : cfg(c), model(m), dev(d), k(make_gpt_kernels(d, precision.matmul)), B(b), T(t), N(b * t), recompute(rc),
+      : cfg(c), model(m), dev(d), k(make_kernels(d, precision.matmul)), B(b), T(t), N(b * t), recompute(rc),
         tp(d, par.tp, par.sequence_parallel, b, t, c.embd), part(stage_part) {
     const int P = tp.size();
     cfg.validate_tp(P, par.sequence_parallel, T);
@@ -345,18 +179,30 @@ struct GptModel::Impl {
                    chunks->cp, cfg.ctx);
     }
     Nl = tp.local_rows();
-    Cl = cfg.embd / P;
     NHl = cfg.heads / P;
+    D = cfg.hd();
+    KVHl = cfg.kv() / P;
+    w = BlockWidths::of(cfg, static_cast<std::uint64_t>(N), static_cast<std::uint64_t>(Nl), P,
+                        static_cast<std::uint64_t>(T));
+    bs = block_slots(cfg);
+    es = embedding_slots(cfg);
+    ns = final_norm_slots(cfg);
     vocab = VocabShard::of(cfg.vocab, P, tp.rank());
     Vl = vocab.rows;
-    qkv_lin.emplace(tp, *k, cfg.embd, 3 * cfg.embd, 3);
-    fc_lin.emplace(tp, *k, cfg.embd, 4 * cfg.embd);
-    proj_lin.emplace(tp, *k, cfg.embd, cfg.embd);
-    fcproj_lin.emplace(tp, *k, 4 * cfg.embd, cfg.embd);
+    const int Q = cfg.q_width(), KV = cfg.kv_width(), F = cfg.mlp_width();
+    // GPT-2: q | k | v and c_fc column-parallel, the c_projs row-parallel; Llama: q | k | v (its key-value heads'
+    // parts narrower), gate | up column-parallel, wo and w2 row-parallel.
+    if (cfg.llama()) qkv_lin.emplace(tp, *k, cfg.embd, std::vector<int>{Q, KV, KV});
+    else qkv_lin.emplace(tp, *k, cfg.embd, 3 * cfg.embd, 3);
+    fc_lin.emplace(tp, *k, cfg.embd, cfg.llama() ? 2 * F : F, cfg.llama() ? 2 : 1);
+    proj_lin.emplace(tp, *k, Q, cfg.embd);
+    fcproj_lin.emplace(tp, *k, F, cfg.embd);
     if (sp) {
-      block_tp_summed = {kLn1W, kLn1B, kLn2W, kLn2B};
-      emb_tp_summed = {kWpe};
-      lnf_tp_summed = {kLnfW, kLnfB};
+      for (int slot : {bs.ln1w, bs.ln1b, bs.ln2w, bs.ln2b})
+        if (slot >= 0) block_tp_summed.push_back(slot);
+      if (es.wpe >= 0) emb_tp_summed = {es.wpe};
+      for (int slot : {ns.w, ns.b})
+        if (slot >= 0) lnf_tp_summed.push_back(slot);
     }
     const bool pipelined = !part.chunks.empty();
     if (!pipelined) part.chunks.push_back(LayerRange{0, cfg.layers});
@@ -377,20 +223,19 @@ struct GptModel::Impl {
     STRATA_CHECK(places.first.back() == model.num_units(), "the model holds {} units; this pipeline part needs {}",
                  model.num_units(), places.first.back());
     const std::size_t C = static_cast<std::size_t>(cfg.embd), n = static_cast<std::size_t>(N);
-    const std::size_t nl = static_cast<std::size_t>(Nl), cl = static_cast<std::size_t>(Cl);
+    const std::size_t nl = static_cast<std::size_t>(Nl);
     // validate_sizes bounded every product below; the byte counts are checked once more where they are formed.
     auto bytes = [](std::size_t floats) { return checked_mul<std::size_t>(floats, 4, "buffer bytes (4 x floats)"); };
     auto act = [&](std::size_t floats) { return dev.allocate(bytes(floats), MemCategory::kActivations); };
     auto work = [&](std::size_t floats) { return dev.allocate(bytes(floats), MemCategory::kWorkspace); };
     std::array<std::size_t, kNumBlockActs> act_bytes{};
     for (int a = 0; a < kNumBlockActs; ++a)
-      act_bytes[static_cast<std::size_t>(a)] = bytes(act_floats(a, n, nl, C, cl, static_cast<std::size_t>(NHl),
-                                                                static_cast<std::size_t>(T)));
+      act_bytes[static_cast<std::size_t>(a)] = bytes(act_floats(a, w));
     const PositionPlan plan = plan_positions(part.chunks, recompute);  // plan.keep has `widest` positions
     auto block_acts = [&](ActMask mask, MemCategory kind) {
       BlockActs set;
       for (int a = 0; a < kNumBlockActs; ++a)
-        if (mask & act_bit(a))
+        if ((mask & act_bit(a)) && act_bytes[static_cast<std::size_t>(a)] > 0)  // RMSNorm keeps no mean
           set.kept[static_cast<std::size_t>(a)] = dev.allocate(act_bytes[static_cast<std::size_t>(a)], kind);
       return set;
     };
@@ -418,7 +263,7 @@ struct GptModel::Impl {
     if (part.last) {
       for (MicroActs& mb : micro) {
         mb.lnf = act(nl * C);
-        mb.lnf_mean = act(nl);
+        if (w.norm_mean) mb.lnf_mean = act(nl);
         mb.lnf_rstd = act(nl);
         mb.logits = act(n * static_cast<std::size_t>(Vl));
         mb.losses = act(n);
@@ -430,75 +275,141 @@ struct GptModel::Impl {
     }
     dres = work(nl * C);
     dln = work(n * C);
-    datty = work(n * cl);
-    dqkv = work(n * 3 * cl);
-    dfch = work(n * 4 * cl);
-    dfch_gelu = work(n * 4 * cl);
+    datty = work(n * w.att);
+    dqkv = work(n * w.qkv);
+    dfch = work(n * w.up);
+    dfch_gelu = work(n * w.act);
     if (pipelined && !(part.last && part.chunks.size() == 1)) dnext = work(nl * C);
     for (MicroActs& mb : micro) {
       if (part.first) mb.tokens_in = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
       if (part.last) mb.tokens_tgt = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
     }
-    std::size_t emb_numel = 0, max_numel = 0;
+    // f32 views: the embeddings (or the tied head's copy), an untied head, and every other unit in turn.
+    std::size_t emb_numel = 0, head_numel = 0, max_numel = 0;
     for (int u = 0; u < model.num_units(); ++u) {
-      if (u == u_emb || u == u_head) emb_numel = std::max(emb_numel, model.layout(u).padded_numel());
+      if (u == u_emb || (cfg.tied && u == u_head)) emb_numel = std::max(emb_numel, model.layout(u).padded_numel());
+      else if (u == u_head) head_numel = model.layout(u).padded_numel();
       else max_numel = std::max(max_numel, model.layout(u).padded_numel());
     }
     if (emb_numel > 0) emb = std::make_unique<UnitF32>(dev, *k, emb_numel);
+    if (head_numel > 0) head = std::make_unique<UnitF32>(dev, *k, head_numel);
     if (max_numel > 0) unit = std::make_unique<UnitF32>(dev, *k, max_numel);
-    if (chunks) ring = std::make_unique<RingAttention>(*par.cp, *k, *chunks, B, Cl, NHl);
+    if (cfg.llama()) make_rope_table();
+    if (chunks) ring = std::make_unique<RingAttention>(*par.cp, *k, *chunks, B, static_cast<int>(w.att), NHl, KVHl);
   }
 
-  // The attention core of a block, over this rank's rows (a ring over the cp group under context parallelism).
+  // Llama: the rotary table of positions 0 .. ctx - 1, computed on the host once and copied to the device.
+  void make_rope_table() {
+    const std::size_t half = static_cast<std::size_t>(D / 2), rows = static_cast<std::size_t>(cfg.ctx);
+    std::vector<float> c(rows * half), sn(rows * half);
+    cpu::rope_table(c.data(), sn.data(), cfg.ctx, D, cfg.rope_theta, cfg.rope_scaling);
+    rope_cos = dev.allocate(c.size() * 4, MemCategory::kWorkspace);
+    rope_sin = dev.allocate(sn.size() * 4, MemCategory::kWorkspace);
+    dev.copy_from_host(rope_cos.data(), c.data(), c.size() * 4);
+    dev.copy_from_host(rope_sin.data(), sn.data(), sn.size() * 4);
+  }
+  // Llama: q's and k's heads rotated in place in qkv's rows (its T positions, or its chunks' under cp); backward: the
+  // gradient of the rotated q and k turned into that of the unrotated ones, in dqkv.
+  void rope(float* qkv, bool backward) {
+    const std::size_t stride = w.qkv;
+    auto rotate = [&](float* rows, int batches, int n, int pos0) {
+      for (const auto& [col, heads] : {std::pair<std::size_t, int>{0, NHl}, {w.att, KVHl}}) {
+        if (backward)
+          k->rope_backward(rows + col, rope_cos.as<float>(), rope_sin.as<float>(), batches, n, heads, D, pos0, stride,
+                           static_cast<std::size_t>(T) * stride);
+        else
+          k->rope_forward(rows + col, rope_cos.as<float>(), rope_sin.as<float>(), batches, n, heads, D, pos0, stride,
+                          static_cast<std::size_t>(T) * stride);
+      }
+    };
+    if (!chunks) {
+      rotate(qkv, B, T, 0);
+      return;
+    }
+    for_each_chunk([&](std::size_t row, int pos, int n) { rotate(qkv + row * stride, 1, n, pos); });
+  }
+  // The family's norm of this rank's rows (LayerNorm with mean and bias, or RMSNorm), forward and backward.
+  void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* wt, const float* b) {
+    if (cfg.llama()) k->rmsnorm_forward(out, rstd, x, wt, Nl, cfg.embd, cfg.norm_eps);
+    else k->layernorm_forward(out, mean, rstd, x, wt, b, Nl, cfg.embd);
+  }
+  void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* wt,
+                     const float* mean, const float* rstd) {
+    if (cfg.llama()) k->rmsnorm_backward(dx, dw, dout, x, wt, rstd, Nl, cfg.embd);
+    else k->layernorm_backward(dx, dw, db, dout, x, wt, mean, rstd, Nl, cfg.embd);
+  }
+  // The MLP's activation: GELU over the up product, or SwiGLU over gate | up; and its backward into dup (zeroed here).
+  void mlp_act_forward(float* out, const float* up) {
+    if (cfg.llama()) k->swiglu_forward(out, up, N, static_cast<int>(w.act));
+    else k->gelu_forward(out, up, static_cast<std::size_t>(N) * w.act);
+  }
+  void mlp_act_backward(float* dup, const float* dout, const float* up) {
+    k->zero(dup, static_cast<std::size_t>(N) * w.up * 4);
+    if (cfg.llama()) k->swiglu_backward(dup, dout, up, N, static_cast<int>(w.act));
+    else k->gelu_backward(dup, up, dout, static_cast<std::size_t>(N) * w.act);
+  }
+
+  // The attention core of a block, over this rank's rows (a ring over the cp group under context parallelism);
+  // multi-head: as many key / value heads (KVH) as query heads.
   void attention_forward(float* out, float* lse, const float* qkv) {
     if (ring) ring->forward(out, lse, qkv);
-    else k->attention_forward(out, lse, qkv, B, T, Cl, NHl);
+    else k->attention_forward(out, lse, qkv, B, T, static_cast<int>(w.att), NHl, KVHl);
   }
   void attention_backward(float* dqkv, const float* dout, const float* out, const float* lse, const float* qkv) {
     if (ring) ring->backward(dqkv, dout, out, lse, qkv);
-    else k->attention_backward(dqkv, dout, out, lse, qkv, B, T, Cl, NHl);
+    else k->attention_backward(dqkv, dout, out, lse, qkv, B, T, static_cast<int>(w.att), NHl, KVHl);
   }
   // Under the tp kernels: the position embedding of this rank's rows added to x0 (its chunks' positions under cp, its
   // sequence-parallel share's otherwise), and its gradient.
   void positions_forward(float* x0) {
     const int C = cfg.embd;
+    if (es.wpe < 0) return;  // rotary positions are applied in the attention
     if (!chunks) {
-      k->position_forward(x0, emb->p(kWpe), B, tp.local_positions(), tp.first_position(), C);
+      k->position_forward(x0, emb->p(es.wpe), B, tp.local_positions(), tp.first_position(), C);
       return;
     }
     for_each_chunk(
-        [&](std::size_t row, int pos, int n) { k->position_forward(x0 + row * C, emb->p(kWpe), 1, n, pos, C); });
+        [&](std::size_t row, int pos, int n) { k->position_forward(x0 + row * C, emb->p(es.wpe), 1, n, pos, C); });
   }
   void positions_backward(const float* dx0) {
     const int C = cfg.embd;
+    if (es.wpe < 0) return;
     if (!chunks) {
-      k->position_backward(emb->g(kWpe), dx0, B, tp.local_positions(), tp.first_position(), C);
+      k->position_backward(emb->g(es.wpe), dx0, B, tp.local_positions(), tp.first_position(), C);
       return;
     }
     for_each_chunk(
-        [&](std::size_t row, int pos, int n) { k->position_backward(emb->g(kWpe), dx0 + row * C, 1, n, pos, C); });
+        [&](std::size_t row, int pos, int n) { k->position_backward(emb->g(es.wpe), dx0 + row * C, 1, n, pos, C); });
   }
   // The token and position embeddings of the micro-batch's rows into x0; under context parallelism each of this
   // rank's two chunks of a row takes the positions of its place in the sequence.
   void embed(float* x0, const std::int32_t* tokens) {
     const int C = cfg.embd;
+    if (es.wpe < 0) {  // the token table alone: the lookup of every row, whatever its position
+      k->embedding_forward(x0, tokens, emb->p(es.wte), 0, cfg.vocab, N, C);
+      return;
+    }
     if (!chunks) {
-      k->encoder_forward(x0, tokens, emb->p(kWte), emb->p(kWpe), B, T, C);
+      k->encoder_forward(x0, tokens, emb->p(es.wte), emb->p(es.wpe), B, T, C);
       return;
     }
     for_each_chunk([&](std::size_t row, int pos, int n) {
-      k->encoder_forward(x0 + row * C, tokens + row, emb->p(kWte), emb->p(kWpe) + static_cast<std::size_t>(pos) * C,
+      k->encoder_forward(x0 + row * C, tokens + row, emb->p(es.wte), emb->p(es.wpe) + static_cast<std::size_t>(pos) * C,
                          1, n, C);
     });
   }
   void embed_backward(const float* dx0, const std::int32_t* tokens) {
     const int C = cfg.embd;
+    if (es.wpe < 0) {
+      k->embedding_backward(emb->g(es.wte), dx0, tokens, 0, cfg.vocab, N, C);
+      return;
+    }
     if (!chunks) {
-      k->encoder_backward(emb->g(kWte), emb->g(kWpe), dx0, tokens, B, T, C);
+      k->encoder_backward(emb->g(es.wte), emb->g(es.wpe), dx0, tokens, B, T, C);
       return;
     }
     for_each_chunk([&](std::size_t row, int pos, int n) {
-      k->encoder_backward(emb->g(kWte), emb->g(kWpe) + static_cast<std::size_t>(pos) * C, dx0 + row * C,
+      k->encoder_backward(emb->g(es.wte), emb->g(es.wpe) + static_cast<std::size_t>(pos) * C, dx0 + row * C,
                           tokens + row, 1, n, C);
     });
   }
@@ -539,18 +450,16 @@ struct GptModel::Impl {
     switch (kind) {
       case BlockRecompute::kFull: block_forward(mb, local, p, a); break;
       case BlockRecompute::kAttention: attention_forward(a[kActAtty], a[kActLse], a[kActQkv]); break;
-      case BlockRecompute::kMlp:
-        k->gelu_forward(a[kActFchGelu], a[kActFch], static_cast<std::size_t>(N) * 4 * Cl);
-        break;
+      case BlockRecompute::kMlp: mlp_act_forward(a[kActFchGelu], a[kActFch]); break;
       case BlockRecompute::kNone:
       case BlockRecompute::kOffload: break;
     }
   }
 
-  // LayerNorm of this rank's rows of x into `out` ([Nl, C]); returns it whole ([N, C]: gathered along the sequence
-  // into ln_full under SP).
-  const float* layernorm_whole(float* out, float* mean, float* rstd, const float* x, const float* w, const float* b) {
-    k->layernorm_forward(out, mean, rstd, x, w, b, Nl, cfg.embd);
+  // The family's norm of this rank's rows of x into `out` ([Nl, C]); returns it whole ([N, C]: gathered along the
+  // sequence into ln_full under SP).
+  const float* layernorm_whole(float* out, float* mean, float* rstd, const float* x, const float* wt, const float* b) {
+    norm_forward(out, mean, rstd, x, wt, b);
     return whole(out);
   }
   // A LayerNorm output kept on this rank's rows, whole: gathered into ln_full under SP, else itself.
@@ -565,24 +474,24 @@ struct GptModel::Impl {
     return scratch;
   }
 
-  // Block `local` of a chunk: x_in[local] to x_in[local + 1].
+  // Block `local` of a chunk: x_in[local] to x_in[local + 1]. Either family's: norm, q | k | v (rotated, Llama),
+  // attention, its output product, the residual, norm, the MLP's up product, its activation, its down product, the
+  // residual (the weights a family lacks are null, unit_slots.h).
   void block_forward(MicroActs& mb, int local, const UnitF32& p, const BlockViews& a) {
-    const int C = cfg.embd;
-    const std::size_t nlC = static_cast<std::size_t>(Nl) * C;
+    const std::size_t nlC = static_cast<std::size_t>(Nl) * cfg.embd;
     const float* x = mb.x_in[static_cast<std::size_t>(local)].as<float>();
     float* out = mb.x_in[static_cast<std::size_t>(local) + 1].as<float>();
-    k->layernorm_forward(a[kActLn1], a[kActLn1Mean], a[kActLn1Rstd], x, p.p(kLn1W),
-                         p.p(kLn1B), Nl, C);
-    qkv_lin->forward(a[kActQkv], a[kActLn1], ln_full.as<float>(), p.p(kAttnW), p.p(kAttnB));
+    norm_forward(a[kActLn1], a[kActLn1Mean], a[kActLn1Rstd], x, p.p(bs.ln1w), p.p(bs.ln1b));
+    qkv_lin->forward(a[kActQkv], a[kActLn1], ln_full.as<float>(), p.p(bs.attnw), p.p(bs.attnb));
+    if (cfg.llama()) rope(a[kActQkv], false);
     attention_forward(a[kActAtty], a[kActLse], a[kActQkv]);
-    const float* proj = row_parallel(*proj_lin, attproj.as<float>(), a[kActAtty], p.p(kProjW), p.p(kProjB));
+    const float* proj = row_parallel(*proj_lin, attproj.as<float>(), a[kActAtty], p.p(bs.projw), p.p(bs.projb));
     k->residual_forward(a[kActXmid], x, proj, nlC);
-    k->layernorm_forward(a[kActLn2], a[kActLn2Mean], a[kActLn2Rstd], a[kActXmid],
-                         p.p(kLn2W), p.p(kLn2B), Nl, C);
-    fc_lin->forward(a[kActFch], a[kActLn2], ln_full.as<float>(), p.p(kFcW), p.p(kFcB));
-    k->gelu_forward(a[kActFchGelu], a[kActFch], static_cast<std::size_t>(N) * 4 * Cl);
+    norm_forward(a[kActLn2], a[kActLn2Mean], a[kActLn2Rstd], a[kActXmid], p.p(bs.ln2w), p.p(bs.ln2b));
+    fc_lin->forward(a[kActFch], a[kActLn2], ln_full.as<float>(), p.p(bs.fcw), p.p(bs.fcb));
+    mlp_act_forward(a[kActFchGelu], a[kActFch]);
     const float* mlp =
-        row_parallel(*fcproj_lin, fcproj.as<float>(), a[kActFchGelu], p.p(kFcProjW), p.p(kFcProjB));
+        row_parallel(*fcproj_lin, fcproj.as<float>(), a[kActFchGelu], p.p(bs.fcprojw), p.p(bs.fcprojb));
     k->residual_forward(out, a[kActXmid], mlp, nlC);
   }
 
@@ -595,28 +504,24 @@ struct GptModel::Impl {
 
   // dres holds d(block output) on entry and d(block input) on exit (this rank's rows).
   void block_backward(MicroActs& mb, int local, const UnitF32& p, const BlockViews& a) {
-    const int C = cfg.embd;
-    const std::size_t N4 = static_cast<std::size_t>(N) * 4 * Cl;
     const float* x = mb.x_in[static_cast<std::size_t>(local)].as<float>();
     float* d = dres.as<float>();
     // The row-parallel c_proj: its output gradient is whole on every tp rank (gathered under SP), so the bias's
     // gradient is the whole one and equal across the tp ranks.
     float* dfull_p = dfull.as<float>();
-    fcproj_lin->backward(dfch_gelu.as<float>(), dfull_p, p.g(kFcProjW), p.g(kFcProjB), d, a[kActFchGelu],
-                         p.p(kFcProjW));
-    k->zero(dfch.data(), N4 * 4);
-    k->gelu_backward(dfch.as<float>(), a[kActFch], dfch_gelu.as<float>(), N4);
-    const float* dln2 = fc_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(kFcW), p.g(kFcB),
-                                         dfch.as<float>(), whole(a[kActLn2]), p.p(kFcW));
-    k->layernorm_backward(d, p.g(kLn2W), p.g(kLn2B), dln2, a[kActXmid], p.p(kLn2W), a[kActLn2Mean],
-                          a[kActLn2Rstd], Nl, C);
-    proj_lin->backward(datty.as<float>(), dfull_p, p.g(kProjW), p.g(kProjB), d, a[kActAtty], p.p(kProjW));
-    k->zero(dqkv.data(), static_cast<std::size_t>(N) * 3 * Cl * 4);
+    fcproj_lin->backward(dfch_gelu.as<float>(), dfull_p, p.g(bs.fcprojw), p.g(bs.fcprojb), d, a[kActFchGelu],
+                         p.p(bs.fcprojw));
+    mlp_act_backward(dfch.as<float>(), dfch_gelu.as<float>(), a[kActFch]);
+    const float* dln2 = fc_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(bs.fcw), p.g(bs.fcb),
+                                         dfch.as<float>(), whole(a[kActLn2]), p.p(bs.fcw));
+    norm_backward(d, p.g(bs.ln2w), p.g(bs.ln2b), dln2, a[kActXmid], p.p(bs.ln2w), a[kActLn2Mean], a[kActLn2Rstd]);
+    proj_lin->backward(datty.as<float>(), dfull_p, p.g(bs.projw), p.g(bs.projb), d, a[kActAtty], p.p(bs.projw));
+    k->zero(dqkv.data(), static_cast<std::size_t>(N) * w.qkv * 4);
     attention_backward(dqkv.as<float>(), datty.as<float>(), a[kActAtty], a[kActLse], a[kActQkv]);
-    const float* dln1 = qkv_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(kAttnW), p.g(kAttnB),
-                                          dqkv.as<float>(), whole(a[kActLn1]), p.p(kAttnW));
-    k->layernorm_backward(d, p.g(kLn1W), p.g(kLn1B), dln1, x, p.p(kLn1W), a[kActLn1Mean],
-                          a[kActLn1Rstd], Nl, C);
+    if (cfg.llama()) rope(dqkv.as<float>(), true);
+    const float* dln1 = qkv_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(bs.attnw), p.g(bs.attnb),
+                                          dqkv.as<float>(), whole(a[kActLn1]), p.p(bs.attnw));
+    norm_backward(d, p.g(bs.ln1w), p.g(bs.ln1b), dln1, x, p.p(bs.ln1w), a[kActLn1Mean], a[kActLn1Rstd]);
   }
 
   // Forward of one chunk for the micro-batch in `slot`. The first stage embeds `in` (N host tokens, uploaded to
@@ -639,9 +544,10 @@ struct GptModel::Impl {
       } else {
         // Each rank looks up the tokens of its vocabulary rows (0 for the others); the sum over tp is the embedding.
         vocab_parallel_embedding_forward(*k, tp, attproj.as<float>(), x0, mb.tokens_in.as<std::int32_t>(),
-                                         emb->p(kWte), vocab, C);
+                                         emb->p(es.wte), vocab, C);
         positions_forward(x0);
       }
+      if (!cfg.tied) model.end_forward(u_emb);  // not the LM head: done with
     }
     for (int l = r.first; l < r.last; ++l) {
       const int u = unit_of_layer[static_cast<std::size_t>(l)], local = l - r.first;
@@ -657,12 +563,14 @@ struct GptModel::Impl {
       unit->load(model.begin_forward(u_lnf));
       const float* lnf_whole = layernorm_whole(mb.lnf.as<float>(), mb.lnf_mean.as<float>(), mb.lnf_rstd.as<float>(),
                                                mb.x_in[static_cast<std::size_t>(r.count())].as<float>(),
-                                               unit->p(kLnfW), unit->p(kLnfB));
+                                               unit->p(ns.w), unit->p(ns.b));
       model.end_forward(u_lnf);
-      if (!first) emb->load(model.begin_forward(u_head));
+      const bool own_head = !cfg.tied || !first;  // the head's unit is opened here (an untied head, a tied copy)
+      UnitF32& hu = cfg.tied ? *emb : *head;
+      if (own_head) hu.load(model.begin_forward(u_head));
       float* logits = mb.logits.as<float>();
       const std::int32_t* targets = mb.tokens_tgt.as<std::int32_t>();
-      k->lm_head_forward(logits, lnf_whole, emb->p(kWte), N, C, Vl);
+      k->lm_head_forward(logits, lnf_whole, hu.p(head_slot()), N, C, Vl);
       if (!tpk) {
         k->crossentropy_softmax(mb.losses.as<float>(), logits, logits, targets, N, V, dscale);
       } else {
@@ -670,11 +578,19 @@ struct GptModel::Impl {
         vocab_parallel_cross_entropy(*k, tp, mb.losses.as<float>(), logits, logits, targets, vocab, dscale,
                                      vocab_max.as<float>(), vocab_stats.as<float>());
       }
-      if (!first) model.end_forward(u_head);
+      if (own_head) model.end_forward(u_head);
     }
-    if (first) model.end_forward(u_emb);
+    if (first && cfg.tied) model.end_forward(u_emb);
     if (last) loss = k->sum(mb.losses.as<float>(), static_cast<std::size_t>(N)) / N;
     return loss;
+  }
+
+  // The slot of the LM head's weight in its unit: wte in the embeddings (tied), output.weight alone (untied).
+  int head_slot() const { return cfg.tied ? es.wte : 0; }
+  void open_embeddings(std::optional<BackwardViews>& ev, int u) {
+    ev.emplace(model.begin_backward(u));
+    emb->load(ev->params);
+    emb->open_grads(ev->grads, emb_tp_summed);
   }
 
   // Backward of one chunk for the micro-batch in `slot`: from the loss (last stage) or from dnext, the gradient the
@@ -684,27 +600,36 @@ struct GptModel::Impl {
     const LayerRange& r = chunk_of(chunk);
     MicroActs& mb = slot_of(slot);
     const bool first = has_embeddings(chunk), last = has_head(chunk);
-    std::optional<BackwardViews> ev;  // the embeddings (first stage) or the LM head's unit (last stage)
-    if (first || last) {
-      ev.emplace(model.begin_backward(first ? u_emb : u_head));
-      emb->load(ev->params);
-      emb->open_grads(ev->grads, emb_tp_summed);
-    }
+    // Tied: the embeddings (first stage) or the LM head's copy (last stage), open through the chunk. Untied: the head
+    // is opened and closed on its own, the embeddings after the blocks (the units' reverse order).
+    std::optional<BackwardViews> ev;
+    if (cfg.tied && (first || last)) open_embeddings(ev, first ? u_emb : u_head);
     if (last) {
+      std::optional<BackwardViews> hv;
+      if (!cfg.tied) {
+        hv.emplace(model.begin_backward(u_head));
+        head->load(hv->params);
+        head->open_grads(hv->grads);
+      }
+      UnitF32& hu = cfg.tied ? *emb : *head;
       k->zero(dln.data(), static_cast<std::size_t>(N) * C * 4);
-      k->lm_head_backward(dln.as<float>(), emb->g(kWte), mb.logits.as<float>(), whole(mb.lnf.as<float>()),
-                          emb->p(kWte), N, C, Vl);
+      k->lm_head_backward(dln.as<float>(), hu.g(head_slot()), mb.logits.as<float>(), whole(mb.lnf.as<float>()),
+                          hu.p(head_slot()), N, C, Vl);
+      if (hv) {
+        head->close_grads(hv->grads, tp);
+        model.end_backward(u_head);
+      }
       const float* dlnf = reduce_input_grad();
       BackwardViews fv = model.begin_backward(u_lnf);
       unit->load(fv.params);
       unit->open_grads(fv.grads, lnf_tp_summed);
       k->zero(dres.data(), static_cast<std::size_t>(Nl) * C * 4);
-      k->layernorm_backward(dres.as<float>(), unit->g(kLnfW), unit->g(kLnfB), dlnf,
-                            mb.x_in[static_cast<std::size_t>(r.count())].as<float>(), unit->p(kLnfW),
-                            mb.lnf_mean.as<float>(), mb.lnf_rstd.as<float>(), Nl, C);
+      norm_backward(dres.as<float>(), unit->g(ns.w), unit->g(ns.b), dlnf,
+                    mb.x_in[static_cast<std::size_t>(r.count())].as<float>(), unit->p(ns.w), mb.lnf_mean.as<float>(),
+                    mb.lnf_rstd.as<float>());
       unit->close_grads(fv.grads, tp, lnf_tp_summed);
       model.end_backward(u_lnf);
-      if (!first) {  // the copy's gradient is complete: hand the unit back before the blocks
+      if (cfg.tied && !first) {  // the copy's gradient is complete: hand the unit back before the blocks
         emb->close_grads(ev->grads, tp, emb_tp_summed);
         model.end_backward(u_head);
         ev.reset();
@@ -733,11 +658,12 @@ struct GptModel::Impl {
       if (set >= 0) offload->end_backward(set);
     }
     if (first) {
+      if (!ev) open_embeddings(ev, u_emb);  // untied: not opened with the head
       if (!tpk) {
         embed_backward(dres.as<float>(), mb.tokens_in.as<std::int32_t>());
       } else {
         positions_backward(dres.as<float>());
-        vocab_parallel_embedding_backward(*k, tp, emb->g(kWte), dres.as<float>(), dfull.as<float>(),
+        vocab_parallel_embedding_backward(*k, tp, emb->g(es.wte), dres.as<float>(), dfull.as<float>(),
                                           mb.tokens_in.as<std::int32_t>(), vocab, C);
       }
       emb->close_grads(ev->grads, tp, emb_tp_summed);

@@ -1,5 +1,5 @@
 // GptModel: the GPT-2 of docs/gpt-model.md on a ShardedModel: units, init, and one
-// micro-batch of forward and backward through the kernels of its device (GptKernels: CPU or CUDA).
+// micro-batch of forward and backward through the kernels of its device (Kernels: CPU or CUDA).
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,8 @@
 
 #include "collectives/communicator.h"
 #include "core/device.h"
+#include "kernels/cpu/rope.h"
+#include "models/llama/llama_config.h"
 #include "runtime/memory/recompute_policy.h"
 #include "runtime/tensor/tensor_parallel.h"
 #include "runtime/parallel/pipeline_schedule.h"
@@ -16,12 +18,45 @@
 
 namespace strata::gpt {
 
+// The model families this model computes (docs/llama-model.md): GPT-2 (LayerNorm with biases, learned positions, a
+// GELU MLP of 4 embd, a bias on every product, the head tied to wte) and the Llama-style decoders of Hugging Face's
+// LlamaConfig (RMSNorm, rotary positions, a SwiGLU MLP of `ffn`, grouped-query attention, no biases but optional
+// q, k, v ones, a tied or untied head). One block serves both: the family picks its norm, positions, MLP and biases.
+enum class Family { kGpt2, kLlama };
+// "gpt2" or "llama" (train_gpt --family, checkpoints' record); parse_family refuses any other name, listing both.
+// llama_model: the GptConfig of a LlamaConfig (models/llama: a preset or a Hugging Face config.json); kUnsupported for
+// Llama's attention_bias (a bias on o as well: not built; Qwen2's q, k, v biases are).
+const char* family_name(Family family);
+Family parse_family(const std::string& name);
+
 struct GptConfig {
+  GptConfig() = default;
+  // A GPT-2 of these dimensions.
+  GptConfig(int layers_, int heads_, int embd_, int vocab_, int ctx_)
+      : layers(layers_), heads(heads_), embd(embd_), vocab(vocab_), ctx(ctx_) {}
   int layers = 2;
   int heads = 2;
-  int embd = 32;
+  int embd = 32;  // the residual width (hidden_size)
   int vocab = 64;
-  int ctx = 16;  // positions in wpe (Tctx)
+  int ctx = 16;  // positions: wpe's rows (GPT-2), the rotary table's (Llama)
+  // Llama-style only (GPT-2 takes the defaults): key-value heads (0: heads; a divisor of heads), a head's channels
+  // (0: embd / heads), the MLP's width (0: 4 embd), RMSNorm's eps, the rotary embedding, q, k, v biases, the head.
+  int kv_heads = 0;
+  int head_dim = 0;
+  int ffn = 0;
+  float norm_eps = 1e-5f;
+  double rope_theta = 10000.0;
+  cpu::RopeScaling rope_scaling;
+  bool qkv_bias = false;
+  bool tied = true;
+  Family family = Family::kGpt2;
+
+  bool llama() const { return family == Family::kLlama; }
+  int kv() const { return kv_heads > 0 ? kv_heads : heads; }
+  int hd() const { return head_dim > 0 ? head_dim : embd / heads; }
+  int q_width() const { return heads * hd(); }    // the attention's width (q, its output)
+  int kv_width() const { return kv() * hd(); }    // k's and v's
+  int mlp_width() const { return ffn > 0 ? ffn : 4 * embd; }
   void validate() const;
   std::string describe() const;
   // kInvalidArgument naming the values when the model cannot be split over `tp` ranks (heads, embd; seq under
@@ -32,6 +67,8 @@ struct GptConfig {
   // be allocated (above kMaxAddressableBytes of core/checked_math.h). Run before anything is allocated.
   void validate_sizes(int batch, int seq, int tp) const;
 };
+
+GptConfig llama_model(const llama::LlamaConfig& config);
 
 // Tensor parallelism (docs/tensor-parallel.md): Megatron-LM's split of each block over the `tp` group, the
 // vocabulary-parallel embedding / LM head / cross-entropy, and optionally sequence parallelism.
@@ -55,10 +92,11 @@ struct GptStagePart {
   bool first = true;
   bool last = true;
   int slots = 1;  // micro-batches whose activations are kept at once (the schedule's most in flight on this rank)
+  bool tied = true;  // the LM head is wte (GPT-2; a tied Llama), else a unit of its own on the last stage
   // The part of pp rank `rank` under a schedule of `pp` ranks and `virtual_stages` chunks each (split_layers).
   static GptStagePart of_rank(const GptConfig& cfg, int pp, int virtual_stages, int rank, int slots);
   // Whether the part holds a copy of the embeddings as its LM head (the last stage on a rank without the first).
-  bool holds_tied_copy() const { return last && !first; }
+  bool holds_tied_copy() const { return tied && last && !first; }
 };
 
 // Where a part's units are among gpt_units(cfg, tp, part): chunk c's are [first[c], first[c + 1]) (the embeddings in
@@ -71,7 +109,8 @@ struct GptStageUnits {
 };
 GptStageUnits stage_units(const GptConfig& cfg, const GptStagePart& part);
 
-// One unit for the embeddings (wte, wpe; wte is also the tied LM head), one per block "h.{i}", one for "ln_f".
+// One unit for the embeddings (wte, wpe; wte is also the tied LM head), one per block "h.{i}", one for "ln_f"; a
+// Llama-style model's are "embeddings", "layers.{i}", "norm" and, untied, "output" (gpt_units.cc has the slots).
 // Under tensor parallelism of degree `tp` the slots hold this rank's slices (SlotSpec::tp has the split; shapes are
 // local): qkv and c_fc column-parallel, the two c_proj row-parallel, wte by vocabulary rows (padded to a multiple of
 // tp), the rest replicated.
@@ -85,7 +124,7 @@ inline constexpr const char* kTiedHeadUnit = "lm_head";
 int vocab_per_rank(const GptConfig& cfg, int tp);
 int embeddings_unit();
 int block_unit(int layer);  // 1 + layer
-int final_norm_unit(const GptConfig& cfg);
+int final_norm_unit(const GptConfig& cfg);  // an untied head's unit follows it
 
 // The spec's init distributions from our own counter-based generator: element k of a parameter depends only on
 // (seed, parameter name, k), so any rank can fill any shard and the result does not depend on the rank count.
@@ -93,7 +132,7 @@ void spec_init(const GptConfig& cfg, const ParamSlot& slot, std::size_t begin, s
                std::uint64_t seed);
 
 // How the model computes: kF32 (exact f32) or kBF16 (bf16 mixed precision: the products of matmuls and attention
-// on bf16-rounded operands with f32 accumulation; make_gpt_kernels in kernel_table.h has the rules).
+// on bf16-rounded operands with f32 accumulation; make_kernels in kernel_table.h has the rules).
 struct GptPrecision {
   DType matmul = DType::kF32;
 };

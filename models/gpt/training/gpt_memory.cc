@@ -36,16 +36,17 @@ TrainConfig rank_rows(const TrainConfig& cfg) {
 }
 
 // The ring's buffers (RingAttention's constructor): two key / value blocks and two of their gradients
-// [B, T / cp, 2 C / tp] in comm_buffer; a block's output [B, T / cp, C / tp], its log-sum-exp and the backward's row
-// dot [B, H / tp, T / cp] in workspace. Nothing without cp.
+// [B, T / cp, 2 kv_width / tp] in comm_buffer; a block's output [B, T / cp, q_width / tp] (C / tp for GPT-2), its
+// log-sum-exp and the backward's row dot [B, H / tp, T / cp] in workspace. Nothing without cp.
 void add_ring(CategoryBytes& b, const TrainConfig& cfg) {
   if (cfg.cp == 1) return;
   const std::uint64_t rows = static_cast<std::uint64_t>(cfg.micro_batch_rows()) * cfg.local_seq();
   const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);  // a tp rank rings its own heads
-  const std::uint64_t C = static_cast<std::uint64_t>(cfg.model.embd) / P;
+  const std::uint64_t Q = static_cast<std::uint64_t>(cfg.model.q_width()) / P;    // C / tp for GPT-2
+  const std::uint64_t KV = static_cast<std::uint64_t>(cfg.model.kv_width()) / P;  // its key-value heads' width
   const std::uint64_t H = static_cast<std::uint64_t>(cfg.model.heads) / P;
-  b[static_cast<std::size_t>(MemCategory::kCommBuffer)] += 4 * 4 * rows * 2 * C;
-  b[static_cast<std::size_t>(MemCategory::kWorkspace)] += 4 * (rows * C + 2 * rows * H);
+  b[static_cast<std::size_t>(MemCategory::kCommBuffer)] += 4 * 4 * rows * 2 * KV;
+  b[static_cast<std::size_t>(MemCategory::kWorkspace)] += 4 * (rows * Q + 2 * rows * H);
 }
 
 // What pp rank `pp_rank` of a pipelined run holds (GptTrainer's part), and its sharding options.
@@ -87,13 +88,11 @@ struct BlockFloats {
 
 BlockFloats block_floats(const TrainConfig& cfg, const GptStagePart& part, std::uint64_t N, std::uint64_t Nl,
                          std::uint64_t slots) {
-  const std::uint64_t C = static_cast<std::uint64_t>(cfg.model.embd), P = static_cast<std::uint64_t>(cfg.tp);
-  const std::uint64_t Cl = C / P, Hl = static_cast<std::uint64_t>(cfg.model.heads) / P;
-  const std::uint64_t T = static_cast<std::uint64_t>(cfg.seq);
+  const BlockWidths widths = BlockWidths::of(cfg.model, N, Nl, cfg.tp, static_cast<std::uint64_t>(cfg.seq));
   auto floats = [&](ActMask mask) {
     std::uint64_t n = 0;
     for (int a = 0; a < kNumBlockActs; ++a)
-      if (mask & act_bit(a)) n += act_floats(a, N, Nl, C, Cl, Hl, T);
+      if (mask & act_bit(a)) n += act_floats(a, widths);
     return n;
   };
   const std::vector<LayerRange> chunks = part.chunks.empty() ? std::vector<LayerRange>{{0, cfg.model.layers}}
@@ -143,13 +142,19 @@ CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const
   CategoryBytes b = predict_state_memory(units, o, groups(cfg, world), 2).device;
   auto at = [&](MemCategory c) -> std::uint64_t& { return b[static_cast<std::size_t>(c)]; };
   const int shard = o.stage == ZeroStage::kNone ? 1 : groups(cfg, world).shard;
-  const int emb_unit = part.first ? 0 : part.last ? static_cast<int>(units.size()) - 1 : -1;  // embeddings or copy
-  std::uint64_t max_p = 0, emb_p = 0, max_other_p = 0;
+  // GptModel's f32 views: the embeddings or the tied head's copy, an untied head, and the largest other unit.
+  const bool tied = cfg.model.tied;
+  const int last_unit = static_cast<int>(units.size()) - 1;
+  const int emb_unit = part.first ? 0 : part.last && tied ? last_unit : -1;
+  const int head_unit = part.last && !tied ? last_unit : -1;
+  std::uint64_t max_p = 0, emb_p = 0, head_p = 0, max_other_p = 0;
   for (std::size_t u = 0; u < units.size(); ++u) {
     const std::uint64_t p = ShardLayout(units[u].slots, shard, o.align_elements).padded_numel();
     max_p = std::max(max_p, p);
     if (static_cast<int>(u) == emb_unit)
       emb_p = p;
+    else if (static_cast<int>(u) == head_unit)
+      head_p = p;
     else
       max_other_p = std::max(max_other_p, p);
   }
@@ -161,9 +166,10 @@ CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const
       at(MemCategory::kUnshardedParams) += (std::max(view.pools.params, gathers) - gathers) * slot_bytes;
     if (!plan.grads_persist)
       at(MemCategory::kUnshardedGrads) += (std::max<std::uint64_t>(view.pools.grads, 2) - 2) * slot_bytes;
-  } else {
+  } else if (tied) {
     // The trainer keeps the embeddings unit (the tied LM head) gathered from the first forward to the head, and its
-    // gradients open through the whole backward: each pool grows by one slot in the first step.
+    // gradients open through the whole backward: each pool grows by one slot in the first step. An untied model
+    // hands the embeddings back after the lookup and opens them last in the backward.
     if (plan.params_sharded) at(MemCategory::kUnshardedParams) += slot_bytes;
     if (!plan.grads_persist) at(MemCategory::kUnshardedGrads) += slot_bytes;
   }
@@ -182,26 +188,28 @@ CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const
     for (const LayerRange& r : part.chunks) L = std::max<std::uint64_t>(L, static_cast<std::uint64_t>(r.count()));
   }
   const std::uint64_t slots = static_cast<std::uint64_t>(view.slots);
-  const std::uint64_t Cl = C / P;
   const std::uint64_t Vl = static_cast<std::uint64_t>(vocab_per_rank(cfg.model, cfg.tp));
   // Per block, as its recomputation kind keeps them (block_floats): ln1, ln2 [Nl, C]; qkv, attention out, MLP pre-
-  // and post-GELU [N, 12 Cl]; lse [N, Hl]; x_mid [Nl, C]; four LayerNorm statistics [Nl].
+  // and post-GELU [N, 12 Cl] (a Llama block: its widths); lse [N, Hl]; x_mid [Nl, C]; the norms' statistics [Nl].
   const BlockFloats blocks = block_floats(cfg, part, N, Nl, slots);
   // Per slot: block inputs and the chunk's output [Nl, C] x (L + 1); on the last stage ln_f [Nl, C] and its
   // statistics, the vocabulary-parallel logits [N, Vl], the losses [N].
-  const std::uint64_t head = part.last ? Nl * C + 2 * Nl + N * Vl + N : 0;
+  const BlockWidths w = BlockWidths::of(cfg.model, N, Nl, cfg.tp, T);
+  const std::uint64_t head = part.last ? Nl * C + (w.norm_mean ? 2 : 1) * Nl + N * Vl + N : 0;
   at(MemCategory::kActivations) = 4 * (slots * ((L + 1) * Nl * C + head) + blocks.kept);
-  // Workspace: f32 parameters and gradients of the embeddings (or the head's copy) and of the largest other unit; the
-  // forward scratch (two [N, C]); under SP the reduced rows [Nl, C], a gathered LayerNorm output [N, C], a gathered
-  // gradient [N, C] and a reduced one [Nl, C]; on the last stage the loss's row maxima and statistics [3N] with the tp
-  // kernels; the backward scratch ([Nl, C] + [N, C] + [N, 12 Cl]); what recomputation rebuilds and activation
-  // offload's two staging sets; the gradient received from the next stage [Nl, C] (a pipeline, unless every chunk
+  // Workspace: f32 parameters and gradients of the embeddings (or the head's copy), of an untied head and of the
+  // largest other unit; the forward scratch (two [N, C]); under SP the reduced rows [Nl, C], a gathered LayerNorm
+  // output [N, C], a gathered gradient [N, C] and a reduced one [Nl, C]; on the last stage the loss's row maxima and
+  // statistics [3N] with the tp kernels; the backward scratch ([Nl, C] + [N, C] + the block's widths: [N, 12 Cl] for
+  // GPT-2); what recomputation rebuilds and activation offload's two staging sets; the gradient received from the next stage [Nl, C] (a pipeline, unless every chunk
   // ends in the loss); per slot the int32 input tokens [N] (first stage) and target tokens [N] (last stage).
   const bool receives_grads = piped && !(part.last && part.chunks.size() == 1);
   const std::uint64_t scratch = 2 * N * C + (sp ? 2 * Nl * C + 2 * N * C : 0) + (tp_kernels && part.last ? 3 * N : 0) +
-                                Nl * C + N * C + 12 * N * Cl + blocks.rebuilt + blocks.staging +
+                                Nl * C + N * C + N * (w.att + w.qkv + w.up + w.act) + blocks.rebuilt + blocks.staging +
                                 (receives_grads ? Nl * C : 0) + slots * N * ((part.first ? 1 : 0) + (part.last ? 1 : 0));
-  at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * max_other_p + scratch);
+  // A Llama-style model's rotary table: cos and sin of every position [ctx, D / 2].
+  const std::uint64_t rope = cfg.model.llama() ? static_cast<std::uint64_t>(cfg.model.ctx) * cfg.model.hd() : 0;
+  at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * head_p + 2 * max_other_p + scratch + rope);
   // TensorParallel's staging for the sequence permutation (SP with B > 1): [B, T, C].
   if (sp && P > 1 && B > 1) at(MemCategory::kWorkspace) += 4 * N * C;
   const TpStaging tp_staging = predict_tp_staging(cfg);
@@ -210,7 +218,7 @@ CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const
     // The MPI staging of the gradient norm's sum over the pp group (two doubles), and at the first and last stage the
     // sum of the tied embeddings' gradient shard over the pair (on the optimizer's stream).
     at(MemCategory::kCommBuffer) += all_reduce_staging(2, static_cast<std::uint64_t>(cfg.pp), 8);
-    if (part.first || part.last)
+    if (tied && (part.first || part.last))
       at(MemCategory::kCommBuffer) +=
           all_reduce_staging(ShardLayout(units[static_cast<std::size_t>(emb_unit)].slots, shard, o.align_elements)
                                  .shard_numel(), 2, 4);
@@ -227,8 +235,9 @@ TpStaging predict_tp_staging(const TrainConfig& cfg) {
   const std::uint64_t C = static_cast<std::uint64_t>(cfg.model.embd);
   // The compute lane's largest collective: the all-reduce of a row-parallel product [N, C] without sequence
   // parallelism; under it, the reduce-scatter of one (tp x [N / tp, C] staged) or the sum over tp of the largest
-  // replicated gradient, wpe [ctx, C]; the loss's statistics [2N] either way.
-  const std::uint64_t wpe = static_cast<std::uint64_t>(cfg.model.ctx) * C;
+  // replicated gradient, wpe [ctx, C] (a Llama-style model has no wpe: a norm's weight [C]); the loss's statistics [2N]
+  // either way.
+  const std::uint64_t wpe = cfg.model.llama() ? C : static_cast<std::uint64_t>(cfg.model.ctx) * C;
   s.compute = all_reduce_staging(2 * N, P, 4);
   if (cfg.sequence_parallel)
     s.compute = std::max({s.compute, N * C * 4, all_reduce_staging(wpe, P, 4)});
@@ -301,7 +310,7 @@ std::uint64_t predict_cp_bytes(const TrainConfig& cfg, int pp_rank) {
   const std::uint64_t cp = static_cast<std::uint64_t>(cfg.cp);
   const std::uint64_t block = 4 * static_cast<std::uint64_t>(cfg.micro_batch_rows()) *
                               static_cast<std::uint64_t>(cfg.local_seq()) * 2 *
-                              static_cast<std::uint64_t>(cfg.model.embd / cfg.tp);
+                              static_cast<std::uint64_t>(cfg.model.kv_width() / cfg.tp);
   // The layers of this pp rank's stage (all of them without a pipeline).
   const GptStagePart part = pipeline_view(cfg, pp_rank, nullptr, false).part;
   const std::vector<LayerRange> chunks =

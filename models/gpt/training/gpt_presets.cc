@@ -1,7 +1,10 @@
-// GptPreset: GPT-2 124M and 350M as OpenAI released them, with the vocabulary padded for the kernels.
+// GptPreset: GPT-2 124M and 350M as OpenAI released them, with the vocabulary padded for the kernels, and the
+// Llama-style presets of models/llama.
 #include "models/gpt/training/gpt_presets.h"
 
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "core/error.h"
 
@@ -27,10 +30,30 @@ GptPreset preset(const char* name, int layers, int heads, int embd) {
   return p;
 }
 
+// The Llama-style presets of models/llama (llama-tiny, llama3-8b, llama2-70b), trained at their context or 4096
+// positions, whichever is fewer (Llama 3's vocabulary of 128256 passes the uint16 tokens of today's data files:
+// train_gpt refuses it naming --vocab).
+std::vector<GptPreset> llama_shapes() {
+  std::vector<GptPreset> out;
+  for (const llama::LlamaConfig& c : llama::llama_presets()) {
+    GptPreset p;
+    p.name = c.name;
+    p.model = llama_model(c);
+    p.seq = std::min(c.ctx, 4096);
+    p.vocab_tokens = c.vocab;
+    out.push_back(p);
+  }
+  return out;
+}
+
 }  // namespace
 
 const std::vector<GptPreset>& gpt_presets() {
-  static const std::vector<GptPreset> presets = {preset("gpt2-124m", 12, 12, 768), preset("gpt2-350m", 24, 16, 1024)};
+  static const std::vector<GptPreset> presets = [] {
+    std::vector<GptPreset> all = {preset("gpt2-124m", 12, 12, 768), preset("gpt2-350m", 24, 16, 1024)};
+    for (GptPreset& p : llama_shapes()) all.push_back(p);
+    return all;
+  }();
   return presets;
 }
 

@@ -1,4 +1,4 @@
-// GptPreset: named model shapes for `train_gpt --model NAME` (GPT-2 small and medium).
+// GptPreset: named model shapes for `train_gpt --model NAME` (GPT-2 small and medium, the Llama-style presets).
 #pragma once
 
 #include <string>

@@ -13,8 +13,9 @@
 #include <thread>
 
 #include "models/gpt/training/gpt_memory.h"
-#include "models/gpt/model/cpu_ops.h"
+#include "kernels/cpu/threads.h"
 #include "core/safetensors.h"
+#include "models/gpt/model/hf_llama_weights.h"
 #include "models/gpt/model/weight_names.h"
 #include "runtime/context/context_chunks.h"
 #include "runtime/optim/nonfinite.h"
@@ -47,7 +48,7 @@ GptTrainer::GptTrainer(Runtime& runtime, const TrainConfig& config, const TokenF
   check_config();
   if (cfg_.recompute.automatic && cfg_.recompute.per_layer.empty()) choose_recompute();
   // Kernel threads: the node's cores shared among its ranks (oversubscribed OpenMP threads spin against each other).
-  set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
+  cpu::set_num_threads(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt_.local_size()));
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, cfg_.cp == 1 || rt_.device().kind() == DeviceKind::kCpu,
                     "--cp {} on {}: ring attention runs on the CPU backend only so far (--backend cpu)", cfg_.cp,
                     rt_.device().name());
@@ -145,8 +146,10 @@ void GptTrainer::parallelize() {
   // with it, so all ranks agree.
   for (Communicator* g : model_parallel_norm_groups(*mesh_)) cfg_.optimizer.norm_groups.push_back(g);
   cfg_.optimizer.counted = counted_once(*mesh_, part_.holds_tied_copy() ? tied_unit : -1);
-  // The first and last stage of each pipeline (its pp group) hold the token embeddings, which are the LM head.
-  if (P > 1) tied_ = std::make_unique<TiedParameters>(*mesh_, std::vector<int>{0, P - 1}, tied_unit, "tied_wte");
+  // The first and last stage of each pipeline (its pp group) hold the token embeddings, which are the LM head (tied;
+  // an untied head is the last stage's alone).
+  if (P > 1 && cfg_.model.tied)
+    tied_ = std::make_unique<TiedParameters>(*mesh_, std::vector<int>{0, P - 1}, tied_unit, "tied_wte");
   with_fit_advice([&] {
     model_ = std::make_unique<ShardedModel>(*mesh_, gpt_units(cfg_.model, cfg_.tp, part_), cfg_.sharding);
     optimizer_ = std::make_unique<ShardedAdamW>(*model_, cfg_.adamw, cfg_.optimizer);
@@ -156,6 +159,10 @@ void GptTrainer::parallelize() {
 
 void GptTrainer::init_from_file() {
   SafetensorsReader reader(cfg_.init);
+  if (cfg_.model.llama() && has_hf_llama_names(reader)) {
+    init_from_hf_llama(reader);
+    return;
+  }
   std::vector<std::string> names;
   std::map<std::string, std::pair<int, int>> place;  // parameter -> (unit, slot) on this rank
   for (int u = 0; u < model_->num_units(); ++u) {
@@ -182,6 +189,17 @@ void GptTrainer::init_from_file() {
                  "value of the file's parameters); initial weights must be finite", cfg_.init, name,
                  std::isnan(bad.value) ? "NaN" : bad.value > 0 ? "inf" : "-inf", bad.element);
   }
+}
+
+void GptTrainer::init_from_hf_llama(const SafetensorsReader& reader) {
+  HfLlamaWeights weights(reader, cfg_.model);  // strict names, the config's shapes
+  model_->init(init_by_global_index(*mesh_, [&](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
+    weights.read(s.name, g, n, o);
+  }));
+  const NonFiniteAt bad = lowest_over_ranks(rt_.world(), find_nonfinite(model_->parameters(), ShardValues::kMaster,
+                                                                        true));
+  STRATA_CHECK_CODE(ErrorCode::kNonFinite, !bad.found(), "--init {}: the weights are not finite: {}; initial weights "
+                    "must be finite", cfg_.init, describe_nonfinite(model_->parameters(), bad));
 }
 
 GptTrainer::~GptTrainer() = default;
@@ -293,6 +311,16 @@ void GptTrainer::resume() {
     plan.step = common;
   }
   if (plan.step < 0) return;  // a new directory (or only interrupted saves, named in the notes): from step 0
+  // Another family's checkpoint holds other tensors: say so before the load would name them one by one.
+  {
+    const std::string where = CheckpointDir(cfg_.checkpoint.dir).step_path(plan.step) + "/index.json";
+    const nlohmann::json saved = CheckpointDir(cfg_.checkpoint.dir).read_index(plan.step).state.value(
+        "trainer", nlohmann::json::object());
+    const std::string family = GptTrainerState::parse(saved, "checkpoint index " + where, nullptr).family;
+    STRATA_CHECK_CODE(ErrorCode::kMismatch, family == family_name(cfg_.model.family),
+                      "--resume: {} holds a {} model, this run trains a {} one (--family {})", where, family,
+                      family_name(cfg_.model.family), family_name(cfg_.model.family));
+  }
   // The weights, the moments and the optimizer's scalars, then where the data and the schedule stood.
   const nlohmann::json state = checkpointer_->load(plan.step);
   resumed_from_ = checkpointer_->last_load().step;

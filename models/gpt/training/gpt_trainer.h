@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "core/safetensors.h"
 #include "models/gpt/model/gpt_model.h"
 #include "models/gpt/parallel/gpt_pipeline_stage.h"
 #include "models/gpt/training/gpt_trainer_state.h"
@@ -85,6 +86,7 @@ class GptTrainer {
   void build_pipeline();
   void parallelize();
   void init_from_file();
+  void init_from_hf_llama(const SafetensorsReader& reader);  // Hugging Face names and layouts (hf_llama_weights.h)
   // What a checkpoint keeps of the trainer: the step and data position it stands at, the seed, the configuration.
   nlohmann::json trainer_state() const;
   // --resume: the directory's resume plan, the load, and the checks of the trainer state against this run.

@@ -18,7 +18,9 @@ const JsonSchema& state_schema() {
   using S = JsonSchema;
   // The configuration is a record (a resume takes its flags): only what a resume compares is checked.
   const S config =
-      S::object({optional("model", S::object({optional("heads", S::integer(1, 1 << 20))}, S::Unknown::kAllow)),
+      S::object({optional("model", S::object({optional("heads", S::integer(1, 1 << 20)),
+                                              optional("family", S::string(16))},
+                                             S::Unknown::kAllow)),
                  optional("seq", S::integer(1, INT32_MAX))},
                 S::Unknown::kAllow);
   static const S s = S::object(
@@ -66,6 +68,8 @@ GptTrainerState GptTrainerState::parse(const nlohmann::json& j, const std::strin
     s.config = j["config"];
     if (s.config.contains("model") && s.config["model"].contains("heads"))
       s.heads = s.config["model"]["heads"].get<int>();
+    if (s.config.contains("model") && s.config["model"].contains("family"))
+      s.family = s.config["model"]["family"].get<std::string>();
     if (s.config.contains("seq")) s.seq = s.config["seq"].get<int>();
   }
   if (j.contains("data")) s.data = GptDataRecord{j["data"]["source"], j["data"]["tokens"], j["data"]["fingerprint"]};

@@ -32,6 +32,7 @@ struct GptTrainerState {
   std::optional<std::uint64_t> seed;
   std::optional<int> world_size;
   std::optional<int> heads;           // the attention heads it trained with (they do not change the weights' shapes)
+  std::string family = "gpt2";        // the model family (absent before the Llama-style family: gpt2)
   std::optional<int> seq;             // tokens per row (rows_done counts rows of this many)
   std::optional<GptDataRecord> data;  // absent in checkpoints written before Hardening 2, and in imports
   nlohmann::json config = nlohmann::json::object();  // TrainConfig::to_json(), for the record

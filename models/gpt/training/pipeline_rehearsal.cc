@@ -18,7 +18,14 @@ PoolPeaks rehearse_pools(const TrainConfig& cfg, int pp_rank) {
   STRATA_CHECK(cfg.pipelined(), "rehearse_pools: the configuration has no pipeline");
   // Width, heads, vocabulary and sequence change the sizes of the slots, not how many are in use: the units, their
   // order and the calls on them depend on the layers, the schedule and the options only.
-  const GptConfig tiny{cfg.model.layers, 1, 1, 2, 1};
+  GptConfig tiny{cfg.model.layers, 1, 1, 2, 1};
+  if (cfg.model.llama()) {  // the family's units (an untied head is one more), at its smallest valid shape
+    tiny.family = Family::kLlama;
+    tiny.embd = 2;
+    tiny.ffn = 1;
+    tiny.tied = cfg.model.tied;
+    tiny.qkv_bias = cfg.model.qkv_bias;
+  }
   const int seq = 1, rows = 1;
   const PipelineSchedule schedule =
       PipelineSchedule::build(cfg.pp_schedule, cfg.pp, cfg.micro_batches(), cfg.pp_virtual);

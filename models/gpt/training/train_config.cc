@@ -6,8 +6,28 @@
 namespace strata::gpt {
 
 nlohmann::json TrainConfig::to_json() const {
-  return {{"model", {{"layers", model.layers}, {"heads", model.heads}, {"embd", model.embd}, {"vocab", model.vocab},
-                     {"ctx", model.ctx}}},
+  nlohmann::json shape = {{"layers", model.layers}, {"heads", model.heads}, {"embd", model.embd},
+                          {"vocab", model.vocab}, {"ctx", model.ctx}};
+  if (model.llama()) {
+    shape["family"] = family_name(model.family);
+    shape["kv_heads"] = model.kv();
+    shape["head_dim"] = model.hd();
+    shape["ffn"] = model.mlp_width();
+    shape["norm_eps"] = model.norm_eps;
+    shape["rope_theta"] = model.rope_theta;
+    const cpu::RopeScaling& r = model.rope_scaling;
+    if (r.kind == cpu::RopeScaling::kLlama3)
+      shape["rope_scaling"] = {{"rope_type", "llama3"},
+                               {"factor", r.factor},
+                               {"low_freq_factor", r.low_freq_factor},
+                               {"high_freq_factor", r.high_freq_factor},
+                               {"original_max_position_embeddings", r.original_max_position_embeddings}};
+    else
+      shape["rope_scaling"] = "none";
+    shape["qkv_bias"] = model.qkv_bias;
+    shape["tied"] = model.tied;
+  }
+  return {{"model", shape},
           {"seq", seq},
           {"batch", batch},
           {"grad_accum", grad_accum},

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/file_checks.h"
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
+#include "models/gpt/model/llama_shape_flags.h"
 #include "models/gpt/training/gpt_presets.h"
 #include "runtime/checkpoint/storage_view.h"
 #include "runtime/parallel/node_layout.h"
@@ -18,10 +19,17 @@ namespace {
 // The model's shape (a preset, or each dimension) and the rows of a step.
 void add_model_flags(CLI::App& app, TrainFlags& f) {
   std::string presets;
-  for (const GptPreset& p : gpt_presets())
-    presets += fmt::format("{}{} ({} layers, {} heads, width {}, vocabulary {} padded to {}, sequence {})",
-                           presets.empty() ? "" : "; ", p.name, p.model.layers, p.model.heads, p.model.embd,
-                           p.vocab_tokens, p.model.vocab, p.seq);
+  for (const GptPreset& p : gpt_presets()) {
+    const GptConfig& m = p.model;
+    presets += presets.empty() ? "" : "; ";
+    if (m.llama())
+      presets += fmt::format("{} (--family llama: {} layers, {} heads over {} key-value heads, width {}, MLP {}, "
+                             "vocabulary {}, sequence {})",
+                             p.name, m.layers, m.heads, m.kv(), m.embd, m.mlp_width(), m.vocab, p.seq);
+    else
+      presets += fmt::format("{} ({} layers, {} heads, width {}, vocabulary {} padded to {}, sequence {})", p.name,
+                             m.layers, m.heads, m.embd, p.vocab_tokens, m.vocab, p.seq);
+  }
   app.add_option("--model", f.model_name,
                  "a named model shape: " + presets +
                      ". --layers, --heads, --embd, --vocab, --ctx and --seq given as well "
@@ -34,7 +42,14 @@ void add_model_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--heads", f.model.heads, "attention heads")->check(flags::positive_integer());
   app.add_option("--embd", f.model.embd, "embedding width C (a multiple of --heads)")->check(flags::positive_integer());
   app.add_option("--vocab", f.model.vocab, "vocabulary size (256 with --text)")->check(flags::integer(2, 65536));
-  app.add_option("--ctx", f.model.ctx, "positions in wpe")->check(flags::positive_integer());
+  app.add_option("--ctx", f.model.ctx, "positions in wpe (the rotary table's, --family llama)")
+      ->check(flags::positive_integer());
+  app.add_option("--family", f.family,
+                 "gpt2 (LayerNorm, learned positions, GELU MLP of 4 x --embd, tied head), or llama (Hugging Face's "
+                 "LlamaForCausalLM: RMSNorm, rotary positions, SwiGLU MLP of --ffn, grouped-query attention; "
+                 "docs/llama-model.md)")
+      ->check(CLI::IsMember({"gpt2", "llama"}));
+  add_llama_shape_flags(app, f.model);
   app.add_option("--seq", f.seq, "sequence length T (<= --ctx)")->check(flags::positive_integer());
   app.add_option("--batch", f.batch,
                  "rows per data-parallel rank per micro-batch (with --microbatches or --pp: per step, split into the "
@@ -71,7 +86,10 @@ void add_optimizer_flags(CLI::App& app, TrainFlags& f) {
 void add_data_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--seed", f.seed, "seed of the init (without --init) and of --make-data")
       ->check(flags::unsigned_integer());
-  app.add_option("--init", f.init, "initial weights (safetensors, the spec's names)")->check(CLI::ExistingFile);
+  app.add_option("--init", f.init,
+                 "initial weights: a safetensors file (the spec's names, or with --family llama Strata's or Hugging "
+                 "Face's), or a Hugging Face model directory (config.json and model.safetensors: the shape too)")
+      ->check(CLI::ExistingPath);
   app.add_option("--save", f.save, "write the final weights here (safetensors, F32)");
   auto* data = app.add_option("--data", f.data, "training tokens (flat uint16)")->check(CLI::ExistingFile);
   auto* text = app.add_option("--text", f.text, "train a byte-level model (vocab 256) on this text file")
@@ -185,17 +203,46 @@ void add_train_flags(CLI::App& app, TrainFlags& f) {
   add_run_flags(app, f);
 }
 
+namespace {
+
+// The shape of `model` into the flags not given on the command line (a preset's, or a model directory's).
+void take_shape(const CLI::App& app, TrainFlags& f, const GptConfig& model) {
+  auto unset = [&](const char* flag) { return app.get_option(flag)->count() == 0; };
+  if (unset("--layers")) f.model.layers = model.layers;
+  if (unset("--heads")) f.model.heads = model.heads;
+  if (unset("--embd")) f.model.embd = model.embd;
+  if (unset("--vocab")) f.model.vocab = model.vocab;
+  if (unset("--ctx")) f.model.ctx = model.ctx;
+  if (!model.llama()) return;
+  if (unset("--family")) f.family = family_name(model.family);
+  if (unset("--kv-heads")) f.model.kv_heads = model.kv_heads;
+  if (unset("--head-dim")) f.model.head_dim = model.head_dim;
+  if (unset("--ffn")) f.model.ffn = model.ffn;
+  if (unset("--rope-theta")) f.model.rope_theta = model.rope_theta;
+  if (unset("--norm-eps")) f.model.norm_eps = model.norm_eps;
+  if (unset("--untied")) f.model.tied = model.tied;
+  if (unset("--qkv-bias")) f.model.qkv_bias = model.qkv_bias;
+  f.model.rope_scaling = model.rope_scaling;
+}
+
+}  // namespace
+
 int apply_preset(const CLI::App& app, TrainFlags& f) {
+  if (!f.init.empty() && std::filesystem::is_directory(f.init)) {
+    // A Hugging Face model directory: its config.json is the shape (flags given as well override it), its
+    // model.safetensors the initial weights.
+    STRATA_CHECK(f.model_name.empty(), "--model {} and --init {} (a model directory) both give the shape: drop one",
+                 f.model_name, f.init);
+    const std::string dir = f.init;
+    take_shape(app, f, llama_model(llama::from_hf_config_json(dir + "/config.json", f.seq)));
+    f.init = dir + "/model.safetensors";
+    return f.model.vocab;
+  }
   if (f.model_name.empty()) return f.model.vocab;
   const GptPreset& p = find_gpt_preset(f.model_name);
-  auto unset = [&](const char* flag) { return app.get_option(flag)->count() == 0; };
-  if (unset("--layers")) f.model.layers = p.model.layers;
-  if (unset("--heads")) f.model.heads = p.model.heads;
-  if (unset("--embd")) f.model.embd = p.model.embd;
-  if (unset("--vocab")) f.model.vocab = p.model.vocab;
-  if (unset("--ctx")) f.model.ctx = p.model.ctx;
-  if (unset("--seq")) f.seq = p.seq;
-  return unset("--vocab") ? p.vocab_tokens : f.model.vocab;
+  take_shape(app, f, p.model);
+  if (app.get_option("--seq")->count() == 0) f.seq = p.seq;
+  return app.get_option("--vocab")->count() == 0 ? p.vocab_tokens : f.model.vocab;
 }
 
 void apply_global_batch(const CLI::App& app, TrainFlags& f, int world) {
@@ -240,6 +287,14 @@ std::vector<ConfigField> effective_configuration(const TrainFlags& f) {
                                         {"--embd", num(f.model.embd)},
                                         {"--vocab", num(f.model.vocab)},
                                         {"--ctx", num(f.model.ctx)},
+                                        {"--family", f.family},
+                                        {"--kv-heads", num(f.model.kv_heads)},
+                                        {"--head-dim", num(f.model.head_dim)},
+                                        {"--ffn", num(f.model.ffn)},
+                                        {"--rope-theta", num(f.model.rope_theta)},
+                                        {"--norm-eps", num(f.model.norm_eps)},
+                                        {"--untied", on(!f.model.tied)},
+                                        {"--qkv-bias", on(f.model.qkv_bias)},
                                         {"--seq", num(f.seq)},
                                         {"--batch", num(f.batch)},
                                         {"--grad-accum", num(f.grad_accum)},
@@ -331,6 +386,7 @@ TokenFile open_tokens(const TrainFlags& f, int data_vocab) {
 TrainConfig train_config(const TrainFlags& f, Runtime& rt) {
   TrainConfig cfg;
   cfg.model = f.model;
+  cfg.model.family = parse_family(f.family);
   if (!f.text.empty()) cfg.model.vocab = 256;  // bytes
   cfg.seq = f.seq;
   cfg.batch = f.batch;

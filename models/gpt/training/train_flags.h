@@ -38,6 +38,7 @@ struct TrainFlags {
   std::string pp_schedule = "1f1b", dp_shard;
   bool pp_reshard = false, verbose = false;
   std::string model_name;  // --model: a preset's shape; explicit shape flags override it
+  std::string family = "gpt2";  // --family; the Llama-style shape flags set model's fields directly
   double peak_tflops = 0;  // --peak-tflops: the MFU denominator per device (0: from the device's name)
 
   // The last step this run trains to: --steps, or --stop-at when it comes first.
@@ -46,7 +47,8 @@ struct TrainFlags {
 
 // Every flag of train_gpt, bound to `f` (later flags override earlier ones).
 void add_train_flags(CLI::App& app, TrainFlags& f);
-// The preset's shape for every shape flag not given on the command line (explicit flags win, as later flags do).
+// The preset's shape for every shape flag not given on the command line (explicit flags win, as later flags do); with
+// --init naming a Hugging Face model directory, its config.json's shape, and --init becomes its model.safetensors.
 // Returns the vocabulary synthetic tokens are drawn from: the preset's tokenizer's (GPT-2's 50257, not the padded
 // rows) unless --vocab was given.
 int apply_preset(const CLI::App& app, TrainFlags& f);

@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "core/byte_units.h"
-#include "models/gpt/model/cpu_ops.h"
+#include "kernels/cpu/matmul.h"
 #include "runtime/memory/memory_ledger.h"
 
 namespace strata::gpt {
@@ -28,7 +28,7 @@ void progress(int done, int total, double mean_ms) {
 // sgemm where it has none), so the log names it.
 std::string compute_text(const TrainConfig& cfg, DeviceKind backend) {
   if (cfg.precision.matmul != DType::kBF16) return "compute f32";
-  if (backend == DeviceKind::kCpu) return fmt::format("compute bf16 (f32 accumulation; {})", bf16_gemm_name());
+  if (backend == DeviceKind::kCpu) return fmt::format("compute bf16 (f32 accumulation; {})", cpu::bf16_gemm_name());
   return "compute bf16 (f32 accumulation; cuBLAS bf16 GEMMs)";
 }
 

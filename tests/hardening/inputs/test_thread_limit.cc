@@ -8,10 +8,10 @@
 #include <cstdint>
 #include <vector>
 
-#include "models/gpt/model/blas.h"
-#include "models/gpt/model/cpu_ops.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/ops.h"
 
-namespace strata::gpt {
+namespace strata::cpu {
 namespace {
 
 // Small integers: every product and partial sum is exact in f32, so the threaded result equals the reference exactly.
@@ -77,4 +77,4 @@ TEST_F(ThreadLimit, SgemmWritesEveryElementWhateverTheThreadCount) {
 }
 
 }  // namespace
-}  // namespace strata::gpt
+}  // namespace strata::cpu

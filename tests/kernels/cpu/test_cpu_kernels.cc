@@ -1,8 +1,9 @@
-// The GPT-2 CPU kernels against naive double-precision references, and their backwards against finite differences.
+// The CPU kernels (kernels/cpu) against naive double-precision references, and their backwards against finite differences.
 #include <gtest/gtest.h>
 #include <malloc.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <bit>
 #include <cmath>
@@ -18,10 +19,12 @@
 #include "core/device_registry.h"
 #include "core/dtype.h"
 #include "core/error.h"
-#include "models/gpt/model/kernel_table.h"
-#include "models/gpt/model/cpu_ops.h"
-#include "models/gpt/model/vec_math.h"
+#include "kernels/kernel_table.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/vec_math.h"
+#include "tests/kernels/cpu/kernel_test_data.h"
 #include "tests/support/compare.h"
+#include "tests/support/test_support.h"
 
 // ---- an allocation ledger: the peak bytes operator new holds above a baseline (for the attention workspace) ----
 // Every allocation is counted (malloc_usable_size both ways, so new and delete agree); a test resets the peak to
@@ -50,18 +53,13 @@ __attribute__((noinline)) void operator delete(void* p) noexcept {
 }
 __attribute__((noinline)) void operator delete(void* p, std::size_t) noexcept { operator delete(p); }
 
-namespace strata::gpt {
+namespace strata::cpu {
 namespace {
+
+using test::randn;
 
 using Vec = std::vector<double>;
 
-std::vector<float> randn(std::size_t n, unsigned seed, float stddev = 1.0f, float mean = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(mean, stddev);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 std::vector<int32_t> rand_tokens(std::size_t n, int V, unsigned seed) {
   std::mt19937 rng(seed);
   std::vector<int32_t> v(n);
@@ -157,14 +155,24 @@ Vec ref_gemm(bool ta, bool tb, int M, int N, int K, const Vec& A, const Vec& B) 
   return out;
 }
 
-// Causal attention with the whole T x T score matrix, straight from the spec.
-void ref_attention(Vec& out, Vec& lse, const Vec& qkv, int B, int T, int C, int NH) {
+// A qkv row of attention with NH query heads of D = C / NH and KVH key / value heads: [q: C | k: KVH D | v: KVH D].
+std::size_t qkv_width(int C, int NH, int KVH) { return static_cast<std::size_t>(C) + 2 * KVH * (C / NH); }
+// Column d of query head h's part (0 q, 1 k, 2 v) in a qkv row: k and v of key / value head h / (NH / KVH).
+std::size_t qkv_col(int C, int NH, int KVH, int part, int h, int d) {
+  const int D = C / NH, g = part == 0 ? h : h / (NH / KVH);
+  return (part == 0 ? 0 : static_cast<std::size_t>(C) + (part - 1) * KVH * D) + static_cast<std::size_t>(g) * D + d;
+}
+
+// Causal attention with the whole T x T score matrix, straight from the spec (query head h reading key / value head
+// h / (NH / KVH)).
+void ref_attention(Vec& out, Vec& lse, const Vec& qkv, int B, int T, int C, int NH, int KVH) {
   const int D = C / NH;
   const double scale = 1 / std::sqrt(static_cast<double>(D));
+  const std::size_t W = qkv_width(C, NH, KVH);
   out.assign(static_cast<std::size_t>(B) * T * C, 0);
   lse.assign(static_cast<std::size_t>(B) * NH * T, 0);
   auto at = [&](int b, int t, int part, int h, int d) {
-    return qkv[(static_cast<std::size_t>(b) * T + t) * 3 * C + part * C + h * D + d];
+    return qkv[(static_cast<std::size_t>(b) * T + t) * W + qkv_col(C, NH, KVH, part, h, d)];
   };
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
@@ -187,13 +195,15 @@ void ref_attention(Vec& out, Vec& lse, const Vec& qkv, int B, int T, int C, int 
       }
 }
 
-// The textbook softmax backward (no D_i shortcut, no lse): an independent check of the FlashAttention backward.
-Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH) {
+// The textbook softmax backward (no D_i shortcut, no lse): an independent check of the FlashAttention backward. A
+// key / value head's gradient gathers the terms of every query head that reads it.
+Vec ref_attention_backward(const Vec& dout, const Vec& qkv, int B, int T, int C, int NH, int KVH) {
   const int D = C / NH;
   const double scale = 1 / std::sqrt(static_cast<double>(D));
+  const std::size_t W = qkv_width(C, NH, KVH);
   Vec dqkv(qkv.size(), 0);
   auto idx = [&](int b, int t, int part, int h, int d) {
-    return (static_cast<std::size_t>(b) * T + t) * 3 * C + part * C + h * D + d;
+    return (static_cast<std::size_t>(b) * T + t) * W + qkv_col(C, NH, KVH, part, h, d);
   };
   for (int b = 0; b < B; ++b)
     for (int h = 0; h < NH; ++h)
@@ -233,14 +243,14 @@ double ref_gelu_grad(double x) {
   return 0.5 * (1 + th) + 0.5 * x * (1 - th * th) * b * (1 + 3 * 0.044715 * x * x);
 }
 
-class GptKernels : public testing::Test {
+class CpuKernels : public testing::Test {
  protected:
   void SetUp() override { set_num_threads(2); }
 };
 
 // ---- encoder ------------------------------------------------------------------------------------------------
 
-TEST_F(GptKernels, EncoderForwardAndBackward) {
+TEST_F(CpuKernels, EncoderForwardAndBackward) {
   const int B = 3, T = 7, C = 67, V = 5, Tctx = 9;  // V small so tokens repeat within and across rows
   auto wte = randn(static_cast<std::size_t>(V) * C, 1), wpe = randn(static_cast<std::size_t>(Tctx) * C, 2);
   auto tokens = rand_tokens(B * T, V, 3);
@@ -264,7 +274,7 @@ TEST_F(GptKernels, EncoderForwardAndBackward) {
 
 // ---- layernorm ----------------------------------------------------------------------------------------------
 
-TEST_F(GptKernels, LayernormMatchesReference) {
+TEST_F(CpuKernels, LayernormMatchesReference) {
   for (auto [N, C] : {std::pair{1, 1}, {5, 3}, {64, 384}, {17, 100}}) {
     SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C);
     auto x = randn(static_cast<std::size_t>(N) * C, 10, 2.0f, 0.5f), w = randn(C, 11), b = randn(C, 12);
@@ -288,7 +298,7 @@ TEST_F(GptKernels, LayernormMatchesReference) {
   }
 }
 
-TEST_F(GptKernels, LayernormBackwardMatchesFiniteDifferences) {
+TEST_F(CpuKernels, LayernormBackwardMatchesFiniteDifferences) {
   const int N = 4, C = 6;
   auto x = randn(N * C, 20, 1.5f), w = randn(C, 21), b = randn(C, 22), dy = randn(N * C, 23);
   std::vector<float> out(N * C), mean(N), rstd(N), dx(N * C, 0), dw(C, 0), db(C, 0);
@@ -307,7 +317,7 @@ TEST_F(GptKernels, LayernormBackwardMatchesFiniteDifferences) {
 
 // ---- matmuls ------------------------------------------------------------------------------------------------
 
-TEST_F(GptKernels, MatmulMatchesReference) {
+TEST_F(CpuKernels, MatmulMatchesReference) {
   struct Case {
     int N, IC, OC;
     bool bias, dinp;
@@ -340,7 +350,7 @@ TEST_F(GptKernels, MatmulMatchesReference) {
   }
 }
 
-TEST_F(GptKernels, LmHeadMatchesReference) {
+TEST_F(CpuKernels, LmHeadMatchesReference) {
   for (auto [N, C, V] : {std::tuple{1, 1, 1}, {9, 16, 50}, {64, 96, 1000}}) {
     SCOPED_TRACE(testing::Message() << "N=" << N << " C=" << C << " V=" << V);
     auto x = randn(static_cast<std::size_t>(N) * C, 40), wte = randn(static_cast<std::size_t>(V) * C, 41, 0.1f);
@@ -360,35 +370,46 @@ TEST_F(GptKernels, LmHeadMatchesReference) {
 
 struct AttnCase {
   int B, T, C, NH;
+  int KVH = 0;  // key / value heads; 0: NH (multi-head)
+  int kv() const { return KVH > 0 ? KVH : NH; }
+  std::size_t qkv_numel() const { return static_cast<std::size_t>(B) * T * qkv_width(C, NH, kv()); }
 };
 std::ostream& operator<<(std::ostream& os, const AttnCase& c) {
-  return os << "B=" << c.B << " T=" << c.T << " C=" << c.C << " NH=" << c.NH;
+  return os << "B=" << c.B << " T=" << c.T << " C=" << c.C << " NH=" << c.NH << " KVH=" << c.kv();
 }
 
-class GptAttention : public GptKernels, public testing::WithParamInterface<AttnCase> {};
+class CpuAttention : public CpuKernels, public testing::WithParamInterface<AttnCase> {};
 
 // Tiles are 64 rows and 64 keys: T = 1, short, exactly one tile, just over one, several with a ragged end; head
 // widths D = 4, 16, 64 and 12 (not a multiple of the 8-float vectors).
-INSTANTIATE_TEST_SUITE_P(Shapes, GptAttention,
+INSTANTIATE_TEST_SUITE_P(Shapes, CpuAttention,
                          testing::Values(AttnCase{1, 1, 8, 2}, AttnCase{2, 5, 12, 3}, AttnCase{1, 64, 32, 2},
                                          AttnCase{2, 65, 16, 1}, AttnCase{1, 130, 48, 3}, AttnCase{2, 200, 128, 2},
                                          AttnCase{2, 70, 36, 3}, AttnCase{1, 256, 384, 6}));
+// Grouped-query attention: (NH, KVH) = (4, 4), (4, 2), (4, 1) (multi-query), (6, 2), (6, 3), T never a whole number of
+// tiles, D = 8, 16 and 12.
+INSTANTIATE_TEST_SUITE_P(GroupedQuery, CpuAttention,
+                         testing::Values(AttnCase{2, 70, 32, 4, 4}, AttnCase{2, 100, 64, 4, 2},
+                                         AttnCase{1, 130, 32, 4, 1}, AttnCase{2, 67, 48, 6, 2},
+                                         AttnCase{1, 150, 72, 6, 3}, AttnCase{2, 5, 24, 6, 3}));
 
-TEST_P(GptAttention, MatchesNaiveReference) {
-  const auto [B, T, C, NH] = GetParam();
-  auto qkv = randn(static_cast<std::size_t>(B) * T * 3 * C, 50, 1.5f);  // wide scores: softmax far from uniform
+TEST_P(CpuAttention, MatchesNaiveReference) {
+  const AttnCase cs = GetParam();
+  const int B = cs.B, T = cs.T, C = cs.C, NH = cs.NH, KVH = cs.kv();
+  auto qkv = randn(cs.qkv_numel(), 50, 1.5f);  // wide scores: softmax far from uniform
   std::vector<float> out(static_cast<std::size_t>(B) * T * C, NAN), lse(static_cast<std::size_t>(B) * NH * T, NAN);
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
   Vec rout, rlse;
-  ref_attention(rout, rlse, to_d(qkv), B, T, C, NH);
+  ref_attention(rout, rlse, to_d(qkv), B, T, C, NH, KVH);
   EXPECT_CLOSE(out, rout, 2e-6);
   EXPECT_CLOSE(lse, rlse, 2e-6);
 
   auto dout = randn(out.size(), 51);
   auto dqkv = randn(qkv.size(), 52);
   auto dqkv0 = dqkv;
-  attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
-  EXPECT_LE(rel_err(dqkv.data(), plus(dqkv0, ref_attention_backward(to_d(dout), to_d(qkv), B, T, C, NH))), 1e-5);
+  attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
+  EXPECT_LE(rel_err(dqkv.data(), plus(dqkv0, ref_attention_backward(to_d(dout), to_d(qkv), B, T, C, NH, KVH))),
+            1e-5);
 }
 
 // ---- bf16 products ----------------------------------------------------------------------------------------
@@ -406,7 +427,7 @@ double rms_err(const std::vector<float>& got, const Vec& want) {
   return std::sqrt(num / den);
 }
 
-TEST(GptBf16, RoundToBf16IsNearestEven) {
+TEST(CpuBf16, RoundToBf16IsNearestEven) {
   const float one = 1.0f, ulp = 0x1p-7f;  // bf16 keeps 7 fraction bits
   const std::vector<float> in = {one, one + ulp / 2, one + 3 * ulp / 2, one + ulp / 2 + 0x1p-20f, -(one + ulp / 2),
                                  65504.0f, 1e-40f, INFINITY, -INFINITY, 0.0f, -0.0f};
@@ -432,16 +453,16 @@ TEST(GptBf16, RoundToBf16IsNearestEven) {
   }
 }
 
-// The CPU GptKernels with bf16 products: each matmul against a double-precision product of the operands rounded to
+// The CPU Kernels with bf16 products: each matmul against a double-precision product of the operands rounded to
 // bf16 beforehand (to the f32 sums' round-off, 1e-5 of the tensor's scale, on either CPU path: oneDNN's bf16
 // matmul, or rounded operands through dnnl_sgemm), and far from the f32 product; the bias gradient is the f32 dout's
 // column sums; the f32 kernels (kF32) are untouched.
-TEST(GptBf16, CpuMatmulsRoundEveryOperand) {
+TEST(CpuBf16, CpuMatmulsRoundEveryOperand) {
   std::printf("bf16 products on this CPU: %s\n", bf16_gemm_name());
   auto device = create_device(DeviceKind::kCpu, 0, 60.0);
-  auto bf16 = make_gpt_kernels(*device, DType::kBF16);
-  auto f32 = make_gpt_kernels(*device, DType::kF32);
-  EXPECT_THROW(make_gpt_kernels(*device, DType::kF16), strata::Error);
+  auto bf16 = make_kernels(*device, DType::kBF16);
+  auto f32 = make_kernels(*device, DType::kF32);
+  EXPECT_THROW(make_kernels(*device, DType::kF16), strata::Error);
   const int N = 37, IC = 48, OC = 40, V = 29;
   auto inp = randn(std::size_t(N) * IC, 91), w = randn(std::size_t(IC) * OC, 92), b = randn(OC, 93);
   auto dout = randn(std::size_t(N) * OC, 94), wte = randn(std::size_t(V) * IC, 95), dlogits = randn(std::size_t(N) * V, 96);
@@ -494,21 +515,25 @@ TEST(GptBf16, CpuMatmulsRoundEveryOperand) {
 // Attention with bf16 products against a naive reference with the same rounding points: q, k, v and dout rounded;
 // in the forward the unnormalised probabilities exp(s - running max) of each 64-key tile rounded after the f32 row
 // sum (so the reference walks the same tiles); in the backward P = exp(s - lse) and dS = P (dP - D_i) / sqrt(D)
-// from the f32 P, both rounded. The same kernel without rounding is far from that reference.
-TEST(GptBf16, AttentionRoundsWhereFlashAttentionDoes) {
-  constexpr int kTileK = 64;  // cpu_attention.cc's key tile
-  for (AttnCase cs : {AttnCase{2, 9, 16, 2}, AttnCase{1, 130, 32, 2}}) {
+// from the f32 P, both rounded. The same kernel without rounding is far from that reference. Multi-head and
+// grouped-query.
+TEST(CpuBf16, AttentionRoundsWhereFlashAttentionDoes) {
+  constexpr int kTileK = 64;  // kernels/cpu/attention.cc's key tile
+  for (AttnCase cs : {AttnCase{2, 9, 16, 2}, AttnCase{1, 130, 32, 2}, AttnCase{2, 9, 16, 4, 2},
+                      AttnCase{1, 70, 32, 4, 1}}) {
     SCOPED_TRACE(testing::Message() << cs);
-    const auto [B, T, C, NH] = cs;
+    const int B = cs.B, T = cs.T, C = cs.C, NH = cs.NH, KVH = cs.kv();
     const int D = C / NH;
+    const std::size_t W = qkv_width(C, NH, KVH);
     const double scale = 1 / std::sqrt(static_cast<double>(D));
-    auto qkv = randn(std::size_t(B) * T * 3 * C, 97, 1.5f);
+    auto qkv = randn(cs.qkv_numel(), 97, 1.5f);
     auto dout = randn(std::size_t(B) * T * C, 98);
     round_to_bf16(qkv.data(), qkv.data(), qkv.size());
     round_to_bf16(dout.data(), dout.data(), dout.size());
-    auto at = [&](int b, int t, int part, int h, int d) {
-      return static_cast<double>(qkv[(std::size_t(b) * T + t) * 3 * C + part * C + h * D + d]);
+    auto idx = [&](int b, int t, int part, int h, int d) {
+      return (std::size_t(b) * T + t) * W + qkv_col(C, NH, KVH, part, h, d);
     };
+    auto at = [&](int b, int t, int part, int h, int d) { return static_cast<double>(qkv[idx(b, t, part, h, d)]); };
     Vec want(std::size_t(B) * T * C), want_lse(std::size_t(B) * NH * T), want_d(qkv.size(), 0.0);
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < NH; ++h)
@@ -538,14 +563,13 @@ TEST(GptBf16, AttentionRoundsWhereFlashAttentionDoes) {
           want_lse[(std::size_t(b) * NH + h) * T + i] = m + std::log(l);
         }
     std::vector<float> out(want.size()), lse(want_lse.size()), plain(want.size());
-    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, true);
-    attention_forward(plain.data(), lse.data(), qkv.data(), B, T, C, NH, false);
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH, true);
+    attention_forward(plain.data(), lse.data(), qkv.data(), B, T, C, NH, KVH, false);
     EXPECT_LE(rms_err(out, want), 2e-6);
     EXPECT_GE(rms_err(plain, want), 1e-4) << "the rounding of P changes the output";
     EXPECT_CLOSE(lse, want_lse, 2e-6);
 
     // Backward, from the kernel's own out and lse (as the model calls it).
-    auto idx = [&](int b, int t, int part, int h, int d) { return (std::size_t(b) * T + t) * 3 * C + part * C + h * D + d; };
     for (int b = 0; b < B; ++b)
       for (int h = 0; h < NH; ++h)
         for (int i = 0; i < T; ++i) {
@@ -569,39 +593,40 @@ TEST(GptBf16, AttentionRoundsWhereFlashAttentionDoes) {
           }
         }
     std::vector<float> dqkv(qkv.size(), 0.0f), dplain(qkv.size(), 0.0f);
-    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, true);
-    attention_backward(dplain.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, false);
+    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH, true);
+    attention_backward(dplain.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH, false);
     EXPECT_LE(rms_err(dqkv, want_d), 2e-5);
     EXPECT_GE(rms_err(dplain, want_d), 1e-4) << "the rounding of P and dS changes the gradients";
   }
 }
 
-TEST_F(GptKernels, AttentionBackwardMatchesFiniteDifferences) {
-  for (AttnCase cs : {AttnCase{1, 1, 4, 1}, AttnCase{2, 7, 8, 2}, AttnCase{1, 67, 4, 2}}) {
+// Multi-head, grouped-query (a key / value head's gradient summing its query heads') and multi-query.
+TEST_F(CpuKernels, AttentionBackwardMatchesFiniteDifferences) {
+  for (AttnCase cs : {AttnCase{1, 1, 4, 1}, AttnCase{2, 7, 8, 2}, AttnCase{1, 67, 4, 2}, AttnCase{2, 7, 8, 4, 2},
+                      AttnCase{1, 67, 8, 4, 1}, AttnCase{1, 9, 12, 6, 3}}) {
     SCOPED_TRACE(testing::Message() << cs);
-    const auto [B, T, C, NH] = cs;
-    auto qkv = randn(static_cast<std::size_t>(B) * T * 3 * C, 60),
-         dout = randn(static_cast<std::size_t>(B) * T * C, 61);
+    const int B = cs.B, T = cs.T, C = cs.C, NH = cs.NH, KVH = cs.kv();
+    auto qkv = randn(cs.qkv_numel(), 60), dout = randn(static_cast<std::size_t>(B) * T * C, 61);
     std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * T), dqkv(qkv.size(), 0.0f);
-    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
+    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
     const Vec DY = to_d(dout);
     auto loss = [&](const Vec& q) {
       Vec o, l;
-      ref_attention(o, l, q, B, T, C, NH);
+      ref_attention(o, l, q, B, T, C, NH, KVH);
       return dot(o, DY);
     };
     EXPECT_CLOSE(dqkv, finite_diff(loss, to_d(qkv)), 1e-5);
   }
 }
 
-TEST_F(GptKernels, AttentionIsStableForLargeScores) {
+TEST_F(CpuKernels, AttentionIsStableForLargeScores) {
   const int B = 1, T = 100, C = 16, NH = 2;
   auto qkv = randn(static_cast<std::size_t>(B) * T * 3 * C, 70, 30.0f);  // scores in the hundreds
   std::vector<float> out(static_cast<std::size_t>(B) * T * C), lse(static_cast<std::size_t>(B) * NH * T);
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH);
   Vec rout, rlse;
-  ref_attention(rout, rlse, to_d(qkv), B, T, C, NH);
+  ref_attention(rout, rlse, to_d(qkv), B, T, C, NH, NH);
   for (float x : out) ASSERT_TRUE(std::isfinite(x));
   // Scores near 1000 carry float rounding of ~1e-4 absolute into exp(): the inputs' own conditioning.
   EXPECT_CLOSE(out, rout, 5e-4);
@@ -610,7 +635,7 @@ TEST_F(GptKernels, AttentionIsStableForLargeScores) {
 
 // The workspace is O(T): doubling T at most doubles it, it stays far below one T x T score matrix, and the bytes
 // the kernels really allocate (counted by the operator new ledger above) stay within what it reports.
-TEST_F(GptKernels, AttentionWorkspaceIsLinearInT) {
+TEST_F(CpuKernels, AttentionWorkspaceIsLinearInT) {
   const int B = 2, C = 384, NH = 6;
   for (int T : {1, 64, 256, 1000, 4096}) {
     const std::size_t ws = attention_workspace_bytes(B, T, C, NH), ws2 = attention_workspace_bytes(B, 2 * T, C, NH);
@@ -620,26 +645,30 @@ TEST_F(GptKernels, AttentionWorkspaceIsLinearInT) {
   const int T = 4096;
   EXPECT_LT(attention_workspace_bytes(B, T, C, NH), static_cast<std::size_t>(T) * T * sizeof(float) / 16);
 
-  for (int t : {1, 100, 300}) {
-    auto qkv = randn(static_cast<std::size_t>(B) * t * 3 * C, 80, 0.5f),
-         dout = randn(static_cast<std::size_t>(B) * t * C, 81);
-    std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * t), dqkv(qkv.size(), 0.0f);
-    const std::size_t base = g_live.load();
-    ledger_reset();
-    attention_forward(out.data(), lse.data(), qkv.data(), B, t, C, NH);
-    const std::size_t fwd_peak = ledger_peak_above(base);
-    ledger_reset();
-    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, t, C, NH);
-    const std::size_t bwd_peak = ledger_peak_above(base);
-    EXPECT_GT(fwd_peak, 0u) << "the ledger saw no allocation: is operator new replaced?";
-    EXPECT_LE(fwd_peak, attention_workspace_bytes(B, t, C, NH) + 64) << "T=" << t;  // + malloc rounding
-    EXPECT_LE(bwd_peak, attention_workspace_bytes(B, t, C, NH) + 64) << "T=" << t;
-  }
+  for (int KVH : {NH, 2})  // the workspace does not depend on the key / value heads
+    for (int t : {1, 100, 300}) {
+      auto qkv = randn(static_cast<std::size_t>(B) * t * qkv_width(C, NH, KVH), 80, 0.5f),
+           dout = randn(static_cast<std::size_t>(B) * t * C, 81);
+      std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * t), dqkv(qkv.size(), 0.0f);
+      const std::size_t base = g_live.load();
+      ledger_reset();
+      attention_forward(out.data(), lse.data(), qkv.data(), B, t, C, NH, KVH);
+      const std::size_t fwd_peak = ledger_peak_above(base);
+      ledger_reset();
+      attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, t, C, NH, KVH);
+      const std::size_t bwd_peak = ledger_peak_above(base);
+      EXPECT_GT(fwd_peak, 0u) << "the ledger saw no allocation: is operator new replaced?";
+      // + malloc's rounding: a page for a block it maps (glibc maps the first ones over 128 KiB; run alone, this
+      // test's backward workspace is such a block).
+      const std::size_t slack = 4096 + 64;
+      EXPECT_LE(fwd_peak, attention_workspace_bytes(B, t, C, NH) + slack) << "T=" << t << " KVH=" << KVH;
+      EXPECT_LE(bwd_peak, attention_workspace_bytes(B, t, C, NH) + slack) << "T=" << t << " KVH=" << KVH;
+    }
 }
 
 // Every kernel but the BLAS matmuls computes each output in a fixed order: results are bitwise the same for any
 // thread count.
-TEST_F(GptKernels, ResultsDoNotDependOnThreadCount) {
+TEST_F(CpuKernels, ResultsDoNotDependOnThreadCount) {
   const int B = 2, T = 150, C = 64, NH = 4, V = 300, N = B * T;
   auto qkv = randn(static_cast<std::size_t>(N) * 3 * C, 90), dout = randn(static_cast<std::size_t>(N) * C, 91);
   auto x = randn(static_cast<std::size_t>(N) * C, 92), w = randn(C, 93), b = randn(C, 94);
@@ -649,8 +678,8 @@ TEST_F(GptKernels, ResultsDoNotDependOnThreadCount) {
   auto run = [&](int threads) {
     set_num_threads(threads);
     std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * T), dqkv(qkv.size(), 0.0f);
-    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
-    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH);
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH);
+    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, NH);
     std::vector<float> ln(x.size()), mean(N), rstd(N), dx(x.size(), 0.0f), dw(C, 0.0f), db(C, 0.0f);
     layernorm_forward(ln.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C);
     layernorm_backward(dx.data(), dw.data(), db.data(), dout.data(), x.data(), w.data(), mean.data(), rstd.data(), N,
@@ -672,11 +701,146 @@ TEST_F(GptKernels, ResultsDoNotDependOnThreadCount) {
   EXPECT_EQ(num_threads(), 2);
 }
 
+// ---- grouped-query attention ----------------------------------------------------------------------------------
+
+// The backward's task per (batch, key / value head) loops over the group's query heads in order: nothing is atomic,
+// and the results (f32 and bf16 products) are bitwise the same for any thread count.
+TEST_F(CpuKernels, GroupedQueryAttentionDoesNotDependOnThreadCount) {
+  for (AttnCase cs : {AttnCase{2, 150, 64, 4, 2}, AttnCase{2, 150, 64, 4, 1}, AttnCase{1, 130, 72, 6, 3}})
+    for (bool bf16 : {false, true}) {
+      SCOPED_TRACE(testing::Message() << cs << " bf16 " << bf16);
+      const int B = cs.B, T = cs.T, C = cs.C, NH = cs.NH, KVH = cs.kv();
+      auto qkv = randn(cs.qkv_numel(), 98), dout = randn(static_cast<std::size_t>(B) * T * C, 99);
+      auto run = [&](int threads) {
+        set_num_threads(threads);
+        std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * T), dqkv = randn(qkv.size(), 9);
+        attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH, bf16);
+        attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH, bf16);
+        return std::vector<std::vector<float>>{out, lse, dqkv};
+      };
+      const auto one = run(1);
+      for (int threads : {2, 3}) {
+        const auto many = run(threads);
+        for (std::size_t i = 0; i < one.size(); ++i)
+          EXPECT_EQ(one[i], many[i]) << "output " << i << " with " << threads << " threads";
+      }
+    }
+  set_num_threads(2);
+}
+
+// Grouped-query attention is multi-head attention over keys and values repeated per query head (Hugging Face's
+// repeat_kv): the same output and lse bit for bit (each query head's task reads its key / value head's columns), the
+// same dq bit for bit (the same terms in the same order), and dk, dv the sums over each group of the multi-head
+// ones (to f32 rounding: the group's terms are summed in another order).
+TEST_F(CpuKernels, GroupedQueryAttentionIsMultiHeadOverRepeatedKeys) {
+  for (AttnCase cs : {AttnCase{2, 100, 64, 4, 2}, AttnCase{1, 130, 32, 4, 1}, AttnCase{2, 67, 72, 6, 3}}) {
+    SCOPED_TRACE(testing::Message() << cs);
+    const int B = cs.B, T = cs.T, C = cs.C, NH = cs.NH, KVH = cs.kv(), D = C / NH;
+    const std::size_t W = qkv_width(C, NH, KVH), W3 = 3 * static_cast<std::size_t>(C);
+    const auto qkv = randn(cs.qkv_numel(), 100, 1.5f), dout = randn(static_cast<std::size_t>(B) * T * C, 101);
+    std::vector<float> rep(static_cast<std::size_t>(B) * T * W3);  // [q | k, v of head h / (NH / KVH) for each h]
+    for (std::size_t r = 0; r < static_cast<std::size_t>(B) * T; ++r)
+      for (int part = 0; part < 3; ++part)
+        for (int h = 0; h < NH; ++h)
+          for (int d = 0; d < D; ++d)
+            rep[r * W3 + part * C + h * D + d] = qkv[r * W + qkv_col(C, NH, KVH, part, h, d)];
+    std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * T), mout(out.size()), mlse(lse.size());
+    attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
+    attention_forward(mout.data(), mlse.data(), rep.data(), B, T, C, NH, NH);
+    EXPECT_EQ(out, mout);
+    EXPECT_EQ(lse, mlse);
+    std::vector<float> dqkv(qkv.size(), 0.0f), mdqkv(rep.size(), 0.0f);
+    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
+    attention_backward(mdqkv.data(), dout.data(), mout.data(), mlse.data(), rep.data(), B, T, C, NH, NH);
+    Vec want(qkv.size(), 0.0);  // the multi-head gradient folded back onto the key / value heads
+    std::size_t dq_diff = 0;
+    for (std::size_t r = 0; r < static_cast<std::size_t>(B) * T; ++r)
+      for (int part = 0; part < 3; ++part)
+        for (int h = 0; h < NH; ++h)
+          for (int d = 0; d < D; ++d) {
+            const std::size_t to = r * W + qkv_col(C, NH, KVH, part, h, d), from = r * W3 + part * C + h * D + d;
+            want[to] += mdqkv[from];
+            if (part == 0 && std::bit_cast<std::uint32_t>(dqkv[to]) != std::bit_cast<std::uint32_t>(mdqkv[from]))
+              ++dq_diff;
+          }
+    EXPECT_EQ(dq_diff, 0u) << "dq differs from the multi-head one";
+    EXPECT_CLOSE(dqkv, want, 1e-6);
+  }
+}
+
+// The CPU Kernels with bf16 products round a grouped-query qkv row whole (C + 2 KVH D floats) and a block's k and v
+// over their KVH D columns: the same bits as kernels/cpu's bf16 attention on operands rounded beforehand.
+TEST(CpuBf16, KernelTableRoundsGroupedQueryOperands) {
+  auto device = create_device(DeviceKind::kCpu, 0, 60.0);
+  auto table = make_kernels(*device, DType::kBF16);
+  const AttnCase cs{2, 70, 48, 6, 2};
+  const int B = cs.B, T = cs.T, C = cs.C, NH = cs.NH, KVH = cs.kv();
+  const std::size_t W = qkv_width(C, NH, KVH), KV = (W - C) / 2, seq = T, c = C, nh = NH;
+  const auto qkv = randn(cs.qkv_numel(), 120, 1.5f), dout = randn(static_cast<std::size_t>(B) * T * C, 121);
+  auto rqkv = qkv, rdout = dout;
+  round_to_bf16(rqkv.data(), rqkv.data(), rqkv.size());
+  round_to_bf16(rdout.data(), rdout.data(), rdout.size());
+  std::vector<float> out(dout.size()), lse(static_cast<std::size_t>(B) * NH * T), out1(out), lse1(lse);
+  table->attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
+  attention_forward(out1.data(), lse1.data(), rqkv.data(), B, T, C, NH, KVH, true);
+  EXPECT_EQ(out, out1);
+  EXPECT_EQ(lse, lse1);
+  std::vector<float> dqkv(qkv.size(), 0.0f), dqkv1(dqkv);
+  table->attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
+  attention_backward(dqkv1.data(), rdout.data(), out.data(), lse.data(), rqkv.data(), B, T, C, NH, KVH, true);
+  EXPECT_EQ(dqkv, dqkv1);
+
+  // The blocks, over the whole sequence as one block in strided views.
+  const AttentionBlock blk{B, NH, C, T, 0, T, 0, KVH};
+  auto views = [&](const std::vector<float>& x) {
+    return std::array<Rows, 3>{Rows{x.data(), W, seq * W}, Rows{x.data() + C, W, seq * W},
+                               Rows{x.data() + C + KV, W, seq * W}};
+  };
+  const auto v = views(qkv), rv = views(rqkv);
+  std::vector<float> bo(out.size()), bl(lse.size()), bo1(bo), bl1(bl), di(lse.size());
+  table->attention_block_forward(blk, RowsOut{bo.data(), c, seq * c}, RowStatsOut{bl.data(), seq, nh * seq}, v[0],
+                                 v[1], v[2]);
+  attention_block_forward(blk, RowsOut{bo1.data(), c, seq * c}, RowStatsOut{bl1.data(), seq, nh * seq}, rv[0], rv[1],
+                          rv[2], true);
+  EXPECT_EQ(bo, bo1);
+  EXPECT_EQ(bl, bl1);
+  attention_row_dot(blk, RowStatsOut{di.data(), seq, nh * seq}, Rows{dout.data(), c, seq * c},
+                    Rows{out.data(), c, seq * c});
+  std::vector<float> bd(qkv.size(), 0.0f), bd1(bd);
+  const RowStats l{lse.data(), seq, nh * seq}, d{di.data(), seq, nh * seq};
+  table->attention_block_backward(blk, RowsOut{bd.data(), W, seq * W}, RowsOut{bd.data() + C, W, seq * W},
+                                  RowsOut{bd.data() + C + KV, W, seq * W}, Rows{dout.data(), c, seq * c}, l, d, v[0],
+                                  v[1], v[2]);
+  attention_block_backward(blk, RowsOut{bd1.data(), W, seq * W}, RowsOut{bd1.data() + C, W, seq * W},
+                           RowsOut{bd1.data() + C + KV, W, seq * W}, Rows{rdout.data(), c, seq * c}, l, d, rv[0],
+                           rv[1], rv[2], true);
+  EXPECT_EQ(bd, bd1);
+}
+
+// KVH must divide NH; the whole-sequence kernels take it explicitly (>= 1).
+TEST_F(CpuKernels, AttentionRejectsKvHeadsThatDoNotDivideTheHeads) {
+  std::vector<float> buf(4096, 0.0f);
+  for (int kvh : {0, 3, 5, -2}) {
+    SCOPED_TRACE(kvh);
+    EXPECT_EQ(test::error_code_of([&] { attention_forward(buf.data(), buf.data(), buf.data(), 1, 4, 16, 4, kvh); }),
+              ErrorCode::kInvalidArgument);
+    EXPECT_EQ(test::error_code_of([&] {
+                attention_backward(buf.data(), buf.data(), buf.data(), buf.data(), buf.data(), 1, 4, 16, 4, kvh);
+              }),
+              ErrorCode::kInvalidArgument);
+  }
+  const AttentionBlock blk{1, 4, 16, 4, 0, 4, 0, 3};
+  const Rows r{buf.data(), 16, 64};
+  const RowsOut o{buf.data(), 16, 64};
+  EXPECT_EQ(test::error_code_of([&] { attention_block_forward(blk, o, RowStatsOut{buf.data(), 4, 16}, r, r, r); }),
+            ErrorCode::kInvalidArgument);
+}
+
 // ---- exp_f32 (softmax, attention and gelu use it) -----------------------------------------------------------
 
 // Within 2 ulp of the correctly rounded exp over a sweep of floats in [-110, 90] (every 61st bit pattern: ~34M
 // values), subnormal results within 2 steps of 2^-149, and the special values.
-TEST(GptVecMath, ExpIsAccurate) {
+TEST(VecMath, ExpIsAccurate) {
   auto bits = [](float f) { return std::bit_cast<int32_t>(f); };
   long worst_ulp = 0;
   float worst_x = 0;
@@ -715,7 +879,7 @@ TEST(GptVecMath, ExpIsAccurate) {
 
 // ---- gelu, residual -----------------------------------------------------------------------------------------
 
-TEST_F(GptKernels, GeluForwardAndBackward) {
+TEST_F(CpuKernels, GeluForwardAndBackward) {
   std::vector<float> x = randn(100003, 100, 3.0f);  // past the parallel threshold, odd length
   for (float v : {0.0f, -0.0f, 1e-20f, -1e-20f, 10.0f, -10.0f, 50.0f, -50.0f}) x.push_back(v);
   std::vector<float> y(x.size());
@@ -740,7 +904,7 @@ TEST_F(GptKernels, GeluForwardAndBackward) {
   EXPECT_EQ(inplace, y);
 }
 
-TEST_F(GptKernels, ResidualForward) {
+TEST_F(CpuKernels, ResidualForward) {
   auto a = randn(50001, 110), b = randn(50001, 111);
   std::vector<float> out(a.size());
   residual_forward(out.data(), a.data(), b.data(), a.size());
@@ -751,7 +915,7 @@ TEST_F(GptKernels, ResidualForward) {
 
 // ---- softmax + cross-entropy --------------------------------------------------------------------------------
 
-TEST_F(GptKernels, CrossentropySoftmax) {
+TEST_F(CpuKernels, CrossentropySoftmax) {
   for (auto [N, V, stddev, shift] :
        {std::tuple{1, 1, 1.0f, 0.0f}, {5, 7, 1.0f, 0.0f}, {64, 8192, 2.0f, 0.0f}, {8, 1000, 20.0f, 1000.0f}}) {
     SCOPED_TRACE(testing::Message() << "N=" << N << " V=" << V << " stddev=" << stddev << " shift=" << shift);
@@ -787,7 +951,7 @@ TEST_F(GptKernels, CrossentropySoftmax) {
 }
 
 // The loss gradient against finite differences of the double loss.
-TEST_F(GptKernels, CrossentropyGradientMatchesFiniteDifferences) {
+TEST_F(CpuKernels, CrossentropyGradientMatchesFiniteDifferences) {
   const int N = 3, V = 11;
   auto logits = randn(N * V, 130, 2.0f);
   auto targets = rand_tokens(N, V, 131);
@@ -807,4 +971,4 @@ TEST_F(GptKernels, CrossentropyGradientMatchesFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace strata::gpt
+}  // namespace strata::cpu

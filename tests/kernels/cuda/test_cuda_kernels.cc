@@ -1,10 +1,11 @@
-// The GPT-2 CUDA kernels (models/gpt/model/cuda) against the CPU kernels, their reference: every forward and backward
+// The CUDA kernels (kernels/cuda) against the CPU kernels, their reference: every forward and backward
 // at sizes that are and are not multiples of the tiles. Every test skips where no GPU is visible.
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -15,15 +16,17 @@
 
 #include "core/cuda_check.h"
 #include "core/device_registry.h"
-#include "models/gpt/model/cuda/cuda_ops.h"
-#include "models/gpt/model/kernel_table.h"
-#include "models/gpt/model/cpu_ops.h"
-#include "models/gpt/model/cpu_tp_ops.h"
+#include "kernels/cuda/ops.h"
+#include "kernels/kernel_table.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/tp_ops.h"
 #include "tests/support/compare.h"
 #include "tests/support/test_support.h"
 
-namespace strata::gpt {
+namespace strata {
 namespace {
+
+using namespace strata::cpu;  // the CPU kernels, unqualified
 
 using Floats = std::vector<float>;
 using Tokens = std::vector<int32_t>;
@@ -40,6 +43,11 @@ Floats randn(std::size_t n, unsigned seed, float stddev = 1.0f, float mean = 0.0
   Floats v(n);
   for (auto& x : v) x = dist(rng);
   return v;
+}
+
+// Floats per qkv row of attention with NH query and KVH key / value heads: [q: C | k: KVH D | v: KVH D], D = C / NH.
+std::size_t qkv_row(int C, int NH, int KVH) {
+  return static_cast<std::size_t>(C) + 2 * static_cast<std::size_t>(KVH) * static_cast<std::size_t>(C / NH);
 }
 
 Tokens rand_tokens(std::size_t n, int V, unsigned seed) {
@@ -107,7 +115,7 @@ std::string shape(std::initializer_list<std::pair<const char*, long>> dims) {
   return s;
 }
 
-class GptCudaKernels : public testing::Test {
+class CudaKernels : public testing::Test {
  protected:
   void SetUp() override {
     if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA device visible";  // before any other CUDA call
@@ -122,7 +130,7 @@ class GptCudaKernels : public testing::Test {
 
 // ---- encoder ------------------------------------------------------------------------------------------------
 
-TEST_F(GptCudaKernels, Encoder) {
+TEST_F(CudaKernels, Encoder) {
   const int V = 101;
   struct Shape {
     int B, T, C;
@@ -152,7 +160,7 @@ TEST_F(GptCudaKernels, Encoder) {
 
 // ---- layernorm ----------------------------------------------------------------------------------------------
 
-TEST_F(GptCudaKernels, LayerNorm) {
+TEST_F(CudaKernels, LayerNorm) {
   struct Shape {
     int N, C;
   };
@@ -185,6 +193,217 @@ TEST_F(GptCudaKernels, LayerNorm) {
   }
 }
 
+// ---- the Llama-style family: RMSNorm, rotary embeddings, SwiGLU --------------------------------------------------
+
+// These differ from the CPU only in summation order (in double) and in expf against exp_f32 (each within 2 ulp).
+constexpr double kLlamaTol = 1e-6;
+
+// N = 0, one row, a prime, rows past a block of warps; C below, at and above a warp, prime and odd.
+struct RmsShape {
+  int N, C;
+  float eps;
+};
+constexpr RmsShape kRmsShapes[] = {{0, 64, 1e-5f}, {1, 48, 1e-5f}, {37, 31, 1e-6f}, {128, 64, 1e-5f},
+                                   {75, 333, 1e-6f}, {9, 4099, 1e-5f}, {3, 1, 0.0f}};
+
+TEST_F(CudaKernels, RmsNorm) {
+  for (const RmsShape s : kRmsShapes) {
+    SCOPED_TRACE(shape({{"N", s.N}, {"C", s.C}}) + ", eps = " + std::to_string(s.eps));
+    const std::size_t NC = static_cast<std::size_t>(s.N) * s.C;
+    const Floats x = randn(NC, 230, 2.0f, 0.5f), w = randn(s.C, 231, 0.5f, 1.0f);
+    Floats out(NC), rstd(s.N);
+    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), s.N, s.C, s.eps);
+    Dev d_x(x), d_w(w), d_out(NC), d_rstd(s.N);
+    cuda::rmsnorm_forward(d_out.get(), d_rstd.get(), d_x.get(), d_w.get(), s.N, s.C, s.eps, stream_);
+    EXPECT_CLOSE(d_out.host(stream_), out, kLlamaTol);
+    EXPECT_CLOSE(d_rstd.host(stream_), rstd, kLlamaTol);
+
+    // The backward from the CPU's rstd, so it is judged on its own.
+    const Floats dout = randn(NC, 232), dx0 = randn(NC, 233, 0.5f), dw0 = randn(s.C, 234, 0.5f);
+    Floats dx = dx0, dw = dw0;
+    rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), s.N, s.C);
+    Dev d_dout(dout), d_cpu_rstd(rstd), d_dx(dx0), d_dw(dw0), d_dw2(dw0);
+    cuda::rmsnorm_backward(d_dx.get(), d_dw.get(), d_dout.get(), d_x.get(), d_w.get(), d_cpu_rstd.get(), s.N, s.C,
+                           stream_);
+    const Floats got_dw = d_dw.host(stream_);
+    EXPECT_GRAD_CLOSE(d_dx.host(stream_), dx, dx0, kLlamaTol);
+    EXPECT_GRAD_CLOSE(got_dw, dw, dw0, kLlamaTol);
+    // One writer per channel summing rows in a fixed order: a second run gives the same bits.
+    Dev d_dx2(dx0);
+    cuda::rmsnorm_backward(d_dx2.get(), d_dw2.get(), d_dout.get(), d_x.get(), d_w.get(), d_cpu_rstd.get(), s.N, s.C,
+                           stream_);
+    const Floats again = d_dw2.host(stream_);
+    EXPECT_EQ(std::memcmp(got_dw.data(), again.data(), got_dw.size() * sizeof(float)), 0) << "dweight, run 2";
+    if (s.N == 0) {
+      EXPECT_EQ(std::memcmp(got_dw.data(), dw0.data(), dw0.size() * sizeof(float)), 0) << "N = 0";
+    }
+  }
+}
+
+// Rows laid out as a packed qkv buffer of NH query and KVH key / value heads of D columns, [q | k | v], plus `pad`
+// columns after each row and after each batch's rows: rope rotates the q heads (from column 0) and the k heads (from
+// column NH D) at positions pos0 .. pos0 + T - 1, and must leave the v columns and the padding untouched, bitwise.
+struct RopeCase {
+  int B, T, NH, KVH, D, pos0, pad;
+  bool llama3;
+};
+constexpr RopeCase kRopeCases[] = {
+    {2, 37, 3, 3, 64, 0, 0, false},   // multi-head, rows back to back
+    {3, 5, 4, 2, 16, 100, 7, true},   // grouped-query, a later position, padded rows and batches, llama3 scaling
+    {4, 1, 6, 3, 6, 517, 0, true},    // a decode step: one row per sequence; D / 2 odd
+    {1, 70, 4, 1, 2, 3, 1, false},    // the smallest head, multi-query
+    {2, 33, 5, 5, 128, 4093, 3, true},  // long heads, a prime position
+};
+
+TEST_F(CudaKernels, Rope) {
+  for (const RopeCase c : kRopeCases) {
+    SCOPED_TRACE(shape({{"B", c.B}, {"T", c.T}, {"NH", c.NH}, {"KVH", c.KVH}, {"D", c.D}, {"pos0", c.pos0},
+                        {"pad", c.pad}, {"llama3", c.llama3}}));
+    const int positions = c.pos0 + c.T, half = c.D / 2;
+    RopeScaling scaling;
+    if (c.llama3) scaling.kind = RopeScaling::kLlama3;
+    Floats cos(static_cast<std::size_t>(positions) * half), sin(cos.size());
+    rope_table(cos.data(), sin.data(), positions, c.D, c.llama3 ? 500000.0 : 10000.0, scaling);
+    const std::size_t C = static_cast<std::size_t>(c.NH) * c.D, KV = static_cast<std::size_t>(c.KVH) * c.D;
+    const std::size_t row = C + 2 * KV + c.pad, batch = c.T * row + c.pad;
+    std::vector<bool> rotated(c.B * batch, false);  // the q and k columns of every row
+    for (std::size_t b = 0; b < static_cast<std::size_t>(c.B); ++b)
+      for (std::size_t t = 0; t < static_cast<std::size_t>(c.T); ++t)
+        std::fill_n(rotated.begin() + b * batch + t * row, C + KV, true);
+    Dev d_cos(cos), d_sin(sin);
+
+    for (bool backward : {false, true}) {
+      SCOPED_TRACE(backward ? "rope_backward" : "rope_forward");
+      const Floats x0 = randn(rotated.size(), backward ? 241 : 240);
+      Floats want = x0;
+      auto cpu_rope = backward ? &cpu::rope_backward : &cpu::rope_forward;
+      auto gpu_rope = backward ? &cuda::rope_backward : &cuda::rope_forward;
+      cpu_rope(want.data(), cos.data(), sin.data(), c.B, c.T, c.NH, c.D, c.pos0, row, batch);
+      cpu_rope(want.data() + C, cos.data(), sin.data(), c.B, c.T, c.KVH, c.D, c.pos0, row, batch);
+      Dev d_x(x0);
+      gpu_rope(d_x.get(), d_cos.get(), d_sin.get(), c.B, c.T, c.NH, c.D, c.pos0, row, batch, stream_);
+      gpu_rope(d_x.get() + C, d_cos.get(), d_sin.get(), c.B, c.T, c.KVH, c.D, c.pos0, row, batch, stream_);
+      const Floats got = d_x.host(stream_);
+      EXPECT_CLOSE(got, want, kLlamaTol);
+      std::size_t touched = 0;
+      for (std::size_t i = 0; i < got.size(); ++i)
+        touched += !rotated[i] && std::memcmp(&got[i], &x0[i], sizeof(float)) != 0;
+      EXPECT_EQ(touched, 0u) << "v columns or padding changed";
+    }
+
+    // The backward is the transpose of the forward: rotating back returns the input, to a few roundings (cos and sin
+    // are rounded to f32, so cos^2 + sin^2 is 1 only to about 1e-7).
+    const Floats x0 = randn(rotated.size(), 242);
+    Dev d_x(x0);
+    cuda::rope_forward(d_x.get(), d_cos.get(), d_sin.get(), c.B, c.T, c.NH, c.D, c.pos0, row, batch, stream_);
+    cuda::rope_backward(d_x.get(), d_cos.get(), d_sin.get(), c.B, c.T, c.NH, c.D, c.pos0, row, batch, stream_);
+    EXPECT_CLOSE(d_x.host(stream_), x0, kTol);
+  }
+}
+
+// N = 0, F = 0, one row, primes; gates from -100 (exp(-g) would overflow in the naive sigmoid) through 0 to 100.
+TEST_F(CudaKernels, SwiGlu) {
+  struct Shape {
+    int N, F;
+  };
+  for (const Shape s : {Shape{0, 64}, Shape{7, 0}, Shape{1, 48}, Shape{37, 31}, Shape{128, 344}, Shape{5, 5003}}) {
+    SCOPED_TRACE(shape({{"N", s.N}, {"F", s.F}}));
+    const std::size_t NF = static_cast<std::size_t>(s.N) * s.F;
+    Floats gu = randn(2 * NF, 250, 3.0f);
+    const float edges[] = {-100.0f, -20.0f, -1.2785f, 0.0f, -0.0f, 20.0f, 100.0f};
+    for (std::size_t i = 0; s.N > 0 && i < std::size(edges) && i < static_cast<std::size_t>(s.F); ++i)
+      gu[i] = edges[i];  // row 0's gates
+    Floats out(NF);
+    swiglu_forward(out.data(), gu.data(), s.N, s.F);
+    Dev d_gu(gu), d_out(NF);
+    cuda::swiglu_forward(d_out.get(), d_gu.get(), s.N, s.F, stream_);
+    EXPECT_CLOSE(d_out.host(stream_), out, kLlamaTol);
+
+    const Floats dout = randn(NF, 251), dgu0 = randn(2 * NF, 252, 0.5f);
+    Floats dgu = dgu0;
+    swiglu_backward(dgu.data(), dout.data(), gu.data(), s.N, s.F);
+    Dev d_dout(dout), d_dgu(dgu0);
+    cuda::swiglu_backward(d_dgu.get(), d_dout.get(), d_gu.get(), s.N, s.F, stream_);
+    const Floats got = d_dgu.host(stream_);
+    EXPECT_GRAD_CLOSE(got, dgu, dgu0, kLlamaTol);
+    // The gate and up halves against their own scales.
+    for (int part = 0; part < 2 && NF > 0; ++part) {
+      Floats g, want, base;
+      for (std::size_t n = 0; n < static_cast<std::size_t>(s.N); ++n)
+        for (std::size_t f = 0; f < static_cast<std::size_t>(s.F); ++f) {
+          const std::size_t i = n * 2 * s.F + part * s.F + f;
+          g.push_back(got[i]);
+          want.push_back(dgu[i]);
+          base.push_back(dgu0[i]);
+        }
+      EXPECT_GRAD_CLOSE(g, want, base, kLlamaTol) << (part == 0 ? " (gate)" : " (up)");
+    }
+  }
+}
+
+// The CUDA Kernels table (cuda_kernel_table.cc) against the CPU one for the Llama-style kernels and grouped-query
+// attention: the virtuals reach the kernels above with their arguments in place.
+TEST_F(CudaKernels, LlamaKernelsMatchTheCpuTable) {
+  auto cuda_device = create_device(DeviceKind::kCuda, test::runtime().local_rank() % cuda_device_count(), 60.0);
+  auto cpu_device = create_device(DeviceKind::kCpu, 0, 60.0);
+  auto gpu = make_kernels(*cuda_device);
+  auto cpu = make_kernels(*cpu_device);
+  const auto stream = static_cast<cudaStream_t>(cuda_device->compute_stream().native_handle());
+  const int B = 2, T = 37, NH = 6, KVH = 2, D = 16, C = NH * D, F = 53, pos0 = 11;
+  const int N = B * T;
+  const std::size_t NC = static_cast<std::size_t>(N) * C, row = qkv_row(C, NH, KVH);
+
+  const Floats x = randn(NC, 260, 1.5f), w = randn(C, 261, 0.5f, 1.0f), dy = randn(NC, 262);
+  Floats y(NC), rstd(N), dx(NC, 0.25f), dw(C, 0.5f);
+  cpu->rmsnorm_forward(y.data(), rstd.data(), x.data(), w.data(), N, C, 1e-5f);
+  cpu->rmsnorm_backward(dx.data(), dw.data(), dy.data(), x.data(), w.data(), rstd.data(), N, C);
+  Dev d_x(x), d_w(w), d_dy(dy), d_y(NC), d_rstd(N), d_dx(Floats(NC, 0.25f)), d_dw(Floats(C, 0.5f));
+  gpu->rmsnorm_forward(d_y.get(), d_rstd.get(), d_x.get(), d_w.get(), N, C, 1e-5f);
+  gpu->rmsnorm_backward(d_dx.get(), d_dw.get(), d_dy.get(), d_x.get(), d_w.get(), d_rstd.get(), N, C);
+  EXPECT_CLOSE(d_y.host(stream), y, kLlamaTol);
+  EXPECT_CLOSE(d_rstd.host(stream), rstd, kLlamaTol);
+  EXPECT_GRAD_CLOSE(d_dx.host(stream), dx, Floats(NC, 0.25f), kLlamaTol);
+  EXPECT_GRAD_CLOSE(d_dw.host(stream), dw, Floats(C, 0.5f), kLlamaTol);
+
+  Floats cos(static_cast<std::size_t>(pos0 + T) * (D / 2)), sin(cos.size());
+  rope_table(cos.data(), sin.data(), pos0 + T, D, 10000.0, RopeScaling{});
+  const Floats qkv0 = randn(static_cast<std::size_t>(N) * row, 263);
+  Floats qkv = qkv0;
+  cpu->rope_forward(qkv.data(), cos.data(), sin.data(), B, T, NH, D, pos0, row, T * row);
+  cpu->rope_forward(qkv.data() + C, cos.data(), sin.data(), B, T, KVH, D, pos0, row, T * row);
+  Dev d_cos(cos), d_sin(sin), d_qkv(qkv0);
+  gpu->rope_forward(d_qkv.get(), d_cos.get(), d_sin.get(), B, T, NH, D, pos0, row, T * row);
+  gpu->rope_forward(d_qkv.get() + C, d_cos.get(), d_sin.get(), B, T, KVH, D, pos0, row, T * row);
+  EXPECT_CLOSE(d_qkv.host(stream), qkv, kLlamaTol);
+
+  // Grouped-query attention over the rotated qkv, then the gradient rotated back.
+  const Floats ady = randn(NC, 264);
+  Floats att(NC), lse(static_cast<std::size_t>(B) * NH * T), dqkv(qkv.size(), 0.0f);
+  cpu->attention_forward(att.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
+  cpu->attention_backward(dqkv.data(), ady.data(), att.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
+  cpu->rope_backward(dqkv.data(), cos.data(), sin.data(), B, T, NH, D, pos0, row, T * row);
+  cpu->rope_backward(dqkv.data() + C, cos.data(), sin.data(), B, T, KVH, D, pos0, row, T * row);
+  Dev d_ady(ady), d_att(NC), d_lse(lse.size()), d_dqkv(Floats(qkv.size(), 0.0f));
+  gpu->attention_forward(d_att.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, KVH);
+  gpu->attention_backward(d_dqkv.get(), d_ady.get(), d_att.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, KVH);
+  gpu->rope_backward(d_dqkv.get(), d_cos.get(), d_sin.get(), B, T, NH, D, pos0, row, T * row);
+  gpu->rope_backward(d_dqkv.get() + C, d_cos.get(), d_sin.get(), B, T, KVH, D, pos0, row, T * row);
+  EXPECT_CLOSE(d_att.host(stream), att, kAttentionTol);
+  EXPECT_CLOSE(d_lse.host(stream), lse, kAttentionTol);
+  EXPECT_CLOSE(d_dqkv.host(stream), dqkv, kAttentionTol);
+
+  const std::size_t NF = static_cast<std::size_t>(N) * F;
+  const Floats gu = randn(2 * NF, 265, 2.0f), sdy = randn(NF, 266);
+  Floats s_out(NF), dgu(gu.size(), 0.125f);
+  cpu->swiglu_forward(s_out.data(), gu.data(), N, F);
+  cpu->swiglu_backward(dgu.data(), sdy.data(), gu.data(), N, F);
+  Dev d_gu(gu), d_sdy(sdy), d_sout(s_out.size()), d_dgu(Floats(gu.size(), 0.125f));
+  gpu->swiglu_forward(d_sout.get(), d_gu.get(), N, F);
+  gpu->swiglu_backward(d_dgu.get(), d_sdy.get(), d_gu.get(), N, F);
+  EXPECT_CLOSE(d_sout.host(stream), s_out, kLlamaTol);
+  EXPECT_GRAD_CLOSE(d_dgu.host(stream), dgu, Floats(gu.size(), 0.125f), kLlamaTol);
+}
+
 // ---- matmuls ------------------------------------------------------------------------------------------------
 
 struct MatmulShape {
@@ -192,7 +411,7 @@ struct MatmulShape {
 };
 constexpr MatmulShape kMatmulShapes[] = {{1, 48, 144}, {37, 48, 192}, {128, 64, 256}, {37, 37, 5}};
 
-TEST_F(GptCudaKernels, MatmulForward) {
+TEST_F(CudaKernels, MatmulForward) {
   cuda::Blas blas(stream_);
   for (const MatmulShape s : kMatmulShapes)
     for (bool with_bias : {true, false}) {
@@ -207,7 +426,7 @@ TEST_F(GptCudaKernels, MatmulForward) {
     }
 }
 
-TEST_F(GptCudaKernels, MatmulBackward) {
+TEST_F(CudaKernels, MatmulBackward) {
   cuda::Blas blas(stream_);
   for (const MatmulShape s : kMatmulShapes)
     for (bool full : {true, false}) {  // full: dinp and dbias too; otherwise both are null
@@ -235,7 +454,7 @@ TEST_F(GptCudaKernels, MatmulBackward) {
 // bf16 operands, f32 accumulation, bf16 output: against the f32 CPU product of the same (bf16-rounded) operands.
 // Rounded once, each output is within a bf16 half-ulp (2^-9 relative) of the f32 product, so besides the tensor-
 // wide tolerance every element must be within 2^-8 of it (a bf16 accumulation would miss that at IC = 768).
-TEST_F(GptCudaKernels, MatmulForwardBf16) {
+TEST_F(CudaKernels, MatmulForwardBf16) {
   cuda::Blas blas(stream_);
   auto round_bf16 = [](Floats v) {
     for (auto& x : v) x = __bfloat162float(__float2bfloat16(x));
@@ -277,16 +496,16 @@ TEST_F(GptCudaKernels, MatmulForwardBf16) {
     }
 }
 
-// GptKernels with bf16 products (train_gpt --compute-dtype bf16) on CUDA against the same on the CPU: the operands
+// Kernels with bf16 products (train_gpt --compute-dtype bf16) on CUDA against the same on the CPU: the operands
 // are rounded to nearest-even on both, and products of bf16 values are exact in f32, so the matmuls differ only in
 // summation order (kTol). Attention at T <= 32 is one key tile on both backends, so P is rounded at the same running
 // maxima; expf and the CPU's exp_f32 may still put a rare P on either side of a bf16 rounding boundary, so attention
 // is judged by the root-mean-square error over the tensor.
-TEST_F(GptCudaKernels, Bf16ProductsMatchTheCpu) {
+TEST_F(CudaKernels, Bf16ProductsMatchTheCpu) {
   auto cuda_device = create_device(DeviceKind::kCuda, test::runtime().local_rank() % cuda_device_count(), 60.0);
   auto cpu_device = create_device(DeviceKind::kCpu, 0, 60.0);
-  auto gpu = make_gpt_kernels(*cuda_device, DType::kBF16);
-  auto cpu = make_gpt_kernels(*cpu_device, DType::kBF16);
+  auto gpu = make_kernels(*cuda_device, DType::kBF16);
+  auto cpu = make_kernels(*cpu_device, DType::kBF16);
   const auto stream = static_cast<cudaStream_t>(cuda_device->compute_stream().native_handle());
   auto rms = [](const Floats& got, const Floats& want) {
     double num = 0, den = 1e-300;
@@ -324,20 +543,24 @@ TEST_F(GptCudaKernels, Bf16ProductsMatchTheCpu) {
   EXPECT_CLOSE(d_hx.host(stream), hx, kTol);
   EXPECT_CLOSE(d_dwte.host(stream), dwte, kTol);
 
-  const int B = 2, T = 29, C = 32, NH = 2;
-  const Floats qkv = randn(std::size_t(B) * T * 3 * C, 86, 1.5f), ady = randn(std::size_t(B) * T * C, 87);
-  Floats y(std::size_t(B) * T * C), lse(std::size_t(B) * NH * T), dqkv(qkv.size(), 0.0f);
-  cpu->attention_forward(y.data(), lse.data(), qkv.data(), B, T, C, NH);
-  cpu->attention_backward(dqkv.data(), ady.data(), y.data(), lse.data(), qkv.data(), B, T, C, NH);
-  Dev d_qkv(qkv), d_ady(ady), d_y(y.size()), d_lse(lse.size()), d_dqkv(Floats(qkv.size(), 0.0f));
-  gpu->attention_forward(d_y.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
-  gpu->attention_backward(d_dqkv.get(), d_ady.get(), d_y.get(), d_lse.get(), d_qkv.get(), B, T, C, NH);
-  EXPECT_LE(rms(d_y.host(stream), y), 1e-5);
-  EXPECT_CLOSE(d_lse.host(stream), lse, kAttentionTol);
-  EXPECT_LE(rms(d_dqkv.host(stream), dqkv), 1e-4);
+  // Multi-head, then grouped-query attention (whose qkv rows are narrower: the rounded copy must size them so).
+  for (const auto [B, T, C, NH, KVH] : {std::array{2, 29, 32, 2, 2}, std::array{2, 29, 64, 4, 2}}) {
+    SCOPED_TRACE(shape({{"B", B}, {"T", T}, {"C", C}, {"NH", NH}, {"KVH", KVH}}));
+    const std::size_t row = qkv_row(C, NH, KVH);
+    const Floats qkv = randn(std::size_t(B) * T * row, 86, 1.5f), ady = randn(std::size_t(B) * T * C, 87);
+    Floats y(std::size_t(B) * T * C), lse(std::size_t(B) * NH * T), dqkv(qkv.size(), 0.0f);
+    cpu->attention_forward(y.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
+    cpu->attention_backward(dqkv.data(), ady.data(), y.data(), lse.data(), qkv.data(), B, T, C, NH, KVH);
+    Dev d_qkv(qkv), d_ady(ady), d_y(y.size()), d_lse(lse.size()), d_dqkv(Floats(qkv.size(), 0.0f));
+    gpu->attention_forward(d_y.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, KVH);
+    gpu->attention_backward(d_dqkv.get(), d_ady.get(), d_y.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, KVH);
+    EXPECT_LE(rms(d_y.host(stream), y), 1e-5);
+    EXPECT_CLOSE(d_lse.host(stream), lse, kAttentionTol);
+    EXPECT_LE(rms(d_dqkv.host(stream), dqkv), 1e-4);
+  }
 }
 
-TEST_F(GptCudaKernels, LmHead) {
+TEST_F(CudaKernels, LmHead) {
   cuda::Blas blas(stream_);
   const int V = 101;
   struct Shape {
@@ -367,54 +590,66 @@ TEST_F(GptCudaKernels, LmHead) {
 // ---- attention ----------------------------------------------------------------------------------------------
 
 struct AttentionShape {
-  int B, T, C, NH;
+  int B, T, C, NH, KVH;
 };
 // T = 1, primes, an exact multiple of the 32-row tiles and one past it; D = 16, 48 (a partial second pass over
-// the lanes) and 64.
+// the lanes) and 64. Multi-head (KVH = NH), then grouped-query: groups of 2 and 3 query heads, and one kv head for
+// all (multi-query).
 constexpr AttentionShape kAttentionShapes[] = {
-    {2, 1, 48, 3}, {2, 37, 48, 3}, {1, 128, 64, 4}, {2, 33, 64, 1}, {1, 70, 128, 2}, {1, 45, 96, 2}};
+    {2, 1, 48, 3, 3},  {2, 37, 48, 3, 3},  {1, 128, 64, 4, 4},  {2, 33, 64, 1, 1}, {1, 70, 128, 2, 2},
+    {1, 45, 96, 2, 2}, {2, 37, 64, 4, 2},  {1, 70, 128, 4, 1},  {2, 33, 96, 6, 3}, {2, 1, 64, 4, 1},
+    {1, 45, 192, 4, 2}, {3, 29, 96, 6, 3}};
 
-TEST_F(GptCudaKernels, AttentionForward) {
+std::string attention_trace(const AttentionShape& s) {
+  return shape({{"B", s.B}, {"T", s.T}, {"C", s.C}, {"NH", s.NH}, {"KVH", s.KVH}});
+}
+
+TEST_F(CudaKernels, AttentionForward) {
   for (const AttentionShape s : kAttentionShapes) {
-    SCOPED_TRACE(shape({{"B", s.B}, {"T", s.T}, {"C", s.C}, {"NH", s.NH}}));
+    SCOPED_TRACE(attention_trace(s));
     const std::size_t BT = static_cast<std::size_t>(s.B) * s.T;
-    const Floats qkv = randn(BT * 3 * s.C, 60);
+    const Floats qkv = randn(BT * qkv_row(s.C, s.NH, s.KVH), 60);
     Floats out(BT * s.C), lse(BT * s.NH);
-    attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.KVH);
     Dev d_qkv(qkv), d_out(out.size()), d_lse(lse.size());
-    cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, stream_);
+    cuda::attention_forward(d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH, s.KVH, stream_);
     EXPECT_CLOSE(d_out.host(stream_), out, kAttentionTol);
     EXPECT_CLOSE(d_lse.host(stream_), lse, kAttentionTol);
   }
 }
 
 // The decode path's attention over its KV cache: a block of queries inside a qkv buffer (row stride 3 C) against keys
-// and values of a cache (row stride C, one batch per sequence at a stride of ctx rows), at several positions: one
+// and values of a cache (row stride KVH D, one batch per sequence at a stride of ctx rows), at several positions: one
 // query over a long cache (a decode step), a chunk of queries at a later position (a prefill chunk), a block that
-// sees no key (out 0, lse -inf), and heads of 16, 64, 96 and 256 columns.
-TEST_F(GptCudaKernels, AttentionBlockForward) {
+// sees no key (out 0, lse -inf), heads of 16, 64, 96 and 256 columns, and grouped-query caches (kv_heads of 2, 1 and
+// 3 for 4, 4 and 6 query heads; 0 is as many as heads).
+TEST_F(CudaKernels, AttentionBlockForward) {
   struct Case {
-    int batch, heads, width, q_rows, q_pos, kv_rows, kv_pos;
+    int batch, heads, width, q_rows, q_pos, kv_rows, kv_pos, kv_heads;
   };
-  for (const Case c : {Case{3, 4, 64, 1, 130, 131, 0}, Case{2, 2, 128, 37, 40, 77, 0}, Case{1, 1, 96, 5, 0, 9, 20},
-                       Case{2, 3, 768, 2, 9, 11, 0}, Case{1, 1, 256, 70, 3, 73, 0}}) {
+  const Case cases[] = {{3, 4, 64, 1, 130, 131, 0, 0}, {2, 2, 128, 37, 40, 77, 0, 2}, {1, 1, 96, 5, 0, 9, 20, 0},
+                        {2, 3, 768, 2, 9, 11, 0, 0},   {1, 1, 256, 70, 3, 73, 0, 1}, {3, 4, 64, 1, 130, 131, 0, 2},
+                        {2, 4, 128, 37, 40, 77, 0, 1}, {1, 6, 96, 5, 0, 9, 20, 3},   {2, 6, 192, 33, 0, 33, 0, 3}};
+  for (const Case c : cases) {
     SCOPED_TRACE(shape({{"batch", c.batch}, {"heads", c.heads}, {"width", c.width}, {"q_rows", c.q_rows},
-                        {"q_pos", c.q_pos}, {"kv_rows", c.kv_rows}, {"kv_pos", c.kv_pos}}));
+                        {"q_pos", c.q_pos}, {"kv_rows", c.kv_rows}, {"kv_pos", c.kv_pos}, {"kv_heads", c.kv_heads}}));
+    AttentionBlock blk{c.batch, c.heads, c.width, c.q_rows, c.q_pos, c.kv_rows, c.kv_pos};
+    blk.kv_heads = c.kv_heads;
     const std::size_t C = static_cast<std::size_t>(c.width), ctx = static_cast<std::size_t>(c.kv_rows) + 3;
-    const std::size_t q_bs = static_cast<std::size_t>(c.q_rows) * 3 * C, kv_bs = ctx * C;
+    const std::size_t KV = static_cast<std::size_t>(blk.kv_width());  // a k or v row of the cache
+    const std::size_t q_bs = static_cast<std::size_t>(c.q_rows) * 3 * C, kv_bs = ctx * KV;
     const Floats q = randn(static_cast<std::size_t>(c.batch) * q_bs, 70);
     const Floats k = randn(static_cast<std::size_t>(c.batch) * kv_bs, 71), v = randn(k.size(), 72);
     const std::size_t out_n = static_cast<std::size_t>(c.batch) * c.q_rows * C;
     const std::size_t lse_n = static_cast<std::size_t>(c.batch) * c.heads * c.q_rows;
-    AttentionBlock blk{c.batch, c.heads, c.width, c.q_rows, c.q_pos, c.kv_rows, c.kv_pos};
     Floats out(out_n), lse(lse_n);
     const std::size_t lse_hs = static_cast<std::size_t>(c.q_rows), lse_bs = lse_hs * c.heads;
     attention_block_forward(blk, RowsOut{out.data(), C, c.q_rows * C}, RowStatsOut{lse.data(), lse_hs, lse_bs},
-                            Rows{q.data(), 3 * C, q_bs}, Rows{k.data(), C, kv_bs}, Rows{v.data(), C, kv_bs});
+                            Rows{q.data(), 3 * C, q_bs}, Rows{k.data(), KV, kv_bs}, Rows{v.data(), KV, kv_bs});
     Dev d_q(q), d_k(k), d_v(v), d_out(out_n), d_lse(lse_n);
     cuda::attention_block_forward(blk, RowsOut{d_out.get(), C, c.q_rows * C}, RowStatsOut{d_lse.get(), lse_hs, lse_bs},
-                                  Rows{d_q.get(), 3 * C, q_bs}, Rows{d_k.get(), C, kv_bs}, Rows{d_v.get(), C, kv_bs},
-                                  stream_);
+                                  Rows{d_q.get(), 3 * C, q_bs}, Rows{d_k.get(), KV, kv_bs},
+                                  Rows{d_v.get(), KV, kv_bs}, stream_);
     EXPECT_CLOSE(d_out.host(stream_), out, kAttentionTol);
     const Floats got_lse = d_lse.host(stream_);
     for (std::size_t i = 0; i < lse_n; ++i) {
@@ -427,7 +662,7 @@ TEST_F(GptCudaKernels, AttentionBlockForward) {
   }
 }
 
-TEST_F(GptCudaKernels, CopyRows) {
+TEST_F(CudaKernels, CopyRows) {
   const int batch = 3, rows = 5, columns = 37;
   const std::size_t src_rs = 40, src_bs = 7 * src_rs, dst_rs = 50, dst_bs = 6 * dst_rs;
   const Floats src = randn(batch * src_bs, 73), base = randn(batch * dst_bs, 74);
@@ -441,29 +676,31 @@ TEST_F(GptCudaKernels, CopyRows) {
   }
 }
 
-TEST_F(GptCudaKernels, AttentionBackward) {
+TEST_F(CudaKernels, AttentionBackward) {
   for (const AttentionShape s : kAttentionShapes) {
-    SCOPED_TRACE(shape({{"B", s.B}, {"T", s.T}, {"C", s.C}, {"NH", s.NH}}));
-    const std::size_t BT = static_cast<std::size_t>(s.B) * s.T;
-    const Floats qkv = randn(BT * 3 * s.C, 70);
+    SCOPED_TRACE(attention_trace(s));
+    const std::size_t BT = static_cast<std::size_t>(s.B) * s.T, row = qkv_row(s.C, s.NH, s.KVH);
+    const Floats qkv = randn(BT * row, 70);
     Floats out(BT * s.C), lse(BT * s.NH);
-    attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    attention_forward(out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.KVH);
     const Floats dout = randn(out.size(), 71), dqkv0 = randn(qkv.size(), 72, 0.5f);
     Floats dqkv = dqkv0;
-    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    attention_backward(dqkv.data(), dout.data(), out.data(), lse.data(), qkv.data(), s.B, s.T, s.C, s.NH, s.KVH);
     // From the CPU's out and lse, so the backward is judged on its own.
     Dev d_qkv(qkv), d_out(out), d_lse(lse), d_dout(dout), d_dqkv(dqkv0);
     cuda::attention_backward(d_dqkv.get(), d_dout.get(), d_out.get(), d_lse.get(), d_qkv.get(), s.B, s.T, s.C, s.NH,
-                             stream_);
+                             s.KVH, stream_);
     const Floats got = d_dqkv.host(stream_);
     EXPECT_GRAD_CLOSE(got, dqkv, dqkv0, kAttentionTol);
     // q, k and v come from different kernels: check each part against its own scale. Not at T = 1: a softmax over
     // one key has no gradient, so dq and dk get exactly 0 on the CPU and rounding noise (~1e-8) here.
+    const std::size_t kv_width = row - s.C;
+    const std::size_t part_begin[] = {0, static_cast<std::size_t>(s.C), s.C + kv_width / 2, row};
     for (int part = 0; part < 3 && s.T > 1; ++part) {
       Floats g, want, base;
       for (std::size_t r = 0; r < BT; ++r)
-        for (int c = 0; c < s.C; ++c) {
-          const std::size_t i = r * 3 * s.C + static_cast<std::size_t>(part) * s.C + c;
+        for (std::size_t c = part_begin[part]; c < part_begin[part + 1]; ++c) {
+          const std::size_t i = r * row + c;
           g.push_back(got[i]);
           want.push_back(dqkv[i]);
           base.push_back(dqkv0[i]);
@@ -475,7 +712,7 @@ TEST_F(GptCudaKernels, AttentionBackward) {
 
 // ---- elementwise --------------------------------------------------------------------------------------------
 
-TEST_F(GptCudaKernels, Gelu) {
+TEST_F(CudaKernels, Gelu) {
   for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{4099}}) {
     SCOPED_TRACE("n = " + std::to_string(n));
     Floats x = randn(n, 80, 3.0f);
@@ -498,7 +735,7 @@ TEST_F(GptCudaKernels, Gelu) {
   }
 }
 
-TEST_F(GptCudaKernels, Residual) {
+TEST_F(CudaKernels, Residual) {
   const std::size_t n = 5003;
   const Floats a = randn(n, 90), b = randn(n, 91);
   Floats out(n);
@@ -512,7 +749,7 @@ TEST_F(GptCudaKernels, Residual) {
 
 // ---- loss ---------------------------------------------------------------------------------------------------
 
-TEST_F(GptCudaKernels, CrossEntropySoftmax) {
+TEST_F(CudaKernels, CrossEntropySoftmax) {
   struct Shape {
     int N, V;
   };
@@ -544,7 +781,7 @@ TEST_F(GptCudaKernels, CrossEntropySoftmax) {
   }
 }
 
-TEST_F(GptCudaKernels, CrossEntropyTargetOutsideTheVocabularyGivesNaN) {
+TEST_F(CudaKernels, CrossEntropyTargetOutsideTheVocabularyGivesNaN) {
   const int N = 3, V = 101;
   const Floats logits = randn(static_cast<std::size_t>(N) * V, 110);
   const Tokens targets = {5, V, 7};
@@ -578,7 +815,7 @@ struct RowsShape {
 constexpr RowsShape kTpRowShapes[] = {{1, 48}, {37, 48}, {300, 64}, {75, 333}};
 
 // The embedding, position and bias kernels make the CPU's additions in the CPU's order: equal to the bit.
-TEST_F(GptCudaKernels, EmbeddingForward) {
+TEST_F(CudaKernels, EmbeddingForward) {
   for (const RowsShape s : kTpRowShapes) {
     SCOPED_TRACE(shape({{"N", s.N}, {"C", s.C}}));
     const Tokens tokens = tp_tokens(s.N, 140);
@@ -592,7 +829,7 @@ TEST_F(GptCudaKernels, EmbeddingForward) {
   }
 }
 
-TEST_F(GptCudaKernels, EmbeddingBackward) {
+TEST_F(CudaKernels, EmbeddingBackward) {
   for (const RowsShape s : kTpRowShapes) {
     SCOPED_TRACE(shape({{"N", s.N}, {"C", s.C}}));
     const Tokens tokens = tp_tokens(s.N, 150);
@@ -613,7 +850,7 @@ struct PositionShape {
 };
 constexpr PositionShape kPositionShapes[] = {{1, 1, 0, 48}, {2, 37, 5, 48}, {3, 64, 64, 64}, {4, 9, 3, 333}};
 
-TEST_F(GptCudaKernels, PositionForward) {
+TEST_F(CudaKernels, PositionForward) {
   for (const PositionShape s : kPositionShapes) {
     SCOPED_TRACE(shape({{"B", s.B}, {"T", s.T}, {"t0", s.t0}, {"C", s.C}}));
     const Floats wpe = randn(static_cast<std::size_t>(s.t0 + s.T + 3) * s.C, 160);
@@ -626,7 +863,7 @@ TEST_F(GptCudaKernels, PositionForward) {
   }
 }
 
-TEST_F(GptCudaKernels, PositionBackward) {
+TEST_F(CudaKernels, PositionBackward) {
   for (const PositionShape s : kPositionShapes) {
     SCOPED_TRACE(shape({{"B", s.B}, {"T", s.T}, {"t0", s.t0}, {"C", s.C}}));
     const Floats dout = randn(static_cast<std::size_t>(s.B) * s.T * s.C, 170);
@@ -639,7 +876,7 @@ TEST_F(GptCudaKernels, PositionBackward) {
   }
 }
 
-TEST_F(GptCudaKernels, AddBias) {
+TEST_F(CudaKernels, AddBias) {
   for (const RowsShape s : kTpRowShapes) {
     SCOPED_TRACE(shape({{"N", s.N}, {"C", s.C}}));
     const Floats bias = randn(s.C, 180), out0 = randn(static_cast<std::size_t>(s.N) * s.C, 181);
@@ -678,7 +915,7 @@ std::string vocab_trace(const VocabShape& s) {
   return shape({{"N", s.N}, {"V", s.V}, {"valid", s.valid}, {"v_begin", s.v_begin}});
 }
 
-TEST_F(GptCudaKernels, VocabMax) {
+TEST_F(CudaKernels, VocabMax) {
   for (const VocabShape s : kVocabShapes) {
     SCOPED_TRACE(vocab_trace(s));
     const VocabCase c = vocab_case(s, 190);
@@ -690,7 +927,7 @@ TEST_F(GptCudaKernels, VocabMax) {
   }
 }
 
-TEST_F(GptCudaKernels, VocabSumExp) {
+TEST_F(CudaKernels, VocabSumExp) {
   for (const VocabShape s : kVocabShapes) {
     SCOPED_TRACE(vocab_trace(s));
     const VocabCase c = vocab_case(s, 200);
@@ -710,7 +947,7 @@ TEST_F(GptCudaKernels, VocabSumExp) {
   }
 }
 
-TEST_F(GptCudaKernels, VocabCrossEntropy) {
+TEST_F(CudaKernels, VocabCrossEntropy) {
   for (const VocabShape s : kVocabShapes) {
     SCOPED_TRACE(vocab_trace(s));
     const VocabCase c = vocab_case(s, 210);
@@ -747,7 +984,7 @@ TEST_F(GptCudaKernels, VocabCrossEntropy) {
   }
 }
 
-TEST_F(GptCudaKernels, TensorParallelEmptyInputsEnqueueNothing) {
+TEST_F(CudaKernels, TensorParallelEmptyInputsEnqueueNothing) {
   Dev w(64 * 64), g(64 * 64);  // parameters and their gradients: must stay untouched (NaN bytes)
   const Floats before = g.host(stream_);
   cuda::embedding_forward(nullptr, nullptr, w.get(), 0, 64, 0, 64, stream_);
@@ -776,7 +1013,7 @@ TEST_F(GptCudaKernels, TensorParallelEmptyInputsEnqueueNothing) {
 
 // ---- edge cases and repeatability ---------------------------------------------------------------------------
 
-TEST_F(GptCudaKernels, EmptyInputsEnqueueNothing) {
+TEST_F(CudaKernels, EmptyInputsEnqueueNothing) {
   cuda::Blas blas(stream_);
   Dev w(64 * 64), g(64 * 64);  // parameters and their gradients: must stay untouched (NaN bytes)
   const Floats before = g.host(stream_);
@@ -789,9 +1026,17 @@ TEST_F(GptCudaKernels, EmptyInputsEnqueueNothing) {
   cuda::matmul_backward(nullptr, g.get(), g.get(), nullptr, nullptr, w.get(), 0, 64, 64, blas);
   cuda::lm_head_forward(nullptr, nullptr, w.get(), 0, 64, 64, blas);
   cuda::lm_head_backward(nullptr, g.get(), nullptr, nullptr, w.get(), 0, 64, 64, blas);
-  cuda::attention_forward(nullptr, nullptr, nullptr, 0, 16, 64, 4, stream_);
-  cuda::attention_forward(nullptr, nullptr, nullptr, 2, 0, 64, 4, stream_);
-  cuda::attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 16, 64, 4, stream_);
+  cuda::attention_forward(nullptr, nullptr, nullptr, 0, 16, 64, 4, 4, stream_);
+  cuda::attention_forward(nullptr, nullptr, nullptr, 2, 0, 64, 4, 2, stream_);
+  cuda::attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 0, 16, 64, 4, 1, stream_);
+  cuda::rmsnorm_forward(nullptr, nullptr, nullptr, w.get(), 0, 64, 1e-5f, stream_);
+  cuda::rmsnorm_backward(nullptr, g.get(), nullptr, nullptr, w.get(), nullptr, 0, 64, stream_);
+  cuda::rope_forward(nullptr, w.get(), w.get(), 0, 4, 2, 16, 0, 64, 256, stream_);
+  cuda::rope_backward(nullptr, w.get(), w.get(), 2, 0, 2, 16, 3, 64, 256, stream_);
+  cuda::rope_forward(g.get(), w.get(), w.get(), 2, 4, 0, 16, 0, 64, 256, stream_);  // no heads
+  cuda::swiglu_forward(nullptr, nullptr, 0, 64, stream_);
+  cuda::swiglu_backward(nullptr, nullptr, nullptr, 0, 64, stream_);
+  cuda::swiglu_backward(g.get(), nullptr, nullptr, 16, 0, stream_);
   cuda::gelu_forward(nullptr, nullptr, 0, stream_);
   cuda::gelu_backward(nullptr, nullptr, nullptr, 0, stream_);
   cuda::residual_forward(nullptr, nullptr, nullptr, 0, stream_);
@@ -800,38 +1045,88 @@ TEST_F(GptCudaKernels, EmptyInputsEnqueueNothing) {
   EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
 }
 
-TEST_F(GptCudaKernels, RejectsBadShapes) {
-  EXPECT_EQ(test::error_code_of([&] { cuda::attention_forward(nullptr, nullptr, nullptr, 1, 4, 50, 3, stream_); }),
+TEST_F(CudaKernels, RejectsBadShapes) {
+  EXPECT_EQ(test::error_code_of([&] { cuda::attention_forward(nullptr, nullptr, nullptr, 1, 4, 50, 3, 3, stream_); }),
             ErrorCode::kInvalidArgument);
   EXPECT_EQ(test::error_code_of([&] {
               cuda::layernorm_forward(nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, -1, 8, stream_);
             }),
             ErrorCode::kInvalidArgument);
   // A head size whose tiles do not fit in shared memory is refused before launch.
-  EXPECT_EQ(test::error_code_of([&] { cuda::attention_forward(nullptr, nullptr, nullptr, 1, 4, 4096, 1, stream_); }),
-            ErrorCode::kUnsupported);
+  EXPECT_EQ(
+      test::error_code_of([&] { cuda::attention_forward(nullptr, nullptr, nullptr, 1, 4, 4096, 1, 1, stream_); }),
+      ErrorCode::kUnsupported);
+  for (int kvh : {0, 3, 8, -2})  // KVH must divide NH = 4
+    EXPECT_EQ(test::error_code_of([&] {
+                cuda::attention_backward(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 64, 4, kvh, stream_);
+              }),
+              ErrorCode::kInvalidArgument)
+        << "KVH = " << kvh;
+  EXPECT_EQ(test::error_code_of([&] {
+              AttentionBlock blk{1, 4, 64, 1, 0, 1, 0};
+              blk.kv_heads = 3;
+              cuda::attention_block_forward(blk, RowsOut{}, RowStatsOut{}, Rows{}, Rows{}, Rows{}, stream_);
+            }),
+            ErrorCode::kInvalidArgument)
+      << "kv_heads = 3 of 4 heads";
+  EXPECT_EQ(
+      test::error_code_of([&] { cuda::rmsnorm_forward(nullptr, nullptr, nullptr, nullptr, 4, 0, 1e-5f, stream_); }),
+      ErrorCode::kInvalidArgument)
+      << "rmsnorm C = 0";
+  EXPECT_EQ(
+      test::error_code_of([&] { cuda::rmsnorm_forward(nullptr, nullptr, nullptr, nullptr, 4, 8, -1e-5f, stream_); }),
+      ErrorCode::kInvalidArgument)
+      << "rmsnorm eps < 0";
+  EXPECT_EQ(test::error_code_of(
+                [&] { cuda::rope_forward(nullptr, nullptr, nullptr, 1, 4, 2, 15, 0, 30, 120, stream_); }),
+            ErrorCode::kInvalidArgument)
+      << "rope D odd";
+  EXPECT_EQ(test::error_code_of(
+                [&] { cuda::rope_backward(nullptr, nullptr, nullptr, 1, 4, 2, 16, -1, 32, 128, stream_); }),
+            ErrorCode::kInvalidArgument)
+      << "rope pos0 < 0";
+  EXPECT_EQ(test::error_code_of(
+                [&] { cuda::rope_forward(nullptr, nullptr, nullptr, 1, 4, 2, 16, 0, 31, 128, stream_); }),
+            ErrorCode::kInvalidArgument)
+      << "rope rows overlapping";
+  EXPECT_EQ(test::error_code_of([&] { cuda::swiglu_forward(nullptr, nullptr, -1, 8, stream_); }),
+            ErrorCode::kInvalidArgument)
+      << "swiglu N < 0";
 }
 
 // No float atomics: the same inputs give the same bits, run after run (parameter gradients included).
-TEST_F(GptCudaKernels, BackwardsAreBitwiseRepeatable) {
+TEST_F(CudaKernels, BackwardsAreBitwiseRepeatable) {
   const int B = 2, T = 70, C = 64, NH = 4, V = 101;
   const std::size_t BT = static_cast<std::size_t>(B) * T, BTC = BT * C;
   const Tokens tokens = rand_tokens(BT, V, 120);
   const Floats dout = randn(BTC, 121), x = randn(BTC, 122), w = randn(C, 123), mean = randn(BT, 124);
   const Floats rstd(BT, 0.7f), qkv = randn(BT * 3 * C, 125), dout_attn = randn(BTC, 126);
   Floats out(BTC), lse(BT * NH);
-  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH);
+  attention_forward(out.data(), lse.data(), qkv.data(), B, T, C, NH, NH);
+  // Grouped-query attention (two query heads a kv head): each kv head's dk and dv sum two heads' terms.
+  const int KVH = 2;
+  const Floats gqa_qkv = randn(BT * qkv_row(C, NH, KVH), 127);
+  Floats gqa_out(BTC), gqa_lse(BT * NH);
+  attention_forward(gqa_out.data(), gqa_lse.data(), gqa_qkv.data(), B, T, C, NH, KVH);
   auto run = [&] {
     DeviceArray<int32_t> d_tokens(tokens);
     Dev d_dout(dout), d_x(x), d_w(w), d_mean(mean), d_rstd(rstd), d_qkv(qkv), d_out(out), d_lse(lse), d_da(dout_attn);
     Dev z_dwte(Floats(static_cast<std::size_t>(V) * C, 0.0f)), z_dwpe(Floats(static_cast<std::size_t>(T) * C, 0.0f));
     Dev z_dx(Floats(BTC, 0.0f)), z_dw(Floats(C, 0.0f)), z_db(Floats(C, 0.0f)), z_dqkv(Floats(BT * 3 * C, 0.0f));
+    Dev g_qkv(gqa_qkv), g_out(gqa_out), g_lse(gqa_lse), z_gqa(Floats(gqa_qkv.size(), 0.0f));
+    Dev z_rms_dx(Floats(BTC, 0.0f)), z_rms_dw(Floats(C, 0.0f));
     cuda::encoder_backward(z_dwte.get(), z_dwpe.get(), d_dout.get(), d_tokens.get(), B, T, C, stream_);
     cuda::layernorm_backward(z_dx.get(), z_dw.get(), z_db.get(), d_dout.get(), d_x.get(), d_w.get(), d_mean.get(),
                              d_rstd.get(), static_cast<int>(BT), C, stream_);
-    cuda::attention_backward(z_dqkv.get(), d_da.get(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, stream_);
+    cuda::rmsnorm_backward(z_rms_dx.get(), z_rms_dw.get(), d_dout.get(), d_x.get(), d_w.get(), d_rstd.get(),
+                           static_cast<int>(BT), C, stream_);
+    cuda::attention_backward(z_dqkv.get(), d_da.get(), d_out.get(), d_lse.get(), d_qkv.get(), B, T, C, NH, NH,
+                             stream_);
+    cuda::attention_backward(z_gqa.get(), d_da.get(), g_out.get(), g_lse.get(), g_qkv.get(), B, T, C, NH, KVH,
+                             stream_);
     std::vector<Floats> results;
-    for (const Dev* d : {&z_dwte, &z_dwpe, &z_dx, &z_dw, &z_db, &z_dqkv}) results.push_back(d->host(stream_));
+    for (const Dev* d : {&z_dwte, &z_dwpe, &z_dx, &z_dw, &z_db, &z_dqkv, &z_gqa, &z_rms_dx, &z_rms_dw})
+      results.push_back(d->host(stream_));
     return results;
   };
   const auto first = run();
@@ -844,4 +1139,4 @@ TEST_F(GptCudaKernels, BackwardsAreBitwiseRepeatable) {
 }
 
 }  // namespace
-}  // namespace strata::gpt
+}  // namespace strata

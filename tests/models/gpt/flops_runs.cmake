@@ -41,4 +41,4 @@ if(NOT at EQUAL -1)
 endif()
 
 run_checked(unknown fail 60 ${launcher} -n 2 ${TRAIN_GPT} --model gpt2-xl --steps 1)
-expect_text(unknown "--model 'gpt2-xl' is not a known model (known: gpt2-124m, gpt2-350m)")
+expect_text(unknown "--model 'gpt2-xl' is not a known model (known: gpt2-124m, gpt2-350m, llama-tiny, llama3-8b, llama2-70b)")

@@ -3,7 +3,8 @@
 # its final weights (train_gpt --save), greedy and sampled; weight placements (blocks streamed from host memory or
 # disk, a device budget) give the same text; prompts shared out over 1, 2 and 4 ranks, and tensor-parallel groups of
 # 2 and 4, give the same lines; PyTorch's 64 greedy tokens on its own init weights come out at one rank and at tp 2;
-# then bad input: a token outside the vocabulary, a prompt
+# a Llama-style model's 64 from a Hugging Face file and from a checkpoint of a --family llama run; then bad input: a
+# token outside the vocabulary, a prompt
 # that fills the context, text for a model that is not byte-level, two weight sources, and a checkpoint chunk damaged
 # on disk, each a clear error (a non-zero exit naming the problem, no generated tokens).
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DGENERATE=<strata-generate>
@@ -162,6 +163,36 @@ refused(heads_not_dividing "--embd 64 must be a positive multiple of --heads 5"
         --weights ${WORK}/trained.safetensors --heads 5 --prompt "a")
 refused(shard_without_ranks "--shard-weights shares the streamed blocks among the data-parallel ranks: it needs more"
         --checkpoint ${WORK}/ckpt --prompt "a" --shard-weights)
+
+# The Llama-style family (tests/data/llama_gen_ref.json: PyTorch's greedy generation by full forwards on
+# llama_gen_init.safetensors, Hugging Face's names, 4 heads on 2 key-value heads, an untied head): the same tokens from
+# that file (its names recognized, the rest of the shape from its tensors), streamed from it, and from a checkpoint of
+# train_gpt --family llama started from it (--steps 0: the trainer state records the shape), resident, streamed from
+# its files with the KV cache in host memory, sharded over two ranks, and at tp 2; then a family that contradicts the record, a
+# file without a context, and a shape flag the file contradicts, refused.
+file(READ ${data}/llama_gen_ref.json ref)
+json_ids(want tokens)
+json_ids(prompt prompt)
+string(JSON n LENGTH "${ref}" tokens)
+set(hf --weights ${data}/llama_gen_init.safetensors --heads 4 --ctx 80)
+run_checked(llama_ckpt ok 120 ${launch} -n 1 ${TRAIN_GPT} --family llama --layers 2 --heads 4 --kv-heads 2 --head-dim 8
+            --embd 32 --ffn 64 --vocab 64 --ctx 80 --untied --init ${data}/llama_gen_init.safetensors --seq 16
+            --batch 2 --steps 0 --no-progress --checkpoint-dir ${WORK}/llama_ckpt)
+set(i 0)
+foreach(run "1;${hf}" "1;${hf};--resident-layers;0;--weights-from;disk" "1;--checkpoint;${WORK}/llama_ckpt"
+        "1;--checkpoint;${WORK}/llama_ckpt;--resident-layers;0;--weights-from;disk;--kv-in;host"
+        "2;--checkpoint;${WORK}/llama_ckpt;--shard-weights" "2;--checkpoint;${WORK}/llama_ckpt;--tp;2")
+  list(POP_FRONT run np)
+  math(EXPR i "${i} + 1")
+  same_lines(llama_${i} "0: ${want}" ${np} --tokens ${prompt} --max-new-tokens ${n} --quiet ${run})
+endforeach()
+message(STATUS "Llama: PyTorch's ${n} greedy tokens from the Hugging Face file and from a checkpoint, resident, "
+               "streamed, sharded and at tp 2")
+refused(llama_family_contradicted "--family gpt2: the checkpoint ${WORK}/llama_ckpt/step-00000000 records a llama"
+        --checkpoint ${WORK}/llama_ckpt --family gpt2 --tokens 1)
+refused(llama_without_ctx "give --heads and --ctx" --weights ${data}/llama_gen_init.safetensors --heads 4 --tokens 1)
+refused(llama_shape_contradicted "tensor 'model.layers.0.self_attn.k_proj.weight' has shape [16, 32]" ${hf}
+        --kv-heads 4 --tokens 1)
 
 # A byte flipped in the middle of a data file of the checkpoint: its checksum fails, named.
 set(victim ${WORK}/ckpt/step-00000012/rank-00001.bin)

@@ -20,28 +20,6 @@ using strata::test::runtime;
 
 constexpr int kSteps = 20, kStop = 10;
 
-// DIR = temp/strata_gpt_ckpt_<rank 0's pid>, made by rank 0 and removed at the end.
-class ScratchRoot {
- public:
-  ScratchRoot() {
-    int root_pid = ::getpid();
-    MPI_Bcast(&root_pid, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    path_ = (std::filesystem::temp_directory_path() / fmt::format("strata_gpt_ckpt_{}", root_pid)).string();
-    if (runtime().rank() == 0) std::filesystem::remove_all(path_);
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
-  ~ScratchRoot() {
-    MPI_Barrier(MPI_COMM_WORLD);
-    std::error_code ec;
-    if (runtime().rank() == 0) std::filesystem::remove_all(path_, ec);
-    MPI_Barrier(MPI_COMM_WORLD);
-  }
-  std::string dir(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
-
 struct Variant {
   std::string name;
   TrainConfig cfg;
@@ -86,7 +64,7 @@ std::vector<Variant> variants(int world) {
 bool same_bits(double a, double b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 TEST(GptCheckpoint, ResumeAtTheSameLayoutIsBitwise) {
-  ScratchRoot root;
+  strata::test::SharedScratchDir root("gpt_ckpt");
   const int world = runtime().world_size();
   int n = 0;
   for (const Variant& v : variants(world)) {
@@ -137,7 +115,7 @@ TEST(GptCheckpoint, ResumeAtTheSameLayoutIsBitwise) {
 // not the optimizer's step count, which leaves out skipped steps: with f16 parameters and dynamic loss scaling the
 // first steps overflow and are skipped.
 TEST(GptCheckpoint, ResumedFromIsTheCheckpointStepWhenStepsWereSkipped) {
-  ScratchRoot root;
+  strata::test::SharedScratchDir root("gpt_ckpt");
   TrainConfig cfg =
       test::reference_config(test::load_json(test::data_dir() + "gpt_tiny_ref.json"), runtime().world_size());
   cfg.sharding.mixed_precision.param_dtype = DType::kF16;
@@ -164,7 +142,7 @@ TEST(GptCheckpoint, ResumedFromIsTheCheckpointStepWhenStepsWereSkipped) {
 // finish() after a resume that ran no step (train_gpt --resume with --stop-at or --steps at or below the checkpoint)
 // saves nothing: the trainer stands at the step it loaded, so the state is never committed under another step's name.
 TEST(GptCheckpoint, FinishAfterAResumeDoesNotMislabelTheState) {
-  ScratchRoot root;
+  strata::test::SharedScratchDir root("gpt_ckpt");
   TrainConfig cfg =
       test::reference_config(test::load_json(test::data_dir() + "gpt_tiny_ref.json"), runtime().world_size());
   cfg.checkpoint.dir = root.dir("finish");

@@ -78,29 +78,7 @@ TEST(GptDecode, GreedyTokensAndLogitsEqualPyTorchs) {
                  [&](const std::string& name, std::size_t begin, std::size_t count, float* out) {
                    init.read_f32(name, begin, count, out);
                  });
-  const std::vector<std::int32_t> prompt = ref["prompt"].get<std::vector<std::int32_t>>();
-  const std::vector<std::int32_t> want = ref["tokens"].get<std::vector<std::int32_t>>();
-  const std::vector<std::vector<float>> want_logits = ref["logits"].get<std::vector<std::vector<float>>>();
-  ASSERT_EQ(want.size(), 64u);
-  ASSERT_EQ(want_logits.size(), want.size());
-  const float* logits = dec.prefill(0, prompt.data(), static_cast<int>(prompt.size()));
-  std::vector<std::int32_t> got;
-  double worst = 0;
-  for (std::size_t i = 0; i < want.size(); ++i) {
-    if (i > 0) logits = dec.decode({0}, {got.back()});
-    ASSERT_EQ(want_logits[i].size(), static_cast<std::size_t>(cfg.vocab));
-    worst = std::max(worst, max_rel_diff(logits, want_logits[i].data(), cfg.vocab));
-    got.push_back(static_cast<std::int32_t>(std::max_element(logits, logits + cfg.vocab) - logits));
-  }
-  std::printf("64 greedy tokens against PyTorch's: %s; largest logit difference %.3g of the row's largest "
-              "(PyTorch's smallest top-2 margin %.3g)\n",
-              got == want ? "equal" : "DIFFERENT", worst, ref["min_margin"].get<double>());
-  EXPECT_EQ(got, want);
-  EXPECT_LE(worst, 1e-5);
-  // strata::generate() on the same decoder state gives them too.
-  GenerateOptions o;
-  o.max_new_tokens = 64;
-  EXPECT_EQ(generate(dec, {prompt}, o).tokens[0], want);
+  test_data::expect_greedy_reference(dec, ref);
 }
 
 // A model whose attention spans several 64-key tiles, on the spec's init.

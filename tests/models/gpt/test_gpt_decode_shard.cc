@@ -2,9 +2,9 @@
 // rank decodes prompts of its own (a different count and length on each, and none on the last rank at np 4, so the
 // ranks prefill and decode for different numbers of passes and generate() must keep them in step), its blocks
 // gathered from the group's parts every pass, from host memory, disk and device memory. Each rank's logits and tokens
-// are the bits of the same prompts decoded by a resident decoder alone; at np 4, tp 2 x shard 2 gives the resident
-// tp decoder's bits. The bytes a step moves and the memory by category are strata-plan --inference's at that shard
-// count, to the byte.
+// are the bits of the same prompts decoded by a resident decoder alone, for either family; at np 4, tp 2 x shard 2
+// gives the resident tp decoder's bits. The bytes a step moves and the memory by category are strata-plan
+// --inference's at that shard count, to the byte.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,7 +17,7 @@
 #include "collectives/communicator.h"
 #include "collectives/rank_values.h"
 #include "models/gpt/inference/gpt_decoder.h"
-#include "models/gpt/model/cpu_ops.h"
+#include "kernels/cpu/threads.h"
 #include "runtime/inference/generator.h"
 #include "runtime/memory/inference_planner.h"
 #include "tests/models/gpt/decode_test_data.h"
@@ -32,9 +32,12 @@ using test_data::spec_weights;
 
 GptConfig model() { return GptConfig{3, 4, 64, 97, 96}; }
 
+// The Llama-style family at the same vocabulary: 4 heads on 2 key-value heads, q | k | v biases, an untied head.
+GptConfig llama() { return test_data::llama_config(3, 4, 2, 8, 48, 72, 97, 96); }
+
 void share_cores() {
   const int cores = static_cast<int>(std::thread::hardware_concurrency());
-  set_num_threads(std::max(1, cores / strata::test::runtime().local_size()));
+  cpu::set_num_threads(std::max(1, cores / strata::test::runtime().local_size()));
 }
 
 // Rank r's prompts: r + 1 of them, of 5 + 13 r tokens and up (more than one chunk of 16 rows from rank 1 on), none
@@ -55,9 +58,8 @@ struct Outputs {
 // `prompts` through a decoder of `where` over `tp` and `shard` (null: alone): the first prompt's logits at every
 // position (its own pass, in step with the group's), then generate() over all of them.
 Outputs decode(const std::vector<std::vector<std::int32_t>>& prompts, int rank, const DecodePlacement& where,
-               Communicator* tp, Communicator* shard) {
+               Communicator* tp, Communicator* shard, const GptConfig& cfg = model()) {
   share_cores();
-  const GptConfig cfg = model();
   const int seqs = std::max<int>(1, static_cast<int>(prompts.size()));
   GptDecoder dec(cfg, strata::test::runtime().device(), seqs, spec_weights(cfg, 8), 16, DType::kF32, where, tp, shard);
   Outputs out;
@@ -84,12 +86,12 @@ std::unique_ptr<Communicator> shard_group(int tp) {
   return world.split(world.rank() % tp, world.rank(), "shard");
 }
 
-TEST(GptDecodeShard, EachRankDecodesTheBitsOfADecoderAlone) {
+// Each rank's outputs for `cfg` with every block sharded over the world, from each source, against a decoder alone.
+void expect_bits_of_a_decoder_alone(const GptConfig& cfg) {
   Communicator& world = strata::test::runtime().world();
-  if (world.size() < 2) GTEST_SKIP() << "needs 2 or more ranks";
   const int rank = world.rank();
   const std::vector<std::vector<std::int32_t>> prompts = prompts_of(rank);
-  const Outputs alone = decode(prompts, rank, {}, nullptr, nullptr);
+  const Outputs alone = decode(prompts, rank, {}, nullptr, nullptr, cfg);
   const std::unique_ptr<Communicator> shard = shard_group(1);
   for (WeightSource source : {WeightSource::kHost, WeightSource::kDisk, WeightSource::kDevice})
     for (int resident : {0, 1}) {
@@ -97,8 +99,9 @@ TEST(GptDecodeShard, EachRankDecodesTheBitsOfADecoderAlone) {
       where.resident_layers = resident;
       where.source = source;
       where.prefetch_depth = resident;  // 0 and 1
-      const Outputs sharded = decode(prompts, rank, where, nullptr, shard.get());
-      const std::string what = std::string(weight_source_name(source)) + ", " + std::to_string(resident) + " resident";
+      const Outputs sharded = decode(prompts, rank, where, nullptr, shard.get(), cfg);
+      const std::string what =
+          cfg.describe() + ", " + weight_source_name(source) + ", " + std::to_string(resident) + " resident";
       EXPECT_EQ(std::memcmp(sharded.logits.data(), alone.logits.data(), alone.logits.size() * 4), 0) << what;
       EXPECT_EQ(sharded.gen.tokens, alone.gen.tokens) << what;
       EXPECT_GT(sharded.gen.decode_gathered_bytes, 0u) << what;
@@ -107,6 +110,12 @@ TEST(GptDecodeShard, EachRankDecodesTheBitsOfADecoderAlone) {
         EXPECT_GT(sharded.gen.idle_passes, 0u) << what;
       }
     }
+}
+
+// Either family: the Llama-style blocks (their slots and widths, an untied head outside them) shard the same way.
+TEST(GptDecodeShard, EachRankDecodesTheBitsOfADecoderAlone) {
+  if (strata::test::runtime().world_size() < 2) GTEST_SKIP() << "needs 2 or more ranks";
+  for (const GptConfig& cfg : {model(), llama()}) expect_bits_of_a_decoder_alone(cfg);
 }
 
 // np 4: tp groups {0, 1} and {2, 3}, shard groups {0, 2} and {1, 3}; a tp group's ranks decode the same prompts.

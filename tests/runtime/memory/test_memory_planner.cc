@@ -78,6 +78,60 @@ TEST(MemoryPlanner, ParameterCountOfAGptFromItsShape) {
   EXPECT_DOUBLE_EQ(m.count(), 124439808.0);
 }
 
+// Llama 2 70B by its fields (models/llama's preset holds the same): grouped-query attention, SwiGLU, bias-free
+// RMSNorm layers, rotary positions, an untied head. Exactly 68,976,648,192, at any sequence length.
+ModelShape llama2_70b() {
+  ModelShape m{0, 80, 8192, 64, 32000, 4096};
+  m.kv_heads = 8;
+  m.head_dim = 128;
+  m.ffn = 28672;
+  m.gated = m.rms_norm = m.rotary = true;
+  m.tied = false;
+  return m;
+}
+
+TEST(MemoryPlanner, ParameterCountOfALlamaFromItsShape) {
+  ModelShape m = llama2_70b();
+  EXPECT_DOUBLE_EQ(m.count(), 68976648192.0);
+  const double h = 8192, per_layer = 2 * h + 2 * h * 8192 + 2 * h * 1024 + 3 * h * 28672;
+  EXPECT_DOUBLE_EQ(m.layer_per_rank(1), per_layer);
+  // tp 8: one kv head a rank, everything split but the norms; tp 16: k and v of one head on each rank.
+  const double norms = 80 * 2 * h + h;
+  EXPECT_DOUBLE_EQ(8 * m.count_per_rank(8) - 7 * norms, m.count());
+  EXPECT_DOUBLE_EQ(16 * m.count_per_rank(16) - 15 * norms - 8 * 80 * 2 * h * 128, m.count());
+  // Biases: q, k, v (Qwen2's), then o's too (Llama's attention_bias).
+  m.qkv_bias = true;
+  EXPECT_DOUBLE_EQ(m.count(), 68976648192.0 + 80 * (8192 + 2 * 1024));
+  m.out_bias = true;
+  EXPECT_DOUBLE_EQ(m.count(), 68976648192.0 + 80 * (8192 + 2 * 1024 + 8192));
+  // GPT-2 with the Llama family's switches one by one: untied adds V h, rotary drops the table.
+  ModelShape gpt{0, 12, 768, 12, 50257, 1024};
+  gpt.tied = false;
+  EXPECT_DOUBLE_EQ(gpt.count(), 124439808.0 + 50257.0 * 768);
+  gpt.rotary = true;
+  EXPECT_DOUBLE_EQ(gpt.count(), 124439808.0 + 50257.0 * 768 - 1024.0 * 768);
+  EXPECT_EQ(grouped_count(68976648192.0), "68,976,648,192");
+}
+
+// The activation terms that tp splits take q's, the key / value heads' and the MLP's widths: 4 q + 4 kv + 6 ffn for a
+// SwiGLU block (24 h for GPT-2's), kv counting a replicated head once on every rank.
+TEST(MemoryPlanner, ActivationsUseTheKeyValueAndMlpWidths) {
+  PlanInput in;
+  in.model = llama2_70b();
+  in.hardware.devices_per_node = 16;
+  const double s = 4096, b = 1, h = 8192, q = 8192, kv = 1024, F = 28672;
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), s * b * h * (10 + (4 * q + 4 * kv + 6 * F) / h));
+  in.layout.tp = 16;  // one of the 8 kv heads on each rank: 16 x 128 channels over the group
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in), s * b * h * (10 + (4 * q + 4 * 2048 + 6 * F) / h / 16));
+  in.recompute = RecomputePolicy::uniform(BlockRecompute::kMlp);  // drops SiLU(gate) x up, 2 ffn / t
+  EXPECT_DOUBLE_EQ(activation_bytes_per_layer(in),
+                   s * b * h * (10 + (4 * q + 4 * 2048 + 6 * F) / h / 16 - 2 * F / h / 16));
+  EXPECT_DOUBLE_EQ(recompute_flops_per_token(in, BlockRecompute::kAttention), 4 * q * s / 16);
+  EXPECT_NO_THROW(in.validate());
+  in.layout.tp = 3;
+  EXPECT_THROW(in.validate(), Error);  // neither divides the 8 kv heads nor is a multiple of them (nor divides 64)
+}
+
 // Megatron's split: the matrices, the column-parallel biases and the token embedding divide by tp (the vocabulary
 // padded to a multiple of it); LayerNorms, row-parallel biases, the position table and the final LayerNorm are on
 // every rank. GPT-2 small at tp 4, by hand, and summed back over the ranks to the whole model.
