@@ -1,5 +1,5 @@
-// GptModel: the GPT-2 of docs/gpt-model.md on a ShardedModel: units, init, and one
-// micro-batch of forward and backward through the kernels of its device (Kernels: CPU or CUDA).
+// GptModel: the GPT-2 of docs/gpt-model.md, or a Llama-style model (docs/llama-model.md), on a ShardedModel: units,
+// init, and one micro-batch of forward and backward through the kernels of its device (Kernels: CPU or CUDA).
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,6 @@ namespace strata::gpt {
 // q, k, v ones, a tied or untied head). One block serves both: the family picks its norm, positions, MLP and biases.
 enum class Family { kGpt2, kLlama };
 // "gpt2" or "llama" (train_gpt --family, checkpoints' record); parse_family refuses any other name, listing both.
-// llama_model: the GptConfig of a LlamaConfig (models/llama: a preset or a Hugging Face config.json); kUnsupported for
-// Llama's attention_bias (a bias on o as well: not built; Qwen2's q, k, v biases are).
 const char* family_name(Family family);
 Family parse_family(const std::string& name);
 
@@ -68,6 +66,8 @@ struct GptConfig {
   void validate_sizes(int batch, int seq, int tp) const;
 };
 
+// The GptConfig of a LlamaConfig (models/llama: a preset or a Hugging Face config.json); kUnsupported for Llama's
+// attention_bias (a bias on o as well: not built; Qwen2's q, k, v biases are).
 GptConfig llama_model(const llama::LlamaConfig& config);
 
 // Tensor parallelism (docs/tensor-parallel.md): Megatron-LM's split of each block over the `tp` group, the
