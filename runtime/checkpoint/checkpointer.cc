@@ -164,9 +164,10 @@ std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(std::int64_t step) {
       if (slot.tp.replicated() && tp_rank_ != 0) continue;  // every tp rank holds it: the first saves it
       const std::string names[3] = {params_tensor(slot.name), exp_avg_tensor(slot.name),
                                     exp_avg_sq_tensor(slot.name)};
-      // The segment as flat ranges of the boxes of this rank's slice (the whole tensor without tp).
+      // The segment as flat ranges of the boxes of this rank's slice (the whole tensor without tp), but for the
+      // pieces an earlier tp rank holds too (shared key-value heads): that rank saves them.
       const std::vector<SliceChunk> chunks =
-          slice_chunks(slot.tp, slot.shape, tp_rank_, tp_size_, seg.slot_begin, seg.length);
+          slice_chunks(slot.tp, slot.shape, tp_rank_, tp_size_, seg.slot_begin, seg.length, /*owned_only=*/true);
       for (int k = 0; k < (slot.trainable ? 3 : 1); ++k)
         for (const SliceChunk& c : chunks) {
           Staged::Piece p{names[k], c.box_offset, c.box_shape, c.begin, c.count, {}, {}};

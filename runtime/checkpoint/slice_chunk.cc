@@ -8,7 +8,7 @@
 namespace strata {
 
 std::vector<SliceChunk> slice_chunks(const TpSplit& split, const std::vector<std::int64_t>& local_shape, int rank,
-                                     int tp, std::size_t begin, std::size_t count) {
+                                     int tp, std::size_t begin, std::size_t count, bool owned_only) {
   if (count == 0) return {};
   if (split.replicated() || tp == 1) {
     const std::vector<std::int64_t>& shape = split.replicated() ? local_shape : split.global_shape;
@@ -20,11 +20,12 @@ std::vector<SliceChunk> slice_chunks(const TpSplit& split, const std::vector<std
   const TpGeometry geo = split.geometry(tp);
   const std::size_t inner = geo.inner, G = geo.global;
   std::vector<SliceChunk> by_part(geo.block.size());
-  for_each_global_run(split, rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {
+  // A run of one part's elements.
+  auto place = [&](std::size_t local, std::size_t global, std::size_t n) {
     const std::size_t o = global / (G * inner), j = global / inner % G, i = global % inner;
     const std::size_t p = geo.part_of_global(j);
     // Part p's box: this rank's indices of part p along `dim`, clipped where the part ends (padding).
-    const std::size_t first = static_cast<std::size_t>(rank) * geo.piece[p];  // this rank's first index in part p
+    const std::size_t first = geo.first(p, rank);  // this rank's first index in part p
     const std::size_t offset = geo.global_begin[p] + first, width = std::min(geo.piece[p], geo.block[p] - first);
     const std::uint64_t flat = (o * width + (j - offset)) * inner + i;
     SliceChunk& c = by_part[p];
@@ -45,7 +46,20 @@ std::vector<SliceChunk> slice_chunks(const TpSplit& split, const std::vector<std
       c.local.back().length += n;
     else
       c.local.push_back(LocalRun{local, n});
-  });
+  };
+  // A run may go on into the next part (a piece as wide as its part, shared by several ranks, ends where this rank's
+  // piece of the next part begins): each part's share of it is placed on its own.
+  auto chunk = [&](std::size_t local, std::size_t global, std::size_t n) {
+    while (n > 0) {
+      const std::size_t j = global / inner % G, p = geo.part_of_global(j);
+      const std::size_t m = std::min(n, (geo.global_begin[p] + geo.block[p] - j) * inner - global % inner);
+      place(local, global, m);
+      local += m;
+      global += m;
+      n -= m;
+    }
+  };
+  for_each_global_run(split, rank, tp, begin, count, chunk, owned_only);
   std::vector<SliceChunk> out;
   for (SliceChunk& c : by_part)
     if (c.count > 0) out.push_back(std::move(c));

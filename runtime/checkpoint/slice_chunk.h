@@ -30,8 +30,9 @@ struct SliceChunk {
 
 // The chunks of local elements [begin, begin + count) of tp rank `rank` of `tp`, for a slot of local shape
 // `local_shape` split as `split`: one per part of the split that the range touches, in order of the parts; none for
-// padding. Replicated, or at tp 1: one chunk of the whole tensor, local == global.
+// padding, nor, with `owned_only`, for a piece another rank owns (a shared atom, TpGeometry::owns). Replicated, or at
+// tp 1: one chunk of the whole tensor, local == global.
 std::vector<SliceChunk> slice_chunks(const TpSplit& split, const std::vector<std::int64_t>& local_shape, int rank,
-                                     int tp, std::size_t begin, std::size_t count);
+                                     int tp, std::size_t begin, std::size_t count, bool owned_only = false);
 
 }  // namespace strata

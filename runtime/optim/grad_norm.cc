@@ -9,7 +9,8 @@
 
 namespace strata {
 
-GradNorm::GradNorm(ShardedParameters& params, std::vector<Communicator*> groups, const NormMask& counted)
+GradNorm::GradNorm(ShardedParameters& params, std::vector<Communicator*> groups, const NormMask& counted,
+                   const NormRuns& runs)
     : params_(params) {
   Device& dev = params.comm_stream().device();
   for (Communicator* g : groups) {
@@ -19,9 +20,34 @@ GradNorm::GradNorm(ShardedParameters& params, std::vector<Communicator*> groups,
     if (g->size() > 1) groups_.push_back(g);
   }
   for (int u = 0; u < params.num_units(); ++u) {
-    std::vector<bool> mask;
-    for (const ParamSlot& s : params.unit(u).layout->slots()) mask.push_back(!counted || counted(u, s));
-    counted_.push_back(std::move(mask));
+    const UnitShard shard = params.unit(u);
+    std::vector<std::array<std::size_t, 3>> unit_runs;
+    auto add = [&](std::size_t begin, std::size_t length, std::size_t bucket) {
+      if (length == 0) return;
+      std::array<std::size_t, 3>* last = unit_runs.empty() ? nullptr : &unit_runs.back();
+      if (last && (*last)[2] == bucket && (*last)[0] + (*last)[1] == begin) (*last)[1] += length;
+      else unit_runs.push_back({begin, length, bucket});
+    };
+    for (const ShardSegment& seg : shard.segments) {
+      const ParamSlot& s = shard.layout->slots()[seg.slot];
+      if (!s.trainable) continue;
+      if ((counted && !counted(u, s)) || !runs) {
+        add(seg.shard_begin, seg.length, counted && !counted(u, s) ? 1 : 0);
+        continue;
+      }
+      // The counted runs, and the elements between them not counted.
+      std::size_t at = seg.slot_begin;
+      runs(s, seg.slot_begin, seg.length, [&](std::size_t begin, std::size_t length) {
+        STRATA_CHECK_CODE(ErrorCode::kInternal, begin >= at && begin + length <= seg.slot_begin + seg.length,
+                          "norm: counted run [{}, {}) of slot '{}' outside [{}, {})", begin, begin + length, s.name, at,
+                          seg.slot_begin + seg.length);
+        add(seg.shard_begin + (at - seg.slot_begin), begin - at, 1);
+        add(seg.shard_begin + (begin - seg.slot_begin), length, 0);
+        at = begin + length;
+      });
+      add(seg.shard_begin + (at - seg.slot_begin), seg.slot_begin + seg.length - at, 1);
+    }
+    runs_.push_back(std::move(unit_runs));
   }
   sums_ = dev.allocate(16, MemCategory::kWorkspace);
   ready_ = dev.create_event();
@@ -38,12 +64,9 @@ NormResult GradNorm::compute() {
   double* into = on_host ? local : sums;
   if (!on_host) dev.fill_zero(sums, 16, compute);
   for (int u = 0; u < params_.num_units(); ++u) {
-    const UnitShard shard = params_.unit(u);
-    for (const ShardSegment& seg : shard.segments) {
-      if (!shard.layout->slots()[seg.slot].trainable) continue;
-      double* out = into + (counted_[static_cast<std::size_t>(u)][seg.slot] ? 0 : 1);
-      params_.ops().add_sum_squares(shard.grad + seg.shard_begin, seg.length, out, params_.stream());
-    }
+    const float* grad = params_.unit(u).grad;
+    for (const std::array<std::size_t, 3>& r : runs_[static_cast<std::size_t>(u)])
+      params_.ops().add_sum_squares(grad + r[0], r[1], into + r[2], params_.stream());
   }
   if (on_host) {
     params_.stream().synchronize();

@@ -38,7 +38,8 @@ ShardedAdamW::ShardedAdamW(ShardedModel& model, const AdamWConfig& config, const
   options_.validate();
   Device& dev = params_.device();
   try {
-    norm_ = std::make_unique<GradNorm>(params_, norm_groups(params_, options_), options_.counted);
+    norm_ = std::make_unique<GradNorm>(params_, norm_groups(params_, options_), options_.counted,
+                                       options_.counted_runs);
     std::size_t slots = 0;
     for (int u = 0; u < params_.num_units(); ++u) {
       slot_base_.push_back(slots);

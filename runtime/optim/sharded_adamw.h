@@ -27,9 +27,10 @@ struct OptimizerOptions {
   float initial_loss_scale = 65536.0f;
   int loss_scale_window = 1000;
   // Groups the norm is reduced over besides the model's own (the tensor- and pipeline-parallel groups), and which
-  // slots count on this rank (empty: all).
+  // slots count on this rank (empty: all), and within them which runs of elements (empty: all).
   std::vector<Communicator*> norm_groups;
   NormMask counted;
+  NormRuns counted_runs;
   // Consecutive steps skipped for non-finite gradients after which step() throws kNonFinite; 0: never. With dynamic
   // loss scaling, a skipped step counts only when the scale could not back off (it was already 1), as DeepSpeed
   // stops when the scale is at its minimum: the skips of the scale's search are normal. An update ends a run.

@@ -10,8 +10,10 @@ namespace strata {
 
 std::string TpSplit::describe() const {
   if (replicated()) return "replicated";
+  const std::string atoms = atom > 0 ? fmt::format(", atoms of {}", atom) : "";
   if (!part_sizes.empty())
-    return fmt::format("dim {} in parts {} of [{}]", dim, fmt::join(part_sizes, " + "), fmt::join(global_shape, ", "));
+    return fmt::format("dim {} in parts {} of [{}]{}", dim, fmt::join(part_sizes, " + "), fmt::join(global_shape, ", "),
+                       atoms);
   return fmt::format("dim {} in {} part{} of [{}]", dim, parts, parts == 1 ? "" : "s", fmt::join(global_shape, ", "));
 }
 
@@ -35,7 +37,10 @@ TpGeometry TpSplit::geometry(int tp) const {
   std::size_t global_at = 0;
   for (std::size_t n : sizes) {
     g.block.push_back(n);
-    g.piece.push_back((n + t - 1) / t);
+    // A part of fewer atoms than ranks: one atom a piece, each held by tp / atoms ranks.
+    const std::size_t atoms = atom > 0 ? n / static_cast<std::size_t>(atom) : t;
+    g.share.push_back(atoms < t ? t / atoms : 1);
+    g.piece.push_back(atoms < t ? static_cast<std::size_t>(atom) : (n + t - 1) / t);
     g.global_begin.push_back(global_at);
     g.local_begin.push_back(g.local);
     global_at += n;
@@ -62,9 +67,18 @@ void TpSplit::validate(const std::string& what, int tp) const {
   STRATA_CHECK(dim < static_cast<int>(global_shape.size()), "{}: split dimension {} of a {}-D tensor", what, dim,
                global_shape.size());
   const std::int64_t n = global_shape[static_cast<std::size_t>(dim)];
+  STRATA_CHECK(atom >= 0, "{}: atom {} along dimension {}", what, atom, dim);
   if (!part_sizes.empty()) {
     std::int64_t sum = 0;
     for (std::int64_t p : part_sizes) {
+      if (atom > 0) {  // whole atoms, their count a multiple or a divisor of tp
+        STRATA_CHECK(p >= 1 && p % atom == 0 && ((p / atom) % tp == 0 || tp % (p / atom) == 0),
+                     "{}: part of {} along dimension {} is {} atoms of {}, a count that neither divides by the "
+                     "tensor-parallel degree {} nor divides it (parts {})",
+                     what, p, dim, p / atom, atom, tp, fmt::join(part_sizes, " + "));
+        sum += p;
+        continue;
+      }
       STRATA_CHECK(p >= 1 && p % tp == 0,
                    "{}: part of {} along dimension {} must be positive and divide by the tensor-parallel degree {} "
                    "(parts {})",
@@ -75,6 +89,7 @@ void TpSplit::validate(const std::string& what, int tp) const {
                  dim, n);
     return;
   }
+  STRATA_CHECK(atom == 0, "{}: atoms of {} are taken with part sizes only", what, atom);
   STRATA_CHECK(parts >= 1, "{}: {} parts", what, parts);
   STRATA_CHECK(n % parts == 0, "{}: dimension {} of size {} is not {} equal parts", what, dim, n, parts);
   STRATA_CHECK(parts == 1 || (n / parts) % tp == 0,
@@ -83,7 +98,7 @@ void TpSplit::validate(const std::string& what, int tp) const {
 }
 
 void for_each_global_run(const TpSplit& split, int rank, int tp, std::size_t begin, std::size_t count,
-                         const std::function<void(std::size_t, std::size_t, std::size_t)>& fn) {
+                         const std::function<void(std::size_t, std::size_t, std::size_t)>& fn, bool owned_only) {
   if (count == 0) return;
   if (split.replicated()) {
     fn(begin, begin, count);
@@ -103,9 +118,9 @@ void for_each_global_run(const TpSplit& split, int rank, int tp, std::size_t beg
   while (k < end) {
     const std::size_t o = k / (L * inner), j = (k / inner) % L, i = k % inner;
     const std::size_t len = std::min(inner - i, end - k);
-    const std::size_t p = geo.part_of_local(j), w = j - geo.local_begin[p], piece = geo.piece[p];
-    const std::size_t gj = geo.global_begin[p] + static_cast<std::size_t>(rank) * piece + w;
-    if (static_cast<std::size_t>(rank) * piece + w >= geo.block[p]) {  // padding (only with one part)
+    const std::size_t p = geo.part_of_local(j), w = j - geo.local_begin[p], first = geo.first(p, rank);
+    const std::size_t gj = geo.global_begin[p] + first + w;
+    if (first + w >= geo.block[p] || (owned_only && !geo.owns(p, rank))) {  // padding (only with one part), or shared
       flush();
     } else {
       const std::size_t gk = (o * G + gj) * inner + i;

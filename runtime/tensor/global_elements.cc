@@ -23,6 +23,30 @@ std::function<bool(int, const ParamSlot&)> counted_once(const DeviceMesh& mesh, 
   };
 }
 
+std::function<void(const ParamSlot&, std::size_t, std::size_t, const std::function<void(std::size_t, std::size_t)>&)>
+counted_runs_once(const DeviceMesh& mesh) {
+  const int tp = mesh.tp().size(), tp_rank = mesh.tp().rank();
+  if (tp == 1) return {};
+  return [tp, tp_rank](const ParamSlot& s, std::size_t begin, std::size_t count,
+                       const std::function<void(std::size_t, std::size_t)>& counted) {
+    if (s.tp.replicated() || s.tp.atom == 0) return counted(begin, count);
+    std::size_t run_begin = 0, run_length = 0;  // local runs, merged where consecutive
+    for_each_global_run(
+        s.tp, tp_rank, tp, begin, count,
+        [&](std::size_t local, std::size_t, std::size_t n) {
+          if (run_length && run_begin + run_length == local) {
+            run_length += n;
+            return;
+          }
+          if (run_length) counted(run_begin, run_length);
+          run_begin = local;
+          run_length = n;
+        },
+        /*owned_only=*/true);
+    if (run_length) counted(run_begin, run_length);
+  };
+}
+
 SlotInit init_by_global_index(const DeviceMesh& mesh, GlobalInit fill) {
   const int tp = mesh.tp().size(), tp_rank = mesh.tp().rank();
   return [tp, tp_rank, fill = std::move(fill)](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {

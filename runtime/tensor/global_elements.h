@@ -23,6 +23,11 @@ std::vector<Communicator*> model_parallel_norm_groups(const DeviceMesh& mesh);
 // a replicated slot on tp rank 0 only, the tied copy (`tied_copy_unit`, -1: none) never. Empty (every slot
 // counts) at tp 1 without a tied copy.
 std::function<bool(int unit, const ParamSlot& slot)> counted_once(const DeviceMesh& mesh, int tied_copy_unit = -1);
+// Within a counted split slot, the runs this tp rank counts: all but the pieces an earlier tp rank holds too (shared
+// key-value heads, TpSplit::atom). Empty at tp 1. ShardedAdamW's OptimizerOptions::counted_runs beside counted_once.
+std::function<void(const ParamSlot& slot, std::size_t begin, std::size_t count,
+                   const std::function<void(std::size_t begin, std::size_t length)>& counted)>
+counted_runs_once(const DeviceMesh& mesh);
 
 // fill(slot, global_begin, count, out): the values of elements [global_begin, global_begin + count) of the slot's
 // global tensor.

@@ -1,6 +1,8 @@
 // ColumnParallelLinear and RowParallelLinear: a product through the trainer's kernels and its collective.
 #include "runtime/tensor/parallel_linear.h"
 
+#include <utility>
+
 #include "core/error.h"
 
 namespace strata {
@@ -18,17 +20,56 @@ ColumnParallelLinear::ColumnParallelLinear(TensorParallel& tp, LinearKernels& k,
 }
 
 ColumnParallelLinear::ColumnParallelLinear(TensorParallel& tp, LinearKernels& k, int in,
-                                           const std::vector<int>& part_widths)
-    : tp_(tp), k_(k), in_(in), out_(0), parts_(static_cast<int>(part_widths.size())) {
+                                           const std::vector<int>& part_widths, int atom)
+    : tp_(tp), k_(k), in_(in), out_(0), parts_(static_cast<int>(part_widths.size())), atom_(atom) {
   STRATA_CHECK(in >= 1 && !part_widths.empty(), "column-parallel product of input width {} in {} parts", in,
                part_widths.size());
   for (int w : part_widths) {
-    STRATA_CHECK(w >= 1 && w % tp.size() == 0,
+    STRATA_CHECK(w >= 1 && (atom > 0 || w % tp.size() == 0),
                  "column-parallel product [{}, ...]: a part of width {} must divide by tp ({})", in, w, tp.size());
     out_ += w;
     part_widths_.push_back(w);
   }
-  local_out_ = out_ / tp.size();
+  const TpSplit split = weight_split();
+  split.validate("column-parallel product", tp.size());
+  local_out_ = static_cast<int>(split.geometry(tp.size()).local);
+}
+
+std::size_t ColumnParallelLinear::shared_staging_floats() const {
+  const TpGeometry g = weight_split().geometry(tp_.size());
+  std::size_t width = 0;
+  for (std::size_t p = 0; p < g.block.size(); ++p)
+    if (g.share[p] > 1) width += g.block[p];
+  return width * static_cast<std::size_t>(in_);
+}
+
+void ColumnParallelLinear::sum_shared_grads(float* dw, float* db, float* staging) {
+  const std::size_t width = shared_staging_floats() / static_cast<std::size_t>(in_);
+  if (width == 0) return;
+  const TpGeometry g = weight_split().geometry(tp_.size());
+  Device& dev = tp_.device();
+  // Each row's shared pieces between the gradient (local columns) and the staging (global columns of those parts).
+  auto move = [&](float* grad, std::size_t rows, bool into_staging) {
+    std::size_t at = 0;  // the part's first column in the staging
+    for (std::size_t p = 0; p < g.block.size(); ++p) {
+      if (g.share[p] == 1) continue;
+      const std::size_t bytes = g.piece[p] * 4;
+      for (std::size_t r = 0; r < rows; ++r) {
+        float* local = grad + r * static_cast<std::size_t>(local_out_) + g.local_begin[p];
+        float* global = staging + r * width + at + g.first(p, tp_.rank());
+        if (into_staging) dev.copy(global, local, bytes, dev.compute_stream());
+        else dev.copy(local, global, bytes, dev.compute_stream());
+      }
+      at += g.block[p];
+    }
+  };
+  for (const auto& [grad, rows] : {std::pair<float*, std::size_t>{dw, in_}, {db, 1}}) {
+    if (grad == nullptr) continue;
+    k_.zero(staging, rows * width * 4);
+    move(grad, rows, true);
+    tp_.sum(staging, rows * width);
+    move(grad, rows, false);
+  }
 }
 
 const float* ColumnParallelLinear::forward(float* y, const float* x, float* gathered, const float* w, const float* b) {

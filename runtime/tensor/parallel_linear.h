@@ -24,12 +24,22 @@ class ColumnParallelLinear {
   // `out` is the global width; parts > 1 splits each of `parts` equal blocks of it (q|k|v by heads).
   ColumnParallelLinear(TensorParallel& tp, LinearKernels& k, int in, int out, int parts = 1);
   // The output as parts of these widths, in order, each split over tp (grouped-query attention's q | k | v: the query
-  // heads' width, then the key-value heads' twice); every width must divide by tp.
-  ColumnParallelLinear(TensorParallel& tp, LinearKernels& k, int in, const std::vector<int>& part_widths);
+  // heads' width, then the key-value heads' twice); every width must divide by tp. With `atom` (a head's width), a
+  // part of fewer atoms than tp ranks is cut into atoms, each held by several ranks (TpSplit::atom): fewer key-value
+  // heads than tp ranks; their gradients need sum_shared_grads.
+  ColumnParallelLinear(TensorParallel& tp, LinearKernels& k, int in, const std::vector<int>& part_widths,
+                       int atom = 0);
   int in() const { return in_; }
   int local_out() const { return local_out_; }
-  TpSplit weight_split() const { return TpSplit{1, parts_, {in_, out_}, part_widths_}; }
-  TpSplit bias_split() const { return TpSplit{0, parts_, {out_}, part_widths_}; }
+  TpSplit weight_split() const { return TpSplit{1, parts_, {in_, out_}, part_widths_, atom_}; }
+  TpSplit bias_split() const { return TpSplit{0, parts_, {out_}, part_widths_, atom_}; }
+  // Floats of the staging sum_shared_grads needs: in x the global width of the parts several ranks hold (0: none).
+  std::size_t shared_staging_floats() const;
+  // The gradients of the pieces several tp ranks hold (dw [in, local_out], db [local_out], null: no bias), each the
+  // sum of those ranks' shares: every rank places its pieces at their global columns of `staging` (zero elsewhere),
+  // the staging is summed over tp, and each takes its pieces back. Call it on one micro-batch's gradients, before they
+  // join accumulated ones. Nothing without shared pieces.
+  void sum_shared_grads(float* dw, float* db, float* staging);
 
   // y [rows, local_out] from x, this rank's rows of the input ([local_rows, in]); under sequence parallelism x is
   // gathered whole into `gathered` ([rows, in]) first. Returns the whole input multiplied (backward takes it).
@@ -46,6 +56,7 @@ class ColumnParallelLinear {
   LinearKernels& k_;
   int in_, out_, parts_, local_out_;
   std::vector<std::int64_t> part_widths_;  // empty: `parts_` equal ones
+  int atom_ = 0;
 };
 
 // y = x @ W + b with W [in, out] split along in: this rank holds in / tp input channels (a column-parallel

@@ -36,6 +36,7 @@ class TensorParallel {
 
   int size() const { return size_; }
   int rank() const { return rank_; }
+  Device& device() const { return device_; }
   bool sequence_parallel() const { return sp_; }
   // Rows of a micro-batch, B * T: what a column-parallel product's output and a row-parallel one's partial hold.
   int rows() const { return B_ * T_; }

@@ -98,7 +98,7 @@ struct GptDecoder::Impl {
     }
     cfg.validate_tp(T, false, cfg.ctx);
     NHl = cfg.heads / T;
-    KVHl = cfg.kv() / T;
+    KVHl = cfg.kv_local(T);
     D = cfg.hd();
     w = BlockWidths::of(cfg, static_cast<std::uint64_t>(R), static_cast<std::uint64_t>(R), T, 1);
     kvw = static_cast<std::size_t>(w.qkv - w.att) / 2;

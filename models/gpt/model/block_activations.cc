@@ -9,7 +9,7 @@ BlockWidths BlockWidths::of(const GptConfig& cfg, std::uint64_t N, std::uint64_t
   w.N = N;
   w.Nl = Nl;
   w.C = static_cast<std::uint64_t>(cfg.embd);
-  w.qkv = static_cast<std::uint64_t>(cfg.q_width() + 2 * cfg.kv_width()) / P;
+  w.qkv = static_cast<std::uint64_t>(cfg.q_width()) / P + 2 * static_cast<std::uint64_t>(cfg.kv_local(tp) * cfg.hd());
   w.att = static_cast<std::uint64_t>(cfg.q_width()) / P;
   const std::uint64_t mlp = static_cast<std::uint64_t>(cfg.mlp_width()) / P;
   w.up = cfg.llama() ? 2 * mlp : mlp;

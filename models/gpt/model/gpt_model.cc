@@ -27,8 +27,9 @@ namespace {
 
 // One unit's parameters (and gradients) as f32 arrays: the gathered views themselves when they are f32, else
 // converted copies in a workspace buffer (gradients added back into the views after the backward). A slot marked
-// `tp_summed` gets its gradient in a zeroed scratch instead, summed over the tp group at close_grads and then added:
-// under sequence parallelism each tp rank's share of a replicated parameter's gradient comes from its own positions.
+// `scratch` gets its gradient in a zeroed scratch instead, to be reduced before close_grads adds it: those marked
+// `tp_summed` there are summed over the tp group (under sequence parallelism each tp rank's share of a replicated
+// parameter's gradient comes from its own positions).
 class UnitF32 {
  public:
   UnitF32(Device& dev, Kernels& k, std::size_t max_numel) : k_(k) {
@@ -47,10 +48,10 @@ class UnitF32 {
       }
     }
   }
-  void open_grads(const std::vector<TensorView>& views, const std::vector<int>& tp_summed = {}) {
+  void open_grads(const std::vector<TensorView>& views, const std::vector<int>& scratch = {}) {
     g_.clear();
     scratch_.assign(views.size(), false);
-    for (int k : tp_summed) scratch_[static_cast<std::size_t>(k)] = true;
+    for (int k : scratch) scratch_[static_cast<std::size_t>(k)] = true;
     for (std::size_t k = 0; k < views.size(); ++k) {
       const TensorView& v = views[k];
       if (v.dtype == DType::kF32 && !scratch_[k]) {
@@ -141,6 +142,10 @@ struct GptModel::Impl {
   std::optional<ColumnParallelLinear> qkv_lin, fc_lin;
   std::optional<RowParallelLinear> proj_lin, fcproj_lin;
   std::vector<int> block_tp_summed, emb_tp_summed, lnf_tp_summed;  // replicated slots summed over tp (SP)
+  // A block's slots whose gradient goes through a scratch: block_tp_summed, and q | k | v's weight and bias when tp
+  // ranks share key-value heads (their columns summed over tp by qkv_lin->sum_shared_grads, through shared_staging).
+  std::vector<int> block_scratch;
+  Buffer shared_staging;
   GptStagePart part;
   std::vector<int> unit_of_layer;       // the ShardedModel unit of each layer this rank holds (-1: elsewhere)
   int u_emb = -1, u_lnf = -1, u_head = -1;  // the embeddings, ln_f and the LM head's unit (the embeddings when tied)
@@ -181,7 +186,7 @@ struct GptModel::Impl {
     Nl = tp.local_rows();
     NHl = cfg.heads / P;
     D = cfg.hd();
-    KVHl = cfg.kv() / P;
+    KVHl = cfg.kv_local(P);
     w = BlockWidths::of(cfg, static_cast<std::uint64_t>(N), static_cast<std::uint64_t>(Nl), P,
                         static_cast<std::uint64_t>(T));
     bs = block_slots(cfg);
@@ -192,7 +197,7 @@ struct GptModel::Impl {
     const int Q = cfg.q_width(), KV = cfg.kv_width(), F = cfg.mlp_width();
     // GPT-2: q | k | v and c_fc column-parallel, the c_projs row-parallel; Llama: q | k | v (its key-value heads'
     // parts narrower), gate | up column-parallel, wo and w2 row-parallel.
-    if (cfg.llama()) qkv_lin.emplace(tp, *k, cfg.embd, std::vector<int>{Q, KV, KV});
+    if (cfg.llama()) qkv_lin.emplace(tp, *k, cfg.embd, std::vector<int>{Q, KV, KV}, D);
     else qkv_lin.emplace(tp, *k, cfg.embd, 3 * cfg.embd, 3);
     fc_lin.emplace(tp, *k, cfg.embd, cfg.llama() ? 2 * F : F, cfg.llama() ? 2 : 1);
     proj_lin.emplace(tp, *k, Q, cfg.embd);
@@ -200,6 +205,7 @@ struct GptModel::Impl {
     if (sp) {
       for (int slot : {bs.ln1w, bs.ln1b, bs.ln2w, bs.ln2b})
         if (slot >= 0) block_tp_summed.push_back(slot);
+      block_scratch = block_tp_summed;
       if (es.wpe >= 0) emb_tp_summed = {es.wpe};
       for (int slot : {ns.w, ns.b})
         if (slot >= 0) lnf_tp_summed.push_back(slot);
@@ -279,6 +285,11 @@ struct GptModel::Impl {
     dqkv = work(n * w.qkv);
     dfch = work(n * w.up);
     dfch_gelu = work(n * w.act);
+    if (const std::size_t shared = qkv_lin->shared_staging_floats(); shared > 0) {
+      shared_staging = work(shared);
+      for (int slot : {bs.attnw, bs.attnb})
+        if (slot >= 0) block_scratch.push_back(slot);
+    }
     if (pipelined && !(part.last && part.chunks.size() == 1)) dnext = work(nl * C);
     for (MicroActs& mb : micro) {
       if (part.first) mb.tokens_in = dev.allocate(n * sizeof(std::int32_t), MemCategory::kWorkspace);
@@ -651,8 +662,9 @@ struct GptModel::Impl {
       unit->load(bv.params);
       const BlockViews a = views(mb, local, kind, set);
       rebuild(mb, local, kind, a, *unit);
-      unit->open_grads(bv.grads, block_tp_summed);
+      unit->open_grads(bv.grads, block_scratch);
       block_backward(mb, local, *unit, a);
+      if (shared_staging) qkv_lin->sum_shared_grads(unit->g(bs.attnw), unit->g(bs.attnb), shared_staging.as<float>());
       unit->close_grads(bv.grads, tp, block_tp_summed);
       model.end_backward(u);
       if (set >= 0) offload->end_backward(set);

@@ -54,6 +54,9 @@ struct GptConfig {
   int hd() const { return head_dim > 0 ? head_dim : embd / heads; }
   int q_width() const { return heads * hd(); }    // the attention's width (q, its output)
   int kv_width() const { return kv() * hd(); }    // k's and v's
+  // The key-value heads a tp rank holds at degree `tp`: its kv / tp, or above kv ranks one, shared by tp / kv ranks
+  // (the query heads of those ranks attend to it; TpSplit::atom).
+  int kv_local(int tp) const { return kv() >= tp ? kv() / tp : 1; }
   int mlp_width() const { return ffn > 0 ? ffn : 4 * embd; }
   void validate() const;
   std::string describe() const;

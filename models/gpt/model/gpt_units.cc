@@ -24,9 +24,11 @@ std::vector<UnitSpec> llama_units(const GptConfig& c, Slot&& slot) {
     UnitSpec u{"layers." + std::to_string(i), {}};
     u.slots.push_back(slot(p + "attention_norm.weight", {C}, false));
     // Column-parallel q | k | v, parts of unequal widths under grouped-query attention: each tp rank holds its query
-    // heads and its key-value heads (validate_tp: tp divides both).
-    u.slots.push_back(slot(p + "attention.wqkv.weight", {C, Q + 2 * KV}, true, 1, 3, {Q, KV, KV}));
-    if (c.qkv_bias) u.slots.push_back(slot(p + "attention.wqkv.bias", {Q + 2 * KV}, false, 0, 3, {Q, KV, KV}));
+    // heads and its key-value heads, or above the key-value heads the one its query heads attend to, shared with
+    // other tp ranks (atoms of a head's width; validate_tp: tp divides the kv heads or is divided by them).
+    const std::int64_t D = c.hd();
+    u.slots.push_back(slot(p + "attention.wqkv.weight", {C, Q + 2 * KV}, true, 1, 3, {Q, KV, KV}, D));
+    if (c.qkv_bias) u.slots.push_back(slot(p + "attention.wqkv.bias", {Q + 2 * KV}, false, 0, 3, {Q, KV, KV}, D));
     u.slots.push_back(slot(p + "attention.wo.weight", {Q, C}, true, 0));  // row-parallel
     u.slots.push_back(slot(p + "ffn_norm.weight", {C}, false));
     u.slots.push_back(slot(p + "feed_forward.w13.weight", {C, 2 * F}, true, 1, 2));  // column-parallel, gate | up
@@ -66,13 +68,13 @@ std::vector<UnitSpec> gpt_units(const GptConfig& c, int tp) {
   const std::int64_t C = c.embd;
   // A slot of global shape `g`, cut along `dim` (-1: replicated) in `parts` blocks over the tp ranks.
   auto slot = [tp](std::string name, std::vector<std::int64_t> g, bool decay, int dim = -1, int parts = 1,
-                   std::vector<std::int64_t> part_sizes = {}) {
+                   std::vector<std::int64_t> part_sizes = {}, std::int64_t atom = 0) {
     SlotSpec s;
     s.name = std::move(name);
     s.shape = g;
     s.weight_decay = decay;
     if (dim >= 0) {
-      s.tp = TpSplit{dim, parts, g, std::move(part_sizes)};
+      s.tp = TpSplit{dim, parts, g, std::move(part_sizes), atom};
       s.shape = s.tp.local_shape(tp);
     }
     return s;

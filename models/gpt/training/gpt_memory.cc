@@ -35,6 +35,13 @@ TrainConfig rank_rows(const TrainConfig& cfg) {
   return local;
 }
 
+// Floats of the staging in which tp ranks that share key-value heads (fewer of them than tp ranks) sum the heads'
+// weight gradients: [C, 2 kv_width] (ColumnParallelLinear::shared_staging_floats); 0 when each rank holds its own.
+std::uint64_t shared_kv_staging(const TrainConfig& cfg) {
+  if (cfg.model.kv() >= cfg.tp) return 0;
+  return static_cast<std::uint64_t>(cfg.model.embd) * 2 * static_cast<std::uint64_t>(cfg.model.kv_width());
+}
+
 // The ring's buffers (RingAttention's constructor): two key / value blocks and two of their gradients
 // [B, T / cp, 2 kv_width / tp] in comm_buffer; a block's output [B, T / cp, q_width / tp] (C / tp for GPT-2), its
 // log-sum-exp and the backward's row dot [B, H / tp, T / cp] in workspace. Nothing without cp.
@@ -43,7 +50,7 @@ void add_ring(CategoryBytes& b, const TrainConfig& cfg) {
   const std::uint64_t rows = static_cast<std::uint64_t>(cfg.micro_batch_rows()) * cfg.local_seq();
   const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);  // a tp rank rings its own heads
   const std::uint64_t Q = static_cast<std::uint64_t>(cfg.model.q_width()) / P;    // C / tp for GPT-2
-  const std::uint64_t KV = static_cast<std::uint64_t>(cfg.model.kv_width()) / P;  // its key-value heads' width
+  const std::uint64_t KV = static_cast<std::uint64_t>(cfg.model.kv_local(cfg.tp) * cfg.model.hd());  // its k's width
   const std::uint64_t H = static_cast<std::uint64_t>(cfg.model.heads) / P;
   b[static_cast<std::size_t>(MemCategory::kCommBuffer)] += 4 * 4 * rows * 2 * KV;
   b[static_cast<std::size_t>(MemCategory::kWorkspace)] += 4 * (rows * Q + 2 * rows * H);
@@ -209,7 +216,8 @@ CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const
                                 (receives_grads ? Nl * C : 0) + slots * N * ((part.first ? 1 : 0) + (part.last ? 1 : 0));
   // A Llama-style model's rotary table: cos and sin of every position [ctx, D / 2].
   const std::uint64_t rope = cfg.model.llama() ? static_cast<std::uint64_t>(cfg.model.ctx) * cfg.model.hd() : 0;
-  at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * head_p + 2 * max_other_p + scratch + rope);
+  const std::uint64_t shared = shared_kv_staging(cfg);  // ColumnParallelLinear::sum_shared_grads's staging
+  at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * head_p + 2 * max_other_p + scratch + rope + shared);
   // TensorParallel's staging for the sequence permutation (SP with B > 1): [B, T, C].
   if (sp && P > 1 && B > 1) at(MemCategory::kWorkspace) += 4 * N * C;
   const TpStaging tp_staging = predict_tp_staging(cfg);
@@ -243,6 +251,9 @@ TpStaging predict_tp_staging(const TrainConfig& cfg) {
     s.compute = std::max({s.compute, N * C * 4, all_reduce_staging(wpe, P, 4)});
   else
     s.compute = std::max(s.compute, all_reduce_staging(N * C, P, 4));
+  // Key-value heads shared by tp ranks: their weight gradients [C, 2 kv_width] summed over tp (a block at a time).
+  if (const std::uint64_t shared = shared_kv_staging(cfg); shared > 0)
+    s.compute = std::max(s.compute, all_reduce_staging(shared, P, 4));
   s.norm = all_reduce_staging(2, P, 8);  // the gradient norm's two doubles
   return s;
 }
@@ -310,7 +321,7 @@ std::uint64_t predict_cp_bytes(const TrainConfig& cfg, int pp_rank) {
   const std::uint64_t cp = static_cast<std::uint64_t>(cfg.cp);
   const std::uint64_t block = 4 * static_cast<std::uint64_t>(cfg.micro_batch_rows()) *
                               static_cast<std::uint64_t>(cfg.local_seq()) * 2 *
-                              static_cast<std::uint64_t>(cfg.model.kv_width() / cfg.tp);
+                              static_cast<std::uint64_t>(cfg.model.kv_local(cfg.tp) * cfg.model.hd());
   // The layers of this pp rank's stage (all of them without a pipeline).
   const GptStagePart part = pipeline_view(cfg, pp_rank, nullptr, false).part;
   const std::vector<LayerRange> chunks =
@@ -340,23 +351,33 @@ TpTraffic predict_tp_traffic(const TrainConfig& cfg) {
   // recomputation), the LM head's input gradient (1) and two column-parallel input gradients per block; the loss's
   // row maxima, sums and target logits (3N floats).
   const std::uint64_t reductions = 1 + 2 * L + 2 * R + 1 + 2 * L;
+  // Key-value heads shared by tp ranks: per block q | k | v's weight gradient columns [C, 2 kv_width] summed over
+  // tp, and its bias's [2 kv_width] (ColumnParallelLinear::sum_shared_grads).
+  const bool shared = cfg.model.kv() < cfg.tp;
+  const std::uint64_t KV2 = 2 * static_cast<std::uint64_t>(cfg.model.kv_width());
+  const std::uint64_t shared_floats = shared ? L * (C * KV2 + (cfg.model.qkv_bias ? KV2 : 0)) : 0;
+  const std::uint64_t shared_calls = shared ? L * (cfg.model.qkv_bias ? 2 : 1) : 0;
   if (!cfg.sequence_parallel) {
     t.all_reduce_bytes = checked_product("tp all-reduce bytes (--grad-accum x 4 x per micro-batch floats)", A, 4,
-                                         reductions * N * C + 3 * N);
-    t.calls = A * (reductions + 2);
+                                         reductions * N * C + 3 * N + shared_floats);
+    t.calls = A * (reductions + 2 + shared_calls);
     return t;
   }
   // Sequence parallelism: each reduction becomes a reduce-scatter, and the whole sequence is gathered before each
   // column-parallel matmul and before the LM head in the forward (2L + 1, and 2L more under recomputation); in the
   // backward, the output gradient before each row-parallel matmul (2L) and before the embedding's (1), and the
   // LayerNorm outputs again, which are kept on this rank's rows, for the column-parallel matmuls and the LM head
-  // (2L + 1). The replicated parameters' gradients (LayerNorms, wpe) are summed over tp.
+  // (2L + 1). The replicated parameters' gradients are summed over tp: GPT-2's LayerNorms (4 [C] a block, 2 at the
+  // end) and wpe [ctx, C], a Llama-style model's RMSNorms (2 a block, 1 at the end).
   const std::uint64_t gathers = 2 * L + 2 * R + 1 + 2 * L + 1 + 2 * L + 1;
   t.reduce_scatter_bytes = checked_product("tp reduce-scatter bytes (--grad-accum x 4 x floats)", A, 4,
                                            reductions * N * C);
   t.all_gather_bytes = checked_product("tp all-gather bytes (--grad-accum x 4 x floats)", A, 4, gathers * N * C);
-  t.all_reduce_bytes = A * 4 * (3 * N + L * 4 * C + 2 * C + static_cast<std::uint64_t>(cfg.model.ctx) * C);
-  t.calls = A * (reductions + gathers + 2 + 4 * L + 2 + 1);
+  const bool llama = cfg.model.llama();
+  const std::uint64_t block_norms = llama ? 2 : 4, final_norms = llama ? 1 : 2, wpe = llama ? 0 : 1;
+  t.all_reduce_bytes = A * 4 * (3 * N + L * block_norms * C + final_norms * C +
+                                wpe * static_cast<std::uint64_t>(cfg.model.ctx) * C + shared_floats);
+  t.calls = A * (reductions + gathers + 2 + block_norms * L + final_norms + wpe + shared_calls);
   return t;
 }
 

@@ -104,7 +104,8 @@ TEST(LlamaTraining, ContextParallelEqualsThePyTorchReference) {
 
 // Tensor parallelism (tp 2 at np 2, tp 2 x dp 2 at np 4): q | k | v split in parts of the query heads' and the
 // key-value heads' widths, with and without sequence parallelism, tied and untied, with q, k, v biases; and tp 2 x pp 2
-// at np 4. One key-value head at tp 2 is refused, naming both.
+// at np 4. Fewer key-value heads than tp ranks: one head shared by tp 2 (with and without sequence parallelism), and at
+// np 4 tp 4 over 2 key-value heads, each shared by 2 ranks, with and without q, k, v biases.
 TEST(LlamaTraining, TensorParallelEqualsThePyTorchReference) {
   const int world = runtime().world_size();
   if (world < 2 || world % 2) GTEST_SKIP() << "tp 2";
@@ -127,10 +128,23 @@ TEST(LlamaTraining, TensorParallelEqualsThePyTorchReference) {
                        fmt::format("tp 2 x pp 2 ({})", file));
     }
   }
-  TrainConfig mqa = llama_reference_config(load_json(kData + "llama_tiny_mqa_ref.json"), world / 2);
-  mqa.tp = 2;
-  const std::optional<ErrorCode> code = strata::test::error_code_of([&] { test::run(mqa, 1); });
-  EXPECT_EQ(code, ErrorCode::kUnsupported);
+  struct Shared {
+    const char* file;
+    int tp;
+    bool sp;
+  };
+  for (const Shared& c : {Shared{"llama_tiny_mqa_ref", 2, false}, Shared{"llama_tiny_mqa_ref", 2, true},
+                          Shared{"llama_tiny_ref", 4, false}, Shared{"llama_tiny_bias_ref", 4, true}}) {
+    if (world % c.tp) continue;
+    auto ref = load_json(kData + c.file + ".json");
+    const test::Trajectory want = reference_trajectory(ref);
+    TrainConfig cfg = llama_reference_config(ref, world / c.tp);
+    cfg.tp = c.tp;
+    cfg.sequence_parallel = c.sp;
+    expect_reference(trajectory(cfg, static_cast<int>(want.losses.size())), want,
+                     fmt::format("tp {}{} above the key-value heads, {} ranks ({})", c.tp, c.sp ? " with SP" : "",
+                                 world, c.file));
+  }
 }
 
 // Every recomputation kind and activation offload give the very same bits as keeping everything.
@@ -167,6 +181,23 @@ TEST(LlamaTraining, Bf16ComputeAgreesWithPyTorchAutocast) {
                 max_rel(bf16, autocast), max_rel(f32, autocast), max_rel(bf16, f32));
 }
 
+// `resumed` (a run with --resume on the checkpoint of the reference's first 10 steps) goes on to step 20 as the
+// uninterrupted reference run, within the bars.
+void expect_resumed_as_reference(const TrainConfig& resumed, const TokenFile& data, const test::Trajectory& want,
+                                 const std::string& what) {
+  GptTrainer trainer(runtime(), resumed, data);
+  ASSERT_EQ(trainer.start_step(), 10) << what;
+  test::Trajectory got, tail;
+  for (int s = trainer.start_step(); s < 20; ++s) {
+    const StepRecord r = trainer.step(s);
+    got.losses.push_back(r.loss);
+    got.grad_norms.push_back(r.grad_norm);
+  }
+  tail.losses.assign(want.losses.begin() + 10, want.losses.end());
+  tail.grad_norms.assign(want.grad_norms.begin() + 10, want.grad_norms.end());
+  expect_reference(got, tail, what);
+}
+
 // A checkpoint saved at one layout resumes at another and goes on as the uninterrupted run (within the bars).
 TEST(LlamaTraining, CheckpointResumesAtAnotherLayout) {
   const int world = runtime().world_size();
@@ -188,16 +219,7 @@ TEST(LlamaTraining, CheckpointResumesAtAnotherLayout) {
   piped.microbatches = 2;
   piped.checkpoint.dir = dir;
   piped.resume = true;
-  GptTrainer second(runtime(), piped, data);
-  test::Trajectory got, tail;
-  for (int s = second.start_step(); s < 20; ++s) {
-    const StepRecord r = second.step(s);
-    got.losses.push_back(r.loss);
-    got.grad_norms.push_back(r.grad_norm);
-  }
-  tail.losses.assign(want.losses.begin() + 10, want.losses.end());
-  tail.grad_norms.assign(want.grad_norms.begin() + 10, want.grad_norms.end());
-  expect_reference(got, tail, "saved at dp 2, resumed at pp 2");
+  expect_resumed_as_reference(piped, data, want, "saved at dp 2, resumed at pp 2");
   // A GPT-2 run refuses the Llama checkpoint, naming both families.
   TrainConfig gpt = test::reference_config(load_json(kData + "gpt_tiny_ref.json"), world);
   gpt.checkpoint.dir = dir;
@@ -213,6 +235,29 @@ TEST(LlamaTraining, CheckpointResumesAtAnotherLayout) {
         }
       },
       Error);
+}
+
+// One key-value head shared by tp 2: its rank 0 saves it once, and the checkpoint resumes at dp 2, where each rank
+// holds it whole, as the uninterrupted run.
+TEST(LlamaTraining, CheckpointOfASharedKeyValueHeadResumesAtDp2) {
+  const int world = runtime().world_size();
+  if (world != 2) GTEST_SKIP() << "saved at tp 2, resumed at dp 2 on the same ranks";
+  auto ref = load_json(kData + "llama_tiny_mqa_ref.json");
+  const test::Trajectory want = reference_trajectory(ref);
+  strata::test::SharedScratchDir root("llama_mqa_ckpt");
+  TrainConfig cfg = llama_reference_config(ref, 1);
+  cfg.tp = 2;
+  cfg.checkpoint.dir = root.dir("resume");
+  const TokenFile data = TokenFile::open(kData + "gpt_tiny_tokens.bin", cfg.seq, cfg.model.vocab);
+  {
+    GptTrainer first(runtime(), cfg, data);
+    for (int s = 0; s < 10; ++s) first.step(s);
+    first.finish();
+  }
+  TrainConfig dp = llama_reference_config(ref, world);
+  dp.checkpoint.dir = cfg.checkpoint.dir;
+  dp.resume = true;
+  expect_resumed_as_reference(dp, data, want, "one key-value head saved at tp 2, resumed at dp 2");
 }
 
 // Memory: predicted = measured in every category (untied and tied, with recomputation, at each ZeRO stage).
@@ -233,7 +278,8 @@ TEST(LlamaMemory, PredictedEqualsMeasuredInEveryCategory) {
 }
 
 // The same under tensor, pipeline and context parallelism (np 2 and 4): a tp rank's slices (its query and key-value
-// heads), each pp rank's stage (the untied head on the last), the ring's key-value blocks of the key-value heads' width.
+// heads, or one key-value head shared with the other tp rank and the staging that sums its gradient), each pp rank's
+// stage (the untied head on the last), the ring's key-value blocks of the key-value heads' width.
 TEST(LlamaMemory, PredictedEqualsMeasuredUnderTensorPipelineAndContextParallelism) {
   const int world = runtime().world_size();
   if (world < 2 || world % 2) GTEST_SKIP() << "tp 2, pp 2, cp 2";
@@ -241,7 +287,7 @@ TEST(LlamaMemory, PredictedEqualsMeasuredUnderTensorPipelineAndContextParallelis
   // beyond what a case needs, as the GPT's test does, and expected outside each case's peak.
   std::uint64_t world_lane = 0;
   if (world == 2)
-    for (const char* file : {"llama_tiny_ref", "llama_tiny_tied_ref"})
+    for (const char* file : {"llama_tiny_ref", "llama_tiny_tied_ref", "llama_tiny_mqa_ref"})
       for (bool sp : {false, true}) {
         TrainConfig cfg = llama_reference_config(load_json(kData + file + ".json"), 1);
         cfg.tp = 2;
@@ -249,7 +295,7 @@ TEST(LlamaMemory, PredictedEqualsMeasuredUnderTensorPipelineAndContextParallelis
         world_lane = std::max(world_lane, predict_tp_staging(cfg).compute);
       }
   test::grow_world_lane(world_lane);
-  for (const char* file : {"llama_tiny_ref", "llama_tiny_tied_ref"}) {
+  for (const char* file : {"llama_tiny_ref", "llama_tiny_tied_ref", "llama_tiny_mqa_ref"}) {
     for (const char* layout : {"tp 2", "tp 2 sp", "pp 2", "cp 2"}) {
       TrainConfig cfg = llama_reference_config(load_json(kData + file + ".json"), world / 2);
       const std::string how = layout;

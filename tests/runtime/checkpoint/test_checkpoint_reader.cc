@@ -30,7 +30,8 @@ float global_value(std::uint64_t g) { return static_cast<float>(g) + 0.5f; }
 
 // Tensor "params/x" of global shape split.global_shape as tp ranks 0..tp-1 would save it with `dp` data-parallel
 // segments each: one file per (tp rank, segment), its chunks from slice_chunks, written from the local tensor (global
-// values, padding -1). The index is returned as parse() leaves it.
+// values, padding -1); a piece several ranks hold (TpSplit::atom) by the first of them. The index is returned as
+// parse() leaves it.
 CheckpointIndex save_slices(const std::string& dir, const TpSplit& split, int tp, int dp, std::size_t block_bytes) {
   CheckpointIndex x;
   x.block_bytes = block_bytes;
@@ -50,7 +51,7 @@ CheckpointIndex save_slices(const std::string& dir, const TpSplit& split, int tp
       const std::string name = fmt::format("rank-{}-{}.bin", r, s);
       ChunkWriter w(dir + "/" + name, block_bytes);
       const int file = static_cast<int>(x.files.size());
-      for (const SliceChunk& sc : slice_chunks(split, local_shape, r, tp, begin, end - begin)) {
+      for (const SliceChunk& sc : slice_chunks(split, local_shape, r, tp, begin, end - begin, /*owned_only=*/true)) {
         std::vector<float> values;
         for (const LocalRun& run : sc.local)
           values.insert(values.end(), local.begin() + static_cast<std::ptrdiff_t>(run.begin),
@@ -89,7 +90,13 @@ std::vector<SplitCase> split_cases() {
           {"columns (dim 1, padded)", TpSplit{1, 1, {4, 10}}},
           {"q|k|v columns (dim 1, 3 parts)", TpSplit{1, 3, {4, 36}}},
           {"q|k|v bias (dim 0, 3 parts)", TpSplit{0, 3, {36}}},
-          {"the middle of a 3-D tensor (padded)", TpSplit{1, 1, {3, 8, 5}}}};
+          {"the middle of a 3-D tensor (padded)", TpSplit{1, 1, {3, 8, 5}}},
+          // Grouped-query q | k | v in atoms of a head's width 2: 8 query heads, 2 key-value heads (split at tp 2,
+          // each shared by 2 ranks at tp 4), and 1 (shared by every rank: its k and v are one run with the next row's
+          // q on rank 0).
+          {"q|k|v columns over 2 key-value heads (atoms)", TpSplit{1, 3, {4, 24}, {16, 4, 4}, 2}},
+          {"q|k|v bias over 1 key-value head (atoms)", TpSplit{0, 3, {20}, {16, 2, 2}, 2}},
+          {"q|k|v columns over 1 key-value head (atoms)", TpSplit{1, 3, {3, 20}, {16, 2, 2}, 2}}};
 }
 
 TEST(SliceChunk, BoxesOfTheGptSplits) {
@@ -134,14 +141,53 @@ TEST(SliceChunk, BoxesOfTheGptSplits) {
   EXPECT_EQ(c[0].local.size(), 1u);
 }
 
+TEST(SliceChunk, BoxesOfAKeyValueHeadSharedByTpRanks) {
+  // q | k | v [8, 16 + 4 + 4] in heads of 4: 4 query heads and 1 key-value head at tp 2. Each rank holds 2 query
+  // heads and the key-value head whole: local [8, 8 + 4 + 4].
+  const TpSplit qkv{1, 3, {8, 24}, {16, 4, 4}, 4};
+  EXPECT_EQ(qkv.local_shape(2), (std::vector<std::int64_t>{8, 16}));
+  EXPECT_EQ(qkv.describe(), "dim 1 in parts 16 + 4 + 4 of [8, 24], atoms of 4");
+  const TpGeometry g = qkv.geometry(2);
+  EXPECT_EQ(g.share, (std::vector<std::size_t>{1, 2, 2}));
+  EXPECT_EQ(g.first(0, 1), 8u);
+  EXPECT_EQ(g.first(1, 1), 0u);
+  EXPECT_FALSE(g.owns(1, 1));
+  // Rank 1: three boxes; only its query heads' with owned_only (rank 0 saves k and v).
+  std::vector<SliceChunk> c = slice_chunks(qkv, {8, 16}, 1, 2, 0, 8 * 16);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[1].box_offset, (std::vector<std::int64_t>{0, 16}));
+  EXPECT_EQ(c[1].box_shape, (std::vector<std::int64_t>{8, 4}));
+  c = slice_chunks(qkv, {8, 16}, 1, 2, 0, 8 * 16, /*owned_only=*/true);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].box_offset, (std::vector<std::int64_t>{0, 8}));
+  // Rank 0: k, v and the next row's q are one run of the global tensor, split into their parts' boxes.
+  c = slice_chunks(qkv, {8, 16}, 0, 2, 8, 16, /*owned_only=*/true);
+  ASSERT_EQ(c.size(), 3u);
+  EXPECT_EQ(c[0].begin, 8u);  // row 1 of q's box
+  EXPECT_EQ(c[0].count, 8u);
+  EXPECT_EQ(c[1].count, 4u);
+  EXPECT_EQ(c[2].count, 4u);
+  // Atoms whose count neither divides tp nor is divided by it.
+  const TpSplit three{1, 3, {8, 36}, {24, 6, 6}, 2};  // 12 query heads, 3 key-value heads
+  EXPECT_NO_THROW(three.validate("qkv", 3));
+  EXPECT_EQ(strata::test::error_code_of([&] { three.validate("qkv", 2); }), ErrorCode::kInvalidArgument)
+      << "3 key-value heads at tp 2";
+}
+
 TEST(CheckpointReader, ReadsGlobalRangesAcrossTheBoxesOfTpSlices) {
   ScratchDir dir("reader_boxes");
   int k = 0;
   for (const SplitCase& sc : split_cases())
     for (int tp : {2, 3, 4})
       for (int dp : {1, 2, 3}) {
-        if (sc.split.parts > 1 && (sc.split.global_shape[static_cast<std::size_t>(sc.split.dim)] / 3) % tp != 0)
+        if (sc.split.part_sizes.empty() && sc.split.parts > 1 &&
+            (sc.split.global_shape[static_cast<std::size_t>(sc.split.dim)] / 3) % tp != 0)
           continue;
+        try {
+          sc.split.validate("x", tp);
+        } catch (const Error&) {
+          continue;  // atoms at tp 3
+        }
         const std::string what = fmt::format("{} at tp {}, {} segments", sc.what, tp, dp);
         SCOPED_TRACE(what);
         const std::string d = dir.path() + fmt::format("/case_{}", k++);
