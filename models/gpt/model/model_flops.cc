@@ -5,25 +5,37 @@
 
 namespace strata::gpt {
 
+namespace {
+// The weights of one block of either family: its norms, q | k | v (and its biases), the attention's output product
+// and the MLP (GPT-2: 12C^2 + 13C).
+std::uint64_t block_params(const GptConfig& cfg) {
+  const std::uint64_t C = static_cast<std::uint64_t>(cfg.embd), Q = static_cast<std::uint64_t>(cfg.q_width());
+  const std::uint64_t KV = static_cast<std::uint64_t>(cfg.kv_width()), F = static_cast<std::uint64_t>(cfg.mlp_width());
+  const std::uint64_t qkv = C * (Q + 2 * KV);
+  if (cfg.llama())  // two RMSNorms, q | k | v (Qwen2's biases), wo, gate | up and down, no other bias
+    return 2 * C + qkv + (cfg.qkv_bias ? Q + 2 * KV : 0) + Q * C + 2 * C * F + F * C;
+  // two LayerNorms, c_attn, c_proj, c_fc and mlp.c_proj, each with its bias
+  return 4 * C + qkv + Q + 2 * KV + Q * C + C + C * F + F + F * C + C;
+}
+}  // namespace
+
 ModelFlops ModelFlops::of(const GptConfig& cfg, int seq) {
   const std::uint64_t C = static_cast<std::uint64_t>(cfg.embd), L = static_cast<std::uint64_t>(cfg.layers);
-  const std::uint64_t V = static_cast<std::uint64_t>(cfg.vocab);
-  // Per block: two LayerNorms (2C each), qkv (3C^2 + 3C), attention projection (C^2 + C), MLP (4C^2 + 4C and
-  // 4C^2 + C). Then wte (V x C) and ln_f (2C).
-  const std::uint64_t block = 2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C;
+  const std::uint64_t V = static_cast<std::uint64_t>(cfg.vocab), Q = static_cast<std::uint64_t>(cfg.q_width());
+  // The blocks, the token embeddings (the LM head when tied; an untied head its own V x C) and the final norm
+  // (LayerNorm 2C, RMSNorm C).
   ModelFlops f;
-  f.params = L * block + V * C + 2 * C;
-  f.attention = 12 * L * C * static_cast<std::uint64_t>(seq);
+  f.params = L * block_params(cfg) + V * C * (cfg.llama() && !cfg.tied ? 2 : 1) + (cfg.llama() ? C : 2 * C);
+  f.attention = 12 * L * Q * static_cast<std::uint64_t>(seq);
   f.per_token = 6 * f.params + f.attention;
   return f;
 }
 
 std::uint64_t ModelFlops::recompute_per_token(const GptConfig& cfg, int seq, BlockRecompute kind) {
-  const std::uint64_t C = static_cast<std::uint64_t>(cfg.embd), s = static_cast<std::uint64_t>(seq);
-  const std::uint64_t block = 12 * C * C + 13 * C;
+  const std::uint64_t Q = static_cast<std::uint64_t>(cfg.q_width()), s = static_cast<std::uint64_t>(seq);
   switch (kind) {
-    case BlockRecompute::kFull: return 2 * block + 4 * C * s;
-    case BlockRecompute::kAttention: return 4 * C * s;
+    case BlockRecompute::kFull: return 2 * block_params(cfg) + 4 * Q * s;
+    case BlockRecompute::kAttention: return 4 * Q * s;
     default: return 0;
   }
 }

@@ -1,4 +1,4 @@
-// ModelFlops: the FLOPs a GPT step does by the usual convention, and the peak rate of the device it runs on, for
+// ModelFlops: the FLOPs a step of either family does by the usual convention, and the peak rate of the device it runs on, for
 // model FLOPs utilisation (MFU) in train_gpt's log (docs/gpt-model.md, "Model FLOPs and MFU").
 #pragma once
 
@@ -12,14 +12,14 @@ namespace strata::gpt {
 
 struct ModelFlops {
   std::uint64_t params = 0;       // every weight but the position embeddings (wte counts: it is the LM head)
-  std::uint64_t attention = 0;    // per token: 12 * layers * width * seq (QK^T and AV, forward and backward)
+  std::uint64_t attention = 0;    // per token: 12 * layers * q width * seq (QK^T and AV, forward and backward)
   std::uint64_t per_token = 0;    // 6 * params + attention
   // The FLOPs of one token of training at sequence length `seq`: PaLM's (appendix B) and nanoGPT's count. Model
   // FLOPs, not hardware FLOPs: recomputation and the causal mask's skipped half do not change it.
   static ModelFlops of(const GptConfig& cfg, int seq);
   // The matrix-product FLOPs per token that recomputation runs again in the backward, counted the same way (the whole
-  // model's, not one tp rank's): a full block its forward (2 x its parameters + 4 x width x seq), an attention block
-  // its core (4 x width x seq); the GELU (mlp) and offload none. Hardware FLOPs beside the model's, never in MFU.
+  // model's, not one tp rank's): a full block its forward (2 x its parameters + 4 x q width x seq), an attention block
+  // its core (4 x q width x seq); the GELU or SwiGLU (mlp) and offload none. Hardware FLOPs beside the model's, never in MFU.
   static std::uint64_t recompute_per_token(const GptConfig& cfg, int seq, const RecomputePolicy& policy);
   static std::uint64_t recompute_per_token(const GptConfig& cfg, int seq, BlockRecompute kind);
 };

@@ -4,6 +4,8 @@
 #include "core/error.h"
 #include "models/gpt/training/gpt_presets.h"
 #include "models/gpt/model/model_flops.h"
+#include "models/llama/llama_config.h"
+#include "runtime/tensor/global_elements.h"
 
 namespace strata::gpt {
 namespace {
@@ -26,6 +28,29 @@ TEST(GptFlops, CountsEveryWeightOfASmallModel) {
   // Per block 12C^2 + 13C = 12288 + 416; wte 64 x 32; ln_f 64.
   EXPECT_EQ(ModelFlops::of(c, 8).params, 2u * (12288u + 416u) + 2048u + 64u);
   EXPECT_EQ(ModelFlops::of(c, 8).attention, 12u * 2u * 32u * 8u);
+}
+
+// A Llama-style model's parameters are its units' (it has no position embeddings): Llama-2-70B's published count,
+// the benchmark's shape untied and tied, one key-value head with q, k, v biases. Its attention runs over the query
+// heads' width.
+TEST(GptFlops, CountsEveryWeightOfALlamaStyleModel) {
+  const GptConfig big = llama_model(llama::find_llama_preset("llama2-70b"));
+  EXPECT_EQ(ModelFlops::of(big, 4096).params, 68976648192u);
+  GptConfig bench = GptConfig{6, 6, 384, 8192, 256};
+  bench.family = Family::kLlama;
+  bench.kv_heads = 2;
+  bench.ffn = 1024;
+  for (bool tied : {false, true}) {
+    for (int kv : {2, 1}) {
+      GptConfig c = bench;
+      c.tied = tied;
+      c.kv_heads = kv;
+      c.qkv_bias = kv == 1;
+      SCOPED_TRACE(c.describe());
+      EXPECT_EQ(ModelFlops::of(c, 256).params, global_numel(gpt_units(c, 1)));
+      EXPECT_EQ(ModelFlops::of(c, 256).attention, 12u * 6u * 384u * 256u);
+    }
+  }
 }
 
 TEST(GptFlops, KnowsThePeaksOfTheGpusItNames) {
