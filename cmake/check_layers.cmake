@@ -21,6 +21,7 @@ set(STRATA_LAYERS
     "runtime/memory/=7"
     "runtime/checkpoint/=8"
     "runtime/inference/=8"   # generation over any Decoder and weight streaming: checkpoint's sibling
+    "runtime/data/=8"        # tokenizers (tokenizer.json, SentencePiece): checkpoint's sibling, on core only
     "kernels/=9"             # the kernels every model family calls, by op (cpu/, cuda/), and their kernel table
     "include/strata/=10"     # the public umbrella header: may include any layer below it
     "models/=11"

@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake openmpi-bin libopenmpi-dev libspdlog-dev libfmt-dev libgtest-dev
-          nlohmann-json3-dev libcli11-dev libdnnl-dev zlib1g-dev)
+          nlohmann-json3-dev libcli11-dev libdnnl-dev zlib1g-dev
+          pkg-config libpcre2-dev libsentencepiece-dev libutf8proc-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

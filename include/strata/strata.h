@@ -52,3 +52,4 @@
 #include "kernels/kernel_table.h"
 #include "kernels/cpu/ops.h"
 #include "runtime/checkpoint/checkpointer.h"
+#include "runtime/data/tokenizer.h"

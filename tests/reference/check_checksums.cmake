@@ -1,13 +1,14 @@
 # cmake -P: every file in tests/data is listed in tests/data/SHA256SUMS and has the sha256 written there, and every
 # listed file exists (ctest reference_files_match_their_checksums). A reference changed by hand, or regenerated
 # without updating the list (tests/reference/regenerate.py --write), fails here on every machine, torch or not.
+# Files in subfolders are listed by their path below tests/data (tokenizers/expected.json).
 #   cmake -DDATA_DIR=<tests/data> -P tests/reference/check_checksums.cmake
 cmake_minimum_required(VERSION 3.24)
 file(STRINGS "${DATA_DIR}/SHA256SUMS" lines)
 set(listed)
 set(bad 0)
 foreach(line IN LISTS lines)
-  if(NOT line MATCHES "^([0-9a-f]+)  ([^/]+)$")
+  if(NOT line MATCHES "^([0-9a-f]+)  ([^/.][^/]*(/[^/.][^/]*)*)$")  # a path below tests/data, no "." or ".." parts
     message(SEND_ERROR "SHA256SUMS: not a '<sha256>  <name>' line: ${line}")
     set(bad 1)
     continue()
@@ -28,7 +29,7 @@ foreach(line IN LISTS lines)
     message(STATUS "${name}: ${got}")
   endif()
 endforeach()
-file(GLOB present RELATIVE "${DATA_DIR}" "${DATA_DIR}/*")
+file(GLOB_RECURSE present RELATIVE "${DATA_DIR}" "${DATA_DIR}/*")  # files in subfolders too (tokenizers/)
 foreach(name IN LISTS present)
   if(NOT name STREQUAL "SHA256SUMS" AND NOT name IN_LIST listed)
     message(SEND_ERROR "${name}: in tests/data but not in SHA256SUMS")
