@@ -81,13 +81,50 @@ std::size_t adamw_update(float* p, const float* g, float* m, float* v, std::size
   return bad;
 }
 
+const char* lr_decay_name(LrDecay decay) {
+  switch (decay) {
+    case LrDecay::kConstant: return "constant";
+    case LrDecay::kCosine: return "cosine";
+    case LrDecay::kLinear: return "linear";
+    case LrDecay::kWsd: return "wsd";
+  }
+  return "?";
+}
+
+LrDecay parse_lr_decay(const std::string& name) {
+  for (LrDecay d : {LrDecay::kConstant, LrDecay::kCosine, LrDecay::kLinear, LrDecay::kWsd})
+    if (name == lr_decay_name(d)) return d;
+  STRATA_THROW(ErrorCode::kInvalidArgument, "--lr-schedule '{}': expected constant, cosine, linear or wsd", name);
+}
+
 double LrSchedule::at(std::int64_t step) const {
   if (warmup_steps > 0 && step < warmup_steps)
     return max_lr * static_cast<double>(step + 1) / static_cast<double>(warmup_steps);
-  if (total_steps <= warmup_steps) return max_lr;
+  if (decay == LrDecay::kConstant || total_steps <= warmup_steps) return max_lr;
   if (step >= total_steps) return min_lr;
-  double progress = static_cast<double>(step - warmup_steps) / static_cast<double>(total_steps - warmup_steps);
-  return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+  const double span = static_cast<double>(total_steps - warmup_steps);
+  double progress = static_cast<double>(step - warmup_steps) / span;
+  switch (decay) {
+    case LrDecay::kCosine: return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + std::cos(M_PI * progress));
+    case LrDecay::kLinear: return max_lr - (max_lr - min_lr) * progress;
+    case LrDecay::kWsd: {
+      // The decay's steps: the fraction of the span, rounded, at least one; the stable phase before them.
+      const double decaying = std::max(1.0, std::round(decay_fraction * span));
+      const double into = static_cast<double>(step) - (static_cast<double>(total_steps) - decaying);
+      if (into < 0) return max_lr;
+      return max_lr - (max_lr - min_lr) * into / decaying;
+    }
+    case LrDecay::kConstant: break;
+  }
+  return max_lr;
+}
+
+void LrSchedule::validate() const {
+  STRATA_CHECK(max_lr >= 0 && std::isfinite(max_lr), "--lr {} must be finite and >= 0", max_lr);
+  STRATA_CHECK(min_lr >= 0 && min_lr <= max_lr, "--min-lr {} must be in [0, --lr {}]", min_lr, max_lr);
+  STRATA_CHECK(warmup_steps >= 0 && total_steps >= 0, "--warmup {} and the schedule's {} steps must be >= 0",
+               warmup_steps, total_steps);
+  STRATA_CHECK(decay_fraction > 0 && decay_fraction <= 1, "--decay-fraction {} must be in (0, 1]", decay_fraction);
 }
 
 }  // namespace strata

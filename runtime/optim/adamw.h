@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace strata {
 
@@ -38,14 +39,27 @@ AdamWScalars adamw_scalars(const AdamWConfig& cfg, double lr, std::int64_t t, bo
 void adamw_update_scalar(float* p, const float* g, float* m, float* v, std::size_t n, const AdamWConfig& cfg,
                          double lr, std::int64_t t, bool decay);
 
+// How the learning rate leaves max_lr after the warmup (--lr-schedule): not at all; along half a cosine or a line to
+// min_lr at total_steps; or warmup-stable-decay (torchtitan's and Megatron-LM's WSD): max_lr until the last
+// decay_fraction of the steps after the warmup, then a line to min_lr at total_steps.
+enum class LrDecay { kConstant, kCosine, kLinear, kWsd };
+// "constant", "cosine", "linear", "wsd".
+const char* lr_decay_name(LrDecay decay);
+// The inverse of lr_decay_name; kInvalidArgument naming the allowed names otherwise.
+LrDecay parse_lr_decay(const std::string& name);
+
 // Linear warmup over warmup_steps (step s takes max_lr * (s + 1) / warmup_steps, reaching max_lr at the last one), then
-// cosine decay from max_lr to min_lr, reached at step total_steps (constant after).
+// `decay` from max_lr to min_lr, reached at step total_steps (min_lr after it). Every value in closed form of the step.
 struct LrSchedule {
   double max_lr = 1e-3;
   double min_lr = 0.0;
   std::int64_t warmup_steps = 0;
   std::int64_t total_steps = 0;  // 0: constant max_lr after warmup
+  LrDecay decay = LrDecay::kCosine;
+  double decay_fraction = 0.2;  // kWsd: the share of the steps after the warmup that decay, in (0, 1]
   double at(std::int64_t step) const;  // step counts from 0
+  // kInvalidArgument naming the value: negative rates or steps, min_lr above max_lr, a decay fraction outside (0, 1].
+  void validate() const;
 };
 
 }  // namespace strata

@@ -208,10 +208,18 @@ void ShardedModel::end_forward(int i) {
   UnitProtocol& p = protocol_[static_cast<std::size_t>(i)];
   STRATA_CHECK(p.state == TrainingState::kForward, "end_forward({}) without begin_forward({}) (unit '{}')", i, i,
                u.name());
-  ++p.forwards;
   Tracer::global().pop_range();
   if (Tracer::global().enabled())
     Tracer::global().complete("forward " + u.name(), "compute", "compute", p.span_start_us, Tracer::global().now_us());
+  if (forward_only_) {
+    STRATA_CHECK(p.forwards == 0, "a forward-only forward of unit '{}' while {} of its backwards are pending: "
+                 "evaluate between steps", u.name(), p.forwards);
+    u.reshard();
+    p.resharded = true;
+    p.state = TrainingState::kIdle;
+    return;
+  }
+  ++p.forwards;
   if (resources_->options().reshard_after_forward) u.reshard();
   p.resharded = resources_->options().reshard_after_forward;
   p.state = TrainingState::kIdle;

@@ -65,6 +65,10 @@ class ShardedModel {
   // ZeRO-3: whether a unit's backward frees its gathered parameters (FSDP2's reshard_after_backward). A pipeline
   // keeps them gathered between the micro-batches of a step and frees them after each unit's last backward.
   void set_reshard_after_backward(bool reshard) { reshard_after_backward_ = reshard; }
+  // Forwards with no backward to follow (an evaluation, torch.no_grad): each unit's forward leaves it as it found it,
+  // resharded (ZeRO-3) and owing no backward. Between steps only: a unit with a backward pending is refused.
+  void set_forward_only(bool on) { forward_only_ = on; }
+  bool forward_only() const { return forward_only_; }
   // The units gathered ahead when unit i's forward (backward) begins. Default: the next prefetch_depth units in
   // forward order (in reverse for backward). A pipeline schedule sets its own.
   void set_forward_prefetch(int i, std::vector<int> units);
@@ -104,6 +108,7 @@ class ShardedModel {
   bool sync_grads_ = true;
   bool last_backward_ = true;
   bool reshard_after_backward_ = true;
+  bool forward_only_ = false;
   int last_reduced_ = -1;  // the unit whose reduction may still be in flight (at most two are)
 };
 

@@ -363,11 +363,31 @@ class AdamW:
             p.copy_(p - step_size * m / denom)
 
 
+def eval_loss(P, tokens, args, loss_of=None):
+    """The validation loss of the weights P: --eval-steps batches of a step's W x A x B rows of `tokens`, from row 0,
+    batch k taking the rows training step k would (rank_rows); the mean of every micro-batch's mean loss."""
+    T, W, B, A = args.seq, args.ranks, args.batch, args.grad_accum
+    if loss_of is None:
+        def loss_of(P_, idx_, tgt_):
+            return loss_fn(P_, idx_, tgt_, args.layers, args.heads)
+    losses = []
+    with torch.no_grad():
+        for k in range(args.eval_steps):
+            for r in range(W):
+                for a in range(A):
+                    idx, tgt, _ = window_rows(tokens, T, rank_rows(k, a, r, A, W, B))
+                    losses.append(float(loss_of(P, idx, tgt).item()))
+    return sum(losses) / len(losses)
+
+
 def train_steps(P, tokens, args, loss_of=None):
     """The training loop (grads_for_step, global norm, clipping, AdamW), printing each step and a final JSON line.
-    Returns (losses, grad_norms)."""
+    Returns (losses, grad_norms); with --val-data, args.val_losses gets [step, loss] after every --eval-every steps
+    and after the last."""
     opt = AdamW(P, args.lr, args.weight_decay, args.beta1, args.beta2, args.eps)
     losses, norms, times = [], [], []
+    val = load_tokens(args.val_data, args.vocab) if getattr(args, "val_data", None) else None
+    args.val_losses = []
     for s in range(args.steps):
         t0 = time.perf_counter()
         grads, loss = grads_for_step(P, tokens, s, args, loss_of)
@@ -383,6 +403,9 @@ def train_steps(P, tokens, args, loss_of=None):
         norms.append(n)
         times.append(dt)
         print(f"step {s} loss {loss:.6f} time_ms {dt:.3f} grad_norm {n:.6f}", flush=True)
+        if val is not None and (s + 1 == args.steps or (args.eval_every > 0 and (s + 1) % args.eval_every == 0)):
+            args.val_losses.append([s, eval_loss(P, val, args, loss_of)])
+            print(f"eval step {s} val_loss {args.val_losses[-1][1]:.6f}", flush=True)
     steady = times[2:] if len(times) > 2 else times
     mean_ms = sum(steady) / len(steady) if steady else 0.0
     tok = args.ranks * args.batch * args.seq * args.grad_accum
@@ -406,6 +429,9 @@ def write_train_json(args, model_cfg, losses, norms, spec, generator):
     cfg["data"] = args.data
     doc = {"spec": spec, "generator": generator, "torch": torch.__version__, "config": cfg, "losses": losses,
            "grad_norms": norms}
+    if getattr(args, "val_data", None):
+        cfg.update({"val_data": args.val_data, "eval_every": args.eval_every, "eval_steps": args.eval_steps})
+        doc["val_losses"] = args.val_losses
     with open(args.out, "w") as f:
         json.dump(doc, f, indent=1)  # floats written with repr (full precision)
         f.write("\n")
@@ -667,6 +693,9 @@ def add_run_args(ap, init_help):
     ap.add_argument("--init", help=init_help)
     ap.add_argument("--data", help="flat little-endian uint16 token file")
     ap.add_argument("--out", help="write config, per-step losses and grad norms as JSON")
+    ap.add_argument("--val-data", help="held-out tokens: the validation loss every --eval-every steps and at the end")
+    ap.add_argument("--eval-every", type=int, default=0)
+    ap.add_argument("--eval-steps", type=int, default=20, help="batches of the validation loss (a step's rows each)")
     ap.add_argument("--seed", type=int, default=1234, help="seed for --make-init / --make-data / --selfcheck")
     ap.add_argument("--selfcheck", action="store_true")
     ap.add_argument("--generate", type=int, metavar="N", help="greedy tokens to generate after --prompt")

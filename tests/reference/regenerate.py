@@ -69,6 +69,11 @@ FILES = {
     "gpt_tiny_ref.json": (TRAIN + ["--lr", "1e-2", "--grad-clip", "1.0", "--ranks", "1", "--batch", "4"], F32),
     "gpt_tiny_ref_accum2.json": (TRAIN + ["--lr", "1e-2", "--grad-clip", "1.0", "--ranks", "1", "--batch", "2",
                                           "--grad-accum", "2"], F32),
+    # The validation loss (train_gpt --val-data): a held-out token file, evaluated every 5 steps over 2 batches.
+    "gpt_tiny_val_tokens.bin": (["--make-data", "{out}", "--tokens", "1024", "--vocab", "64", "--seed", "11"], None),
+    "gpt_tiny_eval_ref.json": (TRAIN + ["--lr", "1e-2", "--grad-clip", "1.0", "--ranks", "1", "--batch", "4",
+                                        "--val-data", "tests/data/gpt_tiny_val_tokens.bin", "--eval-every", "5",
+                                        "--eval-steps", "2"], F32),
     "gpt_tiny_ref_noclip.json": (TRAIN + ["--lr", "1e-2", "--grad-clip", "0", "--ranks", "1", "--batch", "4"], F32),
     "gpt_tiny_ref_bf16.json": (TRAIN + ["--lr", "1e-3", "--grad-clip", "1.0", "--ranks", "1", "--batch", "4",
                                         "--autocast", "bf16"], BF16),
@@ -169,6 +174,10 @@ def main():
                 failed += not ok
                 continue
             loss, norm = worst(a["losses"], b["losses"]), worst(a["grad_norms"], b["grad_norms"])
+            if "val_losses" in b:  # the validation losses within the loss bound, at the same steps
+                same_steps = [s for s, _ in a.get("val_losses", [])] == [s for s, _ in b["val_losses"]]
+                loss = max(loss, worst([v for _, v in a["val_losses"]], [v for _, v in b["val_losses"]])
+                           if same_steps else math.inf)
             ok = loss <= bounds[0] and norm <= bounds[1]
             print("%-34s loss %.3g (bound %g), gradient norm %.3g (bound %g)%s" %
                   (name, loss, bounds[0], norm, bounds[1], "" if ok else "  OVER"))

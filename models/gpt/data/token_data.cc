@@ -8,6 +8,7 @@
 
 #include "core/atomic_file.h"
 #include "core/error.h"
+#include "core/hash.h"
 #include "core/file_checks.h"
 
 namespace strata::gpt {
@@ -42,45 +43,134 @@ class SyntheticTokens {
 };
 
 void check_vocab(int vocab) {
-  STRATA_CHECK(vocab >= 1 && vocab <= 65536, "vocab {} is outside [1, 65536] (tokens are uint16)", vocab);
+  STRATA_CHECK(vocab >= 1 && vocab <= 65536,
+               "synthetic tokens are uint16: vocab {} is outside [1, 65536] (give --data, uint32 token shards for a "
+               "larger vocabulary)", vocab);
 }
 
 }  // namespace
 
-TokenFile::TokenFile(std::string path, std::vector<std::uint16_t> tokens, int seq_len, int vocab)
-    : path_(std::move(path)), tokens_(std::move(tokens)) {
+TokenFile::TokenFile(std::string path, int seq_len, int vocab) : path_(std::move(path)) {
   STRATA_CHECK(seq_len >= 1, "sequence length {} must be >= 1", seq_len);
-  STRATA_CHECK(vocab >= 0 && vocab <= 65536, "vocab {} is outside [0, 65536] (0: unchecked)", vocab);
-  STRATA_CHECK_CODE(ErrorCode::kIo, tokens_.size() >= static_cast<std::uint64_t>(seq_len) + 1,
-                    "token file '{}' has {} tokens; sequence length {} needs at least {}", path_, tokens_.size(),
-                    seq_len, static_cast<std::uint64_t>(seq_len) + 1);
-  if (!tokens_.empty()) max_token_ = *std::max_element(tokens_.begin(), tokens_.end());
-  if (vocab > 0 && max_token_ >= vocab) {
-    auto bad = std::find_if(tokens_.begin(), tokens_.end(), [&](std::uint16_t t) { return t >= vocab; });
-    STRATA_THROW(ErrorCode::kIo, "token file '{}': token {} at index {} is >= vocab {}", path_, *bad,
-                 bad - tokens_.begin(), vocab);
+  STRATA_CHECK(vocab >= 0, "vocab {} must be >= 0 (0: unchecked)", vocab);
+}
+
+template <typename Fn>
+void TokenFile::for_each_part(std::uint64_t begin, std::uint64_t n, Fn&& fn) const {
+  STRATA_CHECK(begin + n <= size_, "tokens [{}, {}) of '{}', which has {}", begin, begin + n, path_, size_);
+  std::size_t s = static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), begin) - starts_.begin()) - 1;
+  for (std::uint64_t done = 0; done < n; ++s) {
+    const std::uint64_t at = begin + done - starts_[s];
+    const std::uint64_t k = std::min(n - done, shards_[s].size() - at);
+    fn(shards_[s], at, k, done);
+    done += k;
   }
 }
 
-TokenFile TokenFile::open(const std::string& path, int seq_len, int vocab) {
-  const std::string bytes = read_input_file(path, "token file");
-  STRATA_CHECK_CODE(ErrorCode::kIo, bytes.size() % 2 == 0,
-                    "token file '{}' is {} bytes, an odd size: expected little-endian uint16 tokens", path,
-                    bytes.size());
-  std::vector<std::uint16_t> tokens(bytes.size() / 2);
-  if (!bytes.empty()) std::memcpy(tokens.data(), bytes.data(), bytes.size());
-  return TokenFile(path, std::move(tokens), seq_len, vocab);
+void TokenFile::copy(std::uint64_t begin, std::uint64_t n, std::uint32_t* out) const {
+  if (shards_.empty()) {
+    STRATA_CHECK(begin + n <= size_, "tokens [{}, {}) of '{}', which has {}", begin, begin + n, path_, size_);
+    for (std::uint64_t i = 0; i < n; ++i) out[i] = memory_[begin + i];
+    return;
+  }
+  for_each_part(begin, n, [&](const MappedShard& sh, std::uint64_t at, std::uint64_t k, std::uint64_t o) {
+    sh.copy(at, k, out + o);
+  });
+}
+
+void TokenFile::read(std::uint64_t begin, std::uint64_t n, std::uint32_t* out) const {
+  if (shards_.empty()) return copy(begin, n, out);
+  for_each_part(begin, n, [&](const MappedShard& sh, std::uint64_t at, std::uint64_t k, std::uint64_t o) {
+    sh.read(at, k, out + o);
+  });
+}
+
+void TokenFile::check(int seq_len, int vocab) {
+  STRATA_CHECK_CODE(ErrorCode::kIo, size_ >= static_cast<std::uint64_t>(seq_len) + 1,
+                    "token file '{}' has {} tokens; sequence length {} needs at least {}", path_, size_, seq_len,
+                    static_cast<std::uint64_t>(seq_len) + 1);
+  // Every token, in blocks: the largest, and the first at or above the vocabulary (named by its file and index).
+  constexpr std::uint64_t kBlock = std::uint64_t{1} << 18;
+  std::vector<std::uint32_t> buf(static_cast<std::size_t>(std::min(kBlock, size_)));
+  for (std::uint64_t at = 0; at < size_;) {
+    const std::uint64_t n = std::min(kBlock, size_ - at);
+    read(at, n, buf.data());
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const std::uint32_t t = buf[i];
+      max_token_ = std::max(max_token_, t);
+      if (vocab > 0 && t >= static_cast<std::uint32_t>(vocab)) {
+        const std::uint64_t g = at + i;
+        if (shards_.empty())
+          STRATA_THROW(ErrorCode::kIo, "token file '{}': token {} at index {} is >= vocab {}", path_, t, g, vocab);
+        const std::size_t s =
+            static_cast<std::size_t>(std::upper_bound(starts_.begin(), starts_.end(), g) - starts_.begin()) - 1;
+        STRATA_THROW(ErrorCode::kIo, "token file '{}': token {} at index {} is >= vocab {}", shards_[s].path(), t,
+                     g - starts_[s], vocab);
+      }
+    }
+    at += n;
+  }
+}
+
+TokenFile TokenFile::open(const std::string& spec, int seq_len, int vocab) {
+  TokenFile f(spec, seq_len, vocab);
+  f.files_ = expand_shard_paths(spec);
+  for (const std::string& file : f.files_) {
+    f.shards_.emplace_back(file);
+    f.starts_.push_back(f.size_);
+    f.size_ += f.shards_.back().size();
+    f.token_bytes_ = std::max(f.token_bytes_, f.shards_.back().info().token_bytes);
+  }
+  f.check(seq_len, vocab);
+  return f;
 }
 
 TokenFile TokenFile::from_text(const std::string& path, int seq_len) {
   const std::string bytes = read_input_file(path, "text file");
   std::vector<std::uint16_t> tokens(bytes.size());
   for (std::size_t i = 0; i < bytes.size(); ++i) tokens[i] = static_cast<unsigned char>(bytes[i]);
-  return TokenFile(path, std::move(tokens), seq_len, 256);
+  return from_tokens(std::move(tokens), seq_len, 256, path);
 }
 
 TokenFile TokenFile::from_tokens(std::vector<std::uint16_t> tokens, int seq_len, int vocab, std::string name) {
-  return TokenFile(std::move(name), std::move(tokens), seq_len, vocab);
+  TokenFile f(std::move(name), seq_len, vocab);
+  f.memory_ = std::move(tokens);
+  f.size_ = f.memory_.size();
+  f.check(seq_len, vocab);
+  return f;
+}
+
+namespace {
+
+// A bijection of [0, k) from `key`: a 4-round Feistel network on the smallest even number of bits that holds k,
+// walking the cycle until the value falls below k (at most a few steps: the domain is under 4k).
+std::uint64_t permute(std::uint64_t x, std::uint64_t k, std::uint64_t key) {
+  int bits = 2;
+  while (bits < 64 && (std::uint64_t{1} << bits) < k) bits += 2;
+  const int half = bits / 2;
+  const std::uint64_t mask = (std::uint64_t{1} << half) - 1;
+  do {
+    std::uint64_t l = x >> half, r = x & mask;
+    for (std::uint64_t round = 0; round < 4; ++round) {
+      const std::uint64_t f = splitmix64(key ^ splitmix64(round * 0x9E3779B97F4A7C15ull ^ r)) & mask;
+      const std::uint64_t next = l ^ f;
+      l = r;
+      r = next;
+    }
+    x = (l << half) | r;
+  } while (x >= k);
+  return x;
+}
+
+}  // namespace
+
+std::uint64_t window_offset(const TokenFile& data, unsigned __int128 g, int T) {
+  using u128 = unsigned __int128;
+  const std::uint64_t m = data.size() - static_cast<std::uint64_t>(T);
+  if (!data.shuffle_seed()) return static_cast<std::uint64_t>(((g % m) * static_cast<u128>(T)) % m);
+  const std::uint64_t k = std::max<std::uint64_t>(1, m / static_cast<std::uint64_t>(T));  // windows an epoch
+  const std::uint64_t epoch = static_cast<std::uint64_t>(g / k), w = static_cast<std::uint64_t>(g % k);
+  return permute(w, k, splitmix64(*data.shuffle_seed() ^ splitmix64(epoch))) * static_cast<std::uint64_t>(T);
 }
 
 namespace {
@@ -99,20 +189,18 @@ void fill_from(const TokenFile& data, unsigned __int128 first_row, int B, int T,
   STRATA_CHECK(n >= static_cast<std::uint64_t>(T) + 1, "'{}' has {} tokens, fewer than T + 1 = {}", data.path(), n,
                static_cast<std::uint64_t>(T) + 1);
   using u128 = unsigned __int128;
-  const u128 m = n - static_cast<std::uint64_t>(T);
-  const std::uint16_t* tokens = data.tokens().data();
   std::size_t row = 0;  // tokens per row written
   for (const Span& sp : spans) row += static_cast<std::size_t>(sp.end - sp.begin);
+  std::vector<std::uint32_t> window(static_cast<std::size_t>(T) + 1);
   for (int b = 0; b < B; ++b) {
-    const u128 g = first_row + static_cast<u128>(b);
-    const auto offset = static_cast<std::uint64_t>(((g % m) * static_cast<u128>(T)) % m);
-    const std::uint16_t* window = tokens + offset;  // offset + T <= n - 1, so window[T] is in range
+    const std::uint64_t offset = window_offset(data, first_row + static_cast<u128>(b), T);
+    data.copy(offset, static_cast<std::uint64_t>(T) + 1, window.data());  // offset + T <= n - 1
     std::int32_t* in = inputs + static_cast<std::size_t>(b) * row;
     std::int32_t* tg = targets + static_cast<std::size_t>(b) * row;
     for (const Span& sp : spans)
       for (int t = sp.begin; t < sp.end; ++t) {
-        *in++ = window[t];
-        *tg++ = window[t + 1];
+        *in++ = static_cast<std::int32_t>(window[static_cast<std::size_t>(t)]);
+        *tg++ = static_cast<std::int32_t>(window[static_cast<std::size_t>(t) + 1]);
       }
   }
 }

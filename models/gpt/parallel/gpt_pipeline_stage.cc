@@ -1,6 +1,8 @@
 // GptPipelineStage: data rows per micro-batch and the reduction protocol of a pipeline step.
 #include "models/gpt/parallel/gpt_pipeline_stage.h"
 
+#include <chrono>
+
 namespace strata::gpt {
 
 GptPipelineStage::GptPipelineStage(GptModel& gpt, ShardedModel& model, const TokenFile& data, int B, int T, int dp,
@@ -22,6 +24,7 @@ void GptPipelineStage::begin_step(std::uint64_t step_row, float grad_scale) {
   step_row_ = step_row;
   grad_scale_ = grad_scale;
   loss_sum_ = 0;
+  data_ms_ = 0;
   // Reductions finish when the last unit's last backward ends (every forward of the step has its backward).
   model_.set_is_last_backward(true);
 }
@@ -31,10 +34,12 @@ void GptPipelineStage::forward(int micro_batch, int chunk, int slot) {
   const std::uint64_t first = step_row_ + static_cast<std::uint64_t>(micro_batch) * static_cast<std::uint64_t>(dp_) *
                                               rows + static_cast<std::uint64_t>(dp_rank_) * rows;
   if (gpt_.chunk_reads_tokens(chunk)) {
+    const auto t0 = std::chrono::steady_clock::now();
     if (chunks_)
       fill_chunk_rows(data_, first, B_, *chunks_, inputs_.data(), targets_.data());
     else
       fill_rows(data_, first, B_, T_, inputs_.data(), targets_.data());
+    data_ms_ += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }
   loss_sum_ += gpt_.forward_chunk(chunk, slot, inputs_.data(), targets_.data(), grad_scale_);
 }

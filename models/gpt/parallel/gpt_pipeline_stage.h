@@ -26,6 +26,8 @@ class GptPipelineStage : public PipelineStage {
   void begin_step(std::uint64_t step_row, float grad_scale);
   // The sum of the micro-batches' mean losses this step (on the last stage; 0 elsewhere).
   double loss_sum() const { return loss_sum_; }
+  // Milliseconds this step spent reading its rows' windows from the data.
+  double data_ms() const { return data_ms_; }
 
   void forward(int micro_batch, int chunk, int slot) override;
   void backward(int micro_batch, int chunk, int slot) override;
@@ -46,7 +48,7 @@ class GptPipelineStage : public PipelineStage {
   std::optional<ContextChunks> chunks_;  // --cp: inputs_ / targets_ hold this rank's chunks of each row
   std::uint64_t step_row_ = 0;
   float grad_scale_ = 1;
-  double loss_sum_ = 0;
+  double loss_sum_ = 0, data_ms_ = 0;
   std::vector<std::int32_t> inputs_, targets_;
 };
 

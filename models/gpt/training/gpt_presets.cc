@@ -31,8 +31,7 @@ GptPreset preset(const char* name, int layers, int heads, int embd) {
 }
 
 // The Llama-style presets of models/llama (llama-tiny, llama3-8b, llama2-70b), trained at their context or 4096
-// positions, whichever is fewer (Llama 3's vocabulary of 128256 passes the uint16 tokens of today's data files:
-// train_gpt refuses it naming --vocab).
+// positions, whichever is fewer (Llama 3's vocabulary of 128256 reads uint32 shards).
 std::vector<GptPreset> llama_shapes() {
   std::vector<GptPreset> out;
   for (const llama::LlamaConfig& c : llama::llama_presets()) {

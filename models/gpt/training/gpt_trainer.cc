@@ -102,8 +102,11 @@ std::uint64_t GptTrainer::rows_per_step() const {
 
 void GptTrainer::check_config() const {
   cfg_.validate(rt_.world_size());
-  STRATA_CHECK(data_.max_token() < cfg_.model.vocab, "data token {} is outside the vocabulary of {}", data_.max_token(),
-               cfg_.model.vocab);
+  STRATA_CHECK(data_.shuffle_seed().has_value() == cfg_.shuffle, "the configuration {} shuffled windows, the data "
+               "'{}' {} them (TokenFile::shuffle_windows)", cfg_.shuffle ? "asks for" : "does not ask for",
+               data_.path(), data_.shuffle_seed() ? "shuffles" : "does not shuffle");
+  STRATA_CHECK(data_.max_token() < static_cast<std::uint32_t>(cfg_.model.vocab),
+               "data token {} is outside the vocabulary of {}", data_.max_token(), cfg_.model.vocab);
 }
 
 void GptTrainer::choose_recompute() {
@@ -146,6 +149,7 @@ void GptTrainer::parallelize() {
   // with it, so all ranks agree.
   for (Communicator* g : model_parallel_norm_groups(*mesh_)) cfg_.optimizer.norm_groups.push_back(g);
   cfg_.optimizer.counted = counted_once(*mesh_, part_.holds_tied_copy() ? tied_unit : -1);
+  cfg_.optimizer.counted_runs = counted_runs_once(*mesh_);  // a key-value head several tp ranks hold: on the first
   // The first and last stage of each pipeline (its pp group) hold the token embeddings, which are the LM head (tied;
   // an untied head is the last stage's alone).
   if (P > 1 && cfg_.model.tied)
@@ -208,7 +212,7 @@ StepRecord GptTrainer::step(int step) {
   auto t0 = std::chrono::steady_clock::now();
   const int A = cfg_.grad_accum;
   const int dp = mesh_->dp().size(), dp_rank = mesh_->dp().rank();
-  double loss = 0;
+  double loss = 0, data_ms = 0;
   gpt_->reset_tp_traffic();
   const std::uint64_t cp_before = gpt_->cp_bytes_sent();
   const std::uint64_t rows_per_micro_batch = static_cast<std::uint64_t>(dp) * static_cast<std::uint64_t>(cfg_.batch);
@@ -218,6 +222,7 @@ StepRecord GptTrainer::step(int step) {
     stage_->begin_step(rows_done_, optimizer_->loss_scale() / static_cast<float>(M));
     with_fit_advice([&] { executor_->run_step(*stage_); });
     loss = part_.last ? stage_->loss_sum() / M : 0.0;
+    data_ms = stage_->data_ms();
     if (tied_) tied_->sum_grads(model_->parameters());
   } else {
     for (int a = 0; a < A; ++a) {
@@ -225,21 +230,26 @@ StepRecord GptTrainer::step(int step) {
       // The global rows of this micro-batch, this rank's share (the window rule of fill_batch, from the data position).
       const std::uint64_t first = rows_done_ + static_cast<std::uint64_t>(a) * rows_per_micro_batch +
                                   static_cast<std::uint64_t>(dp_rank) * static_cast<std::uint64_t>(cfg_.batch);
+      const auto d0 = std::chrono::steady_clock::now();
       if (chunks_)
         fill_chunk_rows(data_, first, cfg_.batch, *chunks_, inputs_.data(), targets_.data());
       else
         fill_rows(data_, first, cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
+      data_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - d0).count();
       with_fit_advice([&] {
         loss += gpt_->forward_backward(inputs_.data(), targets_.data(),
                                        optimizer_->loss_scale() / static_cast<float>(A)) / A;
       });
     }
   }
-  StepResult r = optimizer_->step(cfg_.lr_at(step), step);
+  const double lr = cfg_.lr_at(step);
+  StepResult r = optimizer_->step(lr, step);
   rows_done_ += rows_per_step();
   next_step_ = step + 1;
   StepRecord rec;
   rec.step = step;
+  rec.lr = lr;
+  rec.data_ms = data_ms;
   // The mean over the data-parallel ranks (the tp ranks of a group hold the same loss), which the last stage of a
   // pipeline holds and hands to the others along its pp group (they add 0).
   // Under --cp each rank's loss is the mean over its chunks (the same number of tokens on every rank): the step's is
@@ -260,6 +270,76 @@ StepRecord GptTrainer::step(int step) {
   rec.skipped = r.skipped;
   rec.loss_scale = r.loss_scale;
   return rec;
+}
+
+namespace {
+// One micro-batch's forwards through the P x V stages and nothing else: stage s on pp rank s % P receives its input
+// from the rank of stage s - 1 and sends its output on (a local hand-over where consecutive stages share a rank).
+PipelineSchedule forward_only_schedule(PipelineScheduleKind kind, int P, int V) {
+  std::vector<std::vector<PipelineAction>> lists(static_cast<std::size_t>(P));
+  for (int s = 0; s < P * V; ++s) {
+    std::vector<PipelineAction>& list = lists[static_cast<std::size_t>(s % P)];
+    if (s > 0 && (s - 1) % P != s % P)
+      list.push_back({PipelineActionKind::kRecvActivation, 0, s - 1, (s - 1) % P});
+    list.push_back({PipelineActionKind::kForward, 0, s, -1});
+    if (s + 1 < P * V && (s + 1) % P != s % P) list.push_back({PipelineActionKind::kSendActivation, 0, s, (s + 1) % P});
+  }
+  return PipelineSchedule(kind, P, 1, V, std::move(lists));
+}
+
+// ShardedModel::set_forward_only for a scope.
+class ForwardOnly {
+ public:
+  explicit ForwardOnly(ShardedModel& m) : m_(m) { m_.set_forward_only(true); }
+  ~ForwardOnly() { m_.set_forward_only(false); }
+  ForwardOnly(const ForwardOnly&) = delete;
+  ForwardOnly& operator=(const ForwardOnly&) = delete;
+
+ private:
+  ShardedModel& m_;
+};
+}  // namespace
+
+double GptTrainer::evaluate(const TokenFile& data, int batches) {
+  STRATA_CHECK(batches >= 1, "--eval-steps {} must be at least 1", batches);
+  const ForwardOnly scope(*model_);
+  const int dp = mesh_->dp().size(), dp_rank = mesh_->dp().rank();
+  const std::uint64_t per_batch = rows_per_step();
+  double loss = 0;  // this rank's sum of micro-batch mean losses
+  int micro_batches = 0;
+  if (executor_) {
+    if (!eval_executor_) {
+      eval_schedule_ = std::make_unique<PipelineSchedule>(forward_only_schedule(cfg_.pp_schedule, cfg_.pp,
+                                                                                cfg_.pp_virtual));
+      eval_executor_ = std::make_unique<PipelineExecutor>(*eval_schedule_, mesh_->pp());
+    }
+    const int rows = cfg_.micro_batch_rows(), M = cfg_.micro_batches();
+    GptPipelineStage stage(*gpt_, *model_, data, rows, cfg_.seq, dp, dp_rank, false, chunks_);
+    for (int b = 0; b < batches; ++b)
+      for (int m = 0; m < M; ++m) {
+        // Micro-batch m of a step's rows, as the training schedule's stage reads it.
+        stage.begin_step(static_cast<std::uint64_t>(b) * per_batch + static_cast<std::uint64_t>(m * dp) * rows, 0.0f);
+        with_fit_advice([&] { eval_executor_->run_step(stage); });
+        loss += part_.last ? stage.loss_sum() : 0.0;
+        ++micro_batches;
+      }
+  } else {
+    const std::uint64_t rows_per_micro_batch = static_cast<std::uint64_t>(dp) * static_cast<std::uint64_t>(cfg_.batch);
+    for (int b = 0; b < batches; ++b)
+      for (int a = 0; a < cfg_.grad_accum; ++a) {
+        const std::uint64_t first = static_cast<std::uint64_t>(b) * per_batch + a * rows_per_micro_batch +
+                                    static_cast<std::uint64_t>(dp_rank) * static_cast<std::uint64_t>(cfg_.batch);
+        if (chunks_)
+          fill_chunk_rows(data, first, cfg_.batch, *chunks_, inputs_.data(), targets_.data());
+        else
+          fill_rows(data, first, cfg_.batch, cfg_.seq, inputs_.data(), targets_.data());
+        with_fit_advice([&] { loss += gpt_->forward_loss(inputs_.data(), targets_.data()); });
+        ++micro_batches;
+      }
+  }
+  // As a step's loss: the mean over dp x cp of each rank's mean, held by the last stage and handed along pp.
+  loss /= micro_batches;
+  return sum_over_ranks(mesh_->pp(), sum_over_ranks(mesh_->dp_cp(), loss) / mesh_->dp_cp().size());
 }
 
 void GptTrainer::finish() {
@@ -431,12 +511,15 @@ void GptTrainer::save(const std::string& path) {
             params.device().copy_to_host(host.data(), src, seg.length * 4);
             src = host.data();
           }
-          // A tp slice's local runs land at their places in the global tensor (padding is not written).
-          for_each_global_run(slot.tp, tp_rank, cfg_.tp, seg.slot_begin, seg.length,
-                              [&](std::size_t local, std::size_t global, std::size_t n) {
-                                pwrite_all(fd, src + (local - seg.slot_begin), n * 4,
-                                           offsets[declared.at(slot.name)] + global * 4, tmp);
-                              });
+          // A tp slice's local runs land at their places in the global tensor (padding is not written, a piece
+          // several tp ranks hold is written by the first).
+          for_each_global_run(
+              slot.tp, tp_rank, cfg_.tp, seg.slot_begin, seg.length,
+              [&](std::size_t local, std::size_t global, std::size_t n) {
+                pwrite_all(fd, src + (local - seg.slot_begin), n * 4, offsets[declared.at(slot.name)] + global * 4,
+                           tmp);
+              },
+              /*owned_only=*/true);
         }
       }
       STRATA_CHECK_CODE(ErrorCode::kIo, ::fsync(fd) == 0, "cannot flush {} to disk: {}", tmp, std::strerror(errno));

@@ -28,6 +28,7 @@ namespace strata::gpt {
 struct StepRecord {
   int step = 0;
   double loss = 0;       // mean over ranks and micro-batches, with the weights before this step's update
+  double lr = 0;         // the learning rate of this step's update
   double time_ms = 0;
   double grad_norm = 0;  // global, before clipping
   bool skipped = false;
@@ -35,6 +36,7 @@ struct StepRecord {
   TpTraffic tp_traffic;      // the tensor-parallel collectives of this step (this rank)
   std::uint64_t cp_bytes = 0;  // what this rank sent round the context-parallel ring this step
   double checkpoint_ms = 0;  // this step's stall for checkpointing (the save, or an asynchronous save's commit)
+  double data_ms = 0;        // reading this rank's rows' windows from the data (the loader's share of the step)
 };
 
 class GptTrainer {
@@ -54,6 +56,11 @@ class GptTrainer {
   // After the last step: a checkpoint of where the trainer stands (unless it is the one just written or loaded), and
   // any save in flight committed.
   void finish();
+  // Collective, between steps: the mean loss of the current weights over `batches` batches of `data`, each the rows a
+  // training step reads (dp x --batch x --grad-accum), from row 0 by the training window rule: the same windows at
+  // every call and, for one global batch, at every layout (dp, tp, pp, cp). Forwards only: no gradient, no update,
+  // the weights and the training data position untouched. Every rank returns the same value.
+  double evaluate(const TokenFile& data, int batches);
   // The configuration as run: --recompute auto's choice made (a kind per block).
   const TrainConfig& config() const { return cfg_; }
   ShardedModel& model() { return *model_; }
@@ -105,6 +112,9 @@ class GptTrainer {
   std::unique_ptr<PipelineSchedule> schedule_;
   std::unique_ptr<PipelineExecutor> executor_;
   std::unique_ptr<GptPipelineStage> stage_;
+  // evaluate() under a pipeline: one micro-batch's forwards down the stages (no backward), run once per micro-batch.
+  std::unique_ptr<PipelineSchedule> eval_schedule_;
+  std::unique_ptr<PipelineExecutor> eval_executor_;
   std::unique_ptr<TiedParameters> tied_;  // pp > 1: wte on the first and last stage (the embeddings, the LM head)
   std::vector<std::int32_t> inputs_, targets_;  // this rank's tokens of a micro-batch's rows
   std::optional<ContextChunks> chunks_;           // --cp: which tokens of each row this rank holds

@@ -2,9 +2,11 @@
 #include "models/gpt/training/gpt_trainer_state.h"
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <climits>
+#include <vector>
 
 #include "core/json_schema.h"
 #include "runtime/checkpoint/chunk_file.h"
@@ -38,8 +40,23 @@ const JsonSchema& state_schema() {
 }  // namespace
 
 GptDataRecord GptDataRecord::of(const TokenFile& data) {
+  // CRC-32 of the first tokens' bytes at the data's width (uint16 files: their bytes as stored), read in blocks.
   const std::uint64_t n = std::min<std::uint64_t>(data.size(), kFingerprintTokens);
-  const std::uint32_t crc = crc32_of(data.tokens().data(), n * sizeof(std::uint16_t));
+  constexpr std::uint64_t kBlock = std::uint64_t{1} << 18;
+  std::vector<std::uint32_t> tokens(static_cast<std::size_t>(std::min(n, kBlock)));
+  std::vector<std::uint16_t> narrow(data.token_bytes() == 2 ? tokens.size() : 0);
+  uLong crc = ::crc32(0L, Z_NULL, 0);
+  for (std::uint64_t at = 0; at < n;) {
+    const std::uint64_t k = std::min(kBlock, n - at);
+    data.read(at, k, tokens.data());
+    if (data.token_bytes() == 2) {
+      for (std::uint64_t i = 0; i < k; ++i) narrow[i] = static_cast<std::uint16_t>(tokens[i]);
+      crc = ::crc32(crc, reinterpret_cast<const Bytef*>(narrow.data()), static_cast<uInt>(k * 2));
+    } else {
+      crc = ::crc32(crc, reinterpret_cast<const Bytef*>(tokens.data()), static_cast<uInt>(k * 4));
+    }
+    at += k;
+  }
   return GptDataRecord{data.path(), data.size(), fmt::format("crc32:{:08x}", crc)};
 }
 

@@ -33,8 +33,12 @@ nlohmann::json TrainConfig::to_json() const {
           {"grad_accum", grad_accum},
           {"adamw", {{"lr", adamw.lr}, {"beta1", adamw.beta1}, {"beta2", adamw.beta2}, {"eps", adamw.eps},
                      {"weight_decay", adamw.weight_decay}}},
+          {"shuffle", shuffle},
           {"warmup_steps", warmup_steps},
-          {"cosine_steps", cosine_steps},
+          {"lr_schedule", lr_decay_name(lr_decay)},
+          {"decay_steps", decay_steps},
+          {"min_lr", lr_schedule().min_lr},
+          {"decay_fraction", decay_fraction},
           {"zero_stage", static_cast<int>(sharding.stage)},
           {"param_dtype", dtype_name(sharding.mixed_precision.param_dtype)},
           {"compute_dtype", dtype_name(precision.matmul)},
@@ -55,10 +59,15 @@ nlohmann::json TrainConfig::to_json() const {
           {"seed", seed}};
 }
 
-double TrainConfig::lr_at(int step) const {
-  if (warmup_steps == 0 && cosine_steps == 0) return adamw.lr;
-  LrSchedule schedule{adamw.lr, cosine_steps > 0 ? adamw.lr / 10 : adamw.lr, warmup_steps, cosine_steps};
-  return schedule.at(step);
+LrSchedule TrainConfig::lr_schedule() const {
+  LrSchedule s;
+  s.max_lr = adamw.lr;
+  s.min_lr = min_lr >= 0 ? min_lr : adamw.lr / 10;
+  s.warmup_steps = warmup_steps;
+  s.total_steps = lr_decay == LrDecay::kConstant ? 0 : decay_steps;
+  s.decay = lr_decay;
+  s.decay_fraction = decay_fraction;
+  return s;
 }
 
 void TrainConfig::validate(int world) const {

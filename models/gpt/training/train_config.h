@@ -21,10 +21,15 @@ struct TrainConfig {
   int batch = 4;  // rows per data-parallel rank per micro-batch (the tp ranks of a group share them)
   int grad_accum = 1;
   AdamWConfig adamw{1e-3, 0.9, 0.95, 1e-8, 0.1};
-  // Learning rate per step: constant adamw.lr (the spec's default) unless warmup or cosine decay is asked for.
+  // Learning rate per step (runtime/optim/adamw.h's LrSchedule): constant adamw.lr (the spec's default) unless a
+  // warmup or a decay is asked for; a decay reaches min_lr at step decay_steps (the run's --steps).
   std::int64_t warmup_steps = 0;
-  std::int64_t cosine_steps = 0;  // > 0: cosine decay from adamw.lr to adamw.lr / 10 at this step
-  double lr_at(int step) const;
+  LrDecay lr_decay = LrDecay::kConstant;
+  std::int64_t decay_steps = 0;
+  double min_lr = -1;  // < 0: adamw.lr / 10 (nanoGPT's and llm.c's floor)
+  double decay_fraction = 0.2;  // wsd: the share of the steps after the warmup that decay
+  LrSchedule lr_schedule() const;
+  double lr_at(int step) const { return lr_schedule().at(step); }
   ShardingOptions sharding;
   OptimizerOptions optimizer;  // clipping and loss scaling
   int dp_replicate = 1;        // hybrid sharding: the state is sharded over world / (tp * dp_replicate) ranks
@@ -62,6 +67,7 @@ struct TrainConfig {
   GptPrecision precision;  // f32, or bf16 products (train_gpt --compute-dtype)
   std::string init;  // safetensors file; empty: the spec's distributions from `seed`
   std::uint64_t seed = 1;
+  bool shuffle = false;  // the training data's windows in a seeded order per epoch (TokenFile::shuffle_windows, seed)
   // Checkpoints (docs/checkpoint.md), when checkpoint.dir is set: one every `checkpoint_every` steps (0: none on the
   // way) and one after the last step (finish()). `resume` continues from the directory's latest committed one.
   CheckpointOptions checkpoint;

@@ -2,6 +2,7 @@
 #include "models/gpt/training/train_flags.h"
 
 #include <filesystem>
+#include <limits>
 
 #include "collectives/rank_values.h"
 #include "core/error.h"
@@ -41,7 +42,8 @@ void add_model_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--layers", f.model.layers, "transformer blocks")->check(flags::positive_integer());
   app.add_option("--heads", f.model.heads, "attention heads")->check(flags::positive_integer());
   app.add_option("--embd", f.model.embd, "embedding width C (a multiple of --heads)")->check(flags::positive_integer());
-  app.add_option("--vocab", f.model.vocab, "vocabulary size (256 with --text)")->check(flags::integer(2, 65536));
+  app.add_option("--vocab", f.model.vocab, "vocabulary size (256 with --text; above 65536 the data needs uint32 "
+                 "shards)")->check(flags::integer(2, std::numeric_limits<int>::max()));
   app.add_option("--ctx", f.model.ctx, "positions in wpe (the rotary table's, --family llama)")
       ->check(flags::positive_integer());
   app.add_option("--family", f.family,
@@ -65,11 +67,20 @@ void add_model_flags(CLI::App& app, TrainFlags& f) {
 // The steps, the learning-rate schedule, AdamW and clipping.
 void add_optimizer_flags(CLI::App& app, TrainFlags& f) {
   app.add_option("--steps", f.steps, "optimizer steps")->check(flags::non_negative_integer());
-  app.add_option("--lr", f.lr, "learning rate (constant unless --warmup / --cosine)")
+  app.add_option("--lr", f.lr, "peak learning rate (constant unless --warmup / --lr-schedule)")
       ->check(flags::non_negative_real());
   app.add_option("--warmup", f.warmup, "linear learning-rate warmup over this many steps")
       ->check(flags::non_negative_integer());
-  app.add_flag("--cosine", f.cosine, "cosine decay of the learning rate to lr/10 at the last step");
+  app.add_option("--lr-schedule", f.lr_schedule,
+                 "after the warmup: constant, cosine or linear decay to --min-lr at --steps, or wsd (warmup-stable-"
+                 "decay: constant, then a linear decay over the last --decay-fraction of the steps)")
+      ->check(CLI::IsMember({"constant", "cosine", "linear", "wsd"}));
+  app.add_flag("--cosine", f.cosine, "the same as --lr-schedule cosine");
+  app.add_option("--min-lr", f.min_lr, "the learning rate a decay ends at (default: --lr / 10)")
+      ->check(flags::non_negative_real());
+  app.add_option("--decay-fraction", f.decay_fraction,
+                 "--lr-schedule wsd: the share of the steps after the warmup that decay (default 0.2)")
+      ->check(flags::real(0.0, true, 1.0, false));
   app.add_option("--weight-decay", f.weight_decay, "AdamW weight decay (2-D parameters)")
       ->check(flags::non_negative_real());
   app.add_option("--beta1", f.beta1, "AdamW beta1")->check(flags::real(0.0, false, 1.0, true));
@@ -91,10 +102,27 @@ void add_data_flags(CLI::App& app, TrainFlags& f) {
                  "Face's), or a Hugging Face model directory (config.json and model.safetensors: the shape too)")
       ->check(CLI::ExistingPath);
   app.add_option("--save", f.save, "write the final weights here (safetensors, F32)");
-  auto* data = app.add_option("--data", f.data, "training tokens (flat uint16)")->check(CLI::ExistingFile);
+  auto* data = app.add_option("--data", f.data,
+                              "training tokens: a file, a glob or a comma-separated list of token shards (Strata's, "
+                              "llm.c's .bin or plain uint16 as nanoGPT's), memory-mapped");
   auto* text = app.add_option("--text", f.text, "train a byte-level model (vocab 256) on this text file")
                    ->check(CLI::ExistingFile);
   data->excludes(text);
+  app.add_option("--val-data", f.val_data,
+                 "held-out tokens (shards as --data takes them): the validation loss over --eval-steps batches, "
+                 "every --eval-every steps and after the last");
+  auto* val_text = app.add_option("--val-text", f.val_text,
+                                  "held-out text beside --text (its bytes, vocab 256): the validation loss as --val-data")
+                       ->check(CLI::ExistingFile);
+  val_text->needs(text);
+  app.add_flag("--shuffle", f.shuffle,
+               "read the training windows in a seeded order per epoch (from --seed) instead of walking the data");
+  app.add_option("--eval-every", f.eval_every, "evaluate --val-data every this many steps (0: after the last only)")
+      ->check(flags::non_negative_integer());
+  app.add_option("--eval-steps", f.eval_steps,
+                 "batches of the validation loss, each the rows of one training step, the same ones every time "
+                 "(default 20)")
+      ->check(flags::positive_integer());
   app.add_option("--make-data", f.make_data, "write the spec's synthetic tokens to this file and exit");
   app.add_option("--tokens", f.tokens, "number of synthetic tokens (with --make-data, or without --data)")
       ->check(flags::unsigned_integer(1));
@@ -304,12 +332,20 @@ std::vector<ConfigField> effective_configuration(const TrainFlags& f) {
                                         {"--lr", num(f.lr)},
                                         {"--warmup", num(f.warmup)},
                                         {"--cosine", on(f.cosine)},
+                                        {"--lr-schedule", f.lr_schedule},
+                                        {"--val-data", f.val_data},
+                                        {"--val-text", f.val_text},
+                                        {"--eval-every", num(f.eval_every)},
+                                        {"--eval-steps", num(f.eval_steps)},
+                                        {"--min-lr", num(f.min_lr)},
+                                        {"--decay-fraction", num(f.decay_fraction)},
                                         {"--weight-decay", num(f.weight_decay)},
                                         {"--beta1", num(f.beta1)},
                                         {"--beta2", num(f.beta2)},
                                         {"--eps", num(f.eps)},
                                         {"--grad-clip", num(f.grad_clip)},
                                         {"--seed", num(f.seed)},
+                                        {"--shuffle", on(f.shuffle)},
                                         {"--max-skipped-steps", num(f.max_skipped_steps)},
                                         {"--param-dtype", f.param_dtype},
                                         {"--compute-dtype", f.compute_dtype},
@@ -353,8 +389,12 @@ void check_run_files(const TrainFlags& f, Runtime& rt) {
   std::string problem;
   try {
     if (!f.init.empty()) check_input_file(f.init, "--init");
-    if (!f.data.empty()) check_input_file(f.data, "--data");
+    for (const std::string& file : f.data.empty() ? std::vector<std::string>{} : expand_shard_paths(f.data))
+      check_input_file(file, "--data");
     if (!f.text.empty()) check_input_file(f.text, "--text");
+    if (!f.val_text.empty()) check_input_file(f.val_text, "--val-text");
+    for (const std::string& file : f.val_data.empty() ? std::vector<std::string>{} : expand_shard_paths(f.val_data))
+      check_input_file(file, "--val-data");
     // The checkpoint directory first: it is created now, as the run would, which may make --save's directory.
     if (!f.checkpoint_dir.empty()) prepare_output_dir(f.checkpoint_dir, "--checkpoint-dir");
     if (!f.save.empty()) check_output_file(f.save, "--save", OutputKind::kReplaced);  // every rank writes its part
@@ -376,6 +416,16 @@ void check_run_files(const TrainFlags& f, Runtime& rt) {
   }
 }
 
+std::optional<TokenFile> open_val_tokens(const TrainFlags& f) {
+  STRATA_CHECK(f.val_text.empty() || f.val_data.empty(), "--val-text {} and --val-data {}: give one validation set",
+               f.val_text, f.val_data);
+  if (!f.val_text.empty()) return TokenFile::from_text(f.val_text, f.seq);
+  if (f.val_data.empty()) return std::nullopt;
+  STRATA_CHECK(f.text.empty(), "--val-data {} holds tokens; --text trains on bytes: give one kind of data",
+               f.val_data);
+  return TokenFile::open(f.val_data, f.seq, f.model.vocab);
+}
+
 TokenFile open_tokens(const TrainFlags& f, int data_vocab) {
   const int vocab = f.text.empty() ? f.model.vocab : 256;
   if (!f.text.empty()) return TokenFile::from_text(f.text, f.seq);
@@ -392,8 +442,15 @@ TrainConfig train_config(const TrainFlags& f, Runtime& rt) {
   cfg.batch = f.batch;
   cfg.grad_accum = f.grad_accum;
   cfg.adamw = AdamWConfig{f.lr, f.beta1, f.beta2, f.eps, f.weight_decay};
+  cfg.shuffle = f.shuffle;
   cfg.warmup_steps = f.warmup;
-  cfg.cosine_steps = f.cosine ? f.steps : 0;
+  STRATA_CHECK(!f.cosine || f.lr_schedule == "constant" || f.lr_schedule == "cosine",
+               "--cosine and --lr-schedule {} ask for two schedules: give one", f.lr_schedule);
+  cfg.lr_decay = f.cosine ? LrDecay::kCosine : parse_lr_decay(f.lr_schedule);
+  cfg.decay_steps = f.steps;
+  cfg.min_lr = f.min_lr;
+  cfg.decay_fraction = f.decay_fraction;
+  cfg.lr_schedule().validate();
   cfg.optimizer.grad_clip = f.grad_clip;
   cfg.optimizer.max_skipped_steps = f.max_skipped_steps;
   cfg.sharding.stage = zero_stage_from_int(f.zero_stage);

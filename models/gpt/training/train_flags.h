@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,12 @@ struct TrainFlags {
   int recompute_every = 1;
   int prefetch = 1, warmup = 0;
   bool cosine = false;
+  std::string lr_schedule = "constant";
+  bool shuffle = false;
+  std::string val_data;          // --val-data: held-out tokens, evaluated every --eval-every steps and at the end
+  std::string val_text;          // --val-text: held-out bytes beside --text
+  int eval_every = 0, eval_steps = 20;
+  double min_lr = -1, decay_fraction = 0.2;
   std::string trace, offload = "none", device_memory;
   std::string checkpoint_dir;
   int checkpoint_every = 0, keep_checkpoints = 2, stop_at = -1;
@@ -64,6 +71,8 @@ std::vector<ConfigField> effective_configuration(const TrainFlags& f);
 void check_run_files(const TrainFlags& f, Runtime& rt);
 // The run's tokens: --text, --data, or the spec's synthetic ones drawn from `data_vocab` values.
 TokenFile open_tokens(const TrainFlags& f, int data_vocab);
+// --val-data's tokens (checked against the vocabulary, at least one window of --seq + 1), or none.
+std::optional<TokenFile> open_val_tokens(const TrainFlags& f);
 // The TrainConfig of the flags on this job (--dp-shard node reads the node map); validated by GptTrainer.
 TrainConfig train_config(const TrainFlags& f, Runtime& rt);
 

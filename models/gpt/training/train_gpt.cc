@@ -70,8 +70,10 @@ int main(int argc, char** argv) {
     gpt::apply_global_batch(app, f, rt.world_size());
     check_config_agreement(gpt::effective_configuration(f));  // before any rank acts on a setting the others lack
     gpt::check_run_files(f, rt);
-    const gpt::TokenFile data = gpt::open_tokens(f, data_vocab);
+    gpt::TokenFile data = gpt::open_tokens(f, data_vocab);
+    const std::optional<gpt::TokenFile> val = gpt::open_val_tokens(f);
     const gpt::TrainConfig cfg = gpt::train_config(f, rt);
+    if (cfg.shuffle) data.shuffle_windows(cfg.seed);
     if (!f.device_memory.empty()) rt.device().set_memory_budget(parse_bytes(f.device_memory, "--device-memory"));
 
     gpt::CategoryBytes before{};
@@ -89,7 +91,12 @@ int main(int argc, char** argv) {
     }
     gpt::RunLog log(f, cfg, trainer, rt, throughput, before);
     check_steps_left(f, trainer, rt.rank());
-    for (int step = trainer.start_step(); step < f.last_step(); ++step) log.step(step, trainer.step(step));
+    for (int step = trainer.start_step(); step < f.last_step(); ++step) {
+      log.step(step, trainer.step(step));
+      const bool last = step + 1 == f.last_step();
+      if (val && (last || (f.eval_every > 0 && (step + 1) % f.eval_every == 0)))
+        log.eval(step, trainer.evaluate(*val, f.eval_steps));
+    }
     log.close_metrics();
     trainer.finish();
     log.print_checkpoint();

@@ -1,11 +1,14 @@
 // train_gpt's output: the banner, the FLOPs line, the step lines and metrics records, the memory tables, the summary.
 #include "models/gpt/training/train_report.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "collectives/rank_values.h"
 #include "core/byte_units.h"
 #include "kernels/cpu/matmul.h"
 #include "runtime/memory/memory_ledger.h"
@@ -158,6 +161,7 @@ void RunLog::step(int step, const StepRecord& r) {
   const StepSummary& comm = trainer_.model().resources().last_step_summary();
   if (step >= 2) {
     time_sum_ms_ += r.time_ms;
+    data_sum_ms_ += r.data_ms;
     exposed_sum_ms_ += comm.exposed_comm_ms;
     comm_sum_ms_ += comm.comm_ms;
     ++timed_;
@@ -167,9 +171,9 @@ void RunLog::step(int step, const StepRecord& r) {
   const double tok_s = tokens_per_step_ / (r.time_ms / 1000.0);
   const std::size_t peak = rt_.device().memory_stats().peak_total();
   std::printf(
-      "step %d loss %.6f time_ms %.1f tok/s %.0f peak_mem_MiB %.1f grad_norm %.4f comm_ms %.1f "
+      "step %d loss %.6f lr %.4g time_ms %.1f tok/s %.0f peak_mem_MiB %.1f grad_norm %.4f comm_ms %.1f "
       "exposed_comm_ms %.1f tflops %.3g%s%s%s\n",
-      step, r.loss, r.time_ms, tok_s, mib(static_cast<double>(peak)), r.grad_norm, comm.comm_ms, comm.exposed_comm_ms,
+      step, r.loss, r.lr, r.time_ms, tok_s, mib(static_cast<double>(peak)), r.grad_norm, comm.comm_ms, comm.exposed_comm_ms,
       throughput_.model_tflops(tok_s),
       throughput_.has_peak() ? fmt::format(" mfu {:.1f}%", 100.0 * throughput_.mfu(tok_s)).c_str() : "",
       r.skipped ? " skipped" : "",
@@ -180,14 +184,25 @@ void RunLog::step(int step, const StepRecord& r) {
   if (step == 0 && rt_.backend() == DeviceKind::kCpu) print_step0_memory();
 }
 
+void RunLog::eval(int step, double val_loss) {
+  final_val_loss_ = val_loss;
+  if (rt_.rank() != 0) return;
+  std::printf("eval step %d val_loss %.6f (%d batches of %s)\n", step, val_loss, f_.eval_steps,
+              (f_.val_text.empty() ? f_.val_data : f_.val_text).c_str());
+  std::fflush(stdout);
+  if (metrics_.is_open()) metrics_.write(nlohmann::json{{"step", step}, {"val_loss", val_loss}}.dump() + "\n");
+}
+
 void RunLog::record_metrics(int step, const StepRecord& r, const StepSummary& comm, double tok_s, std::size_t peak) {
   const double mfu = throughput_.mfu(tok_s);
   metrics_.write(nlohmann::json{{"step", step},
                                 {"loss", r.loss},
+                                {"lr", r.lr},
                                 {"time_ms", r.time_ms},
                                 {"tokens_per_s", tok_s},
                                 {"grad_norm", r.grad_norm},
                                 {"checkpoint_ms", r.checkpoint_ms},
+                                {"data_ms", r.data_ms},
                                 {"skipped", r.skipped},
                                 {"loss_scale", r.loss_scale},
                                 {"peak_mem_bytes", peak},
@@ -257,8 +272,14 @@ void RunLog::print_summary() const {
   const std::vector<LedgerRow> ledger = MemoryLedger::gather(rt_.device(), rt_.world());
   std::vector<LedgerRow> host_ledger;
   if (Device* host = trainer_.model().resources().host_device()) host_ledger = MemoryLedger::gather(*host, rt_.world());
+  // The largest resident set of any rank so far (getrusage's ru_maxrss, KiB): what the process held, token shards'
+  // mapped pages included.
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const std::vector<double> rss = all_gather_values(rt_.world(), static_cast<double>(usage.ru_maxrss) * 1024.0);
   if (rt_.rank() != 0) return;
   nlohmann::json s = summary();
+  s["peak_rss_bytes"] = static_cast<std::uint64_t>(*std::max_element(rss.begin(), rss.end()));
   s["peak_memory"] = ledger_peaks(ledger);
   s["host_peak_memory"] = ledger_peaks(host_ledger);
   if (total(predicted_step0_) > 0)  // what the trainer itself allocated in step 0 on rank 0, per category
@@ -300,12 +321,14 @@ nlohmann::json RunLog::summary() const {
       {"offload_bytes_in", moved.in}};
   return nlohmann::json{
       {"final_loss", final_loss_},
+      {"final_val_loss", final_val_loss_ ? nlohmann::json(*final_val_loss_) : nlohmann::json()},
       {"mean_step_ms", mean_ms},
       {"tokens_per_s", mean_tok_s},
       {"steps", f_.steps},
       {"mean_exposed_comm_ms", timed_ ? exposed_sum_ms_ / timed_ : 0},
       {"mean_comm_ms", timed_ ? comm_sum_ms_ / timed_ : 0},
       {"exposed_comm_fraction", time_sum_ms_ > 0 ? exposed_sum_ms_ / time_sum_ms_ : 0},
+      {"data_fraction", time_sum_ms_ > 0 ? data_sum_ms_ / time_sum_ms_ : 0},
       {"last_step", trainer_.model().resources().last_step_summary().describe()},
       {"flops_per_token", throughput_.flops().per_token},
       {"model_tflops_per_device", throughput_.model_tflops(mean_tok_s)},

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "core/output_file.h"
@@ -48,6 +49,9 @@ class RunLog {
          const CategoryBytes& before);
   // After each step: its line, its metrics record, the progress bar, and after step 0 the memory table.
   void step(int step, const StepRecord& r);
+  // After an evaluation (GptTrainer::evaluate) after step `step`: its line and metrics record; the last is the
+  // summary's final_val_loss.
+  void eval(int step, double val_loss);
   // After the steps: closes --metrics (a deferred write error is reported here).
   void close_metrics() { metrics_.close(); }
   // After GptTrainer::finish: the checkpoint it committed, or why none was written.
@@ -71,7 +75,8 @@ class RunLog {
   double tokens_per_step_ = 0;
   TpTraffic tp_predicted_;
   std::uint64_t cp_predicted_ = 0;  // predict_cp_bytes: the ring's bytes a step
-  double final_loss_ = 0, time_sum_ms_ = 0, exposed_sum_ms_ = 0, comm_sum_ms_ = 0;
+  double final_loss_ = 0, time_sum_ms_ = 0, exposed_sum_ms_ = 0, comm_sum_ms_ = 0, data_sum_ms_ = 0;
+  std::optional<double> final_val_loss_;
   int timed_ = 0;                                       // steps from step 2 on, which the means count
   CategoryBytes predicted_step0_{}, measured_step0_{};  // rank 0, CPU backend: the planner against the ledger
 };

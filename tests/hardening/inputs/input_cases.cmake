@@ -71,9 +71,17 @@ if(MODE STREQUAL "flag_messages")
           MATCH "--layers: must be an integer from 1 to 2147483647, got 0")
   refused(NAME batch_beyond_int COMMAND ${TRAIN_GPT} --batch 3000000000
           MATCH "--batch: must be an integer from 1 to 2147483647, got 3000000000")
-  refused(NAME vocab_beyond_uint16 COMMAND ${TRAIN_GPT} --vocab 65537
-          MATCH "--vocab: must be an integer from 2 to 65536, got 65537")
+  refused(NAME vocab_beyond_int COMMAND ${TRAIN_GPT} --vocab 2147483648
+          MATCH "--vocab: must be an integer from 2 to 2147483647, got 2147483648")
   refused(NAME prefetch_range COMMAND ${TRAIN_GPT} --prefetch 9 MATCH "--prefetch: must be an integer from 0 to 8, got 9")
+  # The learning-rate schedule: its names, the WSD fraction's range, a floor above the peak, two schedules at once.
+  refused(NAME lr_schedule_unknown COMMAND ${TRAIN_GPT} --lr-schedule step MATCH "--lr-schedule: step not in")
+  refused(NAME decay_fraction_zero COMMAND ${TRAIN_GPT} --decay-fraction 0
+          MATCH "--decay-fraction: must be a finite number in \\(0, 1\\], got 0")
+  refused(NAME min_lr_above_lr COMMAND ${TRAIN_GPT} ${TINY} --lr 1e-3 --min-lr 1 --lr-schedule cosine
+          MATCH "--min-lr 1 must be in \\[0, --lr 0.001\\]")
+  refused(NAME cosine_and_linear COMMAND ${TRAIN_GPT} ${TINY} --cosine --lr-schedule linear
+          MATCH "--cosine and --lr-schedule linear ask for two schedules")
   refused(NAME trainer_momentum COMMAND ${CUSTOM_TRAINER} --momentum 1.5
           MATCH "--momentum: must be a finite number in \\[0, 1\\], got 1.5")
   refused(NAME trainer_lr_nan COMMAND ${CUSTOM_TRAINER} --lr nan MATCH "--lr: must be a finite number >= 0, got nan")

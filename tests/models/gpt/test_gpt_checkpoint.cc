@@ -52,7 +52,8 @@ std::vector<Variant> variants(int world) {
   out.push_back(offload3);
   Variant schedule{"ZeRO 3, warmup 3 + cosine 20", base};
   schedule.cfg.warmup_steps = 3;
-  schedule.cfg.cosine_steps = kSteps;
+  schedule.cfg.lr_decay = LrDecay::kCosine;
+  schedule.cfg.decay_steps = kSteps;
   out.push_back(schedule);
   Variant async{"ZeRO 3, asynchronous save every 5 steps", base};
   async.cfg.checkpoint.async = true;

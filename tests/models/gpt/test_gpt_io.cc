@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -24,6 +25,15 @@ namespace strata::gpt {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Every token of a TokenFile, through its read path and its mapped path (which must agree).
+std::vector<std::uint32_t> all_tokens(const TokenFile& f) {
+  std::vector<std::uint32_t> read(f.size()), mapped(f.size());
+  f.read(0, f.size(), read.data());
+  f.copy(0, f.size(), mapped.data());
+  EXPECT_EQ(read, mapped);
+  return read;
+}
 
 // A fresh directory per test under the system temp dir, removed afterwards.
 class TempDir {
@@ -751,7 +761,7 @@ TEST(TokenData, OpenChecksTheFile) {
   write_bytes(le, std::string("\x01\x02\xff\x00\x00\x80\x07\x00", 8));
   TokenFile f = TokenFile::open(le, 3);
   EXPECT_EQ(f.size(), 4u);
-  EXPECT_EQ(f.tokens(), (std::vector<std::uint16_t>{0x0201, 0x00ff, 0x8000, 7}));
+  EXPECT_EQ(all_tokens(f), (std::vector<std::uint32_t>{0x0201, 0x00ff, 0x8000, 7}));
   EXPECT_EQ(f.max_token(), 0x8000);
   EXPECT_EQ(f.path(), le);
 
@@ -781,7 +791,112 @@ TEST(TokenData, OpenChecksTheFile) {
       },
       ErrorCode::kIo, {"'mem'", "token 9 at index 2"});
   EXPECT_EQ(TokenFile::open(le, 1, 65536).size(), 4u);
-  expect_error([&] { TokenFile::open(le, 1, 65537); }, ErrorCode::kInvalidArgument, {"vocab 65537"});
+  EXPECT_EQ(TokenFile::open(le, 1, 65537).size(), 4u);  // a vocabulary beyond uint16 reads uint16 files too
+}
+
+// The same tokens from a Strata shard (uint16 and uint32), an llm.c .bin (GPT-2's and Llama 3's headers) and a plain
+// uint16 file; shards by glob and by list, concatenated, windows across their boundaries; each bad shard named.
+TEST(TokenData, ShardsOfEveryFormat) {
+  TempDir dir;
+  const std::vector<std::uint32_t> tokens = {5, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3};
+  auto llmc = [&](const std::string& name, std::int32_t magic, std::int32_t version, int width,
+                  std::int64_t count_delta = 0, std::size_t drop = 0) {
+    std::string bytes(1024, '\0');
+    const std::int32_t count = static_cast<std::int32_t>(static_cast<std::int64_t>(tokens.size()) + count_delta);
+    std::memcpy(bytes.data(), &magic, 4);
+    std::memcpy(bytes.data() + 4, &version, 4);
+    std::memcpy(bytes.data() + 8, &count, 4);
+    for (std::uint32_t t : tokens) bytes.append(reinterpret_cast<const char*>(&t), static_cast<std::size_t>(width));
+    bytes.resize(bytes.size() - drop);
+    write_bytes(dir.path(name), bytes);
+    return dir.path(name);
+  };
+  auto strata = [&](const std::string& name, int width) {
+    TokenShardWriter w(dir.path(name), width);
+    w.append(tokens.data(), tokens.size());
+    w.finish();
+    return dir.path(name);
+  };
+  const std::vector<std::string> files = {strata("a.bin", 2), strata("b.bin", 4), llmc("c.bin", 20240520, 1, 2),
+                                          llmc("d.bin", 20240801, 7, 4)};
+  write_tokens(dir.path("e.bin"), std::vector<std::uint16_t>(tokens.begin(), tokens.end()));
+  for (const std::string& f : {files[0], files[1], files[2], files[3], dir.path("e.bin")}) {
+    SCOPED_TRACE(f);
+    const TokenFile t = TokenFile::open(f, 4, 10);
+    EXPECT_EQ(all_tokens(t), tokens);
+    EXPECT_EQ(t.max_token(), 9u);
+  }
+  EXPECT_EQ(inspect_token_shard(files[1]).token_bytes, 4);
+  EXPECT_EQ(inspect_token_shard(files[3]).format, ShardFormat::kLlmc);
+  // All five by a glob (sorted: a .. e), and two by a list: one sequence; a window that crosses a boundary.
+  const TokenFile all = TokenFile::open(dir.path("*.bin"), 4, 10);
+  EXPECT_EQ(all.files().size(), 5u);
+  EXPECT_EQ(all.size(), 5 * tokens.size());
+  EXPECT_EQ(all.token_bytes(), 4);
+  const TokenFile two = TokenFile::open(files[2] + "," + files[0], 4, 10);
+  std::vector<std::uint32_t> window(6);
+  two.copy(13, 6, window.data());
+  EXPECT_EQ(window, (std::vector<std::uint32_t>{7, 9, 3, 5, 1, 4}));
+  // Tokens beyond uint16, and the vocabulary check naming the shard and its own index.
+  {
+    TokenShardWriter w(dir.path("big.bin"), 4);
+    const std::vector<std::uint32_t> big = {1, 128255, 70000, 3};
+    w.append(big.data(), big.size());
+    w.finish();
+  }
+  EXPECT_EQ(TokenFile::open(dir.path("big.bin"), 2, 128256).max_token(), 128255u);
+  expect_error([&] { TokenFile::open(files[0] + "," + dir.path("big.bin"), 2, 100000); }, ErrorCode::kIo,
+               {"big.bin", "token 128255 at index 1 is >= vocab 100000"});
+  {
+    TokenShardWriter narrow(dir.path("narrow.bin"), 2);
+    const std::uint32_t wide = 70000;
+    expect_error([&] { narrow.append(&wide, 1); }, ErrorCode::kInvalidArgument, {"70000", "does not fit uint16"});
+  }
+  EXPECT_FALSE(fs::exists(dir.path("narrow.bin"))) << "an unfinished shard leaves nothing";
+  // Bad shards.
+  const std::string truncated = llmc("trunc.bin", 20240520, 1, 2, 0, 3);
+  expect_error([&] { TokenFile::open(truncated, 2); }, ErrorCode::kIo, {truncated, "(truncated)"});
+  const std::string long_count = llmc("long.bin", 20240801, 7, 4, 5);
+  expect_error([&] { TokenFile::open(long_count, 2); }, ErrorCode::kIo, {long_count, "counts 21 tokens"});
+  const std::string version = llmc("version.bin", 20240520, 3, 2);
+  expect_error([&] { TokenFile::open(version, 2); }, ErrorCode::kIo, {version, "version 3", "expected version 1"});
+  expect_error([&] { TokenFile::open(dir.path("none_*.bin"), 2); }, ErrorCode::kIo,
+               {"none_*.bin", "matches no file"});
+}
+
+// --shuffle: each epoch reads every one of its K = floor((N - T) / T) windows exactly once, at multiples of T, in an
+// order of its own; the order depends on the seed and the row only (not on the ranks); unshuffled rows keep the rule.
+TEST(TokenData, ShuffledWindowsVisitEachWindowOncePerEpoch) {
+  const int T = 8;
+  std::vector<std::uint16_t> tokens(1000);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<std::uint16_t>(i % 7);
+  TokenFile plain = TokenFile::from_tokens(tokens, T);
+  TokenFile data = TokenFile::from_tokens(tokens, T);
+  data.shuffle_windows(42);
+  const std::uint64_t k = (1000 - T) / T;  // 124 windows an epoch
+  std::vector<std::vector<std::uint64_t>> epochs;
+  for (std::uint64_t e = 0; e < 3; ++e) {
+    std::vector<std::uint64_t> order;
+    for (std::uint64_t w = 0; w < k; ++w) order.push_back(window_offset(data, e * k + w, T));
+    std::vector<std::uint64_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    for (std::uint64_t w = 0; w < k; ++w) ASSERT_EQ(sorted[w], w * T) << "epoch " << e;
+    epochs.push_back(order);
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_NE(epochs[1], epochs[2]);
+  std::vector<std::uint64_t> walk;
+  for (std::uint64_t w = 0; w < k; ++w) walk.push_back(window_offset(plain, w, T));
+  EXPECT_NE(epochs[0], walk) << "a shuffled epoch is not the walk";
+  EXPECT_EQ(window_offset(plain, 500, T), (500 * T) % (1000 - T)) << "the rule without --shuffle";
+  TokenFile other = TokenFile::from_tokens(tokens, T);
+  other.shuffle_windows(43);
+  EXPECT_NE(window_offset(other, 0, T) + window_offset(other, 1, T) * 1000,
+            window_offset(data, 0, T) + window_offset(data, 1, T) * 1000);
+  // The rows of a batch read their windows by the same function.
+  std::vector<std::int32_t> in(2 * T), tg(2 * T);
+  fill_rows(data, 130, 2, T, in.data(), tg.data());
+  EXPECT_EQ(static_cast<std::uint64_t>(in[static_cast<std::size_t>(T)]), tokens[window_offset(data, 131, T)]);
 }
 
 TEST(TokenData, ByteLevelText) {
@@ -789,7 +904,7 @@ TEST(TokenData, ByteLevelText) {
   const std::string text = dir.path("text.txt");
   write_bytes(text, std::string("Hi\n\xff\x00z", 6));
   TokenFile f = TokenFile::from_text(text, 5);
-  EXPECT_EQ(f.tokens(), (std::vector<std::uint16_t>{'H', 'i', '\n', 255, 0, 'z'}));
+  EXPECT_EQ(all_tokens(f), (std::vector<std::uint32_t>{'H', 'i', '\n', 255, 0, 'z'}));
   EXPECT_EQ(batch(f, 0, 0, 1, 1, 0, 1, 5), (Rows{{'H', 'i', '\n', 255, 0}, {'i', '\n', 255, 0, 'z'}}));
   expect_error([&] { TokenFile::from_text(text, 6); }, ErrorCode::kIo, {text, "has 6 tokens; sequence length 6"});
   expect_error([&] { TokenFile::from_text(dir.path("none.txt"), 6); }, ErrorCode::kIo, {"text file", "none.txt"});
@@ -853,7 +968,8 @@ TEST(TokenData, MakeSyntheticFile) {
   EXPECT_FALSE(fs::exists(path + ".tmp"));
   EXPECT_EQ(fs::file_size(path), 2 * n);
   TokenFile f = TokenFile::open(path, 64, 50257);
-  EXPECT_EQ(f.tokens(), synthetic_tokens(n, 50257, 99));
+  const std::vector<std::uint16_t> want = synthetic_tokens(n, 50257, 99);
+  EXPECT_EQ(all_tokens(f), std::vector<std::uint32_t>(want.begin(), want.end()));
   make_synthetic_tokens(path, 3, 10, 5);  // overwrites
   EXPECT_EQ(read_bytes(path), raw(synthetic_tokens(3, 10, 5)));
   expect_error([&] { make_synthetic_tokens(dir.path("no/such/dir.bin"), 3, 10, 5); }, ErrorCode::kIo,

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "runtime/optim/adamw.h"
 #include "runtime/optim/loss_scaler.h"
 
@@ -89,6 +90,58 @@ TEST(LrSchedule, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(s.at(500), 0.1);
   LrSchedule constant{0.5, 0, 0, 0};
   EXPECT_DOUBLE_EQ(constant.at(1000), 0.5);
+}
+
+// Each decay against values worked by hand: peak 1, floor 0.1, 10 warmup steps, the floor at step 110 (100 steps of
+// decay); wsd decays over the last 0.2 x 100 = 20 of them, from step 90.
+TEST(LrSchedule, EachDecayAgainstItsClosedForm) {
+  auto schedule = [](LrDecay decay) {
+    LrSchedule s{1.0, 0.1, 10, 110};
+    s.decay = decay;
+    s.decay_fraction = 0.2;
+    s.validate();
+    return s;
+  };
+  for (LrDecay d : {LrDecay::kConstant, LrDecay::kCosine, LrDecay::kLinear, LrDecay::kWsd}) {
+    SCOPED_TRACE(lr_decay_name(d));
+    EXPECT_EQ(parse_lr_decay(lr_decay_name(d)), d);
+    const LrSchedule s = schedule(d);
+    EXPECT_DOUBLE_EQ(s.at(0), 0.1);  // the warmup is every schedule's
+    EXPECT_DOUBLE_EQ(s.at(4), 0.5);
+    EXPECT_DOUBLE_EQ(s.at(9), 1.0);
+    EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+    EXPECT_DOUBLE_EQ(s.at(500), d == LrDecay::kConstant ? 1.0 : 0.1);
+  }
+  const LrSchedule cosine = schedule(LrDecay::kCosine), linear = schedule(LrDecay::kLinear),
+                   wsd = schedule(LrDecay::kWsd);
+  EXPECT_NEAR(cosine.at(35), 0.1 + 0.45 * (1 + std::cos(M_PI / 4)), 1e-15);  // a quarter of the way
+  EXPECT_NEAR(cosine.at(85), 0.1 + 0.45 * (1 + std::cos(3 * M_PI / 4)), 1e-15);
+  EXPECT_NEAR(linear.at(35), 0.775, 1e-15);
+  EXPECT_NEAR(linear.at(60), 0.55, 1e-15);
+  EXPECT_NEAR(linear.at(109), 0.109, 1e-15);
+  EXPECT_DOUBLE_EQ(wsd.at(89), 1.0);  // stable
+  EXPECT_DOUBLE_EQ(wsd.at(90), 1.0);  // the decay's first step
+  EXPECT_NEAR(wsd.at(95), 0.775, 1e-15);
+  EXPECT_NEAR(wsd.at(100), 0.55, 1e-15);
+  EXPECT_NEAR(wsd.at(109), 0.145, 1e-15);
+  EXPECT_DOUBLE_EQ(wsd.at(110), 0.1);
+  // A run shorter than its warmup never decays; wsd's decay is at least one step.
+  LrSchedule short_run = schedule(LrDecay::kLinear);
+  short_run.total_steps = 5;
+  EXPECT_DOUBLE_EQ(short_run.at(7), 0.8);
+  LrSchedule tiny = schedule(LrDecay::kWsd);
+  tiny.decay_fraction = 0.001;
+  EXPECT_DOUBLE_EQ(tiny.at(108), 1.0);
+  EXPECT_DOUBLE_EQ(tiny.at(109), 1.0);
+  EXPECT_DOUBLE_EQ(tiny.at(110), 0.1);
+  // Bad values, named.
+  LrSchedule bad = schedule(LrDecay::kWsd);
+  bad.decay_fraction = 0;
+  EXPECT_THROW(bad.validate(), Error);
+  bad = schedule(LrDecay::kCosine);
+  bad.min_lr = 2.0;
+  EXPECT_THROW(bad.validate(), Error);
+  EXPECT_THROW(parse_lr_decay("step"), Error);
 }
 
 TEST(LossScaler, HalvesOnOverflowAndGrowsAfterAWindow) {

@@ -1,0 +1,47 @@
+# Token shards through train_gpt (cmake -P): a 4 GiB data file (sparse: 2^31 uint16 tokens, nanoGPT's plain format) is
+# memory-mapped, not read into memory: at np 2 the largest resident set of any rank is within 64 MiB of the same run on
+# the 8 KiB tests/data file; --val-data gives a validation loss every 2 steps and after the last; a validation file
+# shorter than one window and a --data pattern that matches nothing are refused naming them.
+# -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DWORK=<scratch directory, emptied>
+# -DDATA=<tests/data>.
+include(${CMAKE_CURRENT_LIST_DIR}/../../support/run_checks.cmake)
+string(REPLACE "|" ";" launcher "${MPIEXEC}")
+file(REMOVE_RECURSE "${WORK}")
+file(MAKE_DIRECTORY "${WORK}")
+
+set(model --layers 2 --heads 2 --embd 32 --vocab 64 --ctx 16 --seq 8 --batch 4 --steps 4 --no-progress)
+execute_process(COMMAND truncate -s 4294967296 ${WORK}/big.bin RESULT_VARIABLE rc)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "cannot make the sparse 4 GiB file ${WORK}/big.bin (truncate: ${rc})")
+endif()
+
+function(peak_rss name)
+  string(REGEX MATCH "\"peak_rss_bytes\":([0-9]+)" _ "${${name}_out}")
+  if(NOT CMAKE_MATCH_1)
+    message(FATAL_ERROR "${name}: no peak_rss_bytes in the summary:\n${${name}_out}")
+  endif()
+  set(${name}_rss ${CMAKE_MATCH_1} PARENT_SCOPE)
+endfunction()
+
+run_checked(small ok 300 ${launcher} -n 2 ${TRAIN_GPT} ${model} --data ${DATA}/gpt_tiny_tokens.bin
+            --val-data ${DATA}/gpt_tiny_val_tokens.bin --eval-every 2 --eval-steps 2)
+expect_text(small "eval step 1 val_loss" "eval step 3 val_loss" "\"final_val_loss\":")
+run_checked(big ok 300 ${launcher} -n 2 ${TRAIN_GPT} ${model} --data ${WORK}/big.bin)
+expect_text(big "step 3 loss")
+peak_rss(small)
+peak_rss(big)
+math(EXPR grew_mib "(${big_rss} - ${small_rss}) / 1048576")
+message(STATUS "peak resident set: ${small_rss} bytes on the 8 KiB file, ${big_rss} on the 4 GiB one (+${grew_mib} MiB)")
+if(big_rss GREATER small_rss)
+  math(EXPR grew "${big_rss} - ${small_rss}")
+  if(grew GREATER 67108864)
+    message(FATAL_ERROR "the 4 GiB data file added ${grew_mib} MiB to the peak resident set (bound 64 MiB)")
+  endif()
+endif()
+
+file(WRITE ${WORK}/short_val.bin "0123456789")  # 5 tokens: fewer than --seq 8 + 1
+run_checked(short_val fail 120 ${launcher} -n 1 ${TRAIN_GPT} ${model} --data ${DATA}/gpt_tiny_tokens.bin
+            --val-data ${WORK}/short_val.bin)
+expect_text(short_val "short_val.bin" "has 5 tokens; sequence length 8 needs at least 9")
+run_checked(no_match fail 120 ${launcher} -n 1 ${TRAIN_GPT} ${model} --data "${WORK}/none_*.bin")
+expect_text(no_match "none_*.bin" "matches no file")
