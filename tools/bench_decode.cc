@@ -171,7 +171,7 @@ int main(int argc, char** argv) {
   app.add_option("--prefetch", prefetch, "blocks streamed ahead")->check(flags::integer(0, 8));
   app.add_option("--threads", threads,
                  "compute threads (default: every core less the decoder's copy threads, as strata-generate)")
-      ->check(flags::positive_integer());
+      ->check(flags::thread_count());
   app.add_option("--dir", dir, "where the disk placement's safetensors file is written (and removed)");
   CLI11_PARSE(app, argc, argv);
   return strata::run_tool("bench_decode", [&]() -> int {

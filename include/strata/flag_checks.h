@@ -10,12 +10,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <string>
+#include <thread>
 
 namespace strata::flags {
 
@@ -76,6 +78,18 @@ inline CLI::Validator positive_integer() { return integer(1); }
 inline CLI::Validator non_negative_integer() { return integer(0); }
 // A non-negative integer that fits a 64-bit int (steps).
 inline CLI::Validator non_negative_int64() { return integer(0, std::numeric_limits<long long>::max()); }
+
+// The most compute threads one process may ask for (--threads): four per hardware thread of this machine, and at
+// least 256. More threads than hardware threads only time-slice the same cores, so 4x leaves room to measure
+// oversubscription and the floor keeps a small container usable; far beyond it libgomp fails in its first parallel
+// region (100000 threads: a segfault; 40000: its own messages after seconds), so such counts are refused by name.
+inline int max_threads() {
+  const long long hw = static_cast<long long>(std::thread::hardware_concurrency());
+  return static_cast<int>(std::max(256LL, 4 * hw));
+}
+
+// A thread count in [1, max_threads()]: "must be an integer from 1 to 256, got 100000". Every tool's --threads.
+inline CLI::Validator thread_count() { return integer(1, max_threads()); }
 
 // A finite floating-point number in the range given by lo / hi; lo_open / hi_open exclude the bound. NaN and
 // infinities are always refused ("finite").

@@ -4,7 +4,8 @@
 // per generated token and the bytes read per generated token. The CPU backend unless --backend says cuda; under
 // mpirun groups of --tp ranks decode tensor parallel and the groups share out the prompts (data parallel over
 // requests), with --shard-weights holding one part each of the streamed blocks and gathering them every pass
-// (ZeRO-Inference); rank 0 prints them in order (docs/inference.md).
+// (ZeRO-Inference); rank 0 prints them in order (docs/inference.md). The ranks first agree on every setting that must
+// match, and every weight is checked finite before any rank decodes.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
@@ -17,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -30,14 +32,17 @@
 #include "core/error.h"
 #include "core/safetensors.h"
 #include "kernels/cpu/threads.h"
+#include "models/gpt/inference/finite_weights.h"
 #include "models/gpt/inference/gpt_decoder.h"
 #include "models/gpt/model/llama_shape_flags.h"
 #include "models/gpt/model/hf_llama_weights.h"
 #include "models/gpt/training/gpt_trainer_state.h"
+#include "runtime/bootstrap/config_agreement.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/checkpoint_index.h"
 #include "runtime/checkpoint/checkpoint_reader.h"
+#include "runtime/data/tokenizer.h"
 #include "runtime/inference/generator.h"
 
 namespace {
@@ -46,7 +51,7 @@ using namespace strata;
 namespace flags = strata::flags;
 
 struct Flags {
-  std::string checkpoint, weights, prompt_text;
+  std::string checkpoint, weights, prompt_text, tokenizer;
   std::vector<std::string> prompt_tokens;
   std::int64_t step = -1;
   int heads = 0, max_new_tokens = 32, top_k = 0;
@@ -62,6 +67,47 @@ struct Flags {
   // --family llama from --weights: the shape flags (llama_shape_flags.h) and --ctx (0 until given).
   gpt::GptConfig llama{0, 0, 0, 0, 0};
 };
+
+// Every setting the ranks must share, for check_config_agreement: the weights and the shape flags, the prompts, the
+// sampling, the generation's length and stops, the layout (tp, sharding, placement, backend). Ranks started with any of
+// these differing would print tokens no setting gives alone, mislabel lines, or wait in collectives the others never
+// issue. --threads and --quiet may differ (each rank's own speed, what rank 0 prints).
+std::vector<ConfigField> agreed_settings(const Flags& f) {
+  auto num = [](auto v) { return fmt::format("{}", v); };
+  auto on = [](bool b) { return std::string(b ? "on" : "off"); };
+  const gpt::GptConfig& m = f.llama;
+  return {{"program", "strata-generate"},
+          {"--checkpoint", f.checkpoint},
+          {"--step", f.step >= 0 ? num(f.step) : std::string("(the latest)")},
+          {"--weights", f.weights},
+          {"--family", f.family},
+          {"--heads", num(f.heads)},
+          {"--ctx", num(m.ctx)},
+          {"--kv-heads", num(m.kv_heads)},
+          {"--head-dim", num(m.head_dim)},
+          {"--ffn", num(m.ffn)},
+          {"--rope-theta", num(m.rope_theta)},
+          {"--norm-eps", num(m.norm_eps)},
+          {"--untied", on(!m.tied)},
+          {"--qkv-bias", on(m.qkv_bias)},
+          {"--prompt", f.prompt_text},
+          {"--tokenizer", f.tokenizer},
+          {"--tokens", fmt::format("{}", fmt::join(f.prompt_tokens, " "))},
+          {"--max-new-tokens", num(f.max_new_tokens)},
+          {"--temperature", num(f.temperature)},
+          {"--top-k", num(f.top_k)},
+          {"--top-p", num(f.top_p)},
+          {"--seed", num(f.seed)},
+          {"--stop", fmt::format("{}", fmt::join(f.stop, ","))},
+          {"--tp", num(f.tp)},
+          {"--shard-weights", on(f.shard_weights)},
+          {"--resident-layers", num(f.resident_layers)},
+          {"--device-memory", f.device_memory},
+          {"--weights-from", f.weights_from},
+          {"--prefetch", num(f.prefetch)},
+          {"--kv-in", f.kv_in},
+          {"--backend", f.backend}};
+}
 
 // The weights and the model's shape from a checkpoint directory or a safetensors file.
 struct Weights {
@@ -290,8 +336,8 @@ std::vector<std::int32_t> parse_ids(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    STRATA_CHECK(used == item.size() && !item.empty() && v >= 0 && v <= 65535,
-                 "--tokens '{}': '{}' is not a token id in [0, 65535]", text, item);
+    STRATA_CHECK(used == item.size() && !item.empty() && v >= 0 && v <= std::numeric_limits<std::int32_t>::max(),
+                 "--tokens '{}': '{}' is not a token id", text, item);
     out.push_back(static_cast<std::int32_t>(v));
   }
   return out;
@@ -304,14 +350,14 @@ std::string as_text(const std::vector<std::int32_t>& tokens) {
 }
 
 // The rank's lines: one per prompt it generated for ("<index>\t<line>"), then its timing lines.
-std::string rank_report(const Flags& f, const std::vector<std::size_t>& mine, const Generation& g, int rank,
-                        int world) {
+std::string rank_report(const Flags& f, const Tokenizer* tok, const std::vector<std::size_t>& mine,
+                        const Generation& g, int rank, int world) {
   std::string out;
   for (std::size_t k = 0; k < mine.size(); ++k) {
     const std::vector<std::int32_t>& t = g.tokens[k];
     out += fmt::format("{}\t", mine[k]);
     if (!f.prompt_text.empty() && mine[k] == 0) {
-      out += f.prompt_text + as_text(t);
+      out += f.prompt_text + (tok ? tok->decode(t) : as_text(t));
     } else {
       out += fmt::format("{}: {}", mine[k], fmt::join(t, ","));
     }
@@ -345,16 +391,26 @@ std::string rank_report(const Flags& f, const std::vector<std::size_t>& mine, co
 int run(const Flags& f, Runtime& rt) {
   STRATA_CHECK(f.checkpoint.empty() != f.weights.empty(), "give one of --checkpoint DIR and --weights FILE");
   const Weights w = f.checkpoint.empty() ? from_safetensors(f.weights, f) : from_checkpoint(f.checkpoint, f.step, f);
+  // What the flags resolved to: the step a checkpoint's latest was on each rank (a run committing while the ranks
+  // start), and the model read.
+  check_config_agreement({{"the weights read", w.source}, {"their model", w.cfg.describe()}});
   STRATA_CHECK(!llama_flags_given(f.llama) || (w.cfg.llama() && f.checkpoint.empty()),
                "--ctx and the Llama shape flags (--kv-heads, --head-dim, --ffn, --rope-theta, --norm-eps, --untied, "
                "--qkv-bias) describe a Llama-style model read from --weights; {} is {}",
                w.source, w.cfg.llama() ? "a checkpoint, which records its shape" : "a GPT-2");
   std::vector<std::vector<std::int32_t>> prompts;
   const bool text = !f.prompt_text.empty();
-  if (text) {
+  // --tokenizer: the prompt's text through the model's tokenizer (runtime/data), the generated tokens back to text.
+  const std::unique_ptr<Tokenizer> tok = f.tokenizer.empty() ? nullptr : load_tokenizer(f.tokenizer);
+  if (tok)
+    STRATA_CHECK(tok->vocab_size() <= w.cfg.vocab, "--tokenizer {}: its {} ids do not fit the model's vocabulary of "
+                 "{}", f.tokenizer, tok->vocab_size(), w.cfg.vocab);
+  if (text && tok) {
+    prompts.push_back(tok->encode(f.prompt_text));
+  } else if (text) {
     STRATA_CHECK(w.cfg.vocab == 256,
                  "--prompt is byte-level text, for a model of vocab 256 (train_gpt --text); this "
-                 "one has {}: give --tokens",
+                 "one has {}: give --tokenizer (the model's tokenizer.json or tokenizer.model) or --tokens",
                  w.cfg.vocab);
     std::vector<std::int32_t> p;
     for (unsigned char c : f.prompt_text) p.push_back(c);
@@ -369,6 +425,9 @@ int run(const Flags& f, Runtime& rt) {
   const int world = rt.world_size(), rank = rt.rank();
   STRATA_CHECK(f.tp >= 1 && world % f.tp == 0, "--tp {} must divide the {} ranks", f.tp, world);
   w.cfg.validate_tp(f.tp, false, w.cfg.ctx);
+  // Every value once, shared over the ranks, after the checks above (cheap) and before any rank decodes: a NaN or inf
+  // weight is refused on every rank naming the tensor and element, whatever the placement (finite_weights.h).
+  gpt::check_finite_weights(w.cfg, w.read, w.source, rt.world());
   const std::unique_ptr<Communicator> group = f.tp > 1 ? rt.world().split(rank / f.tp, rank, "tp") : nullptr;
   // --shard-weights: the ranks of the same tp rank in every group hold one part each of the streamed blocks.
   STRATA_CHECK(!f.shard_weights || world > f.tp,
@@ -440,7 +499,7 @@ int run(const Flags& f, Runtime& rt) {
   }
   // Rank 0 prints every prompt's line in prompt order, then the ranks' timing lines.
   const std::vector<std::string> reports =
-      gather_texts(rt.world(), speaks ? rank_report(f, mine, g, rank, world) : std::string(), 0);
+      gather_texts(rt.world(), speaks ? rank_report(f, tok.get(), mine, g, rank, world) : std::string(), 0);
   if (rank != 0) return 0;
   std::vector<std::string> lines(prompts.size()), timing;
   for (const std::string& r : reports) {
@@ -522,7 +581,11 @@ int main(int argc, char** argv) {
   // The Llama shape flags: with --weights, where the tensors leave them open or to insist on them (a checkpoint
   // records its own).
   gpt::add_llama_shape_flags(app, f.llama);
-  app.add_option("--prompt", f.prompt_text, "byte-level text (a model trained with --text, vocab 256)");
+  app.add_option("--prompt", f.prompt_text,
+                 "a prompt as text: through --tokenizer, else bytes (a model trained with --text, vocab 256)");
+  app.add_option("--tokenizer", f.tokenizer,
+                 "the model's tokenizer (tokenizer.json, tokenizer.model or their directory): --prompt is encoded and "
+                 "its generated tokens printed as text");
   app.add_option("--tokens", f.prompt_tokens, "a prompt as token ids, '3,17,42'; repeat for a batch")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--max-new-tokens", f.max_new_tokens, "tokens to generate per prompt")
@@ -561,13 +624,15 @@ int main(int argc, char** argv) {
   app.add_option("--prefetch", f.prefetch, "blocks streamed ahead of the one computing")->check(flags::integer(0, 8));
   app.add_option("--threads", f.threads,
                  "compute threads per rank on the CPU backend (default: the rank's share of the cores, less one per "
-                 "stream copying weights in beside the compute)")
-      ->check(flags::positive_integer());
+                 "stream copying weights in beside the compute; at most 4 per hardware thread of the machine, or 256 "
+                 "on a smaller one)")
+      ->check(flags::thread_count());
   app.add_option("--tp", f.tp, "tensor-parallel degree: heads split over groups of this many ranks")
       ->check(flags::positive_integer());
   CLI11_PARSE(app, argc, argv);
   return run_main([&] {
     Runtime rt(&argc, &argv, RuntimeOptions{f.backend});
+    check_config_agreement(agreed_settings(f));  // before any rank acts on a setting the others lack
     report_stop_signals(rt.rank(), rt.world_size());
     const int rc = run(f, rt);
     rt.finish();

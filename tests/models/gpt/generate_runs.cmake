@@ -211,3 +211,18 @@ expect_text(damaged_chunk_streamed_np2 "${victim} is corrupt: tensor '")
 run_checked(damaged_chunk_sharded_np2 fail 60 ${launch} -n 2 ${GENERATE} --checkpoint ${WORK}/ckpt --tokens 116,104
             --tokens 97 --shard-weights --weights-from disk)
 expect_text(damaged_chunk_sharded_np2 "${victim} is corrupt: tensor '")
+
+# Text through a tokenizer (--tokenizer, runtime/data): a model of 608 ids (steps 0, the spec's init) and the small
+# GPT-2-style tokenizer.json of tests/data/tokenizers (601 ids) print the prompt's text and the generated tokens as text;
+# a tokenizer with more ids than the model has is refused naming both.
+run_checked(tok_model ok 120 ${launch} -n 1 ${TRAIN_GPT} --layers 1 --heads 2 --embd 32 --vocab 608 --ctx 64 --seq 16
+            --batch 1 --steps 0 --no-progress --save ${WORK}/tok.safetensors)
+set(sentence "Hello world! The quick brown fox jumps over the lazy dog.")
+run_checked(tok_text ok 60 ${gen} --weights ${WORK}/tok.safetensors --heads 2
+            --tokenizer ${data}/tokenizers/gpt2_tokenizer.json --prompt "${sentence}" --max-new-tokens 6 --quiet)
+string(FIND "${tok_text_out}" "${sentence}" at)
+if(NOT at EQUAL 0)
+  message(FATAL_ERROR "tok_text: no line with the prompt's text:\n${tok_text_out}")
+endif()
+refused(tok_too_many_ids "its 601 ids do not fit the model's vocabulary of 256" --checkpoint ${WORK}/ckpt
+        --tokenizer ${data}/tokenizers/gpt2_tokenizer.json --prompt "a")
