@@ -22,13 +22,17 @@ GradNorm::GradNorm(ShardedParameters& params, std::vector<Communicator*> groups,
   for (int u = 0; u < params.num_units(); ++u) {
     const UnitShard shard = params.unit(u);
     std::vector<std::array<std::size_t, 3>> unit_runs;
+    // Runs are merged within a segment only: a segment with no shared piece stays one sum, as it always was (the
+    // same order of additions, so the norm keeps its bits).
+    std::size_t segment_runs = 0;  // the first run of the current segment
     auto add = [&](std::size_t begin, std::size_t length, std::size_t bucket) {
       if (length == 0) return;
-      std::array<std::size_t, 3>* last = unit_runs.empty() ? nullptr : &unit_runs.back();
+      std::array<std::size_t, 3>* last = unit_runs.size() > segment_runs ? &unit_runs.back() : nullptr;
       if (last && (*last)[2] == bucket && (*last)[0] + (*last)[1] == begin) (*last)[1] += length;
       else unit_runs.push_back({begin, length, bucket});
     };
     for (const ShardSegment& seg : shard.segments) {
+      segment_runs = unit_runs.size();
       const ParamSlot& s = shard.layout->slots()[seg.slot];
       if (!s.trainable) continue;
       if ((counted && !counted(u, s)) || !runs) {
