@@ -1,7 +1,7 @@
 // What the tensor-parallel layers (parallel_linear.h, vocab_parallel.h) ask of a trainer's kernels. Strata holds the
 // parallel data flow (which collective, where, on which rows); the arithmetic is the trainer's, on its device, as
 // Megatron-Core's layers call the GEMM of the build. The GPT's kernel table implements both interfaces on the CPU
-// (oneDNN) and on CUDA (cuBLASLt); examples/custom_trainer's MLP implements LinearKernels with host loops.
+// (oneDNN) and on CUDA (cuBLAS's cublasGemmEx); examples/custom_trainer's MLP implements LinearKernels with host loops.
 //
 // Contract, for every method: pointers are the device's memory; work is ordered on the device's compute stream
 // (the CPU runs it inline); forward kernels overwrite their outputs, backward kernels add (+=) into gradients. N rows.
