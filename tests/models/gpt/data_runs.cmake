@@ -1,6 +1,6 @@
 # Token shards through train_gpt (cmake -P): a 4 GiB data file (sparse: 2^31 uint16 tokens, nanoGPT's plain format) is
-# memory-mapped, not read into memory: at np 2 the largest resident set of any rank is within 64 MiB of the same run on
-# the 8 KiB tests/data file; --val-data gives a validation loss every 2 steps and after the last; a validation file
+# memory-mapped, not read into memory: at np 2 the largest resident set of any rank is within the model's predicted
+# memory plus 64 MiB, and within 64 MiB of the same run on the 8 KiB tests/data file; --val-data gives a validation loss every 2 steps and after the last; a validation file
 # shorter than one window and a --data pattern that matches nothing are refused naming them.
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DWORK=<scratch directory, emptied>
 # -DDATA=<tests/data>.
@@ -30,6 +30,15 @@ run_checked(big ok 300 ${launcher} -n 2 ${TRAIN_GPT} ${model} --data ${WORK}/big
 expect_text(big "step 3 loss")
 peak_rss(small)
 peak_rss(big)
+# The acceptance's own terms as well: the resident set within the model's predicted memory (train_gpt's step-0
+# prediction for rank 0, every category) plus 64 MiB.
+string(REGEX MATCH "\"step0_memory_rank0\":(\\{\"measured\":\\{[^}]*\\},\"predicted\":\\{[^}]*\\}\\})" _ "${big_out}")
+string(JSON predicted GET "${CMAKE_MATCH_1}" predicted total)
+math(EXPR allowed "${predicted} + 67108864")
+message(STATUS "peak resident set on the 4 GiB file ${big_rss} bytes; predicted ${predicted} + 64 MiB = ${allowed}")
+if(big_rss GREATER allowed)
+  message(FATAL_ERROR "the peak resident set ${big_rss} is above the model's prediction ${predicted} + 64 MiB")
+endif()
 math(EXPR grew_mib "(${big_rss} - ${small_rss}) / 1048576")
 message(STATUS "peak resident set: ${small_rss} bytes on the 8 KiB file, ${big_rss} on the 4 GiB one (+${grew_mib} MiB)")
 if(big_rss GREATER small_rss)
