@@ -87,27 +87,11 @@ if(MODE STREQUAL "settings_differ")
   differs(latest "the weights read: ckpt/step-00000010 on rank 0; ckpt/step-00000020 on rank 1"
           "-wdir;${WORK}/a;${gen};${rel}" "-wdir;${WORK}/b;${gen};${rel}")
 elseif(MODE STREQUAL "nonfinite")
-  # put_bytes(<file> <tensor> <element> <4 bytes as octal escapes for printf>): overwrites one F32 element.
-  function(put_bytes file tensor element bytes)
-    file(READ "${file}" head LIMIT 8 HEX)
-    string(SUBSTRING "${head}" 0 2 b0)
-    string(SUBSTRING "${head}" 2 2 b1)
-    string(SUBSTRING "${head}" 4 2 b2)
-    math(EXPR n "0x${b2}${b1}${b0}")
-    file(READ "${file}" header OFFSET 8 LIMIT ${n})
-    string(JSON begin GET "${header}" "${tensor}" data_offsets 0)
-    math(EXPR at "8 + ${n} + ${begin} + 4 * ${element}")
-    execute_process(COMMAND printf "${bytes}" OUTPUT_FILE "${WORK}/value.bytes")
-    execute_process(COMMAND dd if=${WORK}/value.bytes of=${file} bs=1 seek=${at} count=4 conv=notrunc
-                    RESULT_VARIABLE rc ERROR_QUIET)
-    if(NOT rc EQUAL 0)
-      message(FATAL_ERROR "dd could not write into ${file} at ${at}")
-    endif()
-  endfunction()
+  include(${CMAKE_CURRENT_LIST_DIR}/../../support/safetensors_poke.cmake)
   file(COPY_FILE ${model} ${WORK}/nan.safetensors)
-  put_bytes(${WORK}/nan.safetensors h.0.mlp.c_fc.weight 5 "\\377\\377\\377\\377")  # a NaN
+  safetensors_put_f32(${WORK}/nan.safetensors h.0.mlp.c_fc.weight 5 "\\377\\377\\377\\377")  # a NaN
   file(COPY_FILE ${model} ${WORK}/inf.safetensors)
-  put_bytes(${WORK}/inf.safetensors ln_f.weight 3 "\\000\\000\\200\\177")  # +inf, little-endian 0x7f800000
+  safetensors_put_f32(${WORK}/inf.safetensors ln_f.weight 3 "\\000\\000\\200\\177")  # +inf, little-endian 0x7f800000
   import(${WORK}/nan_ckpt 0 ${WORK}/nan.safetensors)
   import(${WORK}/inf_ckpt 0 ${WORK}/inf.safetensors)
   set(nan "tensor 'h.0.mlp.c_fc.weight' holds NaN at element 5")
