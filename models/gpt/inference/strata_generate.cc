@@ -594,7 +594,7 @@ int main(int argc, char** argv) {
   app.add_option("--top-k", f.top_k, "sample among the k most likely (0: all)")->check(flags::non_negative_integer());
   app.add_option("--top-p", f.top_p, "then among the fewest whose probabilities reach p")
       ->check(flags::real(0.0, true, 1.0, false));
-  app.add_option("--seed", f.seed, "the sampling's seed");
+  app.add_option("--seed", f.seed, "the sampling's seed")->check(flags::unsigned_integer());
   app.add_option("--stop", f.stop, "token ids that end a sequence (kept in its output)")
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->check(flags::integer(0, 65535));

@@ -1,6 +1,7 @@
 // train_gpt's flags: their definitions, the preset, the configuration the ranks agree on, the files, the TrainConfig.
 #include "models/gpt/training/train_flags.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <limits>
 
@@ -478,6 +479,9 @@ TrainConfig train_config(const TrainFlags& f, Runtime& rt) {
   cfg.microbatches = f.microbatches;
   cfg.pp_keep_gathered = !f.pp_reshard;
   cfg.recompute = RecomputePolicy::parse(f.recompute.empty() ? "full" : f.recompute, f.recompute_every);
+  STRATA_CHECK(f.recompute_every <= std::max(1, f.model.layers) || f.recompute == "none",
+               "--recompute-every {} is above the model's {} blocks: no block would be recomputed (blocks K, 2K, ... "
+               "counting from 1); give at most {}", f.recompute_every, f.model.layers, f.model.layers);
   STRATA_CHECK(!cfg.recompute.automatic || !f.device_memory.empty(),
                "--recompute auto chooses from the device budget: give --device-memory (or use none, mlp, attention, "
                "full or offload)");

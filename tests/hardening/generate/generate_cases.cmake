@@ -9,7 +9,8 @@
 #                           one rank and at tp 2: refused naming the tensor and element, no token printed (before:
 #                           "0: 0,0,0,..." and exit 0).
 #   -DMODE=threads          --threads beyond flags::max_threads() refused with its range by strata-generate and
-#                           bench_decode (before: a segfault in libgomp's first parallel region); a small count runs.
+#                           bench_decode (before: a segfault in libgomp's first parallel region); a small count runs;
+#                           a negative --seed refused with train_gpt's range.
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DGENERATE=<strata-generate> -DSTRATA_CKPT=<strata-ckpt>
 # -DBENCH_DECODE=<bench_decode> -DWORK=<scratch directory, emptied>.
 cmake_minimum_required(VERSION 3.24)
@@ -135,6 +136,10 @@ elseif(MODE STREQUAL "threads")
   endforeach()
   run_checked(generate_two ok 60 ${launch} -n 1 ${GENERATE} ${small} --threads 2)
   expect_text(generate_two "0: ")
+  # A negative seed is refused with the range train_gpt's --seed gives (issue 52: it was accepted, wrapped around).
+  run_checked(generate_seed fail 60 ${launch} -n 1 ${GENERATE} ${small} --seed -1)
+  expect_text(generate_seed "--seed: must be an integer from 0 to 18446744073709551615, got -1")
+  no_tokens(generate_seed)
 else()
   message(FATAL_ERROR "unknown MODE '${MODE}'")
 endif()

@@ -80,6 +80,8 @@ if(MODE STREQUAL "flag_messages")
           MATCH "--decay-fraction: must be a finite number in \\(0, 1\\], got 0")
   refused(NAME min_lr_above_lr COMMAND ${TRAIN_GPT} ${TINY} --lr 1e-3 --min-lr 1 --lr-schedule cosine
           MATCH "--min-lr 1 must be in \\[0, --lr 0.001\\]")
+  refused(NAME recompute_every_beyond_blocks COMMAND ${TRAIN_GPT} ${TINY} --layers 2 --recompute full
+          --recompute-every 5 MATCH "--recompute-every 5 is above the model's 2 blocks: no block would be recomputed")
   refused(NAME cosine_and_linear COMMAND ${TRAIN_GPT} ${TINY} --cosine --lr-schedule linear
           MATCH "--cosine and --lr-schedule linear ask for two schedules")
   refused(NAME trainer_momentum COMMAND ${CUSTOM_TRAINER} --momentum 1.5
