@@ -122,10 +122,14 @@ ShardInfo inspect_token_shard(const std::string& path) {
 
 MappedShard::MappedShard(const std::string& path) : path_(path), info_(inspect_token_shard(path)) {
   if (info_.tokens == 0) return;
-  Fd f{open_input_file(path, "token shard")};
+  fd_ = open_input_file(path, "token shard");
   map_bytes_ =
       static_cast<std::size_t>(info_.header_bytes + info_.tokens * static_cast<std::uint64_t>(info_.token_bytes));
-  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, f.fd, 0);
+  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_SHARED, fd_, 0);
+  if (map_ == MAP_FAILED) {
+    ::close(fd_);
+    fd_ = -1;
+  }
   STRATA_CHECK_CODE(ErrorCode::kIo, map_ != MAP_FAILED, "token shard '{}': cannot map its {} bytes: {}", path,
                     map_bytes_, std::strerror(errno));
   tokens_ = static_cast<const char*>(map_) + info_.header_bytes;
@@ -133,10 +137,17 @@ MappedShard::MappedShard(const std::string& path) : path_(path), info_(inspect_t
 
 MappedShard::~MappedShard() {
   if (map_ && map_ != MAP_FAILED) ::munmap(map_, map_bytes_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 MappedShard::MappedShard(MappedShard&& o) noexcept
-    : path_(std::move(o.path_)), info_(o.info_), map_(o.map_), map_bytes_(o.map_bytes_), tokens_(o.tokens_) {
+    : path_(std::move(o.path_)),
+      info_(o.info_),
+      fd_(o.fd_),
+      map_(o.map_),
+      map_bytes_(o.map_bytes_),
+      tokens_(o.tokens_) {
+  o.fd_ = -1;
   o.map_ = nullptr;
   o.tokens_ = nullptr;
 }
@@ -154,13 +165,12 @@ void MappedShard::read(std::uint64_t begin, std::uint64_t n, std::uint32_t* out)
   STRATA_CHECK(begin + n <= info_.tokens, "token shard '{}': tokens [{}, {}) of {}", path_, begin, begin + n,
                info_.tokens);
   if (n == 0) return;
-  Fd f{open_input_file(path_, "token shard")};
   const std::uint64_t width = static_cast<std::uint64_t>(info_.token_bytes);
   constexpr std::uint64_t kBlock = 1 << 20;  // bytes per read
-  std::vector<unsigned char> buf(kBlock);
+  std::vector<unsigned char> buf(static_cast<std::size_t>(std::min(kBlock, n * width)));
   for (std::uint64_t at = 0; at < n;) {
     const std::uint64_t k = std::min<std::uint64_t>(kBlock / width, n - at);
-    const std::size_t got = pread_some(f.fd, buf.data(), static_cast<std::size_t>(k * width),
+    const std::size_t got = pread_some(fd_, buf.data(), static_cast<std::size_t>(k * width),
                                        info_.header_bytes + (begin + at) * width, path_);
     STRATA_CHECK_CODE(ErrorCode::kIo, got == k * width, "token shard '{}': it shrank while being read", path_);
     for (std::uint64_t i = 0; i < k; ++i) {

@@ -56,6 +56,7 @@ class MappedShard {
  private:
   std::string path_;
   ShardInfo info_;
+  int fd_ = -1;  // kept open for read()
   void* map_ = nullptr;
   std::size_t map_bytes_ = 0;
   const void* tokens_ = nullptr;
