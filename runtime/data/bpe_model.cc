@@ -49,7 +49,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<std::int32_t>* out
   }
   const bool cacheable = word.size() <= kCacheMaxWordBytes;
   if (cacheable) {
-    const std::lock_guard<std::mutex> lock(cache_mutex_);
+    const std::shared_lock<std::shared_mutex> lock(cache_mutex_);
     if (const auto it = cache_.find(word); it != cache_.end()) {
       out->insert(out->end(), it->second.begin(), it->second.end());
       return;
@@ -58,7 +58,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<std::int32_t>* out
   const std::size_t first = out->size();
   merge(word, out);
   if (cacheable) {
-    const std::lock_guard<std::mutex> lock(cache_mutex_);
+    const std::unique_lock<std::shared_mutex> lock(cache_mutex_);
     if (cache_.size() < kCacheWords)
       cache_.emplace(std::string(word), std::vector<std::int32_t>(out->begin() + first, out->end()));
   }

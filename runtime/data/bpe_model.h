@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -47,7 +48,7 @@ class BpeModel {
   // Words seen before and their ids; filled up to kCacheWords and then left as it is (Hugging Face's rule).
   static constexpr std::size_t kCacheWords = 16384;
   static constexpr std::size_t kCacheMaxWordBytes = 128;
-  mutable std::mutex cache_mutex_;
+  mutable std::shared_mutex cache_mutex_;  // shared to look a word up, exclusive to add one
   mutable WordMap cache_;
 };
 
