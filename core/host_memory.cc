@@ -1,4 +1,4 @@
-// Host memory: sysconf and /proc/meminfo, and the allocation check.
+// Host memory: sysconf, /proc/meminfo and /proc/self/status, and the allocation check.
 #include "core/host_memory.h"
 
 #include <fmt/format.h>
@@ -26,6 +26,18 @@ std::uint64_t available_memory_bytes() {
     std::fclose(f);
   }
   return kib > 0 ? static_cast<std::uint64_t>(kib) * 1024 : machine_memory_bytes();
+}
+
+std::uint64_t peak_resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "re");
+  unsigned long long kib = 0;
+  if (f) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), f))
+      if (std::sscanf(line, "VmHWM: %llu kB", &kib) == 1) break;
+    std::fclose(f);
+  }
+  return static_cast<std::uint64_t>(kib) * 1024;
 }
 
 bool host_allocation_fits(std::uint64_t bytes, std::uint64_t in_use) {

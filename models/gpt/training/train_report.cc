@@ -1,7 +1,6 @@
 // train_gpt's output: the banner, the FLOPs line, the step lines and metrics records, the memory tables, the summary.
 #include "models/gpt/training/train_report.h"
 
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 
 #include "collectives/rank_values.h"
 #include "core/byte_units.h"
+#include "core/host_memory.h"
 #include "kernels/cpu/matmul.h"
 #include "runtime/memory/memory_ledger.h"
 
@@ -272,11 +272,8 @@ void RunLog::print_summary() const {
   const std::vector<LedgerRow> ledger = MemoryLedger::gather(rt_.device(), rt_.world());
   std::vector<LedgerRow> host_ledger;
   if (Device* host = trainer_.model().resources().host_device()) host_ledger = MemoryLedger::gather(*host, rt_.world());
-  // The largest resident set of any rank so far (getrusage's ru_maxrss, KiB): what the process held, token shards'
-  // mapped pages included.
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  const std::vector<double> rss = all_gather_values(rt_.world(), static_cast<double>(usage.ru_maxrss) * 1024.0);
+  // The largest resident set of any rank so far: what the process held, token shards' mapped pages included.
+  const std::vector<double> rss = all_gather_values(rt_.world(), static_cast<double>(peak_resident_bytes()));
   if (rt_.rank() != 0) return;
   nlohmann::json s = summary();
   s["peak_rss_bytes"] = static_cast<std::uint64_t>(*std::max_element(rss.begin(), rss.end()));

@@ -48,6 +48,17 @@ if(big_rss GREATER small_rss)
   endif()
 endif()
 
+# The resident set is the program's own: started by a shell that held 200 MB before it exec'd (as a launcher that
+# forks ranks holds its own), a one-rank run still reports its own few tens of MiB. getrusage's ru_maxrss carries the
+# shell's over the exec, and a launcher's over a fork, which a CI machine's mpirun made 194 MB.
+run_checked(inherited ok 120 bash -c "x=$(printf '%100000000s' '') && exec \"$0\" \"$@\"" ${TRAIN_GPT} ${model}
+            --data ${DATA}/gpt_tiny_tokens.bin)
+peak_rss(inherited)
+message(STATUS "peak resident set after a 200 MB shell exec'd the run: ${inherited_rss} bytes")
+if(inherited_rss GREATER 134217728)
+  message(FATAL_ERROR "peak_rss_bytes ${inherited_rss} counts the resident set of the shell that started the run")
+endif()
+
 file(WRITE ${WORK}/short_val.bin "0123456789")  # 5 tokens: fewer than --seq 8 + 1
 run_checked(short_val fail 120 ${launcher} -n 1 ${TRAIN_GPT} ${model} --data ${DATA}/gpt_tiny_tokens.bin
             --val-data ${WORK}/short_val.bin)
