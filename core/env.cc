@@ -63,6 +63,13 @@ std::size_t parse_bytes(const std::string& text, const char* what) {
   return static_cast<std::size_t>(bytes);
 }
 
+std::size_t parse_memory_budget(const std::string& text, const char* what) {
+  const std::size_t bytes = parse_bytes(text, what);
+  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, bytes > 0,
+                    "{}='{}' is a budget of 0 bytes, which nothing fits in; leave it unset for no budget", what, text);
+  return bytes;
+}
+
 Env Env::from_environment() {
   Env e;
   if (const char* v = get("STRATA_BACKEND")) {
@@ -89,7 +96,7 @@ Env Env::from_environment() {
     check_log_ranks(e.log_ranks, "STRATA_LOG_RANKS");
   }
   if (const char* v = get("STRATA_TRACE")) e.trace_file = v;
-  if (const char* v = get("STRATA_DEVICE_MEMORY")) e.device_memory = parse_bytes(v, "STRATA_DEVICE_MEMORY");
+  if (const char* v = get("STRATA_DEVICE_MEMORY")) e.device_memory = parse_memory_budget(v, "STRATA_DEVICE_MEMORY");
   if (const char* v = get("STRATA_RANKS_PER_NODE")) {
     const std::string t = v;
     STRATA_CHECK_CODE(ErrorCode::kInvalidArgument,
@@ -118,7 +125,8 @@ Env Env::from_environment() {
                       "STRATA_FAULT='{}' must be checkpoint-kill:RANK[:NTH], checkpoint-enospc:RANK[:NTH] or "
                       "pp-no-send:PP_RANK (RANK a rank number, NTH >= 1)",
                       v);
-    if (kind == "pp-no-send") e.fault_pp_no_send = std::stoi(args);
+    e.fault_rank = std::stoi(args.substr(0, second));
+    if (kind == "pp-no-send") e.fault_pp_no_send = e.fault_rank;
   }
   return e;
 }

@@ -31,6 +31,7 @@ struct Env {
   // Empty: none.
   std::string fault;
   int fault_pp_no_send = -1;  // pp-no-send's R
+  int fault_rank = -1;        // the RANK (or PP_RANK) of STRATA_FAULT, checked against the job's size at start-up
 
   // Reads the process environment. Bad values throw strata::Error naming the variable.
   static Env from_environment();
@@ -50,5 +51,7 @@ inline constexpr double kMaxSeconds = 1e7;
 // number >= 0 whose product with the unit fits std::size_t). Throws kInvalidArgument naming `what`.
 double parse_seconds(const std::string& text, const char* what);
 std::size_t parse_bytes(const std::string& text, const char* what);
+// parse_bytes for a memory budget: 0 is refused (nothing fits in it; a budget left unset is no budget).
+std::size_t parse_memory_budget(const std::string& text, const char* what);
 
 }  // namespace strata

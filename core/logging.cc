@@ -70,7 +70,7 @@ void check_log_levels(const std::string& spec, const char* what) {
   }
 }
 
-void check_log_ranks(const std::string& spec, const char* what) {
+void check_log_ranks(const std::string& spec, const char* what, int world_size) {
   if (spec == "all" || spec == "*") return;
   std::stringstream ss(spec);
   std::string item;
@@ -82,6 +82,9 @@ void check_log_ranks(const std::string& spec, const char* what) {
     STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, number,
                       "{}='{}': '{}' is not a rank; {} must be all, * or a comma list of rank numbers, e.g. 0 or 0,3",
                       what, spec, item, what);
+    STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, world_size < 0 || std::stoi(item) < world_size,
+                      "{}='{}' names rank {}, which this job of {} rank{} does not have (ranks 0 to {})", what, spec,
+                      item, world_size, world_size == 1 ? "" : "s", world_size - 1);
     any = true;
   }
   STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, any,
@@ -91,7 +94,7 @@ void check_log_ranks(const std::string& spec, const char* what) {
 
 void init_logging(int rank, int world_size, const Env& env) {
   check_log_levels(env.log_level, "STRATA_LOG_LEVEL");
-  check_log_ranks(env.log_ranks, "STRATA_LOG_RANKS");
+  check_log_ranks(env.log_ranks, "STRATA_LOG_RANKS", world_size);
   std::lock_guard<std::mutex> lock(g_mutex);
   g_pattern = fmt::format("[%H:%M:%S.%e] [rank {}/{}] [%n] [%^%l%$] %v", rank, world_size);
   g_quiet = !rank_is_listed(env.log_ranks, rank);

@@ -28,6 +28,6 @@ const std::vector<std::string>& logger_names();
 // items with names from logger_names(), e.g. "info,comm=debug".
 void check_log_levels(const std::string& spec, const char* what);
 // kInvalidArgument as above unless `spec` is "all", "*" or a comma list of rank numbers ("0", "0,3").
-void check_log_ranks(const std::string& spec, const char* what);
+void check_log_ranks(const std::string& spec, const char* what, int world_size = -1);
 
 }  // namespace strata

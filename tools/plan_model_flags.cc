@@ -38,15 +38,19 @@ void PlanModelFlags::add(CLI::App& app, const std::string& seq_help, int min_seq
                  "a model by name, its dimensions filled in (the flags below override them; --seq defaults to its "
                  "context)")
       ->check(CLI::IsMember(plan_preset_names()));
-  params_ = app.add_option("--params", given_.params, "total parameters (default: from the dimensions)")
-                ->check(flags::non_negative_real());
+  // Bounds well past any model trained (10^15 parameters, 10^5 layers): beyond them the arithmetic reports sizes no
+  // machine has, and the per-layer searches take minutes.
+  params_ =
+      app.add_option("--params", given_.params,
+                     "total parameters, above 0 and at most 1e15 (leave it out to count them from the dimensions)")
+          ->check(flags::real(0, true, 1e15, false));
   auto dim = [&](const char* flag, int ModelShape::*field, const std::string& help, const CLI::Validator& check) {
     CLI::Option* o = app.add_option(flag, given_.*field, help)->check(check);
     ints_.push_back({o, field});
     return o;
   };
   const std::string needed = " (required without --preset)";
-  dim("--layers", &ModelShape::layers, "transformer layers" + needed, flags::positive_integer());
+  dim("--layers", &ModelShape::layers, "transformer layers, at most 100000" + needed, flags::integer(1, 100000));
   dim("--hidden", &ModelShape::hidden, "hidden size" + needed, flags::positive_integer());
   dim("--heads", &ModelShape::heads, "attention heads" + needed, flags::positive_integer());
   dim("--kv-heads", &ModelShape::kv_heads, "key / value heads (grouped-query attention; default: --heads)",

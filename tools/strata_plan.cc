@@ -57,11 +57,14 @@ int main(int argc, char** argv) {
       ->check(flags::positive_integer());
   app.add_option("--param-dtype", param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_option("--recompute", recompute,
-                 "what each layer keeps for its backward: none; full (alone: the layer's input only); attention (the "
-                 "attention core recomputed); mlp (the GELU recomputed); offload (its activations in host memory); a "
-                 "comma-separated kind per layer; auto: the least recomputation that fits --device-memory")
-      ->expected(0, 1);
+  app.add_option(
+         "--recompute", recompute,
+         "what each layer keeps for its backward: none; full (alone: the layer's input only); attention (the "
+         "attention core recomputed); mlp (the GELU recomputed); offload (its activations in host memory); a "
+         "comma-separated kind per layer; auto: the least recomputation that fits --device-memory; default none")
+      ->expected(0, 1)
+      ->default_str("full")  // given alone; an empty value ('') is refused by RecomputePolicy::parse
+      ->option_text("[KIND]");
   app.add_option("--recompute-every", recompute_every, "--recompute's kind on every K-th layer only")
       ->check(flags::positive_integer());
   app.add_flag("--no-tiled-attention", no_tiled, "attention that holds the s x s scores");
@@ -161,7 +164,7 @@ int main(int argc, char** argv) {
       }
       microbatches = static_cast<int>(global_batch / per_step);
     }
-    in.recompute = strata::RecomputePolicy::parse(recompute.empty() ? "full" : recompute, recompute_every);
+    in.recompute = strata::RecomputePolicy::parse(recompute, recompute_every);
     std::string longest_note;
     if (longest) {
       if (simulate || in.recompute.automatic) {

@@ -5,6 +5,8 @@
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -15,9 +17,14 @@
 
 namespace flags = strata::flags;
 
+// A size as data sheets give it: K, M, G, T (and KB, GB, ...) are powers of 1000, KiB ... TiB powers of 1024.
 double data_sheet_bytes(const std::string& text, const char* flag) {
-  return static_cast<double>(strata::parse_bytes(text, flag)) /
-         (text.find("iB") != std::string::npos ? 1.0 : 1.073741824);
+  const double binary = static_cast<double>(strata::parse_bytes(text, flag));
+  if (text.find("iB") != std::string::npos || text.find("IB") != std::string::npos) return binary;
+  const std::size_t unit = text.find_last_of("0123456789.") + 1;
+  const char u = unit < text.size() ? static_cast<char>(std::toupper(static_cast<unsigned char>(text[unit]))) : 'B';
+  const int power = u == 'K' ? 1 : u == 'M' ? 2 : u == 'G' ? 3 : u == 'T' ? 4 : 0;
+  return binary * std::pow(1000.0 / 1024.0, power);
 }
 
 int strata_plan_inference(int argc, char** argv) {

@@ -56,6 +56,13 @@ inline CLI::Validator integer(long long lo, long long hi = std::numeric_limits<i
       words, "INTEGER");
 }
 
+// A file or directory name, not empty: `--save ''` would otherwise write nothing and say nothing.
+inline CLI::Validator path_name() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string { return text.empty() ? "is an empty path; give a file name" : ""; }, "",
+      "PATH");
+}
+
 // An unsigned 64-bit integer >= lo (seeds, token counts).
 inline CLI::Validator unsigned_integer(std::uint64_t lo = 0) {
   const std::string words = "an integer from " + std::to_string(lo) + " to " +

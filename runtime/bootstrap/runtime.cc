@@ -60,6 +60,9 @@ Runtime::Runtime(int* argc, char*** argv, const RuntimeOptions& options) {
 
   const Env& e = strata::env();
   init_logging(rank_, world_size_, e);
+  STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, e.fault_rank < world_size_,
+                    "STRATA_FAULT='{}' names rank {}, which this job of {} rank{} does not have (ranks 0 to {})",
+                    e.fault, e.fault_rank, world_size_, world_size_ == 1 ? "" : "s", world_size_ - 1);
 
   // Every rank must get here before the blocking communicator splits below; the barrier is bounded.
   MPI_Request req;

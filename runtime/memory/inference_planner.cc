@@ -7,6 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "core/byte_units.h"
 #include "core/error.h"
 
 namespace strata {
@@ -268,7 +269,8 @@ std::string inference_report(const InferenceInput& in, const InferencePlan& sing
   both("KV staging GB", [&](const InferencePlan& p) { return gb(p.kv_staging); });
   both("workspace GB", [&](const InferencePlan& p) { return gb(p.workspace); });
   both("device total GB", [&](const InferencePlan& p) { return gb(p.total) + (p.fits ? "" : " (over)"); });
-  both("host memory GB", [&](const InferencePlan& p) { return gb(p.host_bytes); });
+  both("host memory GB",
+       [&](const InferencePlan& p) { return gb(p.host_bytes) + (p.host_bytes > hw.host_memory ? " (over)" : ""); });
   both("KV bytes per token and sequence",
        [](const InferencePlan& p) { return fmt::format("{:.0f}", p.kv_bytes_per_token); });
   both("step: device memory ms", [](const InferencePlan& p) { return fmt::format("{:.2f}", p.device_s * 1e3); });
@@ -285,7 +287,16 @@ std::string inference_report(const InferenceInput& in, const InferencePlan& sing
        [](const InferencePlan& p) { return fmt::format("{:.4g}", p.bytes_per_token); });
   both("prefill tokens/s", [](const InferencePlan& p) { return fmt::format("{:.4g}", p.prefill_tokens_per_s); });
   out += "\n";
-  if (!best.fits)
+  if (!best.fits && best.total <= hw.device_memory)  // the device holds it: host memory is what is short
+    out += fmt::format(
+        "DOES NOT FIT: the smallest placement at batch {} ({} layers resident, the KV cache in {}) needs {} of host "
+        "memory ({}), against --host-memory {}: give a larger --host-memory{}\n",
+        best.batch, best.resident_layers, best.kv_on_device ? "device memory" : "host memory",
+        bytes_text(static_cast<std::uint64_t>(best.host_bytes)),
+        best.kv_on_device ? "the streamed weights" : "the KV cache and any streamed weights",
+        bytes_text(static_cast<std::uint64_t>(hw.host_memory)),
+        best.kv_on_device ? "" : ", or keep the KV cache in device memory");
+  else if (!best.fits)
     out += fmt::format(
         "DOES NOT FIT: the smallest placement at batch {} ({} layers resident, the KV cache in {}) "
         "needs {:.2f} GB on the device, against {:.2f} GB: give more --tp or a larger --device-memory\n",

@@ -114,6 +114,11 @@ void PlanInput::validate() const {
   STRATA_CHECK(!L.sequence_parallel || m.seq % L.tp == 0,
                "--seq {} must divide by --tp {} under --sequence-parallel (each rank holds seq / tp positions)", m.seq,
                L.tp);
+  STRATA_CHECK_CODE(
+      ErrorCode::kUnsupported, L.cp == 1 || !L.sequence_parallel,
+      "--cp {} with --sequence-parallel: the runtime's context parallelism does not compose with sequence "
+      "parallelism yet (train_gpt refuses it), so there is no such layout to plan; drop one of them",
+      L.cp);
   STRATA_CHECK(L.pp <= m.layers, "--pp {} pipeline stages for --layers {}: each stage needs at least one layer", L.pp,
                m.layers);
   STRATA_CHECK(L.dp_replicate >= 1 && L.dp % L.dp_replicate == 0,
@@ -290,7 +295,7 @@ std::vector<PlanChange> fit_changes(const PlanInput& in) {
     changes.push_back({std::move(what), c});
   };
   // Sequence parallelism costs no extra communication (an all-reduce becomes a reduce-scatter and an all-gather).
-  if (in.layout.tp > 1 && !in.layout.sequence_parallel && in.model.seq % in.layout.tp == 0)
+  if (in.layout.tp > 1 && in.layout.cp == 1 && !in.layout.sequence_parallel && in.model.seq % in.layout.tp == 0)
     add("turn on sequence parallelism (--sequence-parallel)",
         [](PlanInput& c) { c.layout.sequence_parallel = true; });
   // Recomputation, cheapest first: the GELU's output alone (no matrix products again), then every layer whole.
@@ -391,7 +396,8 @@ MemoryPlan plan_memory(const PlanInput& in) {
   for (const PlanChange& c : fit_changes(in)) {
     MemoryPlan q = compute(c.in);
     if (q.fits) {
-      p.advice = fmt::format("{}: {:.1f} GB per device", c.what, q.total / 1e9);
+      p.advice = fmt::format("{}: {:.1f} GB per device{}", c.what, q.total / 1e9,
+                             q.host > 0 ? fmt::format(" and {:.1f} GB of host memory per device", q.host / 1e9) : "");
       return p;
     }
   }

@@ -298,6 +298,10 @@ Weights from_checkpoint(const std::string& path, std::int64_t step_flag, const F
     const gpt::GptTrainerState s =
         gpt::GptTrainerState::parse(open->index.state["trainer"], dir.step_path(step), nullptr);
     if (heads == 0 && s.heads) heads = *s.heads;
+    STRATA_CHECK(!s.heads || heads == *s.heads,
+                 "--heads {}: the checkpoint {} was trained with {} heads (its record); "
+                 "drop --heads or give {}",
+                 heads, dir.step_path(step), *s.heads, *s.heads);
     family = gpt::family_name(gpt::parse_family(s.family));
     if (s.config.contains("model")) model = s.config["model"];
   }
@@ -463,7 +467,7 @@ int run(const Flags& f, Runtime& rt) {
                                               : WeightSource::kHost;
   // Sharded weights with no placement asked for: every block streams through the shard group (ZeRO-3).
   if (shard_group && f.resident_layers < 0 && f.device_memory.empty()) where.resident_layers = 0;
-  if (!f.device_memory.empty()) where.device_memory = parse_bytes(f.device_memory, "--device-memory");
+  if (!f.device_memory.empty()) where.device_memory = parse_memory_budget(f.device_memory, "--device-memory");
   Generation g;
   std::string placement;
   // Under a shard group every rank takes part in every pass, with prompts or without.

@@ -1,14 +1,16 @@
 // train_gpt's flags: their definitions, the preset, the configuration the ranks agree on, the files, the TrainConfig.
 #include "models/gpt/training/train_flags.h"
 
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
+
 #include <algorithm>
 #include <filesystem>
 #include <limits>
 
 #include "collectives/rank_values.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/file_checks.h"
-#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "models/gpt/model/llama_shape_flags.h"
 #include "models/gpt/training/gpt_presets.h"
 #include "runtime/checkpoint/storage_view.h"
@@ -102,16 +104,18 @@ void add_data_flags(CLI::App& app, TrainFlags& f) {
                  "initial weights: a safetensors file (the spec's names, or with --family llama Strata's or Hugging "
                  "Face's), or a Hugging Face model directory (config.json and model.safetensors: the shape too)")
       ->check(CLI::ExistingPath);
-  app.add_option("--save", f.save, "write the final weights here (safetensors, F32)");
+  app.add_option("--save", f.save, "write the final weights here (safetensors, F32)")->check(flags::path_name());
   auto* data = app.add_option("--data", f.data,
                               "training tokens: a file, a glob or a comma-separated list of token shards (Strata's, "
-                              "llm.c's .bin or plain uint16 as nanoGPT's), memory-mapped");
+                              "llm.c's .bin or plain uint16 as nanoGPT's), memory-mapped")
+                   ->check(flags::path_name());
   auto* text = app.add_option("--text", f.text, "train a byte-level model (vocab 256) on this text file")
                    ->check(CLI::ExistingFile);
   data->excludes(text);
   app.add_option("--val-data", f.val_data,
                  "held-out tokens (shards as --data takes them): the validation loss over --eval-steps batches, "
-                 "every --eval-every steps and after the last");
+                 "every --eval-every steps and after the last")
+      ->check(flags::path_name());
   auto* val_text = app.add_option("--val-text", f.val_text,
                                   "held-out text beside --text (its bytes, vocab 256): the validation loss as --val-data")
                        ->check(CLI::ExistingFile);
@@ -124,7 +128,8 @@ void add_data_flags(CLI::App& app, TrainFlags& f) {
                  "batches of the validation loss, each the rows of one training step, the same ones every time "
                  "(default 20)")
       ->check(flags::positive_integer());
-  app.add_option("--make-data", f.make_data, "write the spec's synthetic tokens to this file and exit");
+  app.add_option("--make-data", f.make_data, "write the spec's synthetic tokens to this file and exit")
+      ->check(flags::path_name());
   app.add_option("--tokens", f.tokens, "number of synthetic tokens (with --make-data, or without --data)")
       ->check(flags::unsigned_integer(1));
 }
@@ -174,8 +179,10 @@ void add_layout_flags(CLI::App& app, TrainFlags& f) {
                  "what each block keeps for its backward: none; full (alone: keep only the block's input and run it "
                  "again in backward); attention (recompute the attention core); mlp (recompute the GELU); offload (its "
                  "activations in host memory, prefetched back); a comma-separated kind per block; or auto (with "
-                 "--device-memory: the least extra compute that fits, chosen per block)")
-      ->expected(0, 1);
+                 "--device-memory: the least extra compute that fits, chosen per block); default none")
+      ->expected(0, 1)
+      ->default_str("full")  // given alone; an empty value ('') is refused by RecomputePolicy::parse
+      ->option_text("[KIND]");
   app.add_option("--recompute-every", f.recompute_every,
                  "apply --recompute's kind to every K-th block only (blocks K, 2K, ... counting from 1)")
       ->check(flags::positive_integer());
@@ -187,16 +194,18 @@ void add_run_flags(CLI::App& app, TrainFlags& f) {
                  "auto (the default, from STRATA_BACKEND): CUDA when every rank on a node has its own GPU, else cpu; "
                  "or cpu, cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app.add_option("--metrics", f.metrics, "write one JSON record per step to this file");
+  app.add_option("--metrics", f.metrics, "write one JSON record per step to this file")->check(flags::path_name());
   app.add_option("--prefetch", f.prefetch, "units gathered ahead (0: no prefetch)")->check(flags::integer(0, 8));
-  app.add_option("--trace", f.trace, "write a Chrome trace / Perfetto JSON of all ranks here (as STRATA_TRACE)");
+  app.add_option("--trace", f.trace, "write a Chrome trace / Perfetto JSON of all ranks here (as STRATA_TRACE)")
+      ->check(flags::path_name());
   app.add_flag("--no-progress", f.no_progress, "no progress bar on a terminal");
   app.add_option("--offload", f.offload,
                  "optimizer state (and parameter shards) in host memory: none, optimizer or "
                  "optimizer+params (ZeRO-3)")
       ->check(CLI::IsMember({"none", "optimizer", "optimizer+params"}));
   app.add_option("--checkpoint-dir", f.checkpoint_dir,
-                 "sharded checkpoints here (docs/checkpoint.md); one after the last step, and with --checkpoint-every");
+                 "sharded checkpoints here (docs/checkpoint.md); one after the last step, and with --checkpoint-every")
+      ->check(flags::path_name());
   app.add_option("--checkpoint-every", f.checkpoint_every, "also checkpoint every N steps")
       ->check(flags::non_negative_integer());
   app.add_flag("--checkpoint-async", f.checkpoint_async, "write checkpoints in the background while training goes on");
@@ -364,7 +373,7 @@ std::vector<ConfigField> effective_configuration(const TrainFlags& f) {
                                         {"--dp-shard", f.dp_shard},
                                         {"--prefetch", num(f.prefetch)},
                                         {"--offload", f.offload},
-                                        {"--recompute", f.recompute.empty() ? "full" : f.recompute},
+                                        {"--recompute", f.recompute},
                                         {"--recompute-every", num(f.recompute_every)},
                                         {"--init", f.init},
                                         {"--init size", f.init.empty() ? "" : file_size_text(f.init)},
@@ -478,13 +487,13 @@ TrainConfig train_config(const TrainFlags& f, Runtime& rt) {
   cfg.pp_virtual = f.pp_virtual;
   cfg.microbatches = f.microbatches;
   cfg.pp_keep_gathered = !f.pp_reshard;
-  cfg.recompute = RecomputePolicy::parse(f.recompute.empty() ? "full" : f.recompute, f.recompute_every);
+  cfg.recompute = RecomputePolicy::parse(f.recompute, f.recompute_every);
   STRATA_CHECK(f.recompute_every <= std::max(1, f.model.layers) || f.recompute == "none",
                "--recompute-every {} is above the model's {} blocks: no block would be recomputed (blocks K, 2K, ... "
                "counting from 1); give at most {}", f.recompute_every, f.model.layers, f.model.layers);
-  STRATA_CHECK(!cfg.recompute.automatic || !f.device_memory.empty(),
-               "--recompute auto chooses from the device budget: give --device-memory (or use none, mlp, attention, "
-               "full or offload)");
+  STRATA_CHECK(!cfg.recompute.automatic || !f.device_memory.empty() || Env::from_environment().device_memory > 0,
+               "--recompute auto chooses from the device budget: give --device-memory or STRATA_DEVICE_MEMORY (or use "
+               "none, mlp, attention, full or offload)");
   cfg.init = f.init;
   cfg.seed = f.seed;
   cfg.checkpoint.dir = f.checkpoint_dir;

@@ -26,7 +26,7 @@ struct TrainFlags {
   std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32",
                                                                    compute_dtype = "auto";
   bool no_progress = false, sequence_parallel = false;
-  std::string recompute = "none";  // given without a value: "" (full)
+  std::string recompute = "none";  // given without a value: "full"
   int recompute_every = 1;
   int prefetch = 1, warmup = 0;
   bool cosine = false;

@@ -74,7 +74,8 @@ int main(int argc, char** argv) {
     const std::optional<gpt::TokenFile> val = gpt::open_val_tokens(f);
     const gpt::TrainConfig cfg = gpt::train_config(f, rt);
     if (cfg.shuffle) data.shuffle_windows(cfg.seed);
-    if (!f.device_memory.empty()) rt.device().set_memory_budget(parse_bytes(f.device_memory, "--device-memory"));
+    if (!f.device_memory.empty())
+      rt.device().set_memory_budget(parse_memory_budget(f.device_memory, "--device-memory"));
 
     gpt::CategoryBytes before{};
     for (std::size_t i = 0; i < kNumMemCategories; ++i)

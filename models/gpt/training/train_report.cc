@@ -167,6 +167,8 @@ void RunLog::step(int step, const StepRecord& r) {
     ++timed_;
   }
   final_loss_ = r.loss;
+  ++steps_run_;
+  if (r.skipped) ++steps_skipped_;
   if (rt_.rank() != 0) return;
   const double tok_s = tokens_per_step_ / (r.time_ms / 1000.0);
   const std::size_t peak = rt_.device().memory_stats().peak_total();
@@ -275,6 +277,14 @@ void RunLog::print_summary() const {
   // The largest resident set of any rank so far: what the process held, token shards' mapped pages included.
   const std::vector<double> rss = all_gather_values(rt_.world(), static_cast<double>(peak_resident_bytes()));
   if (rt_.rank() != 0) return;
+  // A run that changed no weight says so in words, not only as a null or a count in the summary.
+  if (steps_run_ == 0 && trainer_.resumed_from() < 0)
+    std::printf("train_gpt: no step ran (--steps %d): final_loss is null\n", f_.steps);
+  else if (steps_run_ > 0 && steps_skipped_ == steps_run_)
+    std::printf(
+        "train_gpt: warning: all %d steps were skipped (non-finite gradients%s): the weights are the ones the "
+        "run started from\n",
+        steps_run_, trainer_.config().optimizer.dynamic_loss_scale ? ", the f16 loss scale still falling" : "");
   nlohmann::json s = summary();
   s["peak_rss_bytes"] = static_cast<std::uint64_t>(*std::max_element(rss.begin(), rss.end()));
   s["peak_memory"] = ledger_peaks(ledger);
@@ -317,7 +327,8 @@ nlohmann::json RunLog::summary() const {
       {"offload_bytes_out", moved.out},
       {"offload_bytes_in", moved.in}};
   return nlohmann::json{
-      {"final_loss", final_loss_},
+      {"final_loss", final_loss_ ? nlohmann::json(*final_loss_) : nlohmann::json()},
+      {"steps_skipped", steps_skipped_},
       {"final_val_loss", final_val_loss_ ? nlohmann::json(*final_val_loss_) : nlohmann::json()},
       {"mean_step_ms", mean_ms},
       {"tokens_per_s", mean_tok_s},

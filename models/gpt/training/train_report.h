@@ -75,7 +75,9 @@ class RunLog {
   double tokens_per_step_ = 0;
   TpTraffic tp_predicted_;
   std::uint64_t cp_predicted_ = 0;  // predict_cp_bytes: the ring's bytes a step
-  double final_loss_ = 0, time_sum_ms_ = 0, exposed_sum_ms_ = 0, comm_sum_ms_ = 0, data_sum_ms_ = 0;
+  std::optional<double> final_loss_;  // the last step's; none when no step ran (--steps 0)
+  int steps_run_ = 0, steps_skipped_ = 0;
+  double time_sum_ms_ = 0, exposed_sum_ms_ = 0, comm_sum_ms_ = 0, data_sum_ms_ = 0;
   std::optional<double> final_val_loss_;
   int timed_ = 0;                                       // steps from step 2 on, which the means count
   CategoryBytes predicted_step0_{}, measured_step0_{};  // rank 0, CPU backend: the planner against the ledger

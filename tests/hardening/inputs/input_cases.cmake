@@ -93,7 +93,7 @@ if(MODE STREQUAL "flag_messages")
           MATCH "--iters: must be an integer from 1 to 16777216, got 0")
   refused(NAME ckpt_step_negative COMMAND ${STRATA_CKPT} verify . --step -1 MATCH "--step: must be an integer >= 0, got -1")
   refused(NAME plan_layers_zero COMMAND ${STRATA_PLAN} --layers 0 --hidden 768 --heads 12 --seq 1024
-          MATCH "--layers: must be an integer from 1 to 2147483647, got 0")
+          MATCH "--layers: must be an integer from 1 to 100000, got 0")
   refused(NAME bench_adamw_reps COMMAND ${BENCH_ADAMW} --reps 0
           MATCH "--reps: must be an integer from 1 to 2147483647, got 0")
 
@@ -106,6 +106,24 @@ if(MODE STREQUAL "flag_messages")
           MATCH "--global-batch 8 sets --batch to 8 under a pipeline")
   accepted(NAME global_batch_sets_accum MPI COMMAND ${TRAIN_GPT} --global-batch 8 --batch 2 ${TINY}
            MATCH "1 data-parallel ranks x 2 rows x 8 tokens x 4 micro-batches")
+
+  # An empty value is refused, not taken as "none" (--save '' saved nothing) or "full" (--recompute '').
+  refused(NAME save_empty COMMAND sh -c "exec \"$0\" --save ''" ${TRAIN_GPT}
+          MATCH "--save: is an empty path; give a file name")
+  refused(NAME checkpoint_dir_empty COMMAND sh -c "exec \"$0\" --checkpoint-dir ''" ${TRAIN_GPT}
+          MATCH "--checkpoint-dir: is an empty path")
+  refused(NAME recompute_empty COMMAND sh -c "exec \"$0\" --steps 1 --no-progress --recompute ''" ${TRAIN_GPT}
+          MATCH "--recompute '': a block's recomputation is none, mlp")
+  accepted(NAME recompute_alone_is_full MPI COMMAND ${TRAIN_GPT} ${TINY} --recompute
+           MATCH "\"policy\":\"full\"")
+  # strata-plan: --params 0 meant "count from the dimensions"; 1e30 planned; 2e9 layers searched for minutes.
+  set(PLAN_GPT2 --layers 12 --hidden 768 --heads 12 --vocab 50257 --seq 1024)
+  refused(NAME plan_params_zero COMMAND ${STRATA_PLAN} ${PLAN_GPT2} --params 0
+          MATCH "--params: must be a finite number in \\(0, 1000000000000000\\], got 0")
+  refused(NAME plan_params_huge COMMAND ${STRATA_PLAN} ${PLAN_GPT2} --params 1e30
+          MATCH "--params: must be a finite number in \\(0, 1000000000000000\\], got 1e30")
+  refused(NAME plan_layers_huge COMMAND ${STRATA_PLAN} --layers 2000000000 --hidden 768 --heads 12 --seq 1024
+          MATCH "--layers: must be an integer from 1 to 100000, got 2000000000")
 
 elseif(MODE STREQUAL "size_overflow")
   # Sizes that wrap around or that no address space holds: named before anything is allocated.
@@ -147,8 +165,25 @@ elseif(MODE STREQUAL "environment")
           MATCH "--device-memory='nanGB' must be a finite size in bytes")
   refused(NAME fault_rank_not_a_number MPI ENV STRATA_FAULT=checkpoint-kill:x COMMAND ${TRAIN_GPT} ${TINY}
           MATCH "STRATA_FAULT='checkpoint-kill:x' must be checkpoint-kill:RANK\\[:NTH\\]")
-  accepted(NAME log_spec_per_logger MPI ENV STRATA_LOG_LEVEL=warn,comm=info,gpt=debug STRATA_LOG_RANKS=0,3
+  accepted(NAME log_spec_per_logger MPI ENV STRATA_LOG_LEVEL=warn,comm=info,gpt=debug STRATA_LOG_RANKS=0
            COMMAND ${TRAIN_GPT} ${TINY} MATCH "final_loss")
+  # Values that meant something else, silently: a budget of 0 (no budget), ranks the job does not have (no output,
+  # no fault), --recompute auto without the flag while STRATA_DEVICE_MEMORY gives the budget (refused).
+  refused(NAME device_memory_zero MPI ENV STRATA_DEVICE_MEMORY=0 COMMAND ${TRAIN_GPT} ${TINY}
+          MATCH "STRATA_DEVICE_MEMORY='0' is a budget of 0 bytes, which nothing fits in; leave it unset for no budget")
+  refused(NAME device_memory_flag_zero MPI COMMAND ${TRAIN_GPT} --device-memory 0 ${TINY}
+          MATCH "--device-memory='0' is a budget of 0 bytes")
+  refused(NAME log_ranks_beyond_job MPI ENV STRATA_LOG_RANKS=0,5 COMMAND ${TRAIN_GPT} ${TINY}
+          MATCH "STRATA_LOG_RANKS='0,5' names rank 5, which this job of 1 rank does not have \\(ranks 0 to 0\\)")
+  refused(NAME fault_rank_beyond_job MPI ENV STRATA_FAULT=checkpoint-kill:3 COMMAND ${TRAIN_GPT} ${TINY}
+          MATCH "STRATA_FAULT='checkpoint-kill:3' names rank 3, which this job of 1 rank does not have")
+  accepted(NAME recompute_auto_env_budget MPI ENV STRATA_DEVICE_MEMORY=64MiB COMMAND ${TRAIN_GPT} ${TINY}
+           --recompute auto MATCH "\"final_loss\":[0-9]")
+  refused(NAME recompute_auto_no_budget MPI COMMAND ${TRAIN_GPT} ${TINY} --recompute auto
+          MATCH "--recompute auto chooses from the device budget: give --device-memory or STRATA_DEVICE_MEMORY")
+  # No step: a null loss and a line that says so, not "final_loss": 0.0.
+  accepted(NAME steps_zero MPI COMMAND ${TRAIN_GPT} --steps 0 --no-progress
+           MATCH "no step ran \\(--steps 0\\): final_loss is null.*\"final_loss\":null")
 
 elseif(MODE STREQUAL "plan_checks")
   # strata-plan refuses what the planner cannot compute or a run would refuse, naming the flags and values.
@@ -181,13 +216,18 @@ elseif(MODE STREQUAL "plan_checks")
   refused(NAME bandwidth_zero COMMAND ${STRATA_PLAN} ${GPT2} --link-gbs 0 MATCH "--link-gbs: must be a finite number > 0, got 0")
   refused(NAME tflops_nan COMMAND ${STRATA_PLAN} ${GPT2} --tflops nan MATCH "--tflops: must be a finite number > 0, got nan")
   refused(NAME params_negative COMMAND ${STRATA_PLAN} ${GPT2} --params -1
-          MATCH "--params: must be a finite number >= 0, got -1")
+          MATCH "--params: must be a finite number in \\(0, 1000000000000000\\], got -1")
   refused(NAME device_memory_unit COMMAND ${STRATA_PLAN} ${GPT2} --device-memory 80XB
           MATCH "--device-memory='80XB': unknown unit 'XB'")
   refused(NAME device_memory_negative COMMAND ${STRATA_PLAN} ${GPT2} --device-memory -1GB
           MATCH "--device-memory='-1GB' must be a finite size in bytes")
   refused(NAME device_memory_zero COMMAND ${STRATA_PLAN} ${GPT2} --device-memory 0
           MATCH "--device-memory must be more than 0 bytes")
+  refused(NAME cp_with_sequence_parallel COMMAND ${STRATA_PLAN} ${GPT2} --cp 2 --tp 2 --sequence-parallel
+          MATCH "--cp 2 with --sequence-parallel: the runtime's context parallelism does not compose")
+  refused(NAME offload_change_names_host COMMAND ${STRATA_PLAN} --params 70e9 --layers 80 --hidden 8192 --heads 64
+          --seq 4096 --zero-stage 2 --dp 8
+          MATCH "cheapest change that fits: .*--offload optimizer: [0-9.]+ GB per device and [0-9.]+ GB of host memory")
   # --inference: its own checks, and the document's case (docs/inference.md): a 70B model streams most layers on an
   # 80 GB device; one that cannot hold even the embeddings and two layer slots is refused with exit 2.
   set(LLAMA70 --params 70e9 --layers 80 --hidden 8192 --heads 64 --kv-heads 8 --vocab 32000 --seq 4096)
@@ -201,6 +241,9 @@ elseif(MODE STREQUAL "plan_checks")
            MATCH "resident layers +4[0-9] of 80.*bound +host link.*FITS; most tokens/s at batch")
   refused(NAME inference_70b_small_device COMMAND ${STRATA_PLAN} --inference ${LLAMA70} --device-memory 2GB
           MATCH "DOES NOT FIT: the smallest placement at batch 1 \\(0 layers resident")
+  # Short of host memory, not of device memory: the message blames host memory, in its own unit (1K is 1000 bytes).
+  refused(NAME inference_host_short COMMAND ${STRATA_PLAN} --inference ${GPT2} --host-memory 1K --kv-in host
+          MATCH "needs [0-9.]+ MiB \\([0-9]+ bytes\\) of host memory \\(the KV cache and any streamed weights\\), against --host-memory 1000 bytes")
   # Real runs stay accepted: GPT-2 124M, 350M and 1.5B.
   accepted(NAME gpt2_124m COMMAND ${STRATA_PLAN} ${GPT2} MATCH "FITS")
   accepted(NAME gpt2_350m COMMAND ${STRATA_PLAN} --layers 24 --hidden 1024 --heads 16 --vocab 50257 --seq 1024
