@@ -27,12 +27,14 @@
 
 #include "core/cpu_device.h"
 #include "core/error.h"
+#include "core/file_checks.h"
+#include "core/host_memory.h"
 #include "core/safetensors.h"
 #include "core/tool_main.h"
-#include "models/gpt/data/token_data.h"
-#include "models/gpt/inference/gpt_decoder.h"
 #include "kernels/cpu/threads.h"
 #include "kernels/kernel_table.h"
+#include "models/gpt/data/token_data.h"
+#include "models/gpt/inference/gpt_decoder.h"
 #include "runtime/sharding/shard_layout.h"
 
 namespace {
@@ -159,7 +161,9 @@ int main(int argc, char** argv) {
   app.add_option("--ctx", cfg.ctx)->check(flags::positive_integer());
   app.add_option("--prompt", prompt, "prompt tokens per sequence")->check(flags::positive_integer());
   app.add_option("--steps", steps, "decode steps timed")->check(flags::positive_integer());
-  app.add_option("--batches", batches, "sequences decoded together, comma list")->delimiter(',');
+  app.add_option("--batches", batches, "sequences decoded together, comma list")
+      ->delimiter(',')
+      ->check(flags::positive_integer());
   app.add_option("--reps", reps, "timed repetitions (the median is printed)")->check(flags::positive_integer());
   app.add_option("--stream-steps", stream_steps, "decode steps timed when blocks stream")
       ->check(flags::positive_integer());
@@ -172,14 +176,29 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads,
                  "compute threads (default: every core less the decoder's copy threads, as strata-generate)")
       ->check(flags::thread_count());
-  app.add_option("--dir", dir, "where the disk placement's safetensors file is written (and removed)");
+  app.add_option("--dir", dir, "where the disk placement's safetensors file is written (and removed)")
+      ->check(CLI::ExistingDirectory);
   CLI11_PARSE(app, argc, argv);
   return strata::run_tool("bench_decode", [&]() -> int {
     using namespace strata;
     cfg.validate();
     STRATA_CHECK(prompt + steps < cfg.ctx, "--prompt {} + --steps {} must stay below --ctx {}", prompt, steps, cfg.ctx);
-    CpuDevice dev(600.0);
     const std::size_t buffer = std::size_t{2} << 30;  // past any last-level cache
+    // What the run cannot do is refused before seconds of measurement: the disk placement's file (written where
+    // --dir says), and memory for the copy buffers and the weights (the disk placement writes a second copy).
+    const bool on_disk = std::find(placements.begin(), placements.end(), "disk") != placements.end();
+    const std::string file = dir + "/bench_decode_weights.safetensors";
+    if (on_disk) check_output_file(file, "--dir's weights file", OutputKind::kReplaced);
+    double weight_bytes = 0;
+    for (const UnitSpec& u : gpt::gpt_units(cfg, 1))
+      for (const SlotSpec& s : u.slots) weight_bytes += 4.0 * static_cast<double>(shape_numel(s.shape));
+    const double needed = 2.0 * static_cast<double>(buffer) + weight_bytes * (on_disk ? 2 : 1);
+    check_host_allocation(
+        needed < 1.8e19 ? static_cast<std::uint64_t>(needed) : ~std::uint64_t{0}, 0,
+        fmt::format("bench_decode: two {} copy buffers and the model's {} of f32 weights{}", bytes_text(buffer),
+                    bytes_text(static_cast<std::uint64_t>(std::min(weight_bytes, 1.8e19))),
+                    on_disk ? " (twice: the disk placement writes them out)" : ""));
+    CpuDevice dev(600.0);
     const double bw = copy_rate(buffer, 5), product = one_row_product_rate(dev, 3);
     const bool streams_from_host = std::find(placements.begin(), placements.end(), "host") != placements.end();
     const double link = streams_from_host ? one_thread_copy_rate(dev, 3) : 0;
@@ -199,11 +218,10 @@ int main(int argc, char** argv) {
       gpt::spec_init(cfg, slot, begin, count, out, 1);
     };
     // The disk placement's file, its cold read rate, and a reader that drops its page cache before each block.
-    const std::string file = dir + "/bench_decode_weights.safetensors";
     std::shared_ptr<SafetensorsReader> reader;
     int fd = -1;
     double disk_gbs = 0;
-    if (std::find(placements.begin(), placements.end(), "disk") != placements.end()) {
+    if (on_disk) {
       write_weights(cfg, spec, file);
       disk_gbs = cold_read_rate(file, 3);
       reader = std::make_shared<SafetensorsReader>(file);

@@ -254,6 +254,14 @@ int run_verify(const std::string& path, std::int64_t step_flag, bool json) {
                                   step_dir));
     for (const std::string& f : index.unknown_fields)
       notes.push_back(fmt::format("{}/index.json: field {} is not one this Strata knows", step_dir, f));
+    // `latest` names what a resume loads: a name that is not this committed step (it was removed, or never
+    // committed) is damage to the directory, even though a resume would pass over it to the newest committed one.
+    const std::string latest = dir.latest_name();
+    if (step_flag < 0 && !latest.empty() && CheckpointDir::parse_step_name(latest, false) != step)
+      problems.push_back(
+          fmt::format("{}/latest names '{}', which is not a committed checkpoint here; the newest "
+                      "committed one is {} (a resume loads it and trains the steps after it again)",
+                      dir.path(), latest, name));
     check_trainer_state(index, step_dir + "/index.json", problems, notes);
     const std::string coverage = index.coverage_problem();
     if (!coverage.empty()) problems.push_back(coverage);
@@ -568,6 +576,13 @@ int run_import(const std::string& in_path, const std::string& path, std::int64_t
           for (std::uint64_t at = 0; at < n; at += piece) {
             const std::uint64_t count = std::min(piece, n - at);
             in.read_f32(s.name, at, count, values.data());
+            // What a resume would refuse is refused here, before anything is committed.
+            const std::size_t bad = first_bad_value(t.name, values.data(), count);
+            if (bad < count) {
+              fs::remove_all(tmp, ec);
+              STRATA_THROW(ErrorCode::kInvalidArgument, "import: {}: {}; nothing was imported", in_path,
+                           describe_bad_value(s.name, at + bad, values[bad]));
+            }
             std::vector<std::uint32_t> crc;
             const std::uint64_t offset = writer.append(values.data(), count * 4, crc);
             if (at == 0) c.offset = offset;

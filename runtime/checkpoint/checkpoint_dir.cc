@@ -176,14 +176,20 @@ void CheckpointDir::commit(const CheckpointIndex& index) const {
 
 void CheckpointDir::prune(int keep, std::int64_t newest) const {
   std::error_code ec;
+  std::vector<std::int64_t> steps = committed_steps();
   for (const fs::directory_entry& e : fs::directory_iterator(path_, ec)) {
-    const std::int64_t step = step_of(e.path().filename().string(), true);
-    if (step >= 0 && step < newest) {
+    const std::string name = e.path().filename().string();
+    // A save that never finished (NAME.tmp), and a step directory under its final name that is not committed (no
+    // COMMITTED marker or no index.json: damaged, or a removal that stopped half-way): neither is ever loaded.
+    const std::int64_t tmp_step = step_of(name, true), final_step = step_of(name, false);
+    const bool abandoned =
+        (tmp_step >= 0 && tmp_step < newest) || (final_step >= 0 && final_step < newest && e.is_directory(ec) &&
+                                                 !std::binary_search(steps.begin(), steps.end(), final_step));
+    if (abandoned) {
       fs::remove_all(e.path(), ec);
       if (ec) logger("ckpt").warn("could not remove the abandoned {}: {}", e.path().string(), ec.message());
     }
   }
-  std::vector<std::int64_t> steps = committed_steps();
   const std::size_t kept = static_cast<std::size_t>(std::max(keep, 1));
   for (std::size_t i = 0; i + kept < steps.size(); ++i) {
     if (steps[i] >= newest) break;

@@ -58,7 +58,8 @@ class CheckpointDir {
   // (each flushed), flushes the directory, renames it to step-N (replacing a checkpoint of the same step), flushes
   // DIR, and points `latest` at it. A crash before the rename leaves only a .tmp directory, which is never loaded.
   void commit(const CheckpointIndex& index) const;
-  // Removes `.tmp` directories (a crashed or abandoned save) and all but the newest `keep` committed checkpoints.
+  // Removes `.tmp` directories (a crashed or abandoned save), step directories that are not committed (damaged, or
+  // a removal that stopped half-way) and all but the newest `keep` committed checkpoints.
   // Only ever removes what is older than `newest`, so the checkpoint just committed is never touched.
   void prune(int keep, std::int64_t newest) const;
 

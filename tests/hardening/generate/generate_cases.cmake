@@ -10,9 +10,10 @@
 #                           "0: 0,0,0,..." and exit 0).
 #   -DMODE=threads          --threads beyond flags::max_threads() refused with its range by strata-generate and
 #                           bench_decode (before: a segfault in libgomp's first parallel region); a small count runs;
-#                           a negative --seed refused with train_gpt's range.
+#                           a negative --seed refused with train_gpt's range; bench_decode's --dir, --batches and a
+#                           model larger than the machine refused before it measures anything.
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DGENERATE=<strata-generate> -DSTRATA_CKPT=<strata-ckpt>
-# -DBENCH_DECODE=<bench_decode> -DWORK=<scratch directory, emptied>.
+# -DBENCH_DECODE=<bench_decode> -DDAMAGE=<damage_checkpoint> -DWORK=<scratch directory, emptied>.
 cmake_minimum_required(VERSION 3.24)
 include(${CMAKE_CURRENT_LIST_DIR}/../../support/run_checks.cmake)
 
@@ -93,8 +94,12 @@ elseif(MODE STREQUAL "nonfinite")
   safetensors_put_f32(${WORK}/nan.safetensors h.0.mlp.c_fc.weight 5 "\\377\\377\\377\\377")  # a NaN
   file(COPY_FILE ${model} ${WORK}/inf.safetensors)
   safetensors_put_f32(${WORK}/inf.safetensors ln_f.weight 3 "\\000\\000\\200\\177")  # +inf, little-endian 0x7f800000
-  import(${WORK}/nan_ckpt 0 ${WORK}/nan.safetensors)
-  import(${WORK}/inf_ckpt 0 ${WORK}/inf.safetensors)
+  # strata-ckpt import refuses them (values_runs.cmake, MODE tooling): the checkpoints are imported clean and damaged
+  # behind valid checksums.
+  import(${WORK}/nan_ckpt 0 ${model})
+  run_checked(damage_nan ok 20 ${DAMAGE} ${WORK}/nan_ckpt/step-00000000 value params/h.0.mlp.c_fc.weight nan 5)
+  import(${WORK}/inf_ckpt 0 ${model})
+  run_checked(damage_inf ok 20 ${DAMAGE} ${WORK}/inf_ckpt/step-00000000 value params/ln_f.weight inf 3)
   set(nan "tensor 'h.0.mlp.c_fc.weight' holds NaN at element 5")
   set(inf "tensor 'ln_f.weight' holds inf at element 3")
   set(streamed --resident-layers;0;--weights-from;disk)
@@ -133,6 +138,19 @@ elseif(MODE STREQUAL "threads")
       endif()
     endforeach()
     no_tokens(generate_${n})
+  endforeach()
+  # bench_decode refuses what it cannot do before seconds of bandwidth measurement (before: after them).
+  run_checked(bench_no_dir fail 60 ${BENCH_DECODE} ${bench} --placements disk --dir ${WORK}/no_such_dir)
+  expect_text(bench_no_dir "--dir: Directory does not exist: ${WORK}/no_such_dir")
+  run_checked(bench_batch_zero fail 60 ${BENCH_DECODE} ${bench} --batches 1,0)
+  expect_text(bench_batch_zero "--batches: must be an integer from 1 to 2147483647, got 0")
+  run_checked(bench_too_big fail 60 ${BENCH_DECODE} --layers 100000 --heads 1 --embd 65536 --vocab 64 --ctx 64
+              --prompt 4 --steps 2 --batches 1 --placements resident)
+  expect_text(bench_too_big "bench_decode: two 2.0 GiB" "of f32 weights" "is more than this machine's memory")
+  foreach(name bench_no_dir bench_batch_zero bench_too_big)
+    if(${name}_seconds GREATER 3)
+      message(FATAL_ERROR "${name}: refused after ${${name}_seconds} s, not before measuring")
+    endif()
   endforeach()
   run_checked(generate_two ok 60 ${launch} -n 1 ${GENERATE} ${small} --threads 2)
   expect_text(generate_two "0: ")

@@ -1,8 +1,10 @@
 // damage_checkpoint: damages a committed checkpoint the way its checksums cannot see, for the value tests
 // (values_runs.cmake). Every kind but `digit` leaves the checkpoint's checksums valid: the block's CRC-32 and the
 // index's own are recomputed after the change.
-//   damage_checkpoint STEP_DIR value TENSOR_PREFIX VALUE   element 0 of the first tensor named TENSOR_PREFIX...
-//                                                          (in name order) becomes VALUE (nan, inf, -inf, a number)
+//   damage_checkpoint STEP_DIR value TENSOR_PREFIX VALUE [ELEMENT]
+//                                                          element ELEMENT (default 0) of the first chunk of the first
+//                                                          tensor named TENSOR_PREFIX... (in name order) becomes VALUE
+//                                                          (nan, inf, -inf, a number)
 //   damage_checkpoint STEP_DIR state KEY JSON              state.trainer.KEY (or state.optimizer.KEY when KEY is
 //                                                          "optimizer.NAME") becomes JSON
 //   damage_checkpoint STEP_DIR digit                       one digit of the index changes (its checksum does not)
@@ -39,21 +41,28 @@ int damage(int argc, char** argv) {
   const std::string index_path = dir + "/index.json";
   const std::string text = read_all(index_path);
   strata::CheckpointIndex index = strata::CheckpointIndex::parse(text, index_path);
-  if (kind == "value" && argc == 5) {
+  if (kind == "value" && (argc == 5 || argc == 6)) {
     const std::string prefix = argv[3];
     const float value = std::strtof(argv[4], nullptr);
+    const std::uint64_t element = argc == 6 ? std::strtoull(argv[5], nullptr, 10) : 0;
     for (auto& [name, t] : index.tensors) {
       if (name.rfind(prefix, 0) != 0 || t.chunks.empty()) continue;
       strata::ChunkRecord& c = t.chunks.front();
+      if (element >= c.count) {
+        std::fprintf(stderr, "damage_checkpoint: %s's first chunk has %llu elements\n", name.c_str(),
+                     static_cast<unsigned long long>(c.count));
+        return 1;
+      }
       const std::string file = dir + "/" + index.files[static_cast<std::size_t>(c.file)].name;
       std::string bytes = read_all(file);
-      std::memcpy(&bytes[c.offset], &value, 4);  // element c.begin of the chunk's box
-      const std::uint64_t len = std::min<std::uint64_t>(index.block_bytes, c.count * 4);
-      c.crc32[0] = strata::crc32_of(bytes.data() + c.offset, len);
+      std::memcpy(&bytes[c.offset + element * 4], &value, 4);  // element c.begin + element of the chunk's box
+      const std::uint64_t block = element * 4 / index.block_bytes, at = block * index.block_bytes;
+      const std::uint64_t len = std::min<std::uint64_t>(index.block_bytes, c.count * 4 - at);
+      c.crc32[block] = strata::crc32_of(bytes.data() + c.offset + at, len);
       write_all(file, bytes);
       write_all(index_path, index.serialize());
       std::printf("damage_checkpoint: %s element %llu of its box is now %g (checksums recomputed)\n", name.c_str(),
-                  static_cast<unsigned long long>(c.begin), static_cast<double>(value));
+                  static_cast<unsigned long long>(c.begin + element), static_cast<double>(value));
       return 0;
     }
     std::fprintf(stderr, "damage_checkpoint: no tensor named %s...\n", prefix.c_str());

@@ -6,6 +6,9 @@
 #   -DMODE=state    trainer state out of range or of the wrong type (next_step -1, rows_done -1, next_step "3"), an
 #                   optimizer loss scale of 0, one digit of the index changed (its own checksum), and an index from
 #                   before index checksums (loads, with a warning; verify says OK with a note)
+#   -DMODE=tooling  verify with `latest` naming a missing step (FAILED), an uncommitted step directory pruned by the next
+#                   commit, import of NaN weights refused with nothing committed, strata-generate --heads against the
+#                   checkpoint's record
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DBIN=<directory of train_gpt, strata-ckpt> -DDAMAGE=<binary>
 # -DWORK=<scratch directory, emptied>.
 string(REPLACE "|" ";" launcher "${MPIEXEC}")
@@ -77,6 +80,42 @@ elseif(MODE STREQUAL "state")
   expect_text(legacy_resume "carries no checksum of its own" "resumed from legacy/step-00000003")
   run_checked(legacy_verify ok 20 ${ckpt} verify legacy --step 3)
   expect_text(legacy_verify "verify: step-00000003 OK" "note: " "carries no checksum of its own")
+elseif(MODE STREQUAL "tooling")
+  # strata-ckpt verify with a `latest` that names a step that is not there: FAILED naming it (before: OK).
+  file(COPY ${WORK}/ckpt/ DESTINATION ${WORK}/latest_gone)
+  file(REMOVE ${WORK}/latest_gone/.lock)
+  file(WRITE ${WORK}/latest_gone/latest "step-00000009\n")
+  run_checked(latest_gone fail 20 ${ckpt} verify latest_gone)
+  expect_text(latest_gone "verify: step-00000003 FAILED"
+              "latest_gone/latest names 'step-00000009', which is not a committed checkpoint here")
+  # A step directory without its COMMITTED marker, older than the run's next commit, is pruned with the .tmp saves
+  # (before: kept for ever).
+  file(MAKE_DIRECTORY ${WORK}/ckpt/step-00000001)
+  file(WRITE ${WORK}/ckpt/step-00000001/rank-00000.bin "half a removal")
+  run_checked(pruned ok 60 ${gpt} --steps 4 --checkpoint-dir ckpt --resume)
+  if(EXISTS ${WORK}/ckpt/step-00000001)
+    message(FATAL_ERROR "the uncommitted ckpt/step-00000001 was not pruned by the commit of step 4")
+  endif()
+  # strata-ckpt import of weights holding NaN: refused naming the tensor and element, nothing committed (before: a
+  # checkpoint that resume then refused).
+  include(${CMAKE_CURRENT_LIST_DIR}/../../support/safetensors_poke.cmake)
+  run_checked(exported ok 30 ${ckpt} export ckpt clean.safetensors)
+  file(COPY_FILE ${WORK}/clean.safetensors ${WORK}/nan.safetensors)
+  safetensors_put_f32(${WORK}/nan.safetensors h.1.attn.c_proj.weight 7 "\\377\\377\\377\\377")  # a NaN
+  run_checked(import_nan fail 30 ${ckpt} import nan.safetensors imported)
+  expect_text(import_nan "import: nan.safetensors: tensor 'h.1.attn.c_proj.weight' holds NaN at element 7"
+              "nothing was imported")
+  file(GLOB left ${WORK}/imported/step-*)
+  if(left OR EXISTS ${WORK}/imported/latest)
+    message(FATAL_ERROR "the refused import left ${left} in ${WORK}/imported")
+  endif()
+  run_checked(import_clean ok 30 ${ckpt} import clean.safetensors imported_clean)
+  # strata-generate --heads against the heads the checkpoint records (before: 4 heads decoded a 2-head model).
+  run_checked(generate_heads fail 60 ${launcher} -n 1 ${BIN}/strata-generate --checkpoint ckpt --heads 4
+              --tokens 1,2,3 --max-new-tokens 4)
+  expect_text(generate_heads "--heads 4: the checkpoint" "was trained with 2 heads (its record); drop --heads or give 2")
+  run_checked(generate_record ok 60 ${launcher} -n 1 ${BIN}/strata-generate --checkpoint ckpt --tokens 1,2,3
+              --max-new-tokens 4)
 else()
   message(FATAL_ERROR "unknown MODE '${MODE}'")
 endif()
