@@ -85,7 +85,9 @@ done
 if [ "$(id -u)" != 0 ]; then echo "hosts.sh: skipped: namespaces need root (this is uid $(id -u))"; exit 77; fi
 command -v ip >/dev/null && command -v unshare >/dev/null || { echo "hosts.sh: skipped: no ip or unshare"; exit 77; }
 [ -n "$work" ] || work=$(mktemp -d /tmp/strata-hosts.XXXXXX)
-mkdir -p "$work"
+[ ! -e "$work" ] || [ -d "$work" ] || die "--work '$work' is not a directory (a file or something else is there)"
+mkdir -p "$work" 2>/dev/null || die "--work '$work': cannot create the directory"
+[ -w "$work" ] || die "--work '$work' is not writable"
 work=$(cd "$work" && pwd)
 
 remove_stale

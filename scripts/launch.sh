@@ -6,7 +6,7 @@
 #
 # Usage: scripts/launch.sh [--hostfile FILE | --slurm] [--ranks-per-node K] [--bind core|none] [--tcp] [--dry-run]
 #                          [--max-restarts N] [--mpi-arg ARG]... -- PROGRAM [ARGS...]
-#   --hostfile FILE     Open MPI hostfile (one host per line; "slots=" is ignored in favour of --ranks-per-node)
+#   --hostfile FILE     Open MPI hostfile (each host once, one per line; --ranks-per-node ranks on each, "slots=" no fewer)
 #   --slurm             srun --mpi=pmix in the current allocation (K defaults to SLURM_NTASKS_PER_NODE)
 #   --ranks-per-node K  ranks on each node (default: SLURM_NTASKS_PER_NODE, else the GPUs nvidia-smi lists, else 1)
 #   --bind core|none    bind each rank to cores (default core; none when more ranks than cores run on this machine)
@@ -54,6 +54,23 @@ if [ -n "$hostfile" ]; then
   [ -r "$hostfile" ] || die "cannot read hostfile '$hostfile': permission denied"
   [ "$(stat -L -c %s "$hostfile")" -le 1048576 ] || die "--hostfile '$hostfile' has more than 1 MiB: not a hostfile"
 fi
+# check_hostfile K: each host once (Open MPI would add a twice-listed host's slots together and place ranks unevenly),
+# and no slots= below the K ranks launch.sh places on every host (Open MPI would refuse with "not enough slots").
+check_hostfile() {
+  local line n=0 name slots seen=" "
+  while IFS= read -r line; do
+    n=$((n + 1))
+    [[ "$line" =~ ^[[:space:]]*(#|$) ]] && continue
+    name=$(host_of "$line")
+    case "$seen" in *" $name "*) die "--hostfile '$hostfile' lists host '$name' twice (line $n): list each host once;" \
+      "--ranks-per-node gives its ranks" ;; esac
+    seen+="$name "
+    slots=$(sed -n -E 's/.*[[:space:]]slots[[:space:]]*=[[:space:]]*([0-9]+).*/\1/p' <<<"$line")
+    [ -z "$slots" ] || [ "$slots" -ge "$1" ] || die "--hostfile '$hostfile' line $n gives host '$name' slots=$slots," \
+      "fewer than --ranks-per-node $1: drop slots= (launch.sh places --ranks-per-node ranks on every host)"
+  done <"$hostfile"
+}
+host_of() { local w=($1); echo "${w[0]}"; }
 if [ -z "$k" ]; then
   if [ -n "${SLURM_NTASKS_PER_NODE:-}" ]; then k=${SLURM_NTASKS_PER_NODE%%(*}
   elif command -v nvidia-smi >/dev/null 2>&1 && [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -gt 0 ]; then
@@ -61,6 +78,7 @@ if [ -z "$k" ]; then
   else k=1; fi
 fi
 [[ "$k" =~ ^[1-9][0-9]*$ ]] || { echo "launch.sh: --ranks-per-node '$k' must be a positive whole number" >&2; exit 2; }
+[ -z "$hostfile" ] || check_hostfile "$k"
 # Only this machine's cores are known here: more ranks than those, launched here, share cores (no binding).
 local_over=0
 [ -z "$hostfile" ] && [ "$slurm" = 0 ] && [ "$k" -gt "$(nproc)" ] && local_over=1
@@ -134,7 +152,6 @@ hostfile_lines=()  # the hosts' lines as given (slots and all); a host's name is
 while IFS= read -r line; do
   [[ "$line" =~ ^[[:space:]]*(#|$) ]] || hostfile_lines+=("$line")
 done <"$hostfile"
-host_of() { local w=($1); echo "${w[0]}"; }
 
 # run_logged LOG: the command, its output to this terminal and to LOG; sets status. The output is read through FIFOs
 # whose readers are waited for at most 10 s after mpirun ends: a daemon on an unreachable host may hold them open.
@@ -165,11 +182,13 @@ run_logged() {
 
 # failed_hosts LOG: the hosts a failed job's output names as gone, one per line, with the line that names each:
 # Open MPI's "process rank N ... on node H exited on signal", "Remote daemon: ... on node H" (a daemon lost), and
-# Strata's "ranks 2,3 on H never arrived at ..." (ranks silent past STRATA_TIMEOUT_S).
+# Strata's "ranks 2,3 on H never arrived at ..." (ranks silent past STRATA_TIMEOUT_S), and the TCP transport's
+# "Peer host: H" (a rank's connection to a host whose daemon died, with its ranks, names the host no other way).
 failed_hosts() {
   sed -n -E \
     -e 's/.*process rank [0-9]+ with PID [0-9]+ on node ([^ ]+) exited on signal.*/\1\t&/p' \
     -e 's/.*Remote daemon: *\[\[[0-9,]+\],[0-9]+\] on node ([^ ]+).*/\1\t&/p' \
+    -e 's/^[[:space:]]*Peer host:[[:space:]]*([^ ]+)[[:space:]]*$/\1\tits connection to \1 was lost (Peer host: \1)/p' \
     -e 's/.*ranks? [0-9,-]+ on ([^ ;]+(, [^ ;]+)*) never arrived at.*/\1\t&/p' "$1" |
     while IFS=$'\t' read -r names line; do
       for h in ${names//,/ }; do printf '%s\t%s\n' "$h" "$line"; done

@@ -1,7 +1,9 @@
 # Scripts fail like the programs do (cmake -P): every bad argument is a one-line message and a non-zero exit, never
 # a Python traceback or a silent exit; the sweep's CSV survives a cut-off row.
 #   -DMODE=arguments   scale.py --np 1,x / --np 0 / --steps 0 / --rows -1 / an --out that is a file; launch.sh with an
-#                      empty hostfile (before: exit 1 without a word) and an option without its value.
+#                      empty hostfile (before: exit 1 without a word) and an option without its value; a host listed
+#                      twice or slots= below --ranks-per-node (before: Open MPI's refusal); a daemon's death named
+#                      only as "Peer host:" restarts (before: not); hosts.sh --work naming a file (before: mkdir's).
 #   -DMODE=csv_cut     a sweep's CSV whose last row was cut off (a sweep stopped mid-write): the resumed sweep drops it
 #                      with a warning and runs it again, and the next row is not glued onto it (before: exit 0 with
 #                      the two rows on one line).
@@ -38,6 +40,41 @@ if(MODE STREQUAL "arguments")
   one_line(no_value "launch.sh: --ranks-per-node needs a value")
   run_checked(scale_empty_hostfile fail 20 ${scale} --hostfile empty_hosts --ranks-per-node 1 --out sweep)
   one_line(scale_empty_hostfile "scale.py: error: --hostfile: empty_hosts lists no host")
+  # A hostfile Open MPI would refuse in its own words (or place unevenly) is refused first, naming the line.
+  file(WRITE ${WORK}/twice_hosts "hostA\nhostB\nhostA slots=2\n")
+  run_checked(host_twice fail 20 ${SCRIPTS}/launch.sh --hostfile twice_hosts --ranks-per-node 2 --dry-run -- true)
+  one_line(host_twice "launch.sh: --hostfile 'twice_hosts' lists host 'hostA' twice (line 3)")
+  file(WRITE ${WORK}/slot_hosts "hostA slots=1\nhostB\n")
+  run_checked(few_slots fail 20 ${SCRIPTS}/launch.sh --hostfile slot_hosts --ranks-per-node 2 --dry-run -- true)
+  one_line(few_slots "launch.sh: --hostfile 'slot_hosts' line 1 gives host 'hostA' slots=1, fewer than --ranks-per-node 2")
+  # A host's daemon dies: Open MPI names the host only in the TCP transport's "Peer host:" lines, and launch.sh
+  # --max-restarts restarts on the others with --resume (an mpirun stand-in first prints that, then succeeds).
+  file(WRITE ${WORK}/pair_hosts "hostA\nhostB\n")
+  file(MAKE_DIRECTORY ${WORK}/fake)
+  file(WRITE ${WORK}/fake/mpirun [=[#!/bin/sh
+hosts=""
+while [ $# -gt 0 ]; do
+  [ "$1" = --hostfile ] && hosts=$(tr '\n' ' ' <"$2")
+  shift
+done
+if [ ! -e attempted ]; then
+  : >attempted
+  printf 'WARNING: Open MPI failed to TCP connect to a peer MPI process.\n\n  Local host: hostA\n  Peer host: hostB\n' >&2
+  exit 1
+fi
+echo "second attempt on: $hosts"
+]=])
+  file(CHMOD ${WORK}/fake/mpirun PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+  run_checked(peer_lost ok 60 env PATH=${WORK}/fake:$ENV{PATH} ${SCRIPTS}/launch.sh --hostfile pair_hosts
+              --max-restarts 1 --bind none -- train_gpt --steps 2)
+  expect_text(peer_lost "its connection to hostB was lost (Peer host: hostB)" "second attempt on: hostA "
+              "train_gpt --steps 2 --resume")
+  # hosts.sh --work naming a file: its own message, not mkdir's under set -e.
+  file(WRITE ${WORK}/work_file "a file\n")
+  run_checked(work_is_file fail 20 ${SCRIPTS}/hosts.sh --work work_file -- true)
+  if(NOT work_is_file_out MATCHES "skipped")
+    one_line(work_is_file "hosts.sh: --work 'work_file' is not a directory")
+  endif()
 elseif(MODE STREQUAL "csv_cut")
   set(grid --layouts dp --models tiny --scaling weak --rows 1 --steps 2 --build ${BUILD} --out sweep)
   run_checked(first ok 200 ${scale} --np 1 ${grid})
