@@ -8,7 +8,7 @@
 #                   before index checksums (loads, with a warning; verify says OK with a note)
 #   -DMODE=tooling  verify with `latest` naming a missing step (FAILED), an uncommitted step directory pruned by the next
 #                   commit, import of NaN weights refused with nothing committed, strata-generate --heads against the
-#                   checkpoint's record
+#                   checkpoint's record, a run whose every step was skipped saying so
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DBIN=<directory of train_gpt, strata-ckpt> -DDAMAGE=<binary>
 # -DWORK=<scratch directory, emptied>.
 string(REPLACE "|" ";" launcher "${MPIEXEC}")
@@ -114,6 +114,11 @@ elseif(MODE STREQUAL "tooling")
   run_checked(generate_heads fail 60 ${launcher} -n 1 ${BIN}/strata-generate --checkpoint ckpt --heads 4
               --tokens 1,2,3 --max-new-tokens 4)
   expect_text(generate_heads "--heads 4: the checkpoint" "was trained with 2 heads (its record); drop --heads or give 2")
+  # A run whose every step was skipped (it resumed weights a learning rate of 1e30 blew up) says so in a line and in
+  # steps_skipped (before: a null loss and exit 0, nothing else).
+  run_checked(diverged ok 60 ${gpt} --steps 1 --lr 1e30 --checkpoint-dir diverged)
+  run_checked(all_skipped ok 60 ${gpt} --steps 3 --lr 1e30 --checkpoint-dir diverged --resume)
+  expect_text(all_skipped "train_gpt: warning: all 2 steps were skipped (non-finite gradients)" "\"steps_skipped\":2")
   run_checked(generate_record ok 60 ${launcher} -n 1 ${BIN}/strata-generate --checkpoint ckpt --tokens 1,2,3
               --max-new-tokens 4)
 else()
