@@ -11,7 +11,9 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <limits>
+#include <map>
 #include <optional>
 #include <unordered_set>
 #include <utility>
@@ -20,6 +22,7 @@
 #include "core/error.h"
 #include "core/fd_io.h"
 #include "core/file_checks.h"
+#include "core/json_schema.h"
 
 namespace strata {
 
@@ -151,8 +154,8 @@ SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& other) noexc
   if (this != &other) {
     close();
     path_ = std::move(other.path_);
-    fd_ = std::exchange(other.fd_, -1);
-    data_start_ = other.data_start_;
+    files_ = std::exchange(other.files_, {});
+    file_of_ = std::move(other.file_of_);
     tensors_ = std::move(other.tensors_);
     index_ = std::move(other.index_);
     metadata_ = std::move(other.metadata_);
@@ -162,10 +165,11 @@ SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& other) noexc
 }
 
 void SafetensorsReader::close() {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = -1;
+  for (File& f : files_)
+    if (f.fd >= 0) ::close(f.fd);
+  files_.clear();
+  file_of_.clear();
   path_.clear();
-  data_start_ = 0;
   tensors_.clear();
   index_.clear();
   metadata_ = nlohmann::json::object();
@@ -173,84 +177,163 @@ void SafetensorsReader::close() {
 
 void SafetensorsReader::open(const std::string& path) {
   close();
-  const int fd = open_input_file(path, "safetensors file");  // a FIFO or device is refused before it can block
-  // Owned by *this from here, so every throw below closes it (the next open() or the destructor does).
-  fd_ = fd;
   path_ = path;
   try {
-    struct stat st;
-    STRATA_CHECK_CODE(ErrorCode::kIo, ::fstat(fd, &st) == 0, "cannot stat '{}': {}", path, std::strerror(errno));
-    STRATA_CHECK_CODE(ErrorCode::kIo, S_ISREG(st.st_mode), "'{}' is not a regular file", path);
-    const auto file_size = static_cast<std::uint64_t>(st.st_size);
-    STRATA_CHECK_CODE(ErrorCode::kIo, file_size >= 8,
-                      "'{}' is {} bytes, shorter than the 8-byte header length of a safetensors file", path, file_size);
-
-    unsigned char len_bytes[8];
-    pread_all(fd, len_bytes, 8, 0, "'" + path + "'");
-    std::uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
-    STRATA_CHECK_CODE(ErrorCode::kIo, header_len <= kMaxHeaderBytes,
-                      "'{}': header length {} is over the {}-byte limit (not a safetensors file?)", path, header_len,
-                      kMaxHeaderBytes);
-    STRATA_CHECK_CODE(ErrorCode::kIo, header_len <= file_size - 8,
-                      "'{}': header length {} runs past the end of the {}-byte file (truncated?)", path, header_len,
-                      file_size);
-    data_start_ = 8 + header_len;
-    const std::uint64_t data_size = file_size - data_start_;
-
-    std::string text(header_len, '\0');
-    pread_all(fd, text.data(), text.size(), 8, "'" + path + "'");
-    // JSON objects may repeat a key (the last one wins); a weight file must not, so the parser reports them.
-    // Nesting is bounded while parsing: a header nests 3 levels, and copying or printing a value nested thousands
-    // deep recurses past the stack (nlohmann::json's parser itself does not recurse).
-    constexpr int kMaxDepth = 16;
-    std::unordered_set<std::string> seen;
-    std::string duplicate;
-    bool too_deep = false;
-    nlohmann::json header;
-    try {
-      header = nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-        if (depth > kMaxDepth) too_deep = true;
-        if (too_deep) return false;
-        if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty() &&
-            !seen.insert(parsed.get<std::string>()).second)
-          duplicate = parsed.get<std::string>();
-        return true;
-      });
-    } catch (const nlohmann::json::exception& e) {
-      STRATA_THROW(ErrorCode::kIo, "'{}': header is not valid JSON: {}", path, e.what());
-    }
-    STRATA_CHECK_CODE(ErrorCode::kIo, !too_deep, "'{}': header nests deeper than {} levels", path, kMaxDepth);
-    STRATA_CHECK_CODE(ErrorCode::kIo, header.is_object(), "'{}': header is a JSON {}, expected an object", path,
-                      header.type_name());
-    STRATA_CHECK_CODE(ErrorCode::kIo, duplicate.empty(), "'{}': header names '{}' twice", path, duplicate);
-
-    for (const auto& [name, entry] : header.items()) {
-      if (name == "__metadata__") {
-        STRATA_CHECK_CODE(ErrorCode::kIo, entry.is_object(), "'{}': __metadata__ is a JSON {}, expected an object",
-                          path, entry.type_name());
-        metadata_ = entry;
-        continue;
-      }
-      tensors_.push_back(parse_entry(name, entry, data_size, fmt::format("'{}': tensor '{}'", path, name)));
-    }
-
-    std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
-      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
-    });
-    const TensorInfo* prev = nullptr;  // the non-empty tensor reaching furthest so far
-    for (const TensorInfo& t : tensors_) {
-      if (t.begin == t.end) continue;
-      STRATA_CHECK_CODE(ErrorCode::kIo, prev == nullptr || t.begin >= prev->end,
-                        "'{}': tensor '{}' (bytes [{}, {})) overlaps tensor '{}' (bytes [{}, {}))", path, t.name,
-                        t.begin, t.end, prev->name, prev->begin, prev->end);
-      if (prev == nullptr || t.end > prev->end) prev = &t;
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      // A Hugging Face model directory: its index when it has one, else its one file.
+      const std::string index = path + "/model.safetensors.index.json", single = path + "/model.safetensors";
+      if (fs::exists(index, ec))
+        open_index(index);
+      else if (fs::exists(single, ec))
+        open_file(single, &metadata_);
+      else
+        STRATA_THROW(ErrorCode::kIo,
+                     "model directory '{}' holds neither model.safetensors nor model.safetensors.index.json", path);
+    } else if (path.ends_with(".index.json")) {
+      open_index(path);
+    } else {
+      open_file(path, &metadata_);
     }
     for (std::size_t i = 0; i < tensors_.size(); ++i) index_.emplace(tensors_[i].name, i);
   } catch (...) {
     close();
     throw;
   }
+}
+
+std::size_t SafetensorsReader::open_file(const std::string& path, nlohmann::json* metadata) {
+  const int fd = open_input_file(path, "safetensors file");  // a FIFO or device is refused before it can block
+  // Owned by *this from here, so every throw below closes it (the next open() or the destructor does).
+  files_.push_back(File{path, fd, 0});
+  const std::size_t file = files_.size() - 1, first = tensors_.size();
+  struct stat st;
+  STRATA_CHECK_CODE(ErrorCode::kIo, ::fstat(fd, &st) == 0, "cannot stat '{}': {}", path, std::strerror(errno));
+  STRATA_CHECK_CODE(ErrorCode::kIo, S_ISREG(st.st_mode), "'{}' is not a regular file", path);
+  const auto file_size = static_cast<std::uint64_t>(st.st_size);
+  STRATA_CHECK_CODE(ErrorCode::kIo, file_size >= 8,
+                    "'{}' is {} bytes, shorter than the 8-byte header length of a safetensors file", path, file_size);
+
+  unsigned char len_bytes[8];
+  pread_all(fd, len_bytes, 8, 0, "'" + path + "'");
+  std::uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
+  STRATA_CHECK_CODE(ErrorCode::kIo, header_len <= kMaxHeaderBytes,
+                    "'{}': header length {} is over the {}-byte limit (not a safetensors file?)", path, header_len,
+                    kMaxHeaderBytes);
+  STRATA_CHECK_CODE(ErrorCode::kIo, header_len <= file_size - 8,
+                    "'{}': header length {} runs past the end of the {}-byte file (truncated?)", path, header_len,
+                    file_size);
+  files_[file].data_start = 8 + header_len;
+  const std::uint64_t data_size = file_size - files_[file].data_start;
+
+  std::string text(header_len, '\0');
+  pread_all(fd, text.data(), text.size(), 8, "'" + path + "'");
+  // JSON objects may repeat a key (the last one wins); a weight file must not, so the parser reports them.
+  // Nesting is bounded while parsing: a header nests 3 levels, and copying or printing a value nested thousands
+  // deep recurses past the stack (nlohmann::json's parser itself does not recurse).
+  constexpr int kMaxDepth = 16;
+  std::unordered_set<std::string> seen;
+  std::string duplicate;
+  bool too_deep = false;
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text, [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+      if (depth > kMaxDepth) too_deep = true;
+      if (too_deep) return false;
+      if (event == nlohmann::json::parse_event_t::key && depth == 1 && duplicate.empty() &&
+          !seen.insert(parsed.get<std::string>()).second)
+        duplicate = parsed.get<std::string>();
+      return true;
+    });
+  } catch (const nlohmann::json::exception& e) {
+    STRATA_THROW(ErrorCode::kIo, "'{}': header is not valid JSON: {}", path, e.what());
+  }
+  STRATA_CHECK_CODE(ErrorCode::kIo, !too_deep, "'{}': header nests deeper than {} levels", path, kMaxDepth);
+  STRATA_CHECK_CODE(ErrorCode::kIo, header.is_object(), "'{}': header is a JSON {}, expected an object", path,
+                    header.type_name());
+  STRATA_CHECK_CODE(ErrorCode::kIo, duplicate.empty(), "'{}': header names '{}' twice", path, duplicate);
+
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      STRATA_CHECK_CODE(ErrorCode::kIo, entry.is_object(), "'{}': __metadata__ is a JSON {}, expected an object", path,
+                        entry.type_name());
+      if (metadata) *metadata = entry;
+      continue;
+    }
+    tensors_.push_back(parse_entry(name, entry, data_size, fmt::format("'{}': tensor '{}'", path, name)));
+    tensors_.back().file = path;
+    file_of_.push_back(file);
+  }
+
+  std::sort(
+      tensors_.begin() + static_cast<std::ptrdiff_t>(first), tensors_.end(),
+      [](const TensorInfo& a, const TensorInfo& b) { return a.begin != b.begin ? a.begin < b.begin : a.end < b.end; });
+  const TensorInfo* prev = nullptr;  // the non-empty tensor reaching furthest so far
+  for (std::size_t i = first; i < tensors_.size(); ++i) {
+    const TensorInfo& t = tensors_[i];
+    if (t.begin == t.end) continue;
+    STRATA_CHECK_CODE(ErrorCode::kIo, prev == nullptr || t.begin >= prev->end,
+                      "'{}': tensor '{}' (bytes [{}, {})) overlaps tensor '{}' (bytes [{}, {}))", path, t.name, t.begin,
+                      t.end, prev->name, prev->begin, prev->end);
+    if (prev == nullptr || t.end > prev->end) prev = &t;
+  }
+  return first;
+}
+
+void SafetensorsReader::open_index(const std::string& index_path) {
+  namespace fs = std::filesystem;
+  const nlohmann::json index = read_json_file(index_path, "safetensors index", std::size_t{64} << 20, ErrorCode::kIo);
+  STRATA_CHECK_CODE(
+      ErrorCode::kIo, index.is_object() && index.contains("weight_map") && index["weight_map"].is_object(),
+      "'{}': expected an object with a \"weight_map\" object (a model.safetensors.index.json)", index_path);
+  if (index.contains("metadata")) {
+    STRATA_CHECK_CODE(ErrorCode::kIo, index["metadata"].is_object(),
+                      "'{}': \"metadata\" is a JSON {}, expected an object", index_path, index["metadata"].type_name());
+    metadata_ = index["metadata"];
+  }
+  const nlohmann::json& map = index["weight_map"];
+  STRATA_CHECK_CODE(ErrorCode::kIo, !map.empty(), "'{}': its weight_map names no tensor", index_path);
+  // The shards, in name order (model-00001-of-0000N first), each with the first tensor the index gives it.
+  std::map<std::string, std::string> shards;
+  for (const auto& [name, shard] : map.items()) {
+    STRATA_CHECK_CODE(ErrorCode::kIo, shard.is_string(), "'{}': weight_map[\"{}\"] is a JSON {}, expected a file name",
+                      index_path, name, shard.type_name());
+    const std::string file = shard.get<std::string>();
+    STRATA_CHECK_CODE(
+        ErrorCode::kIo, !file.empty() && file.find('/') == std::string::npos && file != "." && file != "..",
+        "'{}': weight_map[\"{}\"] is '{}', not the name of a file beside the index", index_path, name, file);
+    shards.emplace(file, name);
+  }
+  const std::string dir = fs::path(index_path).parent_path().string();
+  std::unordered_map<std::string, std::string> shard_of;  // tensor -> the shard holding it
+  for (const auto& [file, first_tensor] : shards) {
+    const std::string path = (dir.empty() ? std::string(".") : dir) + "/" + file;
+    std::error_code ec;
+    STRATA_CHECK_CODE(ErrorCode::kIo, fs::exists(path, ec), "'{}' maps tensor '{}' to shard '{}', which does not exist",
+                      index_path, first_tensor, path);
+    const std::size_t first = open_file(path, nullptr);
+    for (std::size_t i = first; i < tensors_.size(); ++i) {
+      const std::string& name = tensors_[i].name;
+      const auto [at, fresh] = shard_of.emplace(name, path);
+      STRATA_CHECK_CODE(ErrorCode::kIo, fresh, "'{}': tensor '{}' is in two shards, '{}' and '{}'", index_path, name,
+                        at->second, path);
+      const auto listed = map.find(name);
+      STRATA_CHECK_CODE(ErrorCode::kIo, listed != map.end(),
+                        "'{}': shard '{}' holds tensor '{}', which the index does "
+                        "not list",
+                        index_path, path, name);
+      STRATA_CHECK_CODE(ErrorCode::kIo, listed->get<std::string>() == file,
+                        "'{}' maps tensor '{}' to shard '{}', "
+                        "but it is in '{}'",
+                        index_path, name, listed->get<std::string>(), path);
+    }
+  }
+  for (const auto& [name, shard] : map.items())
+    STRATA_CHECK_CODE(ErrorCode::kIo, shard_of.count(name) > 0,
+                      "'{}' maps tensor '{}' to shard '{}/{}', which lacks it", index_path, name, dir,
+                      shard.get<std::string>());
 }
 
 const TensorInfo* SafetensorsReader::find(const std::string& name) const {
@@ -284,30 +367,31 @@ const TensorInfo& SafetensorsReader::info(const std::string& name) const {
 
 void SafetensorsReader::check_shape(const std::string& name, const std::vector<std::int64_t>& expected) const {
   const TensorInfo& t = info(name);
-  STRATA_CHECK_CODE(ErrorCode::kIo, t.shape == expected, "tensor '{}' in {} has shape {}, expected {}", t.name, path_,
+  STRATA_CHECK_CODE(ErrorCode::kIo, t.shape == expected, "tensor '{}' in {} has shape {}, expected {}", t.name, t.file,
                     shape_string(t.shape), shape_string(expected));
 }
 
 void SafetensorsReader::read_f32(const std::string& name, std::size_t element_begin, std::size_t count,
                                  float* out) const {
   const TensorInfo& t = info(name);
+  const File& f = files_[file_of_[static_cast<std::size_t>(&t - tensors_.data())]];
   const std::uint64_t numel = t.numel();
   STRATA_CHECK(element_begin <= numel && count <= numel - element_begin,
-               "tensor '{}' in {}: {} elements from index {} are out of range of its {} elements", t.name, path_, count,
-               element_begin, numel);
+               "tensor '{}' in {}: {} elements from index {} are out of range of its {} elements", t.name, f.path,
+               count, element_begin, numel);
   if (count == 0) return;
   STRATA_CHECK(out != nullptr, "null output for tensor '{}'", t.name);
   const std::size_t esize = dtype_size(t.dtype);
-  const std::uint64_t offset = data_start_ + t.begin + element_begin * esize;
+  const std::uint64_t offset = f.data_start + t.begin + element_begin * esize;
   switch (t.dtype) {
-    case DType::kF32: pread_all(fd_, out, count * sizeof(float), offset, "'" + path_ + "'"); return;
+    case DType::kF32: pread_all(f.fd, out, count * sizeof(float), offset, "'" + f.path + "'"); return;
     case DType::kBF16:
     case DType::kF16: {
       std::vector<std::uint16_t> buf(std::min(count, kChunkElements));
       const bool bf16 = t.dtype == DType::kBF16;
       for (std::size_t done = 0; done < count;) {
         std::size_t n = std::min(count - done, buf.size());
-        pread_all(fd_, buf.data(), n * 2, offset + done * 2, "'" + path_ + "'");
+        pread_all(f.fd, buf.data(), n * 2, offset + done * 2, "'" + f.path + "'");
         for (std::size_t i = 0; i < n; ++i) out[done + i] = bf16 ? bf16_to_f32(buf[i]) : f16_to_f32(buf[i]);
         done += n;
       }
@@ -317,7 +401,7 @@ void SafetensorsReader::read_f32(const std::string& name, std::size_t element_be
       std::vector<double> buf(std::min(count, kChunkElements));
       for (std::size_t done = 0; done < count;) {
         std::size_t n = std::min(count - done, buf.size());
-        pread_all(fd_, buf.data(), n * 8, offset + done * 8, "'" + path_ + "'");
+        pread_all(f.fd, buf.data(), n * 8, offset + done * 8, "'" + f.path + "'");
         for (std::size_t i = 0; i < n; ++i) out[done + i] = static_cast<float>(buf[i]);
         done += n;
       }
@@ -327,7 +411,7 @@ void SafetensorsReader::read_f32(const std::string& name, std::size_t element_be
     case DType::kI64: break;
   }
   STRATA_THROW(ErrorCode::kInvalidArgument, "tensor '{}' in {} is {}; read_f32 reads F32, BF16, F16 and F64", t.name,
-               path_, safetensors_dtype_name(t.dtype));
+               f.path, safetensors_dtype_name(t.dtype));
 }
 
 std::vector<float> SafetensorsReader::read_f32(const std::string& name) const {

@@ -16,6 +16,7 @@ namespace strata {
 // One tensor of a safetensors file. begin / end are byte offsets from the first byte after the header.
 struct TensorInfo {
   std::string name;  // as stored in the file (with a "transformer." prefix if the file has one)
+  std::string file;  // the file that holds it: the path opened, or a shard of a sharded model
   DType dtype = DType::kF32;
   std::vector<std::int64_t> shape;
   std::uint64_t begin = 0;
@@ -31,6 +32,13 @@ const char* safetensors_dtype_name(DType t);
 // is a strata::Error (kIo) naming the file, the tensor and what is wrong. Tensors may come in any order; bytes the
 // header does not cover are ignored. The file stays open for read_f32 (pread: const reads from any thread).
 //
+// A sharded model opens the same way, as one set of tensors: a Hugging Face model.safetensors.index.json (its
+// "weight_map" names each tensor's shard, beside the index), or a model directory (its index when it has one, else
+// its model.safetensors). Every shard is validated as a file, and the set as a whole: a shard missing, a tensor the
+// index maps to a shard that lacks it, a tensor in two shards, a tensor in a shard that the index does not list,
+// a shard name that leaves the directory, each a kIo naming the index, the shard and the tensor. Reads go to the
+// shard that holds the tensor, only the bytes asked for.
+//
 // Name lookup: an exact name wins; otherwise names match when equal after removing one leading "transformer."
 // from each, so "h.0.ln_1.weight" finds "transformer.h.0.ln_1.weight" (Hugging Face's GPT-2 checkpoints) and the
 // other way round.
@@ -45,9 +53,10 @@ class SafetensorsReader {
   SafetensorsReader& operator=(const SafetensorsReader&) = delete;
 
   void open(const std::string& path);  // replaces whatever was open; on error the reader is left closed
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return path_; }  // as opened: a file, an index or a directory
+  std::size_t file_count() const { return files_.size(); }
 
-  std::vector<std::string> names() const;  // as stored, in the order of their data in the file
+  std::vector<std::string> names() const;  // as stored, in the order of their data (shard by shard)
   bool contains(const std::string& name) const;
   const TensorInfo& info(const std::string& name) const;  // kIo "missing tensor 'x' in file" when absent
 
@@ -60,17 +69,26 @@ class SafetensorsReader {
   // Throws kIo "tensor 'x' in file has shape [3, 4], expected [4, 4]" (or "missing tensor ...").
   void check_shape(const std::string& name, const std::vector<std::int64_t>& expected) const;
 
-  // The "__metadata__" object; an empty object when the file has none.
+  // The "__metadata__" object (a sharded model's: the index's "metadata"); an empty object when there is none.
   const nlohmann::json& metadata() const { return metadata_; }
 
  private:
+  struct File {
+    std::string path;
+    int fd = -1;
+    std::uint64_t data_start = 0;  // 8 + header length
+  };
   const TensorInfo* find(const std::string& name) const;
   void close();
+  // Opens `path` as one more file of the set; its tensors are appended (sorted by begin within it) and returned by
+  // position range [first, tensors_.size()).
+  std::size_t open_file(const std::string& path, nlohmann::json* metadata);
+  void open_index(const std::string& index_path);
 
   std::string path_;
-  int fd_ = -1;
-  std::uint64_t data_start_ = 0;     // 8 + header length
-  std::vector<TensorInfo> tensors_;  // sorted by begin
+  std::vector<File> files_;
+  std::vector<std::size_t> file_of_;  // tensors_[i] is in files_[file_of_[i]]
+  std::vector<TensorInfo> tensors_;   // file by file, sorted by begin within each
   std::unordered_map<std::string, std::size_t> index_;
   nlohmann::json metadata_ = nlohmann::json::object();
 };

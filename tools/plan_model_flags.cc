@@ -5,6 +5,7 @@
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 
 #include "core/error.h"
+#include "models/hf/hf_config.h"
 #include "models/llama/llama_config.h"
 
 namespace flags = strata::flags;
@@ -38,6 +39,12 @@ void PlanModelFlags::add(CLI::App& app, const std::string& seq_help, int min_seq
                  "a model by name, its dimensions filled in (the flags below override them; --seq defaults to its "
                  "context)")
       ->check(CLI::IsMember(plan_preset_names()));
+  app.add_option("--config", config_,
+                 "a Hugging Face config.json, or a model directory holding one (GPT-2 or the Llama family): the "
+                 "model's family and dimensions, its exact parameter count (the flags below override them; --seq "
+                 "defaults to its context)")
+      ->check(CLI::ExistingPath)
+      ->excludes("--preset");
   // Bounds well past any model trained (10^15 parameters, 10^5 layers): beyond them the arithmetic reports sizes no
   // machine has, and the per-layer searches take minutes.
   params_ =
@@ -59,7 +66,7 @@ void PlanModelFlags::add(CLI::App& app, const std::string& seq_help, int min_seq
       flags::positive_integer());
   dim("--ffn", &ModelShape::ffn, "the MLP's inner width (default: 4 x --hidden)", flags::positive_integer());
   dim("--vocab", &ModelShape::vocab, "vocabulary", flags::non_negative_integer());
-  dim("--seq", &ModelShape::seq, seq_help + needed, flags::integer(min_seq));
+  seq_ = dim("--seq", &ModelShape::seq, seq_help + needed, flags::integer(min_seq));
   auto on = [&](const char* flag, bool ModelShape::*field, const std::string& help) {
     switches_.push_back({app.add_flag(flag, given_.*field, help), field});
   };
@@ -76,27 +83,39 @@ void PlanModelFlags::add(CLI::App& app, const std::string& seq_help, int min_seq
 }
 
 ModelShape PlanModelFlags::shape() const {
-  ModelShape m = preset_.empty() ? ModelShape{} : plan_preset(preset_);
-  if (params_->count() > 0) m.params = given_.params;
+  ModelShape m = !config_.empty()
+                     ? strata::hf::read_hf_config(config_, seq_->count() > 0 ? given_.seq : 0).model_shape()
+                 : !preset_.empty() ? plan_preset(preset_)
+                                    : ModelShape{};
+  const bool base = !config_.empty() || !preset_.empty();
   std::vector<std::string> missing;
   for (const auto& [option, field] : ints_) {
     if (option->count() > 0) {
       m.*field = given_.*field;
-    } else if (preset_.empty() && (field == &ModelShape::layers || field == &ModelShape::hidden ||
-                                   field == &ModelShape::heads || field == &ModelShape::seq)) {
+      if (field != &ModelShape::seq) m.params = 0;  // another shape: counted from its dimensions
+    } else if (!base && (field == &ModelShape::layers || field == &ModelShape::hidden || field == &ModelShape::heads ||
+                         field == &ModelShape::seq)) {
       missing.push_back(option->get_name());
     }
   }
   if (!missing.empty()) {
     std::string names = missing[0];
     for (std::size_t i = 1; i < missing.size(); ++i) names += (i + 1 == missing.size() ? " and " : ", ") + missing[i];
-    STRATA_THROW(strata::ErrorCode::kInvalidArgument, "{} {} required: give the model's dimensions, or --preset NAME",
-                 names, missing.size() == 1 ? "is" : "are");
+    STRATA_THROW(strata::ErrorCode::kInvalidArgument,
+                 "{} {} required: give the model's dimensions, --preset NAME or --config config.json", names,
+                 missing.size() == 1 ? "is" : "are");
   }
   for (const auto& [option, field] : switches_)
-    if (option->count() > 0) m.*field = true;
+    if (option->count() > 0 && !(m.*field)) {
+      m.*field = true;
+      m.params = 0;
+    }
+  if (params_->count() > 0) m.params = given_.params;
   if (m.out_bias) m.qkv_bias = true;  // --attention-bias: q, k and v too
-  if (untied_flag_->count() > 0) m.tied = false;
+  if (untied_flag_->count() > 0 && m.tied) {
+    m.tied = false;
+    if (params_->count() == 0) m.params = 0;
+  }
   return m;
 }
 

@@ -10,21 +10,24 @@
 
 class PlanModelFlags {
  public:
-  // Adds --preset, --params, --layers, --hidden, --heads, --kv-heads, --head-dim, --ffn, --swiglu, --rms-norm,
+  // Adds --preset, --config, --params, --layers, --hidden, --heads, --kv-heads, --head-dim, --ffn, --swiglu,
+  // --rms-norm,
   // --rotary, --untied, --qkv-bias, --attention-bias, --vocab and --seq to `app`; --seq as `seq_help` says, at least
   // `min_seq`.
   void add(CLI::App& app, const std::string& seq_help, int min_seq);
-  // The preset's shape (when --preset is given; --seq defaults to its context), then every flag given over it.
-  // kInvalidArgument for an unknown preset (listing the names), or, without one, naming the missing dimensions.
+  // The preset's shape, or the config.json's (when --preset or --config is given; --seq defaults to its context),
+  // then every flag given over it. kInvalidArgument for an unknown preset (listing the names), a config.json
+  // models/hf refuses, or, without either, naming the missing dimensions.
   strata::ModelShape shape() const;
 
  private:
-  std::string preset_;
+  std::string preset_, config_;
   strata::ModelShape given_;
   std::vector<std::pair<CLI::Option*, int strata::ModelShape::*>> ints_;
   std::vector<std::pair<CLI::Option*, bool strata::ModelShape::*>> switches_;
   bool untied_ = false;
   CLI::Option* params_ = nullptr;
+  CLI::Option* seq_ = nullptr;
   CLI::Option* untied_flag_ = nullptr;
 };
 

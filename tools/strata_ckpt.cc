@@ -514,7 +514,10 @@ gpt::GptConfig infer_gpt(const SafetensorsReader& in, std::vector<std::string>& 
 }
 
 int run_import(const std::string& in_path, const std::string& path, std::int64_t step) {
-  check_input_file(in_path, "IN");  // a FIFO or device is refused before it can block
+  std::error_code dir_ec;
+  if (!fs::is_directory(in_path, dir_ec))
+    check_input_file(in_path,
+                     "IN");  // a FIFO or device is refused before it can block (a directory's files: its reader)
   const SafetensorsReader in(in_path);
   std::vector<std::string> ignored;
   const gpt::GptConfig cfg = infer_gpt(in, ignored);
@@ -724,7 +727,11 @@ int main(int argc, char** argv) {
   exp->add_option("--dtype", dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
 
   CLI::App* imp = app.add_subcommand("import", "a checkpoint (weights, zero moments) from a GPT-2 safetensors file");
-  imp->add_option("IN", file, "input .safetensors (docs/gpt-model.md's names)")->required()->check(CLI::ExistingFile);
+  imp->add_option("IN", file,
+                  "input .safetensors (docs/gpt-model.md's names), or a Hugging Face GPT-2 model directory (its "
+                  "model.safetensors or sharded index)")
+      ->required()
+      ->check(CLI::ExistingPath);
   imp->add_option("DIR", dir, "checkpoint directory to create it in")->required();
   imp->add_option("--step", import_step, "the step it is saved as (the optimizer still starts at step 0)")
       ->check(strata::flags::non_negative_int64());

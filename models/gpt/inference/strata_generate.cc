@@ -9,14 +9,14 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
-
-#include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -34,9 +34,10 @@
 #include "kernels/cpu/threads.h"
 #include "models/gpt/inference/finite_weights.h"
 #include "models/gpt/inference/gpt_decoder.h"
-#include "models/gpt/model/llama_shape_flags.h"
 #include "models/gpt/model/hf_llama_weights.h"
+#include "models/gpt/model/llama_shape_flags.h"
 #include "models/gpt/training/gpt_trainer_state.h"
+#include "models/hf/hf_config.h"
 #include "runtime/bootstrap/config_agreement.h"
 #include "runtime/bootstrap/runtime.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
@@ -149,6 +150,8 @@ gpt::GptConfig config_from_shapes(const ShapeOf& shape, int heads, const std::st
   return cfg;
 }
 
+Weights llama_weights(const std::shared_ptr<SafetensorsReader>& file, const gpt::GptConfig& cfg);
+
 // A Llama-style model from a safetensors file of Hugging Face names (LlamaForCausalLM's): its layers, width and
 // vocabulary from the tensors, and its heads and context from --heads and --ctx (no tensor counts them); the other
 // shape flags, where given, win over what the tensors imply (head_dim from q_proj's rows, key-value heads from
@@ -181,6 +184,11 @@ Weights llama_from_hf(const std::shared_ptr<SafetensorsReader>& file, const Flag
   if (cfg.ffn == 0) cfg.ffn = rows("layers.0.mlp.gate_proj.weight");
   cfg.tied = cfg.tied && !file->contains("lm_head.weight");
   cfg.qkv_bias = cfg.qkv_bias || file->contains(pre + "layers.0.self_attn.q_proj.bias");
+  return llama_weights(file, cfg);
+}
+
+// HfLlamaWeights over `file` for the model `cfg` (which it checks every tensor against).
+Weights llama_weights(const std::shared_ptr<SafetensorsReader>& file, const gpt::GptConfig& cfg) {
   cfg.validate();
   auto hf = std::make_shared<gpt::HfLlamaWeights>(*file, cfg);
   auto lock = std::make_shared<std::mutex>();
@@ -236,7 +244,43 @@ bool llama_flags_given(const gpt::GptConfig& m) {
          m.qkv_bias != d.qkv_bias || m.rope_theta != d.rope_theta || m.norm_eps != d.norm_eps;
 }
 
+// A Hugging Face model directory: its config.json is the family and the shape (the shape flags are refused: the
+// directory gives them), its model.safetensors or sharded index the weights.
+Weights from_model_directory(const std::string& dir, const Flags& f) {
+  const hf::HfConfig c = hf::read_hf_config(dir);
+  const gpt::GptConfig model = c.gpt2 ? gpt::GptConfig(c.gpt.layers, c.gpt.heads, c.gpt.hidden, c.gpt.vocab, c.gpt.ctx)
+                                      : gpt::llama_model(c.llama);
+  STRATA_CHECK(f.heads == 0 || f.heads == model.heads, "--heads {}: {} has {} heads (drop --heads)", f.heads, c.path,
+               model.heads);
+  STRATA_CHECK(!llama_flags_given(f.llama),
+               "--weights {} is a model directory: its config.json gives the shape, so "
+               "--ctx and the Llama shape flags are not taken",
+               dir);
+  STRATA_CHECK(f.family.empty() || f.family == (c.gpt2 ? "gpt2" : "llama"), "--family {}: {} describes {}", f.family,
+               c.path, c.architecture);
+  auto file = std::make_shared<SafetensorsReader>(dir);
+  if (!c.gpt2) return llama_weights(file, model);
+  Weights w;
+  w.source = dir;
+  w.cfg = config_from_shapes(
+      [&](const std::string& name) -> const std::vector<std::int64_t>* {
+        return file->contains(name) ? &file->info(name).shape : nullptr;
+      },
+      model.heads, dir);
+  STRATA_CHECK_CODE(
+      ErrorCode::kIo,
+      w.cfg.layers == model.layers && w.cfg.embd == model.embd && w.cfg.vocab == model.vocab && w.cfg.ctx == model.ctx,
+      "{}: the weights are {} layers of {}, vocabulary {}, {} positions; {} says {}, {}, {}, {}", dir, w.cfg.layers,
+      w.cfg.embd, w.cfg.vocab, w.cfg.ctx, c.path, model.layers, model.embd, model.vocab, model.ctx);
+  w.read = [file](const std::string& name, std::size_t begin, std::size_t count, float* out) {
+    file->read_f32(name, begin, count, out);
+  };
+  return w;
+}
+
 Weights from_safetensors(const std::string& path, const Flags& f) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return from_model_directory(path, f);
   auto file = std::make_shared<SafetensorsReader>(path);
   if (f.family == "llama" || (f.family.empty() && gpt::has_hf_llama_names(*file))) return llama_from_hf(file, f);
   const int heads = f.heads;
@@ -572,7 +616,8 @@ int main(int argc, char** argv) {
   app.add_option("--step", f.step, "the checkpoint's step to load (default: the latest committed)")
       ->check(flags::non_negative_int64());
   app.add_option("--weights", f.weights,
-                 "a safetensors file (strata-ckpt export, train_gpt --init's format, or a Hugging Face Llama's)");
+                 "a safetensors file (strata-ckpt export, train_gpt --init's format, or a Hugging Face Llama's), or "
+                 "a Hugging Face model directory (config.json and model.safetensors or its shards: the shape too)");
   app.add_option("--heads", f.heads, "attention heads (default: the checkpoint's record)")
       ->check(flags::positive_integer());
   app.add_option("--family", f.family,

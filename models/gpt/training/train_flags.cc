@@ -13,6 +13,7 @@
 #include "core/file_checks.h"
 #include "models/gpt/model/llama_shape_flags.h"
 #include "models/gpt/training/gpt_presets.h"
+#include "models/hf/hf_config.h"
 #include "runtime/checkpoint/storage_view.h"
 #include "runtime/parallel/node_layout.h"
 
@@ -267,13 +268,16 @@ void take_shape(const CLI::App& app, TrainFlags& f, const GptConfig& model) {
 
 int apply_preset(const CLI::App& app, TrainFlags& f) {
   if (!f.init.empty() && std::filesystem::is_directory(f.init)) {
-    // A Hugging Face model directory: its config.json is the shape (flags given as well override it), its
-    // model.safetensors the initial weights.
+    // A Hugging Face model directory: its config.json is the family and the shape (flags given as well override
+    // it), its model.safetensors, or the shards its model.safetensors.index.json names, the initial weights.
     STRATA_CHECK(f.model_name.empty(), "--model {} and --init {} (a model directory) both give the shape: drop one",
                  f.model_name, f.init);
-    const std::string dir = f.init;
-    take_shape(app, f, llama_model(llama::from_hf_config_json(dir + "/config.json", f.seq)));
-    f.init = dir + "/model.safetensors";
+    const hf::HfConfig c = hf::read_hf_config(f.init, f.seq);
+    take_shape(
+        app, f,
+        c.gpt2 ? GptConfig(c.gpt.layers, c.gpt.heads, c.gpt.hidden, c.gpt.vocab, c.gpt.ctx) : llama_model(c.llama));
+    const std::string index = f.init + "/model.safetensors.index.json";
+    f.init = std::filesystem::exists(index) ? index : f.init + "/model.safetensors";  // as SafetensorsReader opens it
     return f.model.vocab;
   }
   if (f.model_name.empty()) return f.model.vocab;
