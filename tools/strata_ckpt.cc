@@ -19,12 +19,15 @@
 
 #include "core/dir_lock.h"
 #include "core/dtype.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "core/file_checks.h"
 #include "core/tool_main.h"
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "core/atomic_file.h"
 #include "models/gpt/model/gpt_model.h"
+#include "models/gpt/model/hf_export.h"
+#include "models/gpt/model/model_record.h"
 #include "models/gpt/training/gpt_trainer_state.h"
 #include "core/safetensors.h"
 #include "models/gpt/model/weight_names.h"
@@ -408,6 +411,71 @@ int run_export(const std::string& path, const std::string& out, std::int64_t ste
   return 0;
 }
 
+// ---- export --hf ---------------------------------------------------------------------------------------------------
+
+// The model a checkpoint holds: a Llama-style run's shape from its trainer record; a GPT-2's dimensions from its
+// params tensors and its heads from the record, else from `heads_flag` (an imported checkpoint records none).
+gpt::GptConfig checkpoint_model(const CheckpointIndex& index, const std::string& step_dir, int heads_flag) {
+  const gpt::ShapeOf shape = [&](const std::string& name) -> const std::vector<std::int64_t>* {
+    const std::string t = params_tensor(name);
+    return index.has_tensor(t) ? &index.tensor(t).shape : nullptr;
+  };
+  int heads = heads_flag;
+  if (index.state.contains("trainer")) {
+    const gpt::GptTrainerState s = gpt::GptTrainerState::parse(index.state["trainer"], step_dir, nullptr);
+    STRATA_CHECK(heads_flag == 0 || !s.heads || *s.heads == heads_flag,
+                 "--heads {}: {} was trained with {} heads (its record); drop --heads", heads_flag, step_dir, *s.heads);
+    if (s.heads) heads = *s.heads;
+    if (gpt::parse_family(s.family) == gpt::Family::kLlama) {
+      STRATA_CHECK_CODE(ErrorCode::kIo, s.config.contains("model"), "{}: a Llama-style run's record has no "
+                        "config.model", step_dir);
+      gpt::GptConfig cfg = gpt::llama_config_from_record(s.config["model"], step_dir);
+      gpt::check_shapes(cfg, shape, step_dir);
+      return cfg;
+    }
+  }
+  STRATA_CHECK(heads > 0, "{}: the attention heads are in no tensor and not in its record (an imported checkpoint): "
+               "give --heads", step_dir);
+  return gpt::config_from_shapes(shape, heads, step_dir);
+}
+
+int run_export_hf(const std::string& path, const std::string& out, std::int64_t step_flag,
+                  const std::string& dtype_flag, int heads, const std::string& shard_size) {
+  const std::uint64_t max_shard = parse_bytes(shard_size, "--max-shard-size");
+  STRATA_CHECK(max_shard > 0, "--max-shard-size {} must be more than 0 bytes", shard_size);
+  std::error_code ec;
+  STRATA_CHECK_CODE(ErrorCode::kIo, !fs::exists(out, ec), "OUT {} exists already: --hf writes a new directory", out);
+  const CheckpointDir dir(path);
+  const std::int64_t step = chosen_step(dir, step_flag);
+  const std::string step_dir = dir.step_path(step);
+  const CheckpointIndex index = dir.read_index(step);
+  const gpt::GptConfig cfg = checkpoint_model(index, step_dir, heads);
+  const DType dtype = dtype_flag == "bf16" ? DType::kBF16 : DType::kF32;
+  std::vector<char> staging(index.block_bytes);
+  CheckpointReader reader(step_dir, index, staging.data());
+  // Every value is checked as it is read: weights that are not finite are not exported (nothing is renamed).
+  const gpt::ParamReader param = [&](const std::string& name, std::uint64_t begin, std::uint64_t count, float* o) {
+    const TensorRecord& t = index.tensor(params_tensor(name));
+    const std::uint64_t piece = kPieceBlocks * index.block_bytes / 4;
+    for (std::uint64_t at = 0; at < count; at += piece) {
+      const std::uint64_t n = std::min(piece, count - at);
+      reader.read_f32(t, begin + at, n, o + at);
+      const std::size_t bad = first_bad_value(t.name, o + at, n);
+      STRATA_CHECK_CODE(ErrorCode::kNonFinite, bad == n,
+                        "{}: {}, with valid checksums: not exported (weights that are not finite train to nothing)",
+                        step_dir, describe_bad_value(t.name, begin + at + bad, o[at + bad]));
+    }
+  };
+  const hf::HfWriteStats stats = hf::write_hf_directory(out, gpt::hf_config_json(cfg, dtype), gpt::hf_tensors(cfg, param),
+                                                        dtype, max_shard,
+                                                        {{"written_by", "strata-ckpt export --hf"},
+                                                         {"step", std::to_string(step)}});
+  std::printf("export: %s -> %s: %s, %d shard(s), %llu bytes of %s tensors, config.json\n", step_dir.c_str(),
+              out.c_str(), cfg.describe().c_str(), stats.shards, static_cast<unsigned long long>(stats.bytes),
+              safetensors_dtype_name(dtype));
+  return 0;
+}
+
 // ---- import -------------------------------------------------------------------------------------------------------
 
 // "GPT-2 L=12 C=768 V=50257 ctx=1024": what a weight file determines (heads are train_gpt's --heads).
@@ -721,10 +789,19 @@ int main(int argc, char** argv) {
 
   CLI::App* exp = app.add_subcommand("export", "the weights as one safetensors file (train_gpt --init, PyTorch)");
   exp->add_option("DIR", dir, "checkpoint directory")->required();
-  exp->add_option("OUT", file, "output .safetensors")->required();
+  exp->add_option("OUT", file, "output .safetensors (with --hf: a model directory)")->required();
   exp->add_option("--step", step, "the checkpoint of this step (default: the latest)")
       ->check(strata::flags::non_negative_int64());
   exp->add_option("--dtype", dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  bool hf_dir = false;
+  int export_heads = 0;
+  std::string shard_size = "5GB";
+  exp->add_flag("--hf", hf_dir,
+                "OUT is a new Hugging Face model directory: config.json and safetensors shards with their index, as "
+                "transformers' save_pretrained writes them");
+  exp->add_option("--max-shard-size", shard_size, "with --hf: the most tensor bytes in one shard (default 5GB)");
+  exp->add_option("--heads", export_heads, "with --hf: the attention heads, for a checkpoint that records none")
+      ->check(strata::flags::positive_integer());
 
   CLI::App* imp = app.add_subcommand("import", "a checkpoint (weights, zero moments) from a GPT-2 safetensors file");
   imp->add_option("IN", file,
@@ -746,7 +823,9 @@ int main(int argc, char** argv) {
   return strata::run_tool("strata-ckpt", [&] {
     if (ls->parsed()) return strata::run_ls(dir, json);
     if (verify->parsed()) return strata::run_verify(dir, step, json);
-    if (exp->parsed()) return strata::run_export(dir, file, step, dtype);
+    if (exp->parsed())
+      return hf_dir ? strata::run_export_hf(dir, file, step, dtype, export_heads, shard_size)
+                    : strata::run_export(dir, file, step, dtype);
     if (asm_->parsed()) return strata::run_assemble(dir, parts, step);
     return strata::run_import(file, dir, import_step);
   });

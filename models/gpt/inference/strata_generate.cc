@@ -36,6 +36,7 @@
 #include "models/gpt/inference/gpt_decoder.h"
 #include "models/gpt/model/hf_llama_weights.h"
 #include "models/gpt/model/llama_shape_flags.h"
+#include "models/gpt/model/model_record.h"
 #include "models/gpt/training/gpt_trainer_state.h"
 #include "models/hf/hf_config.h"
 #include "runtime/bootstrap/config_agreement.h"
@@ -117,39 +118,6 @@ struct Weights {
   std::string source;
 };
 
-using ShapeOf = std::function<const std::vector<std::int64_t>*(const std::string&)>;
-
-// Every parameter of the model `cfg`, with its shape (gpt_units' names; null: absent): a file of another model is
-// refused here, naming the tensor.
-void check_shapes(const gpt::GptConfig& cfg, const ShapeOf& shape, const std::string& source) {
-  for (const UnitSpec& u : gpt::gpt_units(cfg, 1))
-    for (const SlotSpec& s : u.slots) {
-      const std::vector<std::int64_t>* got = shape(s.name);
-      STRATA_CHECK_CODE(ErrorCode::kIo, got && *got == s.shape,
-                        "{}: tensor '{}' {} (a {}-layer, {}-wide model needs it)", source, s.name,
-                        got ? "has another shape" : "is missing", cfg.layers, cfg.embd);
-    }
-}
-
-// Shapes by parameter name -> the GPT's dimensions: layers (h.{i}.ln_1.weight), embd and vocab (wte), ctx (wpe).
-gpt::GptConfig config_from_shapes(const ShapeOf& shape, int heads, const std::string& source) {
-  const std::vector<std::int64_t>* wte = shape("wte.weight");
-  const std::vector<std::int64_t>* wpe = shape("wpe.weight");
-  STRATA_CHECK_CODE(ErrorCode::kIo, wte && wpe && wte->size() == 2 && wpe->size() == 2,
-                    "{}: no 2-D wte.weight and wpe.weight: not the weights of this GPT (docs/gpt-model.md)", source);
-  gpt::GptConfig cfg;
-  cfg.vocab = static_cast<int>((*wte)[0]);
-  cfg.embd = static_cast<int>((*wte)[1]);
-  cfg.ctx = static_cast<int>((*wpe)[0]);
-  cfg.layers = 0;
-  while (shape("h." + std::to_string(cfg.layers) + ".ln_1.weight")) ++cfg.layers;
-  STRATA_CHECK(heads > 0, "{}: the attention heads are not in the file: give --heads", source);
-  cfg.heads = heads;
-  cfg.validate();
-  check_shapes(cfg, shape, source);
-  return cfg;
-}
-
 Weights llama_weights(const std::shared_ptr<SafetensorsReader>& file, const gpt::GptConfig& cfg);
 
 // A Llama-style model from a safetensors file of Hugging Face names (LlamaForCausalLM's): its layers, width and
@@ -203,40 +171,6 @@ Weights llama_weights(const std::shared_ptr<SafetensorsReader>& file, const gpt:
   return w;
 }
 
-// A Llama-style model's shape from a checkpoint's record of its training run (TrainConfig::to_json's config.model).
-gpt::GptConfig llama_config_from_record(const nlohmann::json& m, const std::string& source) {
-  auto field = [&](const char* key, bool boolean) -> const nlohmann::json& {
-    STRATA_CHECK_CODE(ErrorCode::kIo, m.contains(key) && (boolean ? m[key].is_boolean() : m[key].is_number()),
-                      "{}: the trainer state's config.model.{} is missing or not a {} (a Llama-style run records it)",
-                      source, key, boolean ? "boolean" : "number");
-    return m[key];
-  };
-  auto dim = [&](const char* key) { return field(key, false).get<int>(); };
-  gpt::GptConfig cfg{dim("layers"), dim("heads"), dim("embd"), dim("vocab"), dim("ctx")};
-  cfg.family = gpt::Family::kLlama;
-  cfg.kv_heads = dim("kv_heads");
-  cfg.head_dim = dim("head_dim");
-  cfg.ffn = dim("ffn");
-  cfg.norm_eps = field("norm_eps", false).get<float>();
-  cfg.rope_theta = field("rope_theta", false).get<double>();
-  cfg.qkv_bias = field("qkv_bias", true).get<bool>();
-  cfg.tied = field("tied", true).get<bool>();
-  // "none", or llama3's factors (TrainConfig::to_json).
-  if (m.contains("rope_scaling") && m["rope_scaling"].is_object()) {
-    const nlohmann::json& r = m["rope_scaling"];
-    STRATA_CHECK_CODE(ErrorCode::kIo, r.value("rope_type", "") == "llama3",
-                      "{}: the trainer state's config.model.rope_scaling is of a type this build does not know: {}",
-                      source, r.dump());
-    cfg.rope_scaling.kind = cpu::RopeScaling::kLlama3;
-    cfg.rope_scaling.factor = r.at("factor").get<double>();
-    cfg.rope_scaling.low_freq_factor = r.at("low_freq_factor").get<double>();
-    cfg.rope_scaling.high_freq_factor = r.at("high_freq_factor").get<double>();
-    cfg.rope_scaling.original_max_position_embeddings = r.at("original_max_position_embeddings").get<int>();
-  }
-  cfg.validate();
-  return cfg;
-}
-
 // Whether --ctx or a Llama shape flag was given: they describe a Llama-style model read from --weights.
 bool llama_flags_given(const gpt::GptConfig& m) {
   const gpt::GptConfig d;
@@ -262,7 +196,7 @@ Weights from_model_directory(const std::string& dir, const Flags& f) {
   if (!c.gpt2) return llama_weights(file, model);
   Weights w;
   w.source = dir;
-  w.cfg = config_from_shapes(
+  w.cfg = gpt::config_from_shapes(
       [&](const std::string& name) -> const std::vector<std::int64_t>* {
         return file->contains(name) ? &file->info(name).shape : nullptr;
       },
@@ -286,7 +220,7 @@ Weights from_safetensors(const std::string& path, const Flags& f) {
   const int heads = f.heads;
   Weights w;
   w.source = path;
-  w.cfg = config_from_shapes(
+  w.cfg = gpt::config_from_shapes(
       [&](const std::string& name) -> const std::vector<std::int64_t>* {
         return file->contains(name) ? &file->info(name).shape : nullptr;
       },
@@ -353,15 +287,15 @@ Weights from_checkpoint(const std::string& path, std::int64_t step_flag, const F
                dir.step_path(step), family);
   Weights w;
   w.source = dir.step_path(step);
-  const ShapeOf shape = [&](const std::string& name) -> const std::vector<std::int64_t>* {
+  const gpt::ShapeOf shape = [&](const std::string& name) -> const std::vector<std::int64_t>* {
     const std::string t = params_tensor(name);
     return open->index.has_tensor(t) ? &open->index.tensor(t).shape : nullptr;
   };
   if (family == "llama") {
-    w.cfg = llama_config_from_record(model, w.source);
-    check_shapes(w.cfg, shape, w.source);
+    w.cfg = gpt::llama_config_from_record(model, w.source);
+    gpt::check_shapes(w.cfg, shape, w.source);
   } else {
-    w.cfg = config_from_shapes(shape, heads, w.source);
+    w.cfg = gpt::config_from_shapes(shape, heads, w.source);
   }
   w.read = [open](const std::string& name, std::size_t begin, std::size_t count, float* out) {
     std::unique_ptr<Reader> r = open->take();
