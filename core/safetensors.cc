@@ -159,6 +159,7 @@ SafetensorsReader& SafetensorsReader::operator=(SafetensorsReader&& other) noexc
     tensors_ = std::move(other.tensors_);
     index_ = std::move(other.index_);
     metadata_ = std::move(other.metadata_);
+    bytes_read_.store(other.bytes_read_.load());
     other.close();
   }
   return *this;
@@ -173,6 +174,7 @@ void SafetensorsReader::close() {
   tensors_.clear();
   index_.clear();
   metadata_ = nlohmann::json::object();
+  bytes_read_.store(0);
 }
 
 void SafetensorsReader::open(const std::string& path) {
@@ -383,6 +385,7 @@ void SafetensorsReader::read_f32(const std::string& name, std::size_t element_be
   STRATA_CHECK(out != nullptr, "null output for tensor '{}'", t.name);
   const std::size_t esize = dtype_size(t.dtype);
   const std::uint64_t offset = f.data_start + t.begin + element_begin * esize;
+  if (t.dtype != DType::kI32 && t.dtype != DType::kI64) bytes_read_.fetch_add(count * esize, std::memory_order_relaxed);
   switch (t.dtype) {
     case DType::kF32: pread_all(f.fd, out, count * sizeof(float), offset, "'" + f.path + "'"); return;
     case DType::kBF16:

@@ -1,6 +1,7 @@
 // SafetensorsReader and SafetensorsWriter: weight files in the safetensors format (F32, BF16, F16; F64, I32, I64).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <nlohmann/json.hpp>
@@ -69,6 +70,9 @@ class SafetensorsReader {
   // Throws kIo "tensor 'x' in file has shape [3, 4], expected [4, 4]" (or "missing tensor ...").
   void check_shape(const std::string& name, const std::vector<std::int64_t>& expected) const;
 
+  // Bytes of tensor data read so far by read_f32 (every thread's), from every file of the set.
+  std::uint64_t bytes_read() const { return bytes_read_.load(std::memory_order_relaxed); }
+
   // The "__metadata__" object (a sharded model's: the index's "metadata"); an empty object when there is none.
   const nlohmann::json& metadata() const { return metadata_; }
 
@@ -91,6 +95,7 @@ class SafetensorsReader {
   std::vector<TensorInfo> tensors_;   // file by file, sorted by begin within each
   std::unordered_map<std::string, std::size_t> index_;
   nlohmann::json metadata_ = nlohmann::json::object();
+  mutable std::atomic<std::uint64_t> bytes_read_{0};
 };
 
 // Collects tensors and writes them as one safetensors file: data in the order added, offsets consecutive, the JSON

@@ -184,12 +184,15 @@ run_logged() {
 # Open MPI's "process rank N ... on node H exited on signal", "Remote daemon: ... on node H" (a daemon lost), and
 # Strata's "ranks 2,3 on H never arrived at ..." (ranks silent past STRATA_TIMEOUT_S), and the TCP transport's
 # "Peer host: H" (a rank's connection to a host whose daemon died, with its ranks, names the host no other way).
+# The "Peer host" lines come last, so that a host named in both ways is put down to the more telling line.
 failed_hosts() {
-  sed -n -E \
-    -e 's/.*process rank [0-9]+ with PID [0-9]+ on node ([^ ]+) exited on signal.*/\1\t&/p' \
-    -e 's/.*Remote daemon: *\[\[[0-9,]+\],[0-9]+\] on node ([^ ]+).*/\1\t&/p' \
-    -e 's/^[[:space:]]*Peer host:[[:space:]]*([^ ]+)[[:space:]]*$/\1\tits connection to \1 was lost (Peer host: \1)/p' \
-    -e 's/.*ranks? [0-9,-]+ on ([^ ;]+(, [^ ;]+)*) never arrived at.*/\1\t&/p' "$1" |
+  {
+    sed -n -E \
+      -e 's/.*process rank [0-9]+ with PID [0-9]+ on node ([^ ]+) exited on signal.*/\1\t&/p' \
+      -e 's/.*Remote daemon: *\[\[[0-9,]+\],[0-9]+\] on node ([^ ]+).*/\1\t&/p' \
+      -e 's/.*ranks? [0-9,-]+ on ([^ ;]+(, [^ ;]+)*) never arrived at.*/\1\t&/p' "$1"
+    sed -n -E 's/^[[:space:]]*Peer host:[[:space:]]*([^ ]+)[[:space:]]*$/\1\tits connection to \1 was lost (Peer host: \1)/p' "$1"
+  } |
     while IFS=$'\t' read -r names line; do
       for h in ${names//,/ }; do printf '%s\t%s\n' "$h" "$line"; done
     done

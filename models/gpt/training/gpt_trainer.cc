@@ -22,6 +22,7 @@
 #include "runtime/tensor/global_elements.h"
 #include "collectives/rank_values.h"
 #include "core/error.h"
+#include "core/logging.h"
 #include "core/env.h"
 #include "core/fd_io.h"
 #include "core/file_checks.h"
@@ -181,11 +182,21 @@ void GptTrainer::init_from_file() {
       reader.check_shape(s.name, s.tp.replicated() ? s.shape : s.tp.global_shape);
   // The first non-finite value this rank reads (pieces come in unit, slot order), by its place in the file.
   NonFiniteAt bad;
+  std::uint64_t held = 0;  // the elements this rank's shards hold, each read from the file once
   model_->init(init_by_global_index(*mesh_, [&](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
     reader.read_f32(s.name, g, n, o);  // each rank reads only its shard
+    held += n;
     for (std::size_t i = 0; i < n && !bad.found(); ++i)
       if (!std::isfinite(o[i])) bad = NonFiniteAt{place.at(s.name).first, place.at(s.name).second, g + i, o[i]};
   }));
+  // What each rank read of the file against what it holds: only its own shards' bytes (docs/model-directories.md).
+  const std::vector<double> read = all_gather_values(rt_.world(), static_cast<double>(reader.bytes_read()));
+  const std::vector<double> holds = all_gather_values(rt_.world(), static_cast<double>(held));
+  std::string per_rank;
+  for (std::size_t r = 0; r < read.size(); ++r)
+    per_rank += fmt::format("{}{:.0f} bytes for {:.0f} elements", r ? ", " : "", read[r], holds[r]);
+  logger("gpt").info("--init {}: {} file(s); per rank, bytes read and elements held: {}", cfg_.init, reader.file_count(),
+                     per_rank);
   bad = lowest_over_ranks(rt_.world(), bad);
   if (bad.found()) {
     const std::string name = model_->layout(bad.unit).slots()[static_cast<std::size_t>(bad.slot)].name;

@@ -9,11 +9,12 @@
 #   -DMODE=skipped_steps_f16  the same under f16: the 16 skips while the loss scale backs off from 65536 to 1 do not
 #                             count, the next 3 do (stop at step 18).
 #   -DMODE=init_nan           a NaN at element 5 of h.0.mlp.c_fc.weight in an --init file: refused, naming both.
-#   -DMODE=resume_nan         the same weights imported as a checkpoint (strata-ckpt import): --resume refuses them.
+#   -DMODE=resume_nan         strata-ckpt import refuses the same weights; a checkpoint imported clean and holding them
+#                             behind valid checksums (damage_checkpoint): --resume refuses it.
 #   -DMODE=init_unknown       a 2-layer file into a 1-layer model: refused, listing the 12 tensors of block 1.
 #   -DMODE=init_missing       a 1-layer file into a 3-layer model: refused, listing the 24 missing (20 shown).
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DSTRATA_CKPT=<binary>
-# -DWORK=<scratch directory, emptied>.
+# -DDAMAGE=<damage_checkpoint> -DWORK=<scratch directory, emptied>.
 
 set(common --no-progress)
 string(REPLACE "|" ";" launcher "${MPIEXEC}")
@@ -86,7 +87,12 @@ elseif(MODE STREQUAL "init_nan")
 elseif(MODE STREQUAL "resume_nan")
   run_gpt(good ok --steps 0 --save ${WORK}/nan.safetensors)
   put_nan(${WORK}/nan.safetensors h.0.mlp.c_fc.weight 5)
-  run_checked(import ok 60 ${STRATA_CKPT} import ${WORK}/nan.safetensors ${WORK}/ckpt)
+  # strata-ckpt import refuses the file; the same values planted in a checkpoint behind valid checksums instead.
+  run_checked(import_nan fail 60 ${STRATA_CKPT} import ${WORK}/nan.safetensors ${WORK}/ckpt_nan)
+  expect_says(import_nan "tensor 'h.0.mlp.c_fc.weight' holds NaN at element 5")
+  run_gpt(clean ok --steps 0 --save ${WORK}/clean.safetensors)
+  run_checked(import ok 60 ${STRATA_CKPT} import ${WORK}/clean.safetensors ${WORK}/ckpt)
+  run_checked(damage ok 20 ${DAMAGE} ${WORK}/ckpt/step-00000000 value params/h.0.mlp.c_fc.weight nan 5)
   run_gpt(refused fail --checkpoint-dir ${WORK}/ckpt --resume --steps 2)
   expect_says(refused "loading ${WORK}/ckpt/step-00000000: its weights are not finite: 'h.0.mlp.c_fc.weight'"
               "element 5 is NaN")

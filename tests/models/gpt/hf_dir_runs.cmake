@@ -7,7 +7,9 @@
 #   losses and weights bit for bit at np 1, np 2 (ZeRO 3), tp 2 and pp 2;
 # - strata-ckpt import takes the directory;
 # - strata-plan --config: the exact parameter counts of GPT-2 124M and Llama 2 70B from their published config.json;
-# - a directory missing a shard is refused naming the index, the shard and a tensor, with no token generated.
+# - each rank reads only the bytes of what it holds (ZeRO 3 and tp 2 at np 2, counted by the reader);
+# - a directory missing a shard is refused naming the index, the shard and a tensor, with no token generated; a
+#   config.json whose vocabulary the weights disagree with, or of another architecture, is refused naming the file.
 # - strata-ckpt export --hf writes both families back: the same tokens, the same training, and transformers reads them
 #   bitwise (with HF_PYTHON);
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DCOMPARE=<compare_runs>
@@ -67,6 +69,49 @@ endforeach()
 if(failed)
   message(FATAL_ERROR "train_gpt --init of the directory differs from --init of the file: ${failed}")
 endif()
+
+# Each rank reads from the directory only what its shards hold: at ZeRO 3 over 2 ranks the two halves of the 30080
+# weights, at tp 2 each rank's slices (and the replicated norms), 4 bytes (f32) for each element it holds.
+foreach(layout "zero3|--zero-stage,3" "tp2|--tp,2")
+  unpack_row("${layout}" name flags)
+  string(REPLACE "," ";" flags "${flags}")
+  run_checked(bytes_${name} ok 60 ${CMAKE_COMMAND} -E env STRATA_LOG_LEVEL=info ${launch} -n 2 ${TRAIN_GPT}
+              --init ${gpt2} --steps 1 --no-progress --seq 16 ${flags})
+  string(REGEX MATCH
+         "bytes read and elements held: ([0-9]+) bytes for ([0-9]+) elements, ([0-9]+) bytes for ([0-9]+) elements" _
+         "${bytes_${name}_out}")
+  if(NOT CMAKE_MATCH_4)
+    message(FATAL_ERROR "bytes_${name}: no per-rank count of the bytes read:\n${bytes_${name}_out}")
+  endif()
+  math(EXPR held "${CMAKE_MATCH_2} + ${CMAKE_MATCH_4}")
+  math(EXPR want0 "4 * ${CMAKE_MATCH_2}")
+  math(EXPR want1 "4 * ${CMAKE_MATCH_4}")
+  message(STATUS "bytes_${name}: ranks read ${CMAKE_MATCH_1} and ${CMAKE_MATCH_3} bytes for ${CMAKE_MATCH_2} and "
+                 "${CMAKE_MATCH_4} elements held")
+  if(NOT CMAKE_MATCH_1 EQUAL want0 OR NOT CMAKE_MATCH_3 EQUAL want1)
+    message(FATAL_ERROR "bytes_${name}: a rank read other than 4 bytes per element it holds")
+  endif()
+  if(name STREQUAL "zero3" AND NOT held EQUAL 30080)
+    message(FATAL_ERROR "bytes_zero3: the ranks hold ${held} elements between them, not the model's 30080 once")
+  endif()
+  if(name STREQUAL "tp2" AND (NOT held GREATER 30080 OR CMAKE_MATCH_2 GREATER_EQUAL 30080))
+    message(FATAL_ERROR "bytes_tp2: ${CMAKE_MATCH_2} and ${CMAKE_MATCH_4} elements: not slices plus replicated norms")
+  endif()
+endforeach()
+
+# A config.json that disagrees with the weights, and one of another architecture: refused naming the file.
+file(COPY ${gpt2}/ DESTINATION ${WORK}/wrong_vocab)
+file(READ ${gpt2}/config.json config)
+string(REPLACE "\"vocab_size\": 64" "\"vocab_size\": 65" wrong "${config}")
+file(WRITE ${WORK}/wrong_vocab/config.json "${wrong}")
+run_checked(wrong_vocab fail 60 ${launch} -n 1 ${TRAIN_GPT} --init ${WORK}/wrong_vocab --steps 1 --no-progress)
+expect_text(wrong_vocab "wte.weight' in ${WORK}/wrong_vocab/model-" "has shape [64, 32], expected [65, 32]")
+file(COPY ${gpt2}/ DESTINATION ${WORK}/bert)
+string(REPLACE "\"model_type\": \"gpt2\"" "\"model_type\": \"bert\"" bert "${config}")
+string(REPLACE "GPT2LMHeadModel" "BertForMaskedLM" bert "${bert}")
+file(WRITE ${WORK}/bert/config.json "${bert}")
+run_checked(bert fail 60 ${launch} -n 1 ${TRAIN_GPT} --init ${WORK}/bert --steps 1 --no-progress)
+expect_text(bert "bert/config.json: .architectures: 'BertForMaskedLM' is not an architecture Strata trains")
 
 run_checked(plan_gpt2 ok 30 ${bin}/strata-plan --config ${DATA}/hf/configs/gpt2)
 expect_text(plan_gpt2 "model: 124,439,808 parameters (0.12B), 12 layers, hidden 768, 12 heads, seq 1024")
