@@ -33,7 +33,7 @@ std::uint64_t numel(const std::vector<std::int64_t>& shape) {
 
 HfWriteStats write_hf_directory(const std::string& dir, const nlohmann::json& config,
                                 const std::vector<HfTensorOut>& tensors, DType dtype, std::uint64_t max_shard_bytes,
-                                nlohmann::json metadata) {
+                                nlohmann::json metadata, const std::vector<std::string>& copy_in) {
   STRATA_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "a model directory is written as F32 or BF16");
   STRATA_CHECK(max_shard_bytes > 0, "the shard size must be more than 0 bytes");
   std::error_code ec;
@@ -100,6 +100,11 @@ HfWriteStats write_hf_directory(const std::string& dir, const nlohmann::json& co
                             nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) +
                                 "\n");
     write_file_atomically(tmp + "/config.json", config.dump(2) + "\n");
+    for (const std::string& from : copy_in) {
+      const std::string to = tmp + "/" + fs::path(from).filename().string();
+      fs::copy_file(from, to, ec);
+      STRATA_CHECK_CODE(ErrorCode::kIo, !ec, "cannot copy {} to {}: {}", from, to, ec.message());
+    }
     fsync_directory(tmp);
     fs::rename(tmp, dir, ec);
     STRATA_CHECK_CODE(ErrorCode::kIo, !ec, "cannot rename {} to {}: {}", tmp, dir, ec.message());
@@ -109,6 +114,16 @@ HfWriteStats write_hf_directory(const std::string& dir, const nlohmann::json& co
     throw;
   }
   return HfWriteStats{n, total};
+}
+
+std::vector<std::string> tokenizer_files(const std::string& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return out;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
+                           "vocab.json", "merges.txt", "added_tokens.json", "generation_config.json"})
+    if (fs::is_regular_file(fs::path(dir) / name, ec)) out.push_back((fs::path(dir) / name).string());
+  return out;
 }
 
 }  // namespace strata::hf

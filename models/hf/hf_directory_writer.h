@@ -30,8 +30,16 @@ struct HfWriteStats {
 // into DIR.tmp.<host>.<pid>.<n> first, each file flushed, and the directory is renamed to `dir` last: a failure
 // leaves no directory that looks complete. `dir` must not exist (kIo naming it otherwise). `metadata` (strings) goes
 // into each shard's __metadata__ with "format": "pt".
+// `copy_in` files (a tokenizer's, beside the weights the run started from) are copied into the directory by their
+// file names before the rename.
 HfWriteStats write_hf_directory(const std::string& dir, const nlohmann::json& config,
                                 const std::vector<HfTensorOut>& tensors, DType dtype, std::uint64_t max_shard_bytes,
-                                nlohmann::json metadata = nlohmann::json::object());
+                                nlohmann::json metadata = nlohmann::json::object(),
+                                const std::vector<std::string>& copy_in = {});
+
+// The tokenizer files of a Hugging Face model directory that `dir` holds (tokenizer.json, tokenizer_config.json,
+// special_tokens_map.json, tokenizer.model, vocab.json, merges.txt, added_tokens.json, generation_config.json), as
+// paths; none when `dir` is not a directory.
+std::vector<std::string> tokenizer_files(const std::string& dir);
 
 }  // namespace strata::hf

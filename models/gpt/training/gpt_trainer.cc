@@ -15,6 +15,7 @@
 #include "models/gpt/training/gpt_memory.h"
 #include "kernels/cpu/threads.h"
 #include "core/safetensors.h"
+#include "models/gpt/model/hf_export.h"
 #include "models/gpt/model/hf_llama_weights.h"
 #include "models/gpt/model/weight_names.h"
 #include "runtime/context/context_chunks.h"
@@ -553,6 +554,26 @@ void GptTrainer::save(const std::string& path) {
     }
   }
   all_agree(world, error.empty(), error, "saving " + path);
+}
+
+void GptTrainer::save_hf(const std::string& dir, std::uint64_t max_shard_bytes, const std::vector<std::string>& copy_in) {
+  const std::string weights = tmp_path_for(dir, rt_.job_id() + ".weights");
+  save(weights);  // collective; refuses weights that are not finite
+  std::string error;
+  if (rt_.rank() == 0) {
+    try {
+      const SafetensorsReader reader(weights);
+      const ParamReader param = [&](const std::string& name, std::uint64_t begin, std::uint64_t count, float* out) {
+        reader.read_f32(name, begin, count, out);
+      };
+      hf::write_hf_directory(dir, hf_config_json(cfg_.model, DType::kF32), hf_tensors(cfg_.model, param), DType::kF32,
+                             max_shard_bytes, {{"written_by", "strata train_gpt --save-hf"}}, copy_in);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    ::unlink(weights.c_str());
+  }
+  all_agree(rt_.world(), error.empty(), error, "saving " + dir);
 }
 
 }  // namespace strata::gpt

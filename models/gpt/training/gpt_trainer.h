@@ -76,6 +76,11 @@ class GptTrainer {
   // Collective: writes the weights under the spec's names as one F32 safetensors file. Each value is written once,
   // by the rank that owns it, at its place in the file (a shared file system): no rank gathers the model.
   void save(const std::string& path);
+  // The final weights as a new Hugging Face model directory `dir` (models/hf/hf_directory_writer.h): config.json and
+  // the model's tensors under Hugging Face's names, in shards of at most `max_shard_bytes`, and the `copy_in` files
+  // (the tokenizer of the directory the run started from). Collective: save() into a temporary file beside `dir`,
+  // which rank 0 turns into the directory and removes; an error on any rank fails every rank, and no `dir` is left.
+  void save_hf(const std::string& dir, std::uint64_t max_shard_bytes, const std::vector<std::string>& copy_in);
 
  private:
   // Runs fn; an allocation over the device budget is rethrown with the planner's advice appended.

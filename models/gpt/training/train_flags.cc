@@ -106,6 +106,11 @@ void add_data_flags(CLI::App& app, TrainFlags& f) {
                  "Face's), or a Hugging Face model directory (config.json and model.safetensors: the shape too)")
       ->check(CLI::ExistingPath);
   app.add_option("--save", f.save, "write the final weights here (safetensors, F32)")->check(flags::path_name());
+  app.add_option("--save-hf", f.save_hf,
+                 "write the final weights as a new Hugging Face model directory here: config.json, safetensors "
+                 "shards with their index (F32), and the tokenizer files of the --init directory")
+      ->check(flags::path_name());
+  app.add_option("--save-shard-size", f.save_shard_size, "with --save-hf: the most tensor bytes in a shard (5GB)");
   auto* data = app.add_option("--data", f.data,
                               "training tokens: a file, a glob or a comma-separated list of token shards (Strata's, "
                               "llm.c's .bin or plain uint16 as nanoGPT's), memory-mapped")
@@ -276,6 +281,7 @@ int apply_preset(const CLI::App& app, TrainFlags& f) {
     take_shape(
         app, f,
         c.gpt2 ? GptConfig(c.gpt.layers, c.gpt.heads, c.gpt.hidden, c.gpt.vocab, c.gpt.ctx) : llama_model(c.llama));
+    f.init_dir = f.init;
     const std::string index = f.init + "/model.safetensors.index.json";
     f.init = std::filesystem::exists(index) ? index : f.init + "/model.safetensors";  // as SafetensorsReader opens it
     return f.model.vocab;
@@ -392,6 +398,8 @@ std::vector<ConfigField> effective_configuration(const TrainFlags& f) {
                                         {"--checkpoint-async", on(f.checkpoint_async)},
                                         {"--resume", on(f.resume)},
                                         {"--save", f.save},
+                                        {"--save-hf", f.save_hf},
+                                        {"--save-shard-size", f.save_shard_size},
                                         {"--metrics", f.metrics},
                                         {"--trace", f.trace},
                                         {"--backend", f.backend},
@@ -412,21 +420,29 @@ void check_run_files(const TrainFlags& f, Runtime& rt) {
     // The checkpoint directory first: it is created now, as the run would, which may make --save's directory.
     if (!f.checkpoint_dir.empty()) prepare_output_dir(f.checkpoint_dir, "--checkpoint-dir");
     if (!f.save.empty()) check_output_file(f.save, "--save", OutputKind::kReplaced);  // every rank writes its part
+    if (!f.save_hf.empty()) {
+      std::error_code ec;
+      STRATA_CHECK_CODE(ErrorCode::kIo, !std::filesystem::exists(f.save_hf, ec), "--save-hf {} exists already: a "
+                        "model directory is written to a new path (nothing there is replaced)", f.save_hf);
+      STRATA_CHECK(parse_bytes(f.save_shard_size, "--save-shard-size") > 0, "--save-shard-size {} must be more than "
+                   "0 bytes", f.save_shard_size);
+    }
     if (rt.rank() == 0 && !f.metrics.empty()) check_output_file(f.metrics, "--metrics", OutputKind::kDirect);
   } catch (const Error& e) {
     problem = e.what();
   }
   all_agree(rt.world(), problem.empty(), problem, "checking the files of the run");
-  if (!f.save.empty()) {
+  for (const std::string& out : {f.save, f.save_hf}) {
+    if (out.empty()) continue;
     // Every rank writes its part into the one file: the ranks must see the same directory.
-    const std::string dir = std::filesystem::absolute(f.save).parent_path().string();
+    const std::string dir = std::filesystem::absolute(out).parent_path().string();
     const StorageView view = probe_storage(rt.world(), dir);
     STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, view.shared(),
-                      "--save {}: {} in {} (each host has a disk of its own), and --save writes one file that every "
+                      "{}: {} in {} (each host has a disk of its own), and --save / --save-hf write one file that every "
                       "rank writes its part of: give a path on a file system every rank sees, or save checkpoints "
                       "(--checkpoint-dir) and export one on a single host (strata-ckpt assemble, then strata-ckpt "
                       "export)",
-                      f.save, view.describe(), dir);
+                      out, view.describe(), dir);
   }
 }
 

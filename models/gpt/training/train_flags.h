@@ -23,6 +23,9 @@ struct TrainFlags {
   int cp = 1;            // --cp: context parallelism
   double lr = 1e-3, weight_decay = 0.1, beta1 = 0.9, beta2 = 0.95, eps = 1e-8, grad_clip = 1.0;
   std::uint64_t seed = 1, tokens = 1 << 16;
+  std::string save_hf;           // --save-hf: the final weights as a Hugging Face model directory
+  std::string save_shard_size = "5GB";
+  std::string init_dir;          // the Hugging Face model directory --init named (its tokenizer files go to --save-hf)
   std::string init, save, data, text, make_data, metrics, backend, param_dtype = "f32", reduce_dtype = "f32",
                                                                    compute_dtype = "auto";
   bool no_progress = false, sequence_parallel = false;

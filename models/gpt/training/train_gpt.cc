@@ -11,6 +11,7 @@
 #include "models/gpt/training/gpt_trainer.h"
 #include "models/gpt/training/train_flags.h"
 #include "models/gpt/training/train_report.h"
+#include "models/hf/hf_directory_writer.h"
 #include "runtime/bootstrap/config_agreement.h"
 #include "runtime/bootstrap/runtime.h"
 
@@ -102,6 +103,8 @@ int main(int argc, char** argv) {
     trainer.finish();
     log.print_checkpoint();
     if (!f.save.empty()) trainer.save(f.save);
+    if (!f.save_hf.empty())
+      trainer.save_hf(f.save_hf, parse_bytes(f.save_shard_size, "--save-shard-size"), hf::tokenizer_files(f.init_dir));
     log.print_summary();
     rt.finish();  // the trace, if on: a failed write is an error here, not a log line at exit
     return 0;

@@ -10,6 +10,7 @@
 # - each rank reads only the bytes of what it holds (ZeRO 3 and tp 2 at np 2, counted by the reader);
 # - a directory missing a shard is refused naming the index, the shard and a tensor, with no token generated; a
 #   config.json whose vocabulary the weights disagree with, or of another architecture, is refused naming the file.
+# - train_gpt --save-hf writes the run's final weights as a directory (sharded; the tokenizer copied through);
 # - strata-ckpt export --hf writes both families back: the same tokens, the same training, and transformers reads them
 #   bitwise (with HF_PYTHON);
 # -DMPIEXEC=<'|'-separated launcher words, without -n> -DTRAIN_GPT=<binary> -DCOMPARE=<compare_runs>
@@ -162,6 +163,32 @@ if(HF_PYTHON)
 else()
   message(STATUS "transformers round trip: skipped (no HF_PYTHON: a Python with torch and transformers)")
 endif()
+
+# train_gpt --save-hf: the final weights as a new directory (GPT-2 at ZeRO 3 in 40 KB shards, the Llama at tp 2 with
+# the tokenizer of its --init directory copied through), written beside --save's file of the same weights: a run
+# started from the directory holds exactly those weights (its --save of them at step 0 is the same file, byte for byte).
+file(COPY ${llama}/ DESTINATION ${WORK}/llama_tok)
+file(COPY_FILE ${DATA}/tokenizers/llama3_tokenizer.json ${WORK}/llama_tok/tokenizer.json)
+foreach(run "gpt2|${gpt2}|--zero-stage,3,--save-shard-size,40KB" "llama|${WORK}/llama_tok|--tp,2")
+  unpack_row("${run}" name from flags)
+  string(REPLACE "," ";" flags "${flags}")
+  run_checked(save_hf_${name} ok 120 ${launch} -n 2 ${TRAIN_GPT} --init ${from} --steps 2 --seq 16 --batch 2
+              --no-progress ${flags} --save-hf ${WORK}/${name}_saved --save ${WORK}/${name}_saved.safetensors)
+  run_checked(reload_${name} ok 60 ${launch} -n 1 ${TRAIN_GPT} --init ${WORK}/${name}_saved --steps 0 --no-progress
+              --save ${WORK}/${name}_reloaded.safetensors)
+  file(SHA256 ${WORK}/${name}_saved.safetensors saved)
+  file(SHA256 ${WORK}/${name}_reloaded.safetensors reloaded)
+  if(NOT saved STREQUAL reloaded)
+    message(FATAL_ERROR "save_hf_${name}: the directory does not hold the run's final weights (--save's file)")
+  endif()
+endforeach()
+if(NOT EXISTS ${WORK}/gpt2_saved/model.safetensors.index.json OR NOT EXISTS ${WORK}/llama_saved/tokenizer.json)
+  message(FATAL_ERROR "--save-hf: no shards for the GPT-2, or no tokenizer.json copied for the Llama")
+endif()
+run_checked(save_hf_exists fail 60 ${launch} -n 1 ${TRAIN_GPT} --init ${gpt2} --steps 1 --no-progress
+            --save-hf ${WORK}/gpt2_saved)
+expect_text(save_hf_exists "--save-hf ${WORK}/gpt2_saved exists already")
+expect_no_steps_after(save_hf_exists -1)
 
 file(COPY ${gpt2}/ DESTINATION ${WORK}/no_shard)
 file(REMOVE ${WORK}/no_shard/model-00002-of-00004.safetensors)
