@@ -18,6 +18,7 @@
 #include "core/file_checks.h"
 #include "core/memory_stats.h"
 #include "core/output_file.h"
+#include "core/safetensors.h"
 #include "collectives/communicator.h"
 #include "collectives/rank_values.h"
 #include "runtime/bootstrap/config_agreement.h"

@@ -2,14 +2,18 @@
 // least squares, sharded over the ranks; then a two-layer network split over a tensor-parallel group of every rank
 // (a column-parallel layer, tanh, a row-parallel layer) with its own kernels; then generation over its own Decoder,
 // whose weights stream through device slots (BlockStreamer). Prints the losses, the generated tokens and "consumer: ok"
-// when both losses fell and the tokens are the decoder's. Its one flag goes through the installed CLI11 validators.
+// when both losses fell, the tokens are the decoder's and its fitted parameters read back from a sharded safetensors set
+// through the installed reader. Its one flag goes through the installed CLI11 validators.
 #include <strata/flag_checks.h>
 #include <strata/strata.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -205,6 +209,36 @@ int main(int argc, char** argv) {
     for (std::int32_t t : g.tokens[0]) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
     STRATA_CHECK(tokens == "8,0,3,6" && g.decode_streamed_bytes == 3 * 24, "generated {} ({} bytes streamed)", tokens,
                  g.decode_streamed_bytes);
+    // The fitted parameters as a Hugging Face-style sharded safetensors set (one tensor a shard, and the index), read
+    // back through the installed reader as one set of tensors.
+    if (rt.rank() == 0) {
+      const std::vector<strata::TensorView>& fitted = model.begin_forward(0);
+      const std::string dir = "consumer_weights." + std::to_string(::getpid());
+      std::filesystem::create_directories(dir);
+      const char* names[] = {"w", "b"};
+      nlohmann::json map;
+      for (int k = 0; k < 2; ++k) {
+        strata::SafetensorsWriter w;
+        w.add_f32(names[k], strata::DType::kF32, {static_cast<std::int64_t>(fitted[k].numel())},
+                  fitted[k].as<float>());
+        const std::string shard = "model-0000" + std::to_string(k + 1) + "-of-00002.safetensors";
+        w.write(dir + "/" + shard);
+        map[names[k]] = shard;
+      }
+      std::ofstream(dir + "/model.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
+      const strata::SafetensorsReader back(dir);
+      for (int k = 0; k < 2; ++k) {
+        const std::vector<float> got = back.read_f32(names[k]);
+        STRATA_CHECK(back.file_count() == 2 && got.size() == fitted[k].numel() &&
+                         std::memcmp(got.data(), fitted[k].as<float>(), got.size() * 4) == 0,
+                     "the sharded safetensors set did not read back tensor {}", names[k]);
+      }
+      model.end_forward(0);
+      std::filesystem::remove_all(dir);
+    } else {
+      model.begin_forward(0);
+      model.end_forward(0);
+    }
     if (rt.rank() == 0)
       std::printf("consumer: ok, %d ranks, loss %.6f -> %.6f; tp %d loss %.6f -> %.6f; generated %s\n", rt.world_size(),
                   first, last, split.tp().size(), tp_first, tp_last, tokens.c_str());
