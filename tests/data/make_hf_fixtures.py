@@ -5,6 +5,8 @@ tests/data/hf/gpt2_tiny: GPT2LMHeadModel with gpt_gen_init.safetensors' weights 
 vocabulary 64, 80 positions), saved in shards of at most 40 KB with their model.safetensors.index.json. Its greedy
 tokens for gpt_gen_ref.json's prompt, by transformers' generate(), are checked against that file's (made by full
 forwards of an independent PyTorch GPT-2), so the directory is the model the generation tests already hold.
+tests/data/hf/gpt2_tiny_bf16: the same model saved in bfloat16, and gpt2_tiny_bf16_ref.json: the greedy tokens of
+its weights widened back to float32.
 
 tests/data/hf/llama_tiny: LlamaForCausalLM (2 layers, width 32, 4 heads of which 2 key-value, MLP 64, vocabulary 64,
 untied head, seeded), saved in shards the same way, and tests/data/hf/llama_tiny_ref.json: its greedy tokens for the
@@ -56,6 +58,17 @@ def gpt2():
     assert tokens == ref["tokens"], (tokens, ref["tokens"])
     path = save(model, "gpt2_tiny")
     print(path, sorted(os.listdir(path)))
+    # The same model saved in bfloat16, and the greedy tokens of its weights widened back to float32 (what a reader
+    # that converts BF16 to f32 computes with).
+    model.to(torch.bfloat16)
+    path = save(model, "gpt2_tiny_bf16")
+    model.to(torch.float32)
+    tokens = greedy(model, ref["prompt"], len(ref["tokens"]))
+    with open(os.path.join(OUT, "gpt2_tiny_bf16_ref.json"), "w") as f:
+        json.dump({"prompt": ref["prompt"], "tokens": tokens, "transformers": __import__("transformers").__version__,
+                   "torch": torch.__version__}, f)
+        f.write("\n")
+    print(path, sorted(os.listdir(path)), tokens)
 
 
 def llama():

@@ -38,7 +38,8 @@ function(json_ids out file key)
   set(${out} ${ids} PARENT_SCOPE)
 endfunction()
 
-foreach(model "gpt2|${gpt2}|${DATA}/gpt_gen_ref.json" "llama|${llama}|${DATA}/hf/llama_tiny_ref.json")
+foreach(model "gpt2|${gpt2}|${DATA}/gpt_gen_ref.json" "llama|${llama}|${DATA}/hf/llama_tiny_ref.json"
+              "gpt2_bf16|${DATA}/hf/gpt2_tiny_bf16|${DATA}/hf/gpt2_tiny_bf16_ref.json")
   string(REPLACE "|" ";" model "${model}")
   list(GET model 0 name)
   list(GET model 1 dir)
@@ -56,7 +57,8 @@ foreach(model "gpt2|${gpt2}|${DATA}/gpt_gen_ref.json" "llama|${llama}|${DATA}/hf
     endif()
   endforeach()
 endforeach()
-message(STATUS "strata-generate on both sharded directories: the references' greedy tokens at tp 1 and 2")
+message(STATUS "strata-generate on the sharded directories (GPT-2 in F32 and BF16, the Llama): the references' "
+               "greedy tokens at tp 1 and 2")
 
 set(common --steps 3 --no-progress --seq 16 --batch 4 --tokens 8192)
 set(failed)
@@ -129,6 +131,22 @@ expect_text(import_dir "GPT-2 L=2 C=32 V=64 ctx=80" "28 tensors, 120320 bytes")
 run_checked(export_gpt2 ok 30 ${bin}/strata-ckpt export --hf ${WORK}/imported ${WORK}/gpt2_out --heads 2
             --max-shard-size 40KB)
 expect_text(export_gpt2 "4 shard(s), 120320 bytes of F32 tensors, config.json")
+# BF16 out and back: the BF16 directory imported and exported as BF16 again is the same files, byte for byte.
+run_checked(import_bf16 ok 30 ${bin}/strata-ckpt import ${DATA}/hf/gpt2_tiny_bf16 ${WORK}/imported_bf16)
+run_checked(export_bf16 ok 30 ${bin}/strata-ckpt export --hf ${WORK}/imported_bf16 ${WORK}/bf16_out --heads 2
+            --dtype bf16 --max-shard-size 40KB)
+run_checked(reimport_bf16 ok 30 ${bin}/strata-ckpt import ${WORK}/bf16_out ${WORK}/reimported_bf16)
+run_checked(reexport_bf16 ok 30 ${bin}/strata-ckpt export --hf ${WORK}/reimported_bf16 ${WORK}/bf16_again --heads 2
+            --dtype bf16 --max-shard-size 40KB)
+file(GLOB shards RELATIVE ${WORK}/bf16_out ${WORK}/bf16_out/*)
+foreach(f IN LISTS shards)
+  file(SHA256 ${WORK}/bf16_out/${f} one)
+  file(SHA256 ${WORK}/bf16_again/${f} two)
+  if(NOT one STREQUAL two)
+    message(FATAL_ERROR "export --hf --dtype bf16: ${f} differs after a BF16 round trip")
+  endif()
+endforeach()
+
 run_checked(lr0 ok 60 ${launch} -n 2 ${TRAIN_GPT} --init ${llama} --steps 1 --lr 0 --seq 16 --batch 2 --no-progress
             --checkpoint-dir ${WORK}/llama_ckpt)
 run_checked(export_llama ok 30 ${bin}/strata-ckpt export --hf ${WORK}/llama_ckpt ${WORK}/llama_out --max-shard-size 40KB)
