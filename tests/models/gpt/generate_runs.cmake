@@ -116,20 +116,8 @@ message(STATUS "tp: the same three greedy lines at tp 2 (np 2 and 4), tp 4, tp 2
 # tokens from strata-generate on that file, at one rank, at tp 2, and at tp 2 with every block streamed from the file.
 set(data ${CMAKE_CURRENT_LIST_DIR}/../../data)
 file(READ ${data}/gpt_gen_ref.json ref)
-# json_ids(<out> <key>): the JSON array ref[key] of token ids as "a,b,c".
-function(json_ids out key)
-  string(JSON n LENGTH "${ref}" ${key})
-  math(EXPR last "${n} - 1")
-  set(ids)
-  foreach(i RANGE ${last})
-    string(JSON t GET "${ref}" ${key} ${i})
-    list(APPEND ids ${t})
-  endforeach()
-  list(JOIN ids "," ids)
-  set(${out} ${ids} PARENT_SCOPE)
-endfunction()
-json_ids(want tokens)
-json_ids(prompt prompt)
+json_ids(want ${data}/gpt_gen_ref.json tokens)
+json_ids(prompt ${data}/gpt_gen_ref.json prompt)
 string(JSON n LENGTH "${ref}" tokens)
 set(pytorch --weights ${data}/gpt_gen_init.safetensors --heads 2 --tokens ${prompt} --max-new-tokens ${n} --quiet)
 foreach(run "1" "2;--tp;2" "2;--tp;2;--resident-layers;0;--weights-from;disk")
@@ -171,8 +159,8 @@ refused(shard_without_ranks "--shard-weights shares the streamed blocks among th
 # its files with the KV cache in host memory, sharded over two ranks, and at tp 2; then a family that contradicts the record, a
 # file without a context, and a shape flag the file contradicts, refused.
 file(READ ${data}/llama_gen_ref.json ref)
-json_ids(want tokens)
-json_ids(prompt prompt)
+json_ids(want ${data}/llama_gen_ref.json tokens)
+json_ids(prompt ${data}/llama_gen_ref.json prompt)
 string(JSON n LENGTH "${ref}" tokens)
 set(hf --weights ${data}/llama_gen_init.safetensors --heads 4 --ctx 80)
 run_checked(llama_ckpt ok 120 ${launch} -n 1 ${TRAIN_GPT} --family llama --layers 2 --heads 4 --kv-heads 2 --head-dim 8
