@@ -113,7 +113,7 @@ run_checked(import_dir ok 30 ${bin}/strata-ckpt import ${gpt2} ${WORK}/imported)
 expect_text(import_dir "GPT-2 L=2 C=32 V=64 ctx=80" "28 tensors, 120320 bytes")
 
 # Out again: strata-ckpt export --hf of a checkpoint of each family (GPT-2 imported from the directory, the Llama
-# trained one step at learning rate 0 from it), in shards of at most 40 KB. The exported directories generate the
+# trained one step at learning rate 0 from it, at ZeRO 3 np 2, np 1, tp 2 and pp 2), in shards of at most 40 KB. The exported directories generate the
 # same tokens, train as the originals do bit for bit, and (where a Python with transformers is given as HF_PYTHON)
 # load in transformers with every tensor bitwise equal and the same logits.
 run_checked(export_gpt2 ok 30 ${bin}/strata-ckpt export --hf ${WORK}/imported ${WORK}/gpt2_out --heads 2
@@ -139,6 +139,23 @@ run_checked(lr0 ok 60 ${launch} -n 2 ${TRAIN_GPT} --init ${llama} --steps 1 --lr
             --checkpoint-dir ${WORK}/llama_ckpt)
 run_checked(export_llama ok 30 ${bin}/strata-ckpt export --hf ${WORK}/llama_ckpt ${WORK}/llama_out --max-shard-size 40KB)
 expect_text(export_llama "3 shard(s), 90752 bytes of F32 tensors, config.json")
+# The same from checkpoints the Llama saved at np 1, tp 2 and pp 2 (its boxes cut otherwise): the same directory.
+set(layout_outs)
+foreach(layout "np1|1|--zero-stage,3" "tp2|2|--tp,2" "pp2|2|--pp,2,--microbatches,2")
+  unpack_row("${layout}" name np flags)
+  run_checked(lr0_${name} ok 60 ${launch} -n ${np} ${TRAIN_GPT} --init ${llama} --steps 1 --lr 0 --seq 16 --batch 2
+              --no-progress --checkpoint-dir ${WORK}/llama_ckpt_${name} ${flags})
+  run_checked(export_llama_${name} ok 30 ${bin}/strata-ckpt export --hf ${WORK}/llama_ckpt_${name}
+              ${WORK}/llama_out_${name} --max-shard-size 40KB)
+  file(GLOB shards RELATIVE ${WORK}/llama_out ${WORK}/llama_out/*.safetensors)
+  foreach(f IN LISTS shards)
+    file(SHA256 ${WORK}/llama_out/${f} one)
+    file(SHA256 ${WORK}/llama_out_${name}/${f} two)
+    if(NOT one STREQUAL two)
+      message(FATAL_ERROR "export --hf of the checkpoint saved at ${name}: ${f} differs from the ZeRO 3 np 2 one's")
+    endif()
+  endforeach()
+endforeach()
 foreach(model "gpt2|${DATA}/gpt_gen_ref.json" "llama|${DATA}/hf/llama_tiny_ref.json")
   unpack_row("${model}" name ref)
   generates_reference(generate_${name}_out ${WORK}/${name}_out ${ref} 2)
