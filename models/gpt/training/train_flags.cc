@@ -432,17 +432,17 @@ void check_run_files(const TrainFlags& f, Runtime& rt) {
     problem = e.what();
   }
   all_agree(rt.world(), problem.empty(), problem, "checking the files of the run");
-  for (const std::string& out : {f.save, f.save_hf}) {
+  for (const auto& [flag, out] : {std::pair<const char*, std::string>{"--save", f.save}, {"--save-hf", f.save_hf}}) {
     if (out.empty()) continue;
     // Every rank writes its part into the one file: the ranks must see the same directory.
     const std::string dir = std::filesystem::absolute(out).parent_path().string();
     const StorageView view = probe_storage(rt.world(), dir);
     STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, view.shared(),
-                      "{}: {} in {} (each host has a disk of its own), and --save / --save-hf write one file that every "
+                      "{} {}: {} in {} (each host has a disk of its own), and {} writes one file that every "
                       "rank writes its part of: give a path on a file system every rank sees, or save checkpoints "
                       "(--checkpoint-dir) and export one on a single host (strata-ckpt assemble, then strata-ckpt "
                       "export)",
-                      out, view.describe(), dir);
+                      flag, out, view.describe(), dir, flag);
   }
 }
 

@@ -139,6 +139,11 @@ run_checked(lr0 ok 60 ${launch} -n 2 ${TRAIN_GPT} --init ${llama} --steps 1 --lr
             --checkpoint-dir ${WORK}/llama_ckpt)
 run_checked(export_llama ok 30 ${bin}/strata-ckpt export --hf ${WORK}/llama_ckpt ${WORK}/llama_out --max-shard-size 40KB)
 expect_text(export_llama "3 shard(s), 90752 bytes of F32 tensors, config.json")
+# The GPT-2 read from the directory at tp 2 (its c_attn split into q | k | v slices), one step at learning rate 0,
+# saved as a checkpoint and exported: transformers reads it bitwise equal to the original (below).
+run_checked(lr0_gpt2 ok 60 ${launch} -n 2 ${TRAIN_GPT} --init ${gpt2} --steps 1 --lr 0 --seq 16 --batch 2 --tp 2
+            --no-progress --checkpoint-dir ${WORK}/gpt2_tp2_ckpt)
+run_checked(export_gpt2_tp2 ok 30 ${bin}/strata-ckpt export --hf ${WORK}/gpt2_tp2_ckpt ${WORK}/gpt2_tp2_out)
 # The same from checkpoints the Llama saved at np 1, tp 2 and pp 2 (its boxes cut otherwise): the same directory.
 set(layout_outs)
 foreach(layout "np1|1|--zero-stage,3" "tp2|2|--tp,2" "pp2|2|--pp,2,--microbatches,2")
@@ -171,8 +176,9 @@ if(failed)
 endif()
 if(HF_PYTHON)
   run_checked(transformers ok 300 ${HF_PYTHON} ${CMAKE_CURRENT_LIST_DIR}/check_hf_roundtrip.py ${gpt2}
-              ${WORK}/gpt2_out ${llama} ${WORK}/llama_out)
-  expect_text(transformers "gpt2_out: 29 tensors bitwise equal" "llama_out: 21 tensors bitwise equal")
+              ${WORK}/gpt2_out ${llama} ${WORK}/llama_out ${gpt2} ${WORK}/gpt2_tp2_out)
+  expect_text(transformers "gpt2_out: 29 tensors bitwise equal" "llama_out: 21 tensors bitwise equal"
+              "gpt2_tp2_out: 29 tensors bitwise equal")
 else()
   message(STATUS "transformers round trip: skipped (no HF_PYTHON: a Python with torch and transformers)")
 endif()
