@@ -6,8 +6,9 @@ F32), written once by `train_gpt --steps 0 --save-hf DIR --save-shard-size 200MB
   disk   the page cache of every shard dropped (posix_fadvise DONTNEED), then every shard read whole, in order, by
          one process in 16 MiB reads: bytes / seconds
   load   the page cache dropped again, then `mpirun -np 2 train_gpt --init DIR --steps 0 --zero-stage 3`: the ranks'
-         own timing of their reads ("per rank, bytes read and elements held: ... in T ms"), all bytes over the
-         slower rank's T; and each rank's bytes read against the elements it holds (4 bytes each: only its shard)
+         own timing of their init ("per rank, bytes read and elements held: ... in T ms (R ms reading)"), all bytes
+         over the slower rank's T, and over the slower rank's R (the time inside the reader alone); and each rank's
+         bytes read against the elements it holds (4 bytes each: only its shard)
 Prints each round, then the medians and load / disk. The page cache is dropped per file, which needs no privilege.
 
     python3 scripts/bench_hf_load.py [--rounds 3] [--bin build/bin] [--work DIR]
@@ -74,8 +75,8 @@ def main():
     shards = [n for n in os.listdir(model) if n.endswith(".safetensors")]
     print(f"# {model}: {len(shards)} shards, "
           f"{sum(os.path.getsize(os.path.join(model, n)) for n in shards) / 1e9:.3f} GB; {os.cpu_count()} cores")
-    disk, load = [], []
-    pattern = re.compile(r"(\d+) bytes for (\d+) elements in ([\d.]+) ms")
+    disk, load, reads = [], [], []
+    pattern = re.compile(r"(\d+) bytes for (\d+) elements in ([\d.]+) ms \(([\d.]+) ms reading\)")
     for r in range(args.rounds):
         total, seconds = cold_read_rate(model)
         disk.append(total / seconds / 1e9)
@@ -87,17 +88,20 @@ def main():
         ranks = pattern.findall(out.stdout + out.stderr)
         if len(ranks) != 2:
             sys.exit("bench_hf_load: no per-rank read line in train_gpt's output")
-        read = [int(b) for b, _, _ in ranks]
-        held = [int(e) for _, e, _ in ranks]
-        slowest = max(float(t) for _, _, t in ranks) / 1e3
+        read = [int(b) for b, _, _, _ in ranks]
+        held = [int(e) for _, e, _, _ in ranks]
+        slowest = max(float(t) for _, _, t, _ in ranks) / 1e3
+        reading = max(float(r) for _, _, _, r in ranks) / 1e3
         if any(b != 4 * e for b, e in zip(read, held)):
             sys.exit(f"bench_hf_load: a rank read other than its shard: {ranks}")
         load.append(sum(read) / slowest / 1e9)
+        reads.append(sum(read) / reading / 1e9)
         print(f"round {r}: disk cold {disk[-1]:.3f} GB/s ({total / 1e9:.3f} GB in {seconds:.2f} s); load np 2 ZeRO 3 "
               f"{load[-1]:.3f} GB/s (ranks read {read[0] / 1e9:.3f} + {read[1] / 1e9:.3f} GB, each its shard, "
-              f"in {slowest:.2f} s)")
-    d, l = statistics.median(disk), statistics.median(load)
-    print(f"median: disk cold {d:.3f} GB/s, load {l:.3f} GB/s, load / disk {l / d:.2f}")
+              f"in {slowest:.2f} s, of which {reading:.2f} s inside the reader: {reads[-1]:.3f} GB/s)")
+    d, l, rd = statistics.median(disk), statistics.median(load), statistics.median(reads)
+    print(f"median: disk cold {d:.3f} GB/s, load {l:.3f} GB/s, load / disk {l / d:.2f}; the reads alone "
+          f"{rd:.3f} GB/s, {rd / d:.2f} of the disk")
     if not args.work:
         shutil.rmtree(work)
 

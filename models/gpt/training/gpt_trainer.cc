@@ -184,9 +184,12 @@ void GptTrainer::init_from_file() {
   // The first non-finite value this rank reads (pieces come in unit, slot order), by its place in the file.
   NonFiniteAt bad;
   std::uint64_t held = 0;  // the elements this rank's shards hold, each read from the file once
+  double reading_ms = 0;   // of that, inside the reader (the rest: the model's memory and its own init work)
   const auto read_start = std::chrono::steady_clock::now();
   model_->init(init_by_global_index(*mesh_, [&](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
+    const auto t0 = std::chrono::steady_clock::now();
     reader.read_f32(s.name, g, n, o);  // each rank reads only its shard
+    reading_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     held += n;
     for (std::size_t i = 0; i < n && !bad.found(); ++i)
       if (!std::isfinite(o[i])) bad = NonFiniteAt{place.at(s.name).first, place.at(s.name).second, g + i, o[i]};
@@ -197,10 +200,11 @@ void GptTrainer::init_from_file() {
   const std::vector<double> read = all_gather_values(rt_.world(), static_cast<double>(reader.bytes_read()));
   const std::vector<double> holds = all_gather_values(rt_.world(), static_cast<double>(held));
   const std::vector<double> times = all_gather_values(rt_.world(), read_ms);
+  const std::vector<double> reading = all_gather_values(rt_.world(), reading_ms);
   std::string per_rank;
   for (std::size_t r = 0; r < read.size(); ++r)
-    per_rank += fmt::format("{}{:.0f} bytes for {:.0f} elements in {:.1f} ms", r ? ", " : "", read[r], holds[r],
-                            times[r]);
+    per_rank += fmt::format("{}{:.0f} bytes for {:.0f} elements in {:.1f} ms ({:.1f} ms reading)", r ? ", " : "",
+                            read[r], holds[r], times[r], reading[r]);
   logger("gpt").info("--init {}: {} file(s); per rank, bytes read and elements held: {}", cfg_.init, reader.file_count(),
                      per_rank);
   bad = lowest_over_ranks(rt_.world(), bad);

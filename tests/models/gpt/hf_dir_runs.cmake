@@ -68,8 +68,8 @@ foreach(layout "zero3|--zero-stage,3" "tp2|--tp,2")
   string(REPLACE "," ";" flags "${flags}")
   run_checked(bytes_${name} ok 60 ${CMAKE_COMMAND} -E env STRATA_LOG_LEVEL=info ${launch} -n 2 ${TRAIN_GPT}
               --init ${gpt2} --steps 1 --no-progress --seq 16 ${flags})
-  string(CONCAT pattern "bytes read and elements held: ([0-9]+) bytes for ([0-9]+) elements in [0-9.]+ ms, "
-                        "([0-9]+) bytes for ([0-9]+) elements")
+  string(CONCAT pattern "bytes read and elements held: ([0-9]+) bytes for ([0-9]+) elements in [0-9.]+ ms "
+                        "\\([0-9.]+ ms reading\\), ([0-9]+) bytes for ([0-9]+) elements")
   string(REGEX MATCH "${pattern}" _ "${bytes_${name}_out}")
   if(NOT CMAKE_MATCH_4)
     message(FATAL_ERROR "bytes_${name}: no per-rank count of the bytes read:\n${bytes_${name}_out}")
