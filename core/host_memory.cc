@@ -16,29 +16,30 @@ std::uint64_t machine_memory_bytes() {
   return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
 }
 
-std::uint64_t available_memory_bytes() {
-  std::FILE* f = std::fopen("/proc/meminfo", "re");
-  unsigned long long kib = 0;
-  if (f) {
-    char line[256];
-    while (std::fgets(line, sizeof(line), f))
-      if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
-    std::fclose(f);
-  }
-  return kib > 0 ? static_cast<std::uint64_t>(kib) * 1024 : machine_memory_bytes();
-}
+namespace {
 
-std::uint64_t peak_resident_bytes() {
-  std::FILE* f = std::fopen("/proc/self/status", "re");
+// The kB value of the line `key` ("MemAvailable:", "VmHWM:") of a /proc file, in bytes; 0 where it is not there.
+std::uint64_t proc_kib_field(const char* path, const char* key) {
+  std::FILE* f = std::fopen(path, "re");
   unsigned long long kib = 0;
   if (f) {
     char line[256];
+    const std::size_t n = std::strlen(key);
     while (std::fgets(line, sizeof(line), f))
-      if (std::sscanf(line, "VmHWM: %llu kB", &kib) == 1) break;
+      if (std::strncmp(line, key, n) == 0 && std::sscanf(line + n, " %llu kB", &kib) == 1) break;
     std::fclose(f);
   }
   return static_cast<std::uint64_t>(kib) * 1024;
 }
+
+}  // namespace
+
+std::uint64_t available_memory_bytes() {
+  const std::uint64_t bytes = proc_kib_field("/proc/meminfo", "MemAvailable:");
+  return bytes > 0 ? bytes : machine_memory_bytes();
+}
+
+std::uint64_t peak_resident_bytes() { return proc_kib_field("/proc/self/status", "VmHWM:"); }
 
 bool host_allocation_fits(std::uint64_t bytes, std::uint64_t in_use) {
   const std::uint64_t machine = machine_memory_bytes();

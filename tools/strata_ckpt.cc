@@ -1,6 +1,9 @@
 // strata-ckpt: lists, verifies, exports, imports and assembles the sharded checkpoints of runtime/checkpoint (docs/checkpoint.md).
 // A plain program, not an MPI job: it reads and writes files only, through runtime/checkpoint's own readers and
 // writers, and never initialises MPI (as strata-plan).
+#include <fmt/ranges.h>
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
@@ -15,22 +18,18 @@
 #include <system_error>
 #include <vector>
 
-#include <fmt/ranges.h>
-
+#include "core/atomic_file.h"
 #include "core/dir_lock.h"
 #include "core/dtype.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/safetensors.h"
 #include "core/tool_main.h"
-#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
-#include "core/atomic_file.h"
 #include "models/gpt/model/gpt_model.h"
 #include "models/gpt/model/hf_export.h"
-#include "models/gpt/model/model_record.h"
-#include "models/gpt/training/gpt_trainer_state.h"
-#include "core/safetensors.h"
 #include "models/gpt/model/weight_names.h"
+#include "models/gpt/training/gpt_trainer_state.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/checkpoint_index.h"
 #include "runtime/checkpoint/checkpoint_reader.h"
@@ -350,6 +349,17 @@ int run_verify(const std::string& path, std::int64_t step_flag, bool json) {
 
 // ---- export -------------------------------------------------------------------------------------------------------
 
+// Elements [begin, begin + count) of `t` through `reader`, each value checked: one that is not finite is kNonFinite
+// naming the tensor and the element, and nothing is exported.
+void read_exportable(CheckpointReader& reader, const TensorRecord& t, std::uint64_t begin, std::uint64_t count,
+                     float* out, const std::string& step_dir) {
+  reader.read_f32(t, begin, count, out);
+  const std::size_t bad = first_bad_value(t.name, out, count);
+  STRATA_CHECK_CODE(ErrorCode::kNonFinite, bad == count,
+                    "{}: {}, with valid checksums: not exported (weights that are not finite train to nothing)",
+                    step_dir, describe_bad_value(t.name, begin + bad, out[bad]));
+}
+
 int run_export(const std::string& path, const std::string& out, std::int64_t step_flag, const std::string& dtype_flag) {
   check_output_file(out, "OUT", OutputKind::kReplaced);  // before any checkpoint is read
   const CheckpointDir dir(path);
@@ -387,11 +397,7 @@ int run_export(const std::string& path, const std::string& out, std::int64_t ste
     const std::uint64_t n = t->numel();
     for (std::uint64_t at = 0; at < n; at += piece) {
       const std::uint64_t count = std::min(piece, n - at);
-      reader.read_f32(*t, at, count, values.data());
-      const std::size_t bad = first_bad_value(t->name, values.data(), count);
-      STRATA_CHECK_CODE(ErrorCode::kNonFinite, bad == count,
-                        "{}: {}, with valid checksums: not exported (weights that are not finite train to nothing)",
-                        dir.step_path(step), describe_bad_value(t->name, at + bad, values[bad]));
+      read_exportable(reader, *t, at, count, values.data(), dir.step_path(step));
       if (dtype == DType::kF32) {
         file.write(values.data(), count * 4);
       } else {
@@ -413,32 +419,6 @@ int run_export(const std::string& path, const std::string& out, std::int64_t ste
 
 // ---- export --hf ---------------------------------------------------------------------------------------------------
 
-// The model a checkpoint holds: a Llama-style run's shape from its trainer record; a GPT-2's dimensions from its
-// params tensors and its heads from the record, else from `heads_flag` (an imported checkpoint records none).
-gpt::GptConfig checkpoint_model(const CheckpointIndex& index, const std::string& step_dir, int heads_flag) {
-  const gpt::ShapeOf shape = [&](const std::string& name) -> const std::vector<std::int64_t>* {
-    const std::string t = params_tensor(name);
-    return index.has_tensor(t) ? &index.tensor(t).shape : nullptr;
-  };
-  int heads = heads_flag;
-  if (index.state.contains("trainer")) {
-    const gpt::GptTrainerState s = gpt::GptTrainerState::parse(index.state["trainer"], step_dir, nullptr);
-    STRATA_CHECK(heads_flag == 0 || !s.heads || *s.heads == heads_flag,
-                 "--heads {}: {} was trained with {} heads (its record); drop --heads", heads_flag, step_dir, *s.heads);
-    if (s.heads) heads = *s.heads;
-    if (gpt::parse_family(s.family) == gpt::Family::kLlama) {
-      STRATA_CHECK_CODE(ErrorCode::kIo, s.config.contains("model"), "{}: a Llama-style run's record has no "
-                        "config.model", step_dir);
-      gpt::GptConfig cfg = gpt::llama_config_from_record(s.config["model"], step_dir);
-      gpt::check_shapes(cfg, shape, step_dir);
-      return cfg;
-    }
-  }
-  STRATA_CHECK(heads > 0, "{}: the attention heads are in no tensor and not in its record (an imported checkpoint): "
-               "give --heads", step_dir);
-  return gpt::config_from_shapes(shape, heads, step_dir);
-}
-
 int run_export_hf(const std::string& path, const std::string& out, std::int64_t step_flag,
                   const std::string& dtype_flag, int heads, const std::string& shard_size) {
   const std::uint64_t max_shard = parse_bytes(shard_size, "--max-shard-size");
@@ -449,22 +429,16 @@ int run_export_hf(const std::string& path, const std::string& out, std::int64_t 
   const std::int64_t step = chosen_step(dir, step_flag);
   const std::string step_dir = dir.step_path(step);
   const CheckpointIndex index = dir.read_index(step);
-  const gpt::GptConfig cfg = checkpoint_model(index, step_dir, heads);
+  const gpt::GptConfig cfg = gpt::checkpoint_model(index, step_dir, heads);
   const DType dtype = dtype_flag == "bf16" ? DType::kBF16 : DType::kF32;
   std::vector<char> staging(index.block_bytes);
   CheckpointReader reader(step_dir, index, staging.data());
   // Every value is checked as it is read: weights that are not finite are not exported (nothing is renamed).
+  const std::uint64_t piece = kPieceBlocks * index.block_bytes / 4;
   const gpt::ParamReader param = [&](const std::string& name, std::uint64_t begin, std::uint64_t count, float* o) {
     const TensorRecord& t = index.tensor(params_tensor(name));
-    const std::uint64_t piece = kPieceBlocks * index.block_bytes / 4;
-    for (std::uint64_t at = 0; at < count; at += piece) {
-      const std::uint64_t n = std::min(piece, count - at);
-      reader.read_f32(t, begin + at, n, o + at);
-      const std::size_t bad = first_bad_value(t.name, o + at, n);
-      STRATA_CHECK_CODE(ErrorCode::kNonFinite, bad == n,
-                        "{}: {}, with valid checksums: not exported (weights that are not finite train to nothing)",
-                        step_dir, describe_bad_value(t.name, begin + at + bad, o[at + bad]));
-    }
+    for (std::uint64_t at = 0; at < count; at += piece)
+      read_exportable(reader, t, begin + at, std::min(piece, count - at), o + at, step_dir);
   };
   const hf::HfWriteStats stats = hf::write_hf_directory(out, gpt::hf_config_json(cfg, dtype), gpt::hf_tensors(cfg, param),
                                                         dtype, max_shard,

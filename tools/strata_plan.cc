@@ -57,14 +57,11 @@ int main(int argc, char** argv) {
       ->check(flags::positive_integer());
   app.add_option("--param-dtype", param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
-  app.add_option(
-         "--recompute", recompute,
-         "what each layer keeps for its backward: none; full (alone: the layer's input only); attention (the "
-         "attention core recomputed); mlp (the GELU recomputed); offload (its activations in host memory); a "
-         "comma-separated kind per layer; auto: the least recomputation that fits --device-memory; default none")
-      ->expected(0, 1)
-      ->default_str("full")  // given alone; an empty value ('') is refused by RecomputePolicy::parse
-      ->option_text("[KIND]");
+  flags::recompute_option(
+      app, recompute,
+      "what each layer keeps for its backward: none; full (alone: the layer's input only); attention (the attention "
+      "core recomputed); mlp (the GELU recomputed); offload (its activations in host memory); a comma-separated kind "
+      "per layer; auto: the least recomputation that fits --device-memory; default none");
   app.add_option("--recompute-every", recompute_every, "--recompute's kind on every K-th layer only")
       ->check(flags::positive_integer());
   app.add_flag("--no-tiled-attention", no_tiled, "attention that holds the s x s scores");

@@ -63,6 +63,12 @@ inline CLI::Validator path_name() {
       "PATH");
 }
 
+// --recompute as train_gpt and strata-plan take it: the value optional, "--recompute" alone meaning full; an empty
+// value ('') is passed on for RecomputePolicy::parse to refuse. `help` names the kinds and the default.
+inline CLI::Option* recompute_option(CLI::App& app, std::string& kind, const std::string& help) {
+  return app.add_option("--recompute", kind, help)->expected(0, 1)->default_str("full")->option_text("[KIND]");
+}
+
 // An unsigned 64-bit integer >= lo (seeds, token counts).
 inline CLI::Validator unsigned_integer(std::uint64_t lo = 0) {
   const std::string words = "an integer from " + std::to_string(lo) + " to " +

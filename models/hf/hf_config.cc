@@ -98,28 +98,33 @@ HfConfig read_hf_config(const std::string& path, int seq) {
   if (gpt2)
     c.gpt = read_gpt2(j, origin);
   else
-    c.llama = llama::from_hf_config_json(c.path, seq);
+    c.llama = llama::from_hf_config(j, c.path, seq);
   return c;
 }
 
+namespace {
+
+// The planner's shape of the config at sequence length `seq` (0: the context), its count from the dimensions.
+ModelShape shape_at(const HfConfig& c, int seq) {
+  if (!c.gpt2) return c.llama.model_shape(seq);
+  ModelShape m;
+  m.layers = c.gpt.layers;
+  m.hidden = c.gpt.hidden;
+  m.heads = c.gpt.heads;
+  m.vocab = c.gpt.vocab;
+  m.seq = seq > 0 ? seq : c.gpt.ctx;
+  return m;
+}
+
+}  // namespace
+
 std::int64_t HfConfig::parameter_count() const {
-  if (!gpt2) return llama.parameter_count();
-  const std::int64_t h = gpt.hidden;
-  return gpt.layers * (12 * h * h + 13 * h) + static_cast<std::int64_t>(gpt.vocab) * h +
-         static_cast<std::int64_t>(gpt.ctx) * h + 2 * h;
+  // GPT-2's position table has ctx rows: counted at the context, not at the sequence length planned.
+  return gpt2 ? static_cast<std::int64_t>(shape_at(*this, gpt.ctx).count()) : llama.parameter_count();
 }
 
 ModelShape HfConfig::model_shape(int seq) const {
-  ModelShape m;
-  if (gpt2) {
-    m.layers = gpt.layers;
-    m.hidden = gpt.hidden;
-    m.heads = gpt.heads;
-    m.vocab = gpt.vocab;
-    m.seq = seq > 0 ? seq : gpt.ctx;
-  } else {
-    m = llama.model_shape(seq);
-  }
+  ModelShape m = shape_at(*this, seq);
   m.params = static_cast<double>(parameter_count());  // exact, whatever the sequence length planned
   return m;
 }

@@ -14,6 +14,7 @@
 #include "core/safetensors.h"
 #include "core/shape_string.h"
 #include "runtime/checkpoint/chunk_file.h"
+#include "runtime/sharding/shard_layout.h"  // shape_numel
 
 namespace strata::hf {
 
@@ -22,12 +23,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::uint64_t kPieceElements = std::uint64_t{1} << 20;  // converted and written a piece at a time
-
-std::uint64_t numel(const std::vector<std::int64_t>& shape) {
-  std::uint64_t n = 1;
-  for (std::int64_t d : shape) n *= static_cast<std::uint64_t>(d);
-  return n;
-}
 
 }  // namespace
 
@@ -47,7 +42,7 @@ HfWriteStats write_hf_directory(const std::string& dir, const nlohmann::json& co
   std::vector<std::vector<std::size_t>> shards;
   std::uint64_t in_shard = 0, total = 0;
   for (std::size_t i = 0; i < tensors.size(); ++i) {
-    const std::uint64_t bytes = numel(tensors[i].shape) * esize;
+    const std::uint64_t bytes = shape_numel(tensors[i].shape) * esize;
     if (shards.empty() || (in_shard > 0 && in_shard + bytes > max_shard_bytes)) {
       shards.emplace_back();
       in_shard = 0;
@@ -79,7 +74,7 @@ HfWriteStats write_hf_directory(const std::string& dir, const nlohmann::json& co
       AtomicFile file(tmp + "/" + shard_name(s));
       file.write(head.data(), head.size());
       for (std::size_t i : shards[static_cast<std::size_t>(s)]) {
-        const std::uint64_t count = numel(tensors[i].shape);
+        const std::uint64_t count = shape_numel(tensors[i].shape);
         for (std::uint64_t at = 0; at < count; at += kPieceElements) {
           const std::uint64_t m = std::min(kPieceElements, count - at);
           values.resize(m);

@@ -339,8 +339,11 @@ void refuse_unsupported(const json& j, const std::string& origin, Family family,
 }  // namespace
 
 LlamaConfig from_hf_config_json(const std::string& path, int seq) {
+  return from_hf_config(read_json_file(path, "Hugging Face config", std::size_t{1} << 24), path, seq);
+}
+
+LlamaConfig from_hf_config(const json& j, const std::string& path, int seq) {
   const std::string origin = "Hugging Face config " + path;
-  const json j = read_json_file(path, "Hugging Face config", std::size_t{1} << 24);
   STRATA_CHECK_CODE(ErrorCode::kInvalidArgument, j.is_object(), "{}: (the top level): expected an object", origin);
   LlamaConfig c;
   // The model's name first: a config of another architecture is refused as such, not for a field it lacks.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -66,5 +67,7 @@ const LlamaConfig& find_llama_preset(const std::string& name);
 // mlp_bias true; a missing required field (the sizes, max_position_embeddings) or one of the wrong type; and
 // whatever validate() refuses.
 LlamaConfig from_hf_config_json(const std::string& path, int seq = 0);
+// The same for a config.json already parsed (`path` names it in the messages).
+LlamaConfig from_hf_config(const nlohmann::json& config, const std::string& path, int seq = 0);
 
 }  // namespace strata::llama

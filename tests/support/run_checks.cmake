@@ -82,3 +82,21 @@ function(json_ids out file key)
   list(JOIN ids "," ids)
   set(${out} ${ids} PARENT_SCOPE)
 endfunction()
+
+# run_exit(<out> <exit code> <timeout> <command...>): runs the command, fails unless it exits with that code within
+# <timeout> s, and returns its stdout and stderr together in <out>.
+function(run_exit out rc_want timeout)
+  execute_process(COMMAND ${ARGN} OUTPUT_VARIABLE text ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT ${timeout})
+  if(NOT "${rc}" STREQUAL "${rc_want}")
+    string(REPLACE ";" " " cmd "${ARGN}")
+    message(FATAL_ERROR "'${cmd}' exited ${rc}, expected ${rc_want}:\n${text}\n${err}")
+  endif()
+  set(${out} "${text}${err}" PARENT_SCOPE)
+endfunction()
+
+# expect_match(<text> <regex> <what>): fails naming <what> unless <text> matches <regex>.
+function(expect_match text regex what)
+  if(NOT "${text}" MATCHES "${regex}")
+    message(FATAL_ERROR "${what}: no match for '${regex}' in:\n${text}")
+  endif()
+endfunction()

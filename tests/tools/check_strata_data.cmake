@@ -16,26 +16,16 @@ set(eot 600)  # <|endoftext|> in gpt2_tokenizer.json
 file(REMOVE_RECURSE ${WORK})
 file(MAKE_DIRECTORY ${WORK})
 
-# run(<out> <expected exit code> <command...>): runs it, fails unless it exits so, returns stdout and stderr together.
-function(run out rc_want)
-  execute_process(COMMAND ${ARGN} OUTPUT_VARIABLE text ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 60)
-  if(NOT "${rc}" STREQUAL "${rc_want}")
-    string(REPLACE ";" " " cmd "${ARGN}")
-    message(FATAL_ERROR "'${cmd}' exited ${rc}, expected ${rc_want}:\n${text}\n${err}")
-  endif()
-  set(${out} "${text}${err}" PARENT_SCOPE)
-endfunction()
-
-function(expect text regex what)
-  if(NOT "${text}" MATCHES "${regex}")
-    message(FATAL_ERROR "${what}: no match for '${regex}' in:\n${text}")
-  endif()
-endfunction()
+include(${CMAKE_CURRENT_LIST_DIR}/../support/run_checks.cmake)
+# run(<out> <expected exit code> <command...>): run_exit with this script's 60 s.
+macro(run out rc_want)
+  run_exit(${out} ${rc_want} 60 ${ARGN})
+endmacro()
 
 # refused(<regex> <args...>): strata-data exits 1 with a message matching regex.
 function(refused regex)
   run(text 1 ${DATA} ${ARGN})
-  expect("${text}" "${regex}" "refusal")
+  expect_match("${text}" "${regex}" "refusal")
 endfunction()
 
 # The hex of `ids` (a list) as little-endian uint16 tokens, as a shard holds them.
@@ -119,7 +109,7 @@ foreach(threads 1 3)
   file(MAKE_DIRECTORY ${WORK}/t${threads})
   run(text 0 ${DATA} tokenize --tokenizer ${tok} --out ${WORK}/t${threads}/d --shard-tokens 997 --val-tokens 2000
       --threads ${threads} ${WORK}/cases.jsonl ${WORK}/code.txt)
-  expect("${text}" "strata-data tokenize: ${docs} documents, ${tokens} tokens \\(train [0-9]+ in [0-9]+ shard\\(s\\), val [0-9]+ in 3 shard\\(s\\), uint16\\), [0-9.]+ s, [0-9.]+ MB/s, ${threads} thread\\(s\\)"
+  expect_match("${text}" "strata-data tokenize: ${docs} documents, ${tokens} tokens \\(train [0-9]+ in [0-9]+ shard\\(s\\), val [0-9]+ in 3 shard\\(s\\), uint16\\), [0-9.]+ s, [0-9.]+ MB/s, ${threads} thread\\(s\\)"
          "summary at --threads ${threads}")
   file(GLOB shards_${threads} RELATIVE ${WORK}/t${threads} ${WORK}/t${threads}/*)
 endforeach()
@@ -150,15 +140,15 @@ endif()
 
 # ---- inspect ------------------------------------------------------------------------------------------------------
 run(text 0 ${DATA} inspect ${WORK}/t3/d_train_000000.bin ${WORK}/t3/d_val_000000.bin --tokenizer ${tok})
-expect("${text}" "d_train_000000.bin +strata +uint16 +997  yes  \\[" "inspect's row")
-expect("${text}" "# 2 shard\\(s\\), 1994 tokens, every id in the vocabulary of 601" "inspect's verdict")
+expect_match("${text}" "d_train_000000.bin +strata +uint16 +997  yes  \\[" "inspect's row")
+expect_match("${text}" "# 2 shard\\(s\\), 1994 tokens, every id in the vocabulary of 601" "inspect's verdict")
 run(text 0 ${DATA} tokenize --tokenizer ${tok} --out ${WORK}/code ${WORK}/code.txt)
 run(text 0 ${DATA} inspect ${WORK}/code_train_000000.bin --tokenizer ${tok} --decode --first 100)
 list(LENGTH code_ids n)
 math(EXPR n "${n} + 1")
-expect("${text}" "code_train_000000.bin +strata +uint16 +${n} " "inspect of code.txt")
-expect("${text}" "text: \"def f\\(x\\):\\\\n    return x" "inspect --decode")
-expect("${text}" "<\\|endoftext\\|>\"" "inspect --decode")
+expect_match("${text}" "code_train_000000.bin +strata +uint16 +${n} " "inspect of code.txt")
+expect_match("${text}" "text: \"def f\\(x\\):\\\\n    return x" "inspect --decode")
+expect_match("${text}" "<\\|endoftext\\|>\"" "inspect --decode")
 
 # ---- refusals -----------------------------------------------------------------------------------------------------
 file(WRITE ${WORK}/bad_json.jsonl "{\"text\": \"a\"}\n\n{\"text\": \"b\"\n{\"text\": \"c\"}\n")

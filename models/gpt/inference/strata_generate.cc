@@ -178,6 +178,21 @@ bool llama_flags_given(const gpt::GptConfig& m) {
          m.qkv_bias != d.qkv_bias || m.rope_theta != d.rope_theta || m.norm_eps != d.norm_eps;
 }
 
+// A GPT-2 from a safetensors file (or set) of the spec's names: its dimensions from the tensors, `heads` given.
+Weights gpt2_weights(const std::shared_ptr<SafetensorsReader>& file, int heads, const std::string& source) {
+  Weights w;
+  w.source = source;
+  w.cfg = gpt::config_from_shapes(
+      [&](const std::string& name) -> const std::vector<std::int64_t>* {
+        return file->contains(name) ? &file->info(name).shape : nullptr;
+      },
+      heads, source);
+  w.read = [file](const std::string& name, std::size_t begin, std::size_t count, float* out) {
+    file->read_f32(name, begin, count, out);
+  };
+  return w;
+}
+
 // A Hugging Face model directory: its config.json is the family and the shape (the shape flags are refused: the
 // directory gives them), its model.safetensors or sharded index the weights.
 Weights from_model_directory(const std::string& dir, const Flags& f) {
@@ -194,21 +209,12 @@ Weights from_model_directory(const std::string& dir, const Flags& f) {
                c.path, c.architecture);
   auto file = std::make_shared<SafetensorsReader>(dir);
   if (!c.gpt2) return llama_weights(file, model);
-  Weights w;
-  w.source = dir;
-  w.cfg = gpt::config_from_shapes(
-      [&](const std::string& name) -> const std::vector<std::int64_t>* {
-        return file->contains(name) ? &file->info(name).shape : nullptr;
-      },
-      model.heads, dir);
+  Weights w = gpt2_weights(file, model.heads, dir);
   STRATA_CHECK_CODE(
       ErrorCode::kIo,
       w.cfg.layers == model.layers && w.cfg.embd == model.embd && w.cfg.vocab == model.vocab && w.cfg.ctx == model.ctx,
       "{}: the weights are {} layers of {}, vocabulary {}, {} positions; {} says {}, {}, {}, {}", dir, w.cfg.layers,
       w.cfg.embd, w.cfg.vocab, w.cfg.ctx, c.path, model.layers, model.embd, model.vocab, model.ctx);
-  w.read = [file](const std::string& name, std::size_t begin, std::size_t count, float* out) {
-    file->read_f32(name, begin, count, out);
-  };
   return w;
 }
 
@@ -217,18 +223,7 @@ Weights from_safetensors(const std::string& path, const Flags& f) {
   if (std::filesystem::is_directory(path, ec)) return from_model_directory(path, f);
   auto file = std::make_shared<SafetensorsReader>(path);
   if (f.family == "llama" || (f.family.empty() && gpt::has_hf_llama_names(*file))) return llama_from_hf(file, f);
-  const int heads = f.heads;
-  Weights w;
-  w.source = path;
-  w.cfg = gpt::config_from_shapes(
-      [&](const std::string& name) -> const std::vector<std::int64_t>* {
-        return file->contains(name) ? &file->info(name).shape : nullptr;
-      },
-      heads, path);
-  w.read = [file](const std::string& name, std::size_t begin, std::size_t count, float* out) {
-    file->read_f32(name, begin, count, out);
-  };
-  return w;
+  return gpt2_weights(file, f.heads, path);
 }
 
 Weights from_checkpoint(const std::string& path, std::int64_t step_flag, const Flags& f) {
@@ -269,34 +264,12 @@ Weights from_checkpoint(const std::string& path, std::int64_t step_flag, const F
   open->step_dir = dir.step_path(step);
   open->index = dir.read_index(step);
   // The record of the run: its family, and the heads (GPT-2) or the whole shape (Llama) its weights do not show.
-  int heads = f.heads;
-  std::string family = "gpt2";
-  nlohmann::json model;
-  if (open->index.state.contains("trainer")) {
-    const gpt::GptTrainerState s =
-        gpt::GptTrainerState::parse(open->index.state["trainer"], dir.step_path(step), nullptr);
-    if (heads == 0 && s.heads) heads = *s.heads;
-    STRATA_CHECK(!s.heads || heads == *s.heads,
-                 "--heads {}: the checkpoint {} was trained with {} heads (its record); "
-                 "drop --heads or give {}",
-                 heads, dir.step_path(step), *s.heads, *s.heads);
-    family = gpt::family_name(gpt::parse_family(s.family));
-    if (s.config.contains("model")) model = s.config["model"];
-  }
-  STRATA_CHECK(f.family.empty() || f.family == family, "--family {}: the checkpoint {} records a {} model", f.family,
-               dir.step_path(step), family);
   Weights w;
   w.source = dir.step_path(step);
-  const gpt::ShapeOf shape = [&](const std::string& name) -> const std::vector<std::int64_t>* {
-    const std::string t = params_tensor(name);
-    return open->index.has_tensor(t) ? &open->index.tensor(t).shape : nullptr;
-  };
-  if (family == "llama") {
-    w.cfg = gpt::llama_config_from_record(model, w.source);
-    gpt::check_shapes(w.cfg, shape, w.source);
-  } else {
-    w.cfg = gpt::config_from_shapes(shape, heads, w.source);
-  }
+  w.cfg = gpt::checkpoint_model(open->index, w.source, f.heads);
+  const std::string family = gpt::family_name(w.cfg.family);
+  STRATA_CHECK(f.family.empty() || f.family == family, "--family {}: the checkpoint {} records a {} model", f.family,
+               w.source, family);
   w.read = [open](const std::string& name, std::size_t begin, std::size_t count, float* out) {
     std::unique_ptr<Reader> r = open->take();
     r->reader->read_f32(open->index.tensor(params_tensor(name)), begin, count, out);  // a failed one is dropped

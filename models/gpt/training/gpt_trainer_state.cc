@@ -8,7 +8,9 @@
 #include <climits>
 #include <vector>
 
+#include "core/error.h"
 #include "core/json_schema.h"
+#include "models/gpt/model/model_record.h"
 #include "runtime/checkpoint/chunk_file.h"
 
 namespace strata::gpt {
@@ -92,6 +94,28 @@ GptTrainerState GptTrainerState::parse(const nlohmann::json& j, const std::strin
   if (j.contains("data")) s.data = GptDataRecord{j["data"]["source"], j["data"]["tokens"], j["data"]["fingerprint"]};
   if (j.contains("resume_notes")) s.resume_notes = j["resume_notes"].get<std::vector<std::string>>();
   return s;
+}
+
+GptConfig checkpoint_model(const CheckpointIndex& index, const std::string& step_dir, int heads) {
+  const ShapeOf shape = [&](const std::string& name) -> const std::vector<std::int64_t>* {
+    const std::string t = params_tensor(name);
+    return index.has_tensor(t) ? &index.tensor(t).shape : nullptr;
+  };
+  if (index.state.contains("trainer")) {
+    const GptTrainerState s = GptTrainerState::parse(index.state["trainer"], step_dir, nullptr);
+    STRATA_CHECK(heads == 0 || !s.heads || heads == *s.heads,
+                 "--heads {}: the checkpoint {} was trained with {} heads (its record); drop --heads or give {}", heads,
+                 step_dir, *s.heads, *s.heads);
+    if (s.heads) heads = *s.heads;
+    if (parse_family(s.family) == Family::kLlama) {
+      STRATA_CHECK_CODE(ErrorCode::kIo, s.config.contains("model"),
+                        "{}: a Llama-style run's record has no config.model", step_dir);
+      const GptConfig cfg = llama_config_from_record(s.config["model"], step_dir);
+      check_shapes(cfg, shape, step_dir);
+      return cfg;
+    }
+  }
+  return config_from_shapes(shape, heads, step_dir);
 }
 
 }  // namespace strata::gpt

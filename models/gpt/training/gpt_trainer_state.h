@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "models/gpt/data/token_data.h"
+#include "models/gpt/model/gpt_model.h"
+#include "runtime/checkpoint/checkpoint_index.h"
 
 namespace strata::gpt {
 
@@ -43,5 +45,11 @@ struct GptTrainerState {
   // expected an integer in [0, 2^31 - 1], got "5"". Unknown fields are returned in `unknown` (for a warning).
   static GptTrainerState parse(const nlohmann::json& j, const std::string& origin, std::vector<std::string>* unknown);
 };
+
+// The model a checkpoint holds (`index`, of the step directory `step_dir`): a Llama-style run's whole shape from its
+// trainer record; a GPT-2's dimensions from its params tensors, with the heads of the record or else `heads` (an
+// imported checkpoint records none; 0 and none is refused asking for --heads). A `heads` other than the record's is
+// refused naming both; every parameter's shape is checked (model_record.h).
+GptConfig checkpoint_model(const CheckpointIndex& index, const std::string& step_dir, int heads);
 
 }  // namespace strata::gpt

@@ -181,14 +181,12 @@ void add_layout_flags(CLI::App& app, TrainFlags& f) {
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--grad-accum", f.grad_accum, "micro-batches per step")->check(flags::positive_integer());
-  app.add_option("--recompute", f.recompute,
-                 "what each block keeps for its backward: none; full (alone: keep only the block's input and run it "
-                 "again in backward); attention (recompute the attention core); mlp (recompute the GELU); offload (its "
-                 "activations in host memory, prefetched back); a comma-separated kind per block; or auto (with "
-                 "--device-memory: the least extra compute that fits, chosen per block); default none")
-      ->expected(0, 1)
-      ->default_str("full")  // given alone; an empty value ('') is refused by RecomputePolicy::parse
-      ->option_text("[KIND]");
+  flags::recompute_option(
+      app, f.recompute,
+      "what each block keeps for its backward: none; full (alone: keep only the block's input and run it "
+      "again in backward); attention (recompute the attention core); mlp (recompute the GELU); offload (its "
+      "activations in host memory, prefetched back); a comma-separated kind per block; or auto (with "
+      "--device-memory: the least extra compute that fits, chosen per block); default none");
   app.add_option("--recompute-every", f.recompute_every,
                  "apply --recompute's kind to every K-th block only (blocks K, 2K, ... counting from 1)")
       ->check(flags::positive_integer());
@@ -511,7 +509,7 @@ TrainConfig train_config(const TrainFlags& f, Runtime& rt) {
   STRATA_CHECK(f.recompute_every <= std::max(1, f.model.layers) || f.recompute == "none",
                "--recompute-every {} is above the model's {} blocks: no block would be recomputed (blocks K, 2K, ... "
                "counting from 1); give at most {}", f.recompute_every, f.model.layers, f.model.layers);
-  STRATA_CHECK(!cfg.recompute.automatic || !f.device_memory.empty() || Env::from_environment().device_memory > 0,
+  STRATA_CHECK(!cfg.recompute.automatic || !f.device_memory.empty() || env().device_memory > 0,
                "--recompute auto chooses from the device budget: give --device-memory or STRATA_DEVICE_MEMORY (or use "
                "none, mlp, attention, full or offload)");
   cfg.init = f.init;
