@@ -41,6 +41,8 @@ std::uint64_t available_memory_bytes() {
 
 std::uint64_t peak_resident_bytes() { return proc_kib_field("/proc/self/status", "VmHWM:"); }
 
+std::uint64_t resident_bytes() { return proc_kib_field("/proc/self/status", "VmRSS:"); }
+
 bool host_allocation_fits(std::uint64_t bytes, std::uint64_t in_use) {
   const std::uint64_t machine = machine_memory_bytes();
   return machine == 0 || (bytes <= machine && in_use <= machine - bytes);  // unknown: nothing to compare with

@@ -18,6 +18,8 @@ std::uint64_t available_memory_bytes();
 // Not getrusage's ru_maxrss: that one carries over the resident set of the process that forked this one (mpirun, a
 // launcher daemon) at the moment it forked, which can be larger than this program ever is.
 std::uint64_t peak_resident_bytes();
+// This process's resident set now (VmRSS of /proc/self/status, bytes; 0 where unknown).
+std::uint64_t resident_bytes();
 // Whether `bytes`, on top of `in_use` bytes this process holds already, fit in the machine's physical memory (true
 // where its size is unknown).
 bool host_allocation_fits(std::uint64_t bytes, std::uint64_t in_use);

@@ -6,6 +6,7 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/file_checks.h"
+#include "core/host_memory.h"
 #include "core/memory_stats.h"
 #include "models/gpt/data/token_data.h"
 #include "models/gpt/training/gpt_trainer.h"
@@ -68,6 +69,7 @@ int main(int argc, char** argv) {
       set_env(e);
     }
     Runtime rt(&argc, &argv, RuntimeOptions{f.backend});
+    const std::uint64_t rss_at_start = resident_bytes();
     gpt::apply_global_batch(app, f, rt.world_size());
     check_config_agreement(gpt::effective_configuration(f));  // before any rank acts on a setting the others lack
     gpt::check_run_files(f, rt);
@@ -91,7 +93,7 @@ int main(int argc, char** argv) {
       std::printf("train_gpt: %s\n", throughput.describe(rt.device()).c_str());
       std::fflush(stdout);
     }
-    gpt::RunLog log(f, cfg, trainer, rt, throughput, before);
+    gpt::RunLog log(f, cfg, trainer, rt, throughput, before, rss_at_start);
     check_steps_left(f, trainer, rt.rank());
     for (int step = trainer.start_step(); step < f.last_step(); ++step) {
       log.step(step, trainer.step(step));

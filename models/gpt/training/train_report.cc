@@ -144,8 +144,14 @@ void print_run_banner(const TrainFlags& f, const TrainConfig& cfg, GptTrainer& t
 }
 
 RunLog::RunLog(const TrainFlags& f, const TrainConfig& cfg, GptTrainer& trainer, Runtime& rt,
-               const Throughput& throughput, const CategoryBytes& before)
-    : f_(f), cfg_(cfg), trainer_(trainer), rt_(rt), throughput_(throughput), before_(before) {
+               const Throughput& throughput, const CategoryBytes& before, std::uint64_t rss_at_start)
+    : f_(f),
+      cfg_(cfg),
+      trainer_(trainer),
+      rt_(rt),
+      throughput_(throughput),
+      before_(before),
+      rss_at_start_(rss_at_start) {
   // A resumed run appends: the records of the run it continues (a restart after a lost host among them) stay, and a
   // step trained again is recorded again, the later record the one that counts.
   if (rt.rank() == 0 && !f.metrics.empty())
@@ -275,7 +281,11 @@ void RunLog::print_summary() const {
   std::vector<LedgerRow> host_ledger;
   if (Device* host = trainer_.model().resources().host_device()) host_ledger = MemoryLedger::gather(*host, rt_.world());
   // The largest resident set of any rank so far: what the process held, token shards' mapped pages included.
-  const std::vector<double> rss = all_gather_values(rt_.world(), static_cast<double>(peak_resident_bytes()));
+  const std::uint64_t peak = peak_resident_bytes();
+  const std::vector<double> rss = all_gather_values(rt_.world(), static_cast<double>(peak));
+  // What the run added to it after the runtime started: the model, the data's mapped pages, the workspaces.
+  const std::vector<double> added =
+      all_gather_values(rt_.world(), static_cast<double>(peak > rss_at_start_ ? peak - rss_at_start_ : 0));
   if (rt_.rank() != 0) return;
   // A run that changed no weight says so in words, not only as a null or a count in the summary.
   if (steps_run_ == 0 && trainer_.resumed_from() < 0)
@@ -287,6 +297,7 @@ void RunLog::print_summary() const {
         steps_run_, trainer_.config().optimizer.dynamic_loss_scale ? ", the f16 loss scale still falling" : "");
   nlohmann::json s = summary();
   s["peak_rss_bytes"] = static_cast<std::uint64_t>(*std::max_element(rss.begin(), rss.end()));
+  s["peak_rss_above_start_bytes"] = static_cast<std::uint64_t>(*std::max_element(added.begin(), added.end()));
   s["peak_memory"] = ledger_peaks(ledger);
   s["host_peak_memory"] = ledger_peaks(host_ledger);
   if (total(predicted_step0_) > 0)  // what the trainer itself allocated in step 0 on rank 0, per category

@@ -45,8 +45,10 @@ void print_run_banner(const TrainFlags& f, const TrainConfig& cfg, GptTrainer& t
 class RunLog {
  public:
   // `before`: the device's bytes per category before the trainer was built (the ledger's baseline for step 0).
+  // `rss_at_start`: this rank's resident set once the runtime had started, before the data and the model (the
+  // program and its libraries: a CUDA build's are about 200 MB before any model).
   RunLog(const TrainFlags& f, const TrainConfig& cfg, GptTrainer& trainer, Runtime& rt, const Throughput& throughput,
-         const CategoryBytes& before);
+         const CategoryBytes& before, std::uint64_t rss_at_start);
   // After each step: its line, its metrics record, the progress bar, and after step 0 the memory table.
   void step(int step, const StepRecord& r);
   // After an evaluation (GptTrainer::evaluate) after step `step`: its line and metrics record; the last is the
@@ -70,6 +72,7 @@ class RunLog {
   Runtime& rt_;
   const Throughput& throughput_;
   CategoryBytes before_;
+  std::uint64_t rss_at_start_;
   OutputFile metrics_;  // every record written through at once: a full disk is an error at that step
   bool bar_ = false;
   double tokens_per_step_ = 0;
