@@ -57,6 +57,18 @@ SlotInit init_by_global_index(const DeviceMesh& mesh, GlobalInit fill) {
   };
 }
 
+SlotInit init_by_global_runs(const DeviceMesh& mesh, GlobalRunsInit fill) {
+  const int tp = mesh.tp().size(), tp_rank = mesh.tp().rank();
+  return [tp, tp_rank, fill = std::move(fill)](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
+    std::fill(out, out + count, 0.0f);
+    std::vector<GlobalRun> runs;
+    for_each_global_run(s.tp, tp_rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {
+      runs.push_back(GlobalRun{local - begin, global, n});
+    });
+    if (!runs.empty()) fill(s, runs, out);
+  };
+}
+
 std::size_t global_numel(const std::vector<UnitSpec>& units) {
   std::size_t n = 0;
   for (const UnitSpec& u : units)

@@ -36,6 +36,17 @@ using GlobalInit = std::function<void(const ParamSlot& slot, std::size_t global_
 // global tensor (padded elements 0), so the model starts the same at every tp degree.
 SlotInit init_by_global_index(const DeviceMesh& mesh, GlobalInit fill);
 
+// A run of a slot's elements on this rank: `count` of them, from element `global` of the global tensor (row-major),
+// at `local` in the caller's buffer.
+struct GlobalRun {
+  std::size_t local = 0, global = 0, count = 0;
+};
+// fill(slot, runs, out): every run of a slot's local elements at once, for a reader that gathers them better than one
+// run at a time (a transposed file tensor, read a column at a time). out[run.local ...] takes run.count values.
+using GlobalRunsInit = std::function<void(const ParamSlot& slot, const std::vector<GlobalRun>& runs, float* out)>;
+// init_by_global_index with the runs of each local range handed over together (`local` counted from its start).
+SlotInit init_by_global_runs(const DeviceMesh& mesh, GlobalRunsInit fill);
+
 // Elements of the unsplit model the units declare (the global shape of split slots).
 std::size_t global_numel(const std::vector<UnitSpec>& units);
 

@@ -158,14 +158,12 @@ Weights llama_from_hf(const std::shared_ptr<SafetensorsReader>& file, const Flag
 // HfLlamaWeights over `file` for the model `cfg` (which it checks every tensor against).
 Weights llama_weights(const std::shared_ptr<SafetensorsReader>& file, const gpt::GptConfig& cfg) {
   cfg.validate();
-  auto hf = std::make_shared<gpt::HfLlamaWeights>(*file, cfg);
-  auto lock = std::make_shared<std::mutex>();
+  auto hf = std::make_shared<const gpt::HfLlamaWeights>(*file, cfg);
   Weights w;
   w.cfg = cfg;
   w.source = file->path();
-  // HfLlamaWeights keeps the fused tensors it has read: one reader at a time (a disk stream reads two blocks at once).
-  w.read = [file, hf, lock](const std::string& name, std::size_t begin, std::size_t count, float* out) {
-    const std::lock_guard<std::mutex> hold(*lock);
+  // Const reads without a cache: a disk stream's two blocks at once are fine.
+  w.read = [file, hf](const std::string& name, std::size_t begin, std::size_t count, float* out) {
     hf->read(name, begin, count, out);
   };
   return w;

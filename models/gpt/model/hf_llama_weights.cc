@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "core/shape_string.h"
@@ -81,36 +84,94 @@ HfLlamaWeights::HfLlamaWeights(const SafetensorsReader& file, const GptConfig& c
   }
 }
 
-const std::vector<float>& HfLlamaWeights::whole(const std::string& tensor) {
-  auto it = cache_.find(tensor);
-  if (it == cache_.end()) it = cache_.emplace(tensor, file_.read_f32(tensor)).first;
-  return it->second;
-}
-
-void HfLlamaWeights::read(const std::string& name, std::size_t begin, std::size_t count, float* out) {
+void HfLlamaWeights::read(const std::string& name, const std::vector<GlobalRun>& runs, float* out) const {
   if (auto it = same_.find(name); it != same_.end()) {
-    file_.read_f32(it->second, begin, count, out);
+    for (const GlobalRun& r : runs) file_.read_f32(it->second, r.global, r.count, out + r.local);
     return;
   }
   if (auto it = biases_.find(name); it != biases_.end()) {
-    for (std::size_t k = 0; k < count; ++k) {
-      const std::size_t j = begin + k;
-      for (const Part& part : it->second)
-        if (j >= part.col && j < part.col + part.cols) out[k] = whole(part.tensor)[j - part.col];
-    }
+    for (const GlobalRun& r : runs)
+      for (const Part& part : it->second) {
+        const std::size_t from = std::max(r.global, part.col), to = std::min(r.global + r.count, part.col + part.cols);
+        if (from < to) file_.read_f32(part.tensor, from - part.col, to - from, out + r.local + (from - r.global));
+      }
     return;
   }
   const auto it = parts_.find(name);
   STRATA_CHECK(it != parts_.end(), "HfLlamaWeights: '{}' is no parameter of {}", name, cfg_.describe());
+  read_transposed(it->second, runs, out);
+}
+
+void HfLlamaWeights::read_transposed(const std::vector<Part>& parts, const std::vector<GlobalRun>& runs,
+                                     float* out) const {
   std::size_t width = 0;  // the parameter's columns: its parts' rows
-  for (const Part& part : it->second) width += part.cols;
-  for (std::size_t k = 0; k < count; ++k) {
-    const std::size_t row = (begin + k) / width, col = (begin + k) % width;
-    for (const Part& part : it->second) {
-      if (col < part.col || col >= part.col + part.cols) continue;
-      const std::vector<float>& t = whole(part.tensor);  // [cols, rows of the parameter]
-      out[k] = t[(col - part.col) * (t.size() / part.cols) + row];
+  for (const Part& part : parts) width += part.cols;
+  // Each run as row stretches of one column range: its first row (from its first column), the full rows between, its
+  // last row (to its last column).
+  struct Stretch {
+    std::size_t row_begin, row_end, col_begin, col_end, local;  // local: out index of (row_begin, col_begin)
+  };
+  std::vector<Stretch> stretches;
+  for (const GlobalRun& r : runs) {
+    if (r.count == 0) continue;
+    const std::size_t first = r.global / width, last = (r.global + r.count - 1) / width;
+    const std::size_t c0 = r.global % width, c1 = (r.global + r.count - 1) % width + 1;
+    auto local = [&](std::size_t row, std::size_t col) { return r.local + row * width + col - r.global; };
+    if (first == last) {
+      stretches.push_back({first, first + 1, c0, c1, local(first, c0)});
+      continue;
     }
+    stretches.push_back({first, first + 1, c0, width, local(first, c0)});
+    if (last > first + 1) stretches.push_back({first + 1, last, 0, width, local(first + 1, 0)});
+    stretches.push_back({last, last + 1, 0, c1, local(last, 0)});
+  }
+  for (const Part& part : parts) {
+    const std::size_t in = file_.info(part.tensor).numel() / part.cols;  // the file tensor is [cols, in]
+    // The rows each of the part's columns is held at, as ranges: one where the runs are one contiguous range of a
+    // rank's slice (consecutive rows extend a column's last range), merged where the runs touch or overlap.
+    using Rows = std::pair<std::size_t, std::size_t>;
+    std::vector<std::vector<Rows>> rows(part.cols);
+    for (const Stretch& s : stretches)
+      for (std::size_t c = std::max(s.col_begin, part.col); c < std::min(s.col_end, part.col + part.cols); ++c) {
+        std::vector<Rows>& r = rows[c - part.col];
+        if (!r.empty() && r.back().second == s.row_begin)
+          r.back().second = s.row_end;
+        else
+          r.push_back({s.row_begin, s.row_end});
+      }
+    std::vector<std::vector<std::size_t>> at(part.cols);  // where each range's rows start in the staging
+    std::size_t staged = 0;
+    for (std::vector<Rows>& r : rows) {
+      std::sort(r.begin(), r.end());
+      std::vector<Rows> merged;
+      for (const Rows& range : r)
+        if (!merged.empty() && range.first <= merged.back().second)
+          merged.back().second = std::max(merged.back().second, range.second);
+        else
+          merged.push_back(range);
+      r = std::move(merged);
+    }
+    for (std::size_t k = 0; k < part.cols; ++k)
+      for (const Rows& range : rows[k]) {
+        at[k].push_back(staged);
+        staged += range.second - range.first;
+      }
+    if (staged == 0) continue;
+    std::vector<float> stage(staged);
+    for (std::size_t k = 0; k < part.cols; ++k)
+      for (std::size_t i = 0; i < rows[k].size(); ++i)
+        file_.read_f32(part.tensor, k * in + rows[k][i].first, rows[k][i].second - rows[k][i].first,
+                       stage.data() + at[k][i]);
+    for (const Stretch& s : stretches)
+      for (std::size_t c = std::max(s.col_begin, part.col); c < std::min(s.col_end, part.col + part.cols); ++c) {
+        const std::size_t k = c - part.col;
+        // The range holding this stretch's rows of column k: the last one starting at or before them.
+        const std::size_t i = static_cast<std::size_t>(
+            std::upper_bound(rows[k].begin(), rows[k].end(), Rows{s.row_begin, SIZE_MAX}) - rows[k].begin() - 1);
+        const float* from = stage.data() + at[k][i] + (s.row_begin - rows[k][i].first);
+        for (std::size_t row = s.row_begin; row < s.row_end; ++row)
+          out[s.local + (row - s.row_begin) * width + (c - s.col_begin)] = from[row - s.row_begin];
+      }
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/safetensors.h"
 #include "models/gpt/model/gpt_model.h"
+#include "runtime/tensor/global_elements.h"
 
 namespace strata::gpt {
 
@@ -19,10 +20,15 @@ class HfLlamaWeights {
   // both shapes.
   HfLlamaWeights(const SafetensorsReader& file, const GptConfig& cfg);
 
-  // Elements [begin, begin + count) (row-major, global) of the model's parameter `name` (gpt_units' names). The
-  // transposed and fused tensors are read whole once and kept (this is the init path of a small or medium model;
-  // the sharded reading of large directories is the model-directory loader's).
-  void read(const std::string& name, std::size_t begin, std::size_t count, float* out);
+  // The runs of the model's parameter `name` (gpt_units' names, its global row-major elements) into out[run.local
+  // ...], reading from the file those elements and no others: a transposed tensor's held rows of each column (one
+  // contiguous stretch of the file, since a rank's shard is a contiguous range of its slice) in one read, staged
+  // (at most the runs' elements) and scattered. Const, without a cache: any thread, any number at once.
+  void read(const std::string& name, const std::vector<GlobalRun>& runs, float* out) const;
+  // Elements [begin, begin + count) of parameter `name`.
+  void read(const std::string& name, std::size_t begin, std::size_t count, float* out) const {
+    read(name, {GlobalRun{0, begin, count}}, out);
+  }
 
   // The file's tensor names this model reads, for messages.
   const std::vector<std::string>& names() const { return names_; }
@@ -33,7 +39,7 @@ class HfLlamaWeights {
     std::string tensor;
     std::size_t col = 0, cols = 0;
   };
-  const std::vector<float>& whole(const std::string& tensor);
+  void read_transposed(const std::vector<Part>& parts, const std::vector<GlobalRun>& runs, float* out) const;
 
   const SafetensorsReader& file_;
   GptConfig cfg_;
@@ -41,7 +47,6 @@ class HfLlamaWeights {
   std::map<std::string, std::string> same_;         // parameter -> the file's tensor of the same layout
   std::map<std::string, std::vector<Part>> parts_;  // parameter -> its transposed parts, in column order
   std::map<std::string, std::vector<Part>> biases_;  // q | k | v biases, concatenated
-  std::map<std::string, std::vector<float>> cache_;
 };
 
 // Whether a safetensors file holds Hugging Face Llama names (model.embed_tokens.weight).

@@ -6,27 +6,28 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
-#include <map>
-#include <cstring>
 #include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
 #include <thread>
 
-#include "models/gpt/training/gpt_memory.h"
-#include "kernels/cpu/threads.h"
+#include "collectives/rank_values.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/fd_io.h"
+#include "core/file_checks.h"
+#include "core/logging.h"
 #include "core/safetensors.h"
+#include "kernels/cpu/threads.h"
 #include "models/gpt/model/hf_export.h"
 #include "models/gpt/model/hf_llama_weights.h"
 #include "models/gpt/model/weight_names.h"
+#include "models/gpt/training/gpt_memory.h"
 #include "runtime/context/context_chunks.h"
 #include "runtime/optim/nonfinite.h"
 #include "runtime/tensor/global_elements.h"
-#include "collectives/rank_values.h"
-#include "core/error.h"
-#include "core/logging.h"
-#include "core/env.h"
-#include "core/fd_io.h"
-#include "core/file_checks.h"
 
 namespace strata::gpt {
 
@@ -165,34 +166,42 @@ void GptTrainer::parallelize() {
 
 void GptTrainer::init_from_file() {
   SafetensorsReader reader(cfg_.init);
-  if (cfg_.model.llama() && has_hf_llama_names(reader)) {
-    init_from_hf_llama(reader);
-    return;
-  }
-  std::vector<std::string> names;
+  // Hugging Face's Llama names and [out, in] layouts (hf_llama_weights.h), or the file holds gpt_units' own.
+  std::optional<HfLlamaWeights> hf_llama;
   std::map<std::string, std::pair<int, int>> place;  // parameter -> (unit, slot) on this rank
   for (int u = 0; u < model_->num_units(); ++u) {
     const std::vector<ParamSlot>& slots = model_->layout(u).slots();
     for (std::size_t i = 0; i < slots.size(); ++i) place[slots[i].name] = {u, static_cast<int>(i)};
   }
-  for (const UnitSpec& u : gpt_units(cfg_.model, cfg_.tp))  // the whole model's, whatever part this rank holds
-    for (const SlotSpec& s : u.slots) names.push_back(s.name);
-  check_weight_names(reader, names, "--init");
-  for (int u = 0; u < model_->num_units(); ++u)
-    for (const ParamSlot& s : model_->layout(u).slots())
-      reader.check_shape(s.name, s.tp.replicated() ? s.shape : s.tp.global_shape);
-  // The first non-finite value this rank reads (pieces come in unit, slot order), by its place in the file.
+  if (cfg_.model.llama() && has_hf_llama_names(reader)) {
+    hf_llama.emplace(reader, cfg_.model);  // strict names, the config's shapes
+  } else {
+    std::vector<std::string> names;
+    for (const UnitSpec& u : gpt_units(cfg_.model, cfg_.tp))  // the whole model's, whatever part this rank holds
+      for (const SlotSpec& s : u.slots) names.push_back(s.name);
+    check_weight_names(reader, names, "--init");
+    for (int u = 0; u < model_->num_units(); ++u)
+      for (const ParamSlot& s : model_->layout(u).slots())
+        reader.check_shape(s.name, s.tp.replicated() ? s.shape : s.tp.global_shape);
+  }
+  // The first non-finite value this rank reads (pieces come in unit, slot order), by its place in the parameter.
   NonFiniteAt bad;
   std::uint64_t held = 0;  // the elements this rank's shards hold, each read from the file once
   double reading_ms = 0;   // of that, inside the reader (the rest: the model's memory and its own init work)
   const auto read_start = std::chrono::steady_clock::now();
-  model_->init(init_by_global_index(*mesh_, [&](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
+  model_->init(init_by_global_runs(*mesh_, [&](const ParamSlot& s, const std::vector<GlobalRun>& runs, float* out) {
     const auto t0 = std::chrono::steady_clock::now();
-    reader.read_f32(s.name, g, n, o);  // each rank reads only its shard
+    if (hf_llama)
+      hf_llama->read(s.name, runs, out);
+    else
+      for (const GlobalRun& r : runs) reader.read_f32(s.name, r.global, r.count, out + r.local);  // its shard only
     reading_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    held += n;
-    for (std::size_t i = 0; i < n && !bad.found(); ++i)
-      if (!std::isfinite(o[i])) bad = NonFiniteAt{place.at(s.name).first, place.at(s.name).second, g + i, o[i]};
+    for (const GlobalRun& r : runs) {
+      held += r.count;
+      for (std::size_t i = 0; i < r.count && !bad.found(); ++i)
+        if (!std::isfinite(out[r.local + i]))
+          bad = NonFiniteAt{place.at(s.name).first, place.at(s.name).second, r.global + i, out[r.local + i]};
+    }
   }));
   // What each rank read of the file against what it holds: only its own shards' bytes (docs/model-directories.md).
   const double read_ms =
@@ -214,17 +223,6 @@ void GptTrainer::init_from_file() {
                  "value of the file's parameters); initial weights must be finite", cfg_.init, name,
                  std::isnan(bad.value) ? "NaN" : bad.value > 0 ? "inf" : "-inf", bad.element);
   }
-}
-
-void GptTrainer::init_from_hf_llama(const SafetensorsReader& reader) {
-  HfLlamaWeights weights(reader, cfg_.model);  // strict names, the config's shapes
-  model_->init(init_by_global_index(*mesh_, [&](const ParamSlot& s, std::size_t g, std::size_t n, float* o) {
-    weights.read(s.name, g, n, o);
-  }));
-  const NonFiniteAt bad = lowest_over_ranks(rt_.world(), find_nonfinite(model_->parameters(), ShardValues::kMaster,
-                                                                        true));
-  STRATA_CHECK_CODE(ErrorCode::kNonFinite, !bad.found(), "--init {}: the weights are not finite: {}; initial weights "
-                    "must be finite", cfg_.init, describe_nonfinite(model_->parameters(), bad));
 }
 
 GptTrainer::~GptTrainer() = default;

@@ -98,7 +98,6 @@ class GptTrainer {
   void build_pipeline();
   void parallelize();
   void init_from_file();
-  void init_from_hf_llama(const SafetensorsReader& reader);  // Hugging Face names and layouts (hf_llama_weights.h)
   // What a checkpoint keeps of the trainer: the step and data position it stands at, the seed, the configuration.
   nlohmann::json trainer_state() const;
   // --resume: the directory's resume plan, the load, and the checks of the trainer state against this run.

@@ -61,13 +61,15 @@ if(failed)
   message(FATAL_ERROR "train_gpt --init of the directory differs from --init of the file: ${failed}")
 endif()
 
-# Each rank reads from the directory only what its shards hold: at ZeRO 3 over 2 ranks the two halves of the 30080
-# weights, at tp 2 each rank's slices (and the replicated norms), 4 bytes (f32) for each element it holds.
-foreach(layout "zero3|--zero-stage,3" "tp2|--tp,2")
-  unpack_row("${layout}" name flags)
+# Each rank reads from the directory only what its shards hold: at ZeRO 3 over 2 ranks the two halves of the model's
+# weights (GPT-2 30080, the Llama 22688), at tp 2 each rank's slices (and the replicated norms), 4 bytes (f32) for
+# each element it holds. The Llama's [out, in] tensors are read a column's held rows at a time.
+foreach(layout "gpt2_zero3|${gpt2}|30080|--zero-stage,3" "gpt2_tp2|${gpt2}|30080|--tp,2"
+               "llama_zero3|${llama}|22688|--zero-stage,3" "llama_tp2|${llama}|22688|--tp,2")
+  unpack_row("${layout}" name dir total flags)
   string(REPLACE "," ";" flags "${flags}")
   run_checked(bytes_${name} ok 60 ${CMAKE_COMMAND} -E env STRATA_LOG_LEVEL=info ${launch} -n 2 ${TRAIN_GPT}
-              --init ${gpt2} --steps 1 --no-progress --seq 16 ${flags})
+              --init ${dir} --steps 1 --no-progress --seq 16 ${flags})
   string(CONCAT pattern "bytes read and elements held: ([0-9]+) bytes for ([0-9]+) elements in [0-9.]+ ms "
                         "\\([0-9.]+ ms reading\\), ([0-9]+) bytes for ([0-9]+) elements")
   string(REGEX MATCH "${pattern}" _ "${bytes_${name}_out}")
@@ -82,11 +84,12 @@ foreach(layout "zero3|--zero-stage,3" "tp2|--tp,2")
   if(NOT CMAKE_MATCH_1 EQUAL want0 OR NOT CMAKE_MATCH_3 EQUAL want1)
     message(FATAL_ERROR "bytes_${name}: a rank read other than 4 bytes per element it holds")
   endif()
-  if(name STREQUAL "zero3" AND NOT held EQUAL 30080)
-    message(FATAL_ERROR "bytes_zero3: the ranks hold ${held} elements between them, not the model's 30080 once")
+  if(name MATCHES "zero3" AND NOT held EQUAL total)
+    message(FATAL_ERROR "bytes_${name}: the ranks hold ${held} elements between them, not the model's ${total} once")
   endif()
-  if(name STREQUAL "tp2" AND (NOT held GREATER 30080 OR CMAKE_MATCH_2 GREATER_EQUAL 30080))
-    message(FATAL_ERROR "bytes_tp2: ${CMAKE_MATCH_2} and ${CMAKE_MATCH_4} elements: not slices plus replicated norms")
+  if(name MATCHES "tp2" AND (NOT held GREATER total OR CMAKE_MATCH_2 GREATER_EQUAL total))
+    message(FATAL_ERROR "bytes_${name}: ${CMAKE_MATCH_2} and ${CMAKE_MATCH_4} elements: not slices plus replicated "
+                        "norms")
   endif()
 endforeach()
 

@@ -1,11 +1,14 @@
 // The decode path of the Llama-style family (GptDecoder on a Llama GptConfig): PyTorch's greedy generation on Hugging
 // Face weights (tests/data/llama_gen_ref.json), token by token and in chunks against one pass over the whole sequence,
 // a batch of different lengths against each alone, every weight placement bit for bit against the resident one, and
-// a KV cache of the key-value heads only (2 x layers x kv_width floats a position), as strata-plan --inference counts.
+// a KV cache of the key-value heads only (2 x layers x kv_width floats a position), as strata-plan --inference counts;
+// and the reader of Hugging Face's Llama tensors: any runs of a parameter read exactly their elements' bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,7 @@
 #include "models/gpt/model/hf_llama_weights.h"
 #include "runtime/inference/generator.h"
 #include "runtime/memory/inference_planner.h"
+#include "runtime/sharding/shard_layout.h"
 #include "tests/models/gpt/decode_test_data.h"
 #include "tests/support/gpt_reference.h"
 #include "tests/support/test_support.h"
@@ -33,6 +37,45 @@ GptConfig llama4() {
 }
 
 WeightReader llama_weights(std::uint64_t seed) { return test_data::spec_weights_with_biases(llama4(), seed); }
+
+// Runs of a parameter as ranks hold them (a shard's partial first and last rows, a tp slice's pieces of rows, in any
+// order, packed): each gets the whole parameter's elements, and the file gives 4 bytes (f32) for each element held, no
+// more: a transposed tensor is read a column's held rows at a time.
+TEST(HfLlamaWeightsRuns, AnyRunsGiveTheirElementsReadingOnlyThem) {
+  for (const char* name : {"llama_gen", "llama_tiny_bias"}) {
+    const std::string ref = std::string(name) == "llama_gen" ? "llama_gen_ref.json" : "llama_tiny_bias_ref.json";
+    const GptConfig cfg = test::llama_reference_model(test::load_json(test::data_dir() + ref)["config"]);
+    const SafetensorsReader file(test::data_dir() + name + "_init.safetensors");
+    const HfLlamaWeights hf(file, cfg);
+    std::mt19937_64 rng(7);
+    for (const UnitSpec& u : gpt_units(cfg, 1))
+      for (const SlotSpec& slot : u.slots) {
+        const std::size_t n = shape_numel(slot.shape);
+        std::vector<float> whole(n);
+        hf.read(slot.name, 0, n, whole.data());
+        // Cut [0, n) at random places; keep every other piece, in a shuffled order, packed one after another.
+        std::vector<std::size_t> cuts{0, n};
+        for (int k = 0; k < 6; ++k) cuts.push_back(std::uniform_int_distribution<std::size_t>(0, n)(rng));
+        std::sort(cuts.begin(), cuts.end());
+        std::vector<GlobalRun> runs;
+        for (std::size_t k = 1; k + 1 < cuts.size(); k += 2)
+          if (cuts[k + 1] > cuts[k]) runs.push_back(GlobalRun{0, cuts[k], cuts[k + 1] - cuts[k]});
+        std::shuffle(runs.begin(), runs.end(), rng);
+        std::size_t held = 0;
+        for (GlobalRun& r : runs) {
+          r.local = held;
+          held += r.count;
+        }
+        std::vector<float> got(held, -1.0f);
+        const std::uint64_t before = file.bytes_read();
+        hf.read(slot.name, runs, got.data());
+        EXPECT_EQ(file.bytes_read() - before, 4 * held) << name << " " << slot.name;
+        for (const GlobalRun& r : runs)
+          EXPECT_EQ(std::memcmp(got.data() + r.local, whole.data() + r.global, r.count * 4), 0)
+              << name << " " << slot.name << ": elements [" << r.global << ", " << r.global + r.count << ")";
+      }
+  }
+}
 
 TEST(LlamaDecode, GreedyTokensAndLogitsEqualPyTorchs) {
   const nlohmann::json ref = test::load_json(test::data_dir() + "llama_gen_ref.json");
