@@ -2,9 +2,11 @@
 // least squares, sharded over the ranks; then a two-layer network split over a tensor-parallel group of every rank
 // (a column-parallel layer, tanh, a row-parallel layer) with its own kernels; then generation over its own Decoder,
 // whose weights stream through device slots (BlockStreamer). Prints the losses, the generated tokens and "consumer: ok"
-// when both losses fell, the tokens are the decoder's and its fitted parameters read back from a sharded safetensors set
-// through the installed reader. Its one flag goes through the installed CLI11 validators.
+// when both losses fell, the tokens are the decoder's and its fitted parameters, written as a Hugging Face model
+// directory through the installed writer (<strata/hf.h>), read back: config.json by the installed config reader, the
+// shards by the installed safetensors reader. Its one flag goes through the installed CLI11 validators.
 #include <strata/flag_checks.h>
+#include <strata/hf.h>
 #include <strata/strata.h>
 #include <unistd.h>
 
@@ -13,7 +15,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -209,23 +210,40 @@ int main(int argc, char** argv) {
     for (std::int32_t t : g.tokens[0]) tokens += (tokens.empty() ? "" : ",") + std::to_string(t);
     STRATA_CHECK(tokens == "8,0,3,6" && g.decode_streamed_bytes == 3 * 24, "generated {} ({} bytes streamed)", tokens,
                  g.decode_streamed_bytes);
-    // The fitted parameters as a Hugging Face-style sharded safetensors set (one tensor a shard, and the index), read
-    // back through the installed reader as one set of tensors.
+    // The fitted parameters as a Hugging Face model directory through the installed writer (<strata/hf.h>: config.json,
+    // one tensor a shard, the index), its config.json read back by the installed reader, its tensors through the
+    // installed safetensors reader as one set.
     if (rt.rank() == 0) {
       const std::vector<strata::TensorView>& fitted = model.begin_forward(0);
       const std::string dir = "consumer_weights." + std::to_string(::getpid());
-      std::filesystem::create_directories(dir);
       const char* names[] = {"w", "b"};
-      nlohmann::json map;
-      for (int k = 0; k < 2; ++k) {
-        strata::SafetensorsWriter w;
-        w.add_f32(names[k], strata::DType::kF32, {static_cast<std::int64_t>(fitted[k].numel())},
-                  fitted[k].as<float>());
-        const std::string shard = "model-0000" + std::to_string(k + 1) + "-of-00002.safetensors";
-        w.write(dir + "/" + shard);
-        map[names[k]] = shard;
-      }
-      std::ofstream(dir + "/model.safetensors.index.json") << nlohmann::json{{"weight_map", map}}.dump();
+      std::vector<strata::hf::HfTensorOut> tensors;
+      for (int k = 0; k < 2; ++k)
+        tensors.push_back({names[k],
+                           {static_cast<std::int64_t>(fitted[k].numel())},
+                           [&, k](std::uint64_t begin, std::uint64_t count, float* out) {
+                             std::memcpy(out, fitted[k].as<float>() + begin, count * 4);
+                           }});
+      // A tiny Llama's config.json: hidden 8, MLP 16, 1 layer, 2 heads of 4 on 1 key-value head, vocabulary 16, tied:
+      // embeddings 16x8 = 128; q 64, k 32, v 32, o 64, gate, up, down 3x128, two norms 16; the final norm 8: 728.
+      const nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}},
+                                     {"model_type", "llama"},
+                                     {"hidden_size", 8},
+                                     {"intermediate_size", 16},
+                                     {"num_hidden_layers", 1},
+                                     {"num_attention_heads", 2},
+                                     {"num_key_value_heads", 1},
+                                     {"vocab_size", 16},
+                                     {"max_position_embeddings", 32},
+                                     {"rms_norm_eps", 1e-5},
+                                     {"rope_theta", 10000.0},
+                                     {"tie_word_embeddings", true}};
+      const strata::hf::HfWriteStats written =
+          strata::hf::write_hf_directory(dir, config, tensors, strata::DType::kF32, fitted[0].numel() * 4);
+      const strata::hf::HfConfig read_config = strata::hf::read_hf_config(dir);
+      STRATA_CHECK(written.shards == 2 && !read_config.gpt2 && read_config.parameter_count() == 728,
+                   "the model directory: {} shards, config.json read back as {} with {} parameters", written.shards,
+                   read_config.architecture, read_config.parameter_count());
       const strata::SafetensorsReader back(dir);
       for (int k = 0; k < 2; ++k) {
         const std::vector<float> got = back.read_f32(names[k]);
