@@ -9,12 +9,25 @@ F32), written once by `train_gpt --steps 0 --save-hf DIR --save-shard-size 200MB
          own timing of their init ("per rank, bytes read and elements held: ... in T ms (R ms reading)"), all bytes
          over the slower rank's T, and over the slower rank's R (the time inside the reader alone); and each rank's
          bytes read against the elements it holds (4 bytes each: only its shard)
-Prints each round, then the medians and load / disk. The page cache is dropped per file, which needs no privilege.
+  memory the page cache dropped again, then two processes (as the ranks) each read its half of every tensor into
+         memory of its own, fresh (anonymous, untouched: its pages are zeroed by the kernel as the reads touch
+         them, as a loader's destination is): what any loader that keeps the bytes can reach here; then again with
+         each tensor copied on into fresh shared memory, as a rank publishes its master weights into the parameter
+         buffers its collectives read: what a loader of a model whose parameters live beside their masters can reach
+Then once: the peak resident set each way, train_gpt --steps 0 at np 2 ZeRO 3 from random weights and from the
+directory (the summary's peak_rss_above_start_bytes, the most any rank grew): what reading adds to the model's own
+memory, against the largest tensor's bytes (one tensor's staging).
+Prints each round, then the medians, load / disk and load / memory. The page cache is dropped per file, which needs
+no privilege.
 
-    python3 scripts/bench_hf_load.py [--rounds 3] [--bin build/bin] [--work DIR]
+    python3 scripts/bench_hf_load.py [--rounds 3] [--bin build/bin] [--work DIR] [--no-shm]
 """
 import argparse
+import json
+import mmap
+import multiprocessing
 import os
+import struct
 import re
 import shutil
 import statistics
@@ -51,6 +64,61 @@ def cold_read_rate(directory):
     return total, time.perf_counter() - start
 
 
+def tensor_ranges(directory):
+    """(path, begin, end) byte ranges of every tensor of every shard."""
+    out = []
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".safetensors"):
+            continue
+        path = os.path.join(directory, name)
+        with open(path, "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+        for key, t in header.items():
+            if key != "__metadata__":
+                out.append((path, 8 + n + t["data_offsets"][0], 8 + n + t["data_offsets"][1]))
+    return out
+
+
+def read_half_into_memory(ranges, rank, queue, publish):
+    halves = []
+    for path, begin, end in ranges:
+        mid = begin + (end - begin) // 2 // 4 * 4
+        halves.append((path, begin, mid) if rank == 0 else (path, mid, end))
+    size = sum(e - b for _, b, e in halves)
+    start = time.perf_counter()
+    dest = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE)  # fresh anonymous pages, touched first by the reads
+    view = memoryview(dest)
+    # With `publish`, each tensor is then copied into shared memory (fresh too), as a rank publishes its master
+    # weights into the parameter buffers the collectives read.
+    shared = memoryview(mmap.mmap(-1, size, flags=mmap.MAP_SHARED)) if publish else None
+    at, fds = 0, {}
+    for path, begin, end in halves:
+        fd = fds.get(path) or fds.setdefault(path, os.open(path, os.O_RDONLY))
+        first = at
+        while begin < end:
+            n = os.preadv(fd, [view[at:at + end - begin]], begin)
+            begin += n
+            at += n
+        if publish:
+            shared[first:at] = view[first:at]
+    queue.put((at, time.perf_counter() - start))
+
+
+def cold_into_memory_rate(directory, publish):
+    ranges = tensor_ranges(directory)
+    drop_cache(directory)
+    queue = multiprocessing.Queue()
+    procs = [multiprocessing.Process(target=read_half_into_memory, args=(ranges, r, queue, publish))
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    results = [queue.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(b for b, _ in results), max(t for _, t in results)
+
+
 def mpirun(np_):
     cmd = ["mpirun", "-np", str(np_), "--bind-to", "none"]
     if os.geteuid() == 0:
@@ -63,6 +131,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--bin", default="build/bin")
     ap.add_argument("--work", default=None)
+    ap.add_argument("--no-shm", action="store_true",
+                    help="STRATA_SHM=0 for train_gpt: no shared-memory buffers for the collectives")
     args = ap.parse_args()
     train = os.path.abspath(os.path.join(args.bin, "train_gpt"))
     work = args.work or tempfile.mkdtemp(prefix="strata-hf-load.")
@@ -75,13 +145,13 @@ def main():
     shards = [n for n in os.listdir(model) if n.endswith(".safetensors")]
     print(f"# {model}: {len(shards)} shards, "
           f"{sum(os.path.getsize(os.path.join(model, n)) for n in shards) / 1e9:.3f} GB; {os.cpu_count()} cores")
-    disk, load, reads = [], [], []
+    disk, load, reads, memory, published = [], [], [], [], []
     pattern = re.compile(r"(\d+) bytes for (\d+) elements in ([\d.]+) ms \(([\d.]+) ms reading\)")
     for r in range(args.rounds):
         total, seconds = cold_read_rate(model)
         disk.append(total / seconds / 1e9)
         drop_cache(model)
-        env = dict(os.environ, STRATA_LOG_LEVEL="info")
+        env = dict(os.environ, STRATA_LOG_LEVEL="info", **({"STRATA_SHM": "0"} if args.no_shm else {}))
         out = subprocess.run(mpirun(2) + [train, "--init", model, "--steps", "0", "--zero-stage", "3", "--seq", "64",
                                           "--batch", "1", "--no-progress"],
                              check=True, capture_output=True, text=True, env=env)
@@ -96,12 +166,38 @@ def main():
             sys.exit(f"bench_hf_load: a rank read other than its shard: {ranks}")
         load.append(sum(read) / slowest / 1e9)
         reads.append(sum(read) / reading / 1e9)
+        mem_bytes, mem_seconds = cold_into_memory_rate(model, False)
+        memory.append(mem_bytes / mem_seconds / 1e9)
+        pub_bytes, pub_seconds = cold_into_memory_rate(model, True)
+        published.append(pub_bytes / pub_seconds / 1e9)
         print(f"round {r}: disk cold {disk[-1]:.3f} GB/s ({total / 1e9:.3f} GB in {seconds:.2f} s); load np 2 ZeRO 3 "
               f"{load[-1]:.3f} GB/s (ranks read {read[0] / 1e9:.3f} + {read[1] / 1e9:.3f} GB, each its shard, "
-              f"in {slowest:.2f} s, of which {reading:.2f} s inside the reader: {reads[-1]:.3f} GB/s)")
-    d, l, rd = statistics.median(disk), statistics.median(load), statistics.median(reads)
+              f"in {slowest:.2f} s, of which {reading:.2f} s inside the reader: {reads[-1]:.3f} GB/s); cold into "
+              f"fresh memory by 2 processes {memory[-1]:.3f} GB/s ({mem_seconds:.2f} s), and copied on into fresh shared "
+              f"memory {published[-1]:.3f} GB/s ({pub_seconds:.2f} s)")
+    d, l, rd, m, p = (statistics.median(disk), statistics.median(load), statistics.median(reads),
+                      statistics.median(memory), statistics.median(published))
+    per_round = lambda xs, ys: ", ".join(f"{a / b:.2f}" for a, b in zip(xs, ys))
     print(f"median: disk cold {d:.3f} GB/s, load {l:.3f} GB/s, load / disk {l / d:.2f}; the reads alone "
-          f"{rd:.3f} GB/s, {rd / d:.2f} of the disk")
+          f"{rd:.3f} GB/s, {rd / d:.2f} of the disk; into fresh memory {m:.3f} GB/s ({m / d:.2f} of the disk), "
+          f"load / that {l / m:.2f}; into fresh memory and published {p:.3f} GB/s ({p / d:.2f} of the disk), "
+          f"load / that {l / p:.2f}")
+    print(f"per round: load / disk {per_round(load, disk)}; load / into memory {per_round(load, memory)}; "
+          f"load / into memory and published {per_round(load, published)}")
+    # What reading the directory adds to a rank's resident set beyond the model's own memory (random weights).
+    peaks = {}
+    for how, extra in (("random weights", []), ("the directory", ["--init", model])):
+        out = subprocess.run(mpirun(2) + [train] + shape + extra + ["--steps", "0", "--zero-stage", "3"],
+                             check=True, capture_output=True, text=True)
+        found = re.search(r'"peak_rss_above_start_bytes":(\d+)', out.stdout)
+        if not found:
+            sys.exit(f"bench_hf_load: no peak_rss_above_start_bytes in train_gpt's summary ({how})")
+        peaks[how] = int(found.group(1))
+    largest = max(e - b for _, b, e in tensor_ranges(model))
+    added = peaks["the directory"] - peaks["random weights"]
+    print(f"peak resident set above start, largest rank: {peaks['random weights'] / 1e9:.3f} GB from random weights, "
+          f"{peaks['the directory'] / 1e9:.3f} GB from the directory: reading added {added / 1e6:.1f} MB, against "
+          f"the largest tensor's {largest / 1e6:.1f} MB")
     if not args.work:
         shutil.rmtree(work)
 

@@ -106,6 +106,10 @@ void for_each_global_run(const TpSplit& split, int rank, int tp, std::size_t beg
   }
   // Row-major: an element is (outer, j, inner) with j its index along `dim` (local size L, global size G).
   const TpGeometry geo = split.geometry(tp);
+  if (tp == 1 && geo.local == geo.global) {  // one rank holding every part unpadded: local is global
+    fn(begin, begin, count);
+    return;
+  }
   const std::size_t inner = geo.inner, G = geo.global, L = geo.local;
   const std::size_t end = begin + count;
   std::size_t run_local = 0, run_global = 0, run_len = 0;

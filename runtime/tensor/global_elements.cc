@@ -50,21 +50,27 @@ counted_runs_once(const DeviceMesh& mesh) {
 SlotInit init_by_global_index(const DeviceMesh& mesh, GlobalInit fill) {
   const int tp = mesh.tp().size(), tp_rank = mesh.tp().rank();
   return [tp, tp_rank, fill = std::move(fill)](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
-    std::fill(out, out + count, 0.0f);
+    std::size_t filled = begin;  // local elements before it are written: padding between runs is zeroed
     for_each_global_run(s.tp, tp_rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {
+      std::fill(out + (filled - begin), out + (local - begin), 0.0f);
       fill(s, global, n, out + (local - begin));
+      filled = local + n;
     });
+    std::fill(out + (filled - begin), out + count, 0.0f);
   };
 }
 
 SlotInit init_by_global_runs(const DeviceMesh& mesh, GlobalRunsInit fill) {
   const int tp = mesh.tp().size(), tp_rank = mesh.tp().rank();
   return [tp, tp_rank, fill = std::move(fill)](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
-    std::fill(out, out + count, 0.0f);
     std::vector<GlobalRun> runs;
+    std::size_t filled = 0;  // local elements before it are a run's or zeroed padding
     for_each_global_run(s.tp, tp_rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {
+      std::fill(out + filled, out + (local - begin), 0.0f);
       runs.push_back(GlobalRun{local - begin, global, n});
+      filled = local - begin + n;
     });
+    std::fill(out + filled, out + count, 0.0f);
     if (!runs.empty()) fill(s, runs, out);
   };
 }
