@@ -13,7 +13,9 @@ F32), written once by `train_gpt --steps 0 --save-hf DIR --save-shard-size 200MB
          memory of its own, fresh (anonymous, untouched: its pages are zeroed by the kernel as the reads touch
          them, as a loader's destination is): what any loader that keeps the bytes can reach here; then again with
          each tensor copied on into fresh shared memory, as a rank publishes its master weights into the parameter
-         buffers its collectives read: what a loader of a model whose parameters live beside their masters can reach
+         buffers its collectives read: what a loader of a model whose parameters live beside their masters can reach;
+         and again with each process first holding (written) as much memory as its rank held when it began to read
+         (train_gpt logs it: "resident before reading"): the same reads beside the model's own memory
 Then once: the peak resident set each way, train_gpt --steps 0 at np 2 ZeRO 3 from random weights and from the
 directory (the summary's peak_rss_above_start_bytes, the most any rank grew): what reading adds to the model's own
 memory, against the largest tensor's bytes (one tensor's staging).
@@ -80,7 +82,12 @@ def tensor_ranges(directory):
     return out
 
 
-def read_half_into_memory(ranges, rank, queue, publish):
+def read_half_into_memory(ranges, rank, queue, publish, hold):
+    held = None
+    if hold:  # the rank's memory before its reads (masters, gradients, Adam state), held and touched first
+        held = mmap.mmap(-1, hold, flags=mmap.MAP_PRIVATE)
+        for at in range(0, hold, 1 << 26):
+            held[at:min(hold, at + (1 << 26))] = bytes(min(hold, at + (1 << 26)) - at)
     halves = []
     for path, begin, end in ranges:
         mid = begin + (end - begin) // 2 // 4 * 4
@@ -105,11 +112,11 @@ def read_half_into_memory(ranges, rank, queue, publish):
     queue.put((at, time.perf_counter() - start))
 
 
-def cold_into_memory_rate(directory, publish):
+def cold_into_memory_rate(directory, publish, hold=(0, 0)):
     ranges = tensor_ranges(directory)
     drop_cache(directory)
     queue = multiprocessing.Queue()
-    procs = [multiprocessing.Process(target=read_half_into_memory, args=(ranges, r, queue, publish))
+    procs = [multiprocessing.Process(target=read_half_into_memory, args=(ranges, r, queue, publish, hold[r]))
              for r in range(2)]
     for p in procs:
         p.start()
@@ -145,7 +152,8 @@ def main():
     shards = [n for n in os.listdir(model) if n.endswith(".safetensors")]
     print(f"# {model}: {len(shards)} shards, "
           f"{sum(os.path.getsize(os.path.join(model, n)) for n in shards) / 1e9:.3f} GB; {os.cpu_count()} cores")
-    disk, load, reads, memory, published = [], [], [], [], []
+    disk, load, reads, memory, published, beside = [], [], [], [], [], []
+    resident = re.compile(r"resident before reading: (\d+), (\d+) bytes")
     pattern = re.compile(r"(\d+) bytes for (\d+) elements in ([\d.]+) ms \(([\d.]+) ms reading\)")
     for r in range(args.rounds):
         total, seconds = cold_read_rate(model)
@@ -170,20 +178,30 @@ def main():
         memory.append(mem_bytes / mem_seconds / 1e9)
         pub_bytes, pub_seconds = cold_into_memory_rate(model, True)
         published.append(pub_bytes / pub_seconds / 1e9)
+        held = resident.search(out.stdout + out.stderr)
+        if not held:
+            sys.exit("bench_hf_load: no 'resident before reading' in train_gpt's output")
+        hold = (int(held.group(1)), int(held.group(2)))
+        bes_bytes, bes_seconds = cold_into_memory_rate(model, False, hold)
+        beside.append(bes_bytes / bes_seconds / 1e9)
         print(f"round {r}: disk cold {disk[-1]:.3f} GB/s ({total / 1e9:.3f} GB in {seconds:.2f} s); load np 2 ZeRO 3 "
               f"{load[-1]:.3f} GB/s (ranks read {read[0] / 1e9:.3f} + {read[1] / 1e9:.3f} GB, each its shard, "
               f"in {slowest:.2f} s, of which {reading:.2f} s inside the reader: {reads[-1]:.3f} GB/s); cold into "
               f"fresh memory by 2 processes {memory[-1]:.3f} GB/s ({mem_seconds:.2f} s), and copied on into fresh shared "
-              f"memory {published[-1]:.3f} GB/s ({pub_seconds:.2f} s)")
-    d, l, rd, m, p = (statistics.median(disk), statistics.median(load), statistics.median(reads),
-                      statistics.median(memory), statistics.median(published))
+              f"memory {published[-1]:.3f} GB/s ({pub_seconds:.2f} s); into fresh memory beside as much memory held "
+              f"as the ranks held ({hold[0] / 1e9:.2f} + {hold[1] / 1e9:.2f} GB) {beside[-1]:.3f} GB/s "
+              f"({bes_seconds:.2f} s)")
+    d, l, rd, m, p, bs = (statistics.median(disk), statistics.median(load), statistics.median(reads),
+                          statistics.median(memory), statistics.median(published), statistics.median(beside))
     per_round = lambda xs, ys: ", ".join(f"{a / b:.2f}" for a, b in zip(xs, ys))
     print(f"median: disk cold {d:.3f} GB/s, load {l:.3f} GB/s, load / disk {l / d:.2f}; the reads alone "
           f"{rd:.3f} GB/s, {rd / d:.2f} of the disk; into fresh memory {m:.3f} GB/s ({m / d:.2f} of the disk), "
           f"load / that {l / m:.2f}; into fresh memory and published {p:.3f} GB/s ({p / d:.2f} of the disk), "
-          f"load / that {l / p:.2f}")
+          f"load / that {l / p:.2f}; into fresh memory beside the ranks' memory {bs:.3f} GB/s ({bs / d:.2f} of the "
+          f"disk), load / that {l / bs:.2f}")
     print(f"per round: load / disk {per_round(load, disk)}; load / into memory {per_round(load, memory)}; "
-          f"load / into memory and published {per_round(load, published)}")
+          f"load / into memory and published {per_round(load, published)}; load / beside the ranks' memory "
+          f"{per_round(load, beside)}")
     # What reading the directory adds to a rank's resident set beyond the model's own memory (random weights).
     peaks = {}
     for how, extra in (("random weights", []), ("the directory", ["--init", model])):

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "core/fd_io.h"
 #include "core/file_checks.h"
+#include "core/host_memory.h"
 #include "core/logging.h"
 #include "core/safetensors.h"
 #include "kernels/cpu/threads.h"
@@ -188,6 +189,7 @@ void GptTrainer::init_from_file() {
   NonFiniteAt bad;
   std::uint64_t held = 0;  // the elements this rank's shards hold, each read from the file once
   double reading_ms = 0;   // of that, inside the reader (the rest: the model's memory and its own init work)
+  const std::uint64_t resident = resident_bytes();  // the model's memory so far: what the reads run beside
   const auto read_start = std::chrono::steady_clock::now();
   model_->init(init_by_global_runs(*mesh_, [&](const ParamSlot& s, const std::vector<GlobalRun>& runs, float* out) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -210,12 +212,17 @@ void GptTrainer::init_from_file() {
   const std::vector<double> holds = all_gather_values(rt_.world(), static_cast<double>(held));
   const std::vector<double> times = all_gather_values(rt_.world(), read_ms);
   const std::vector<double> reading = all_gather_values(rt_.world(), reading_ms);
-  std::string per_rank;
-  for (std::size_t r = 0; r < read.size(); ++r)
+  const std::vector<double> residents = all_gather_values(rt_.world(), static_cast<double>(resident));
+  std::string per_rank, beside;
+  for (std::size_t r = 0; r < read.size(); ++r) {
     per_rank += fmt::format("{}{:.0f} bytes for {:.0f} elements in {:.1f} ms ({:.1f} ms reading)", r ? ", " : "",
                             read[r], holds[r], times[r], reading[r]);
-  logger("gpt").info("--init {}: {} file(s); per rank, bytes read and elements held: {}", cfg_.init, reader.file_count(),
-                     per_rank);
+    beside += fmt::format("{}{:.0f}", r ? ", " : "", residents[r]);
+  }
+  logger("gpt").info(
+      "--init {}: {} file(s); per rank, bytes read and elements held: {}; resident before reading: {} "
+      "bytes",
+      cfg_.init, reader.file_count(), per_rank, beside);
   bad = lowest_over_ranks(rt_.world(), bad);
   if (bad.found()) {
     const std::string name = model_->layout(bad.unit).slots()[static_cast<std::size_t>(bad.slot)].name;
