@@ -112,8 +112,7 @@ def read_half_into_memory(ranges, rank, queue, publish, hold):
     queue.put((at, time.perf_counter() - start))
 
 
-def cold_into_memory_rate(directory, publish, hold=(0, 0)):
-    ranges = tensor_ranges(directory)
+def cold_into_memory_rate(directory, ranges, publish, hold=(0, 0)):
     drop_cache(directory)
     queue = multiprocessing.Queue()
     procs = [multiprocessing.Process(target=read_half_into_memory, args=(ranges, r, queue, publish, hold[r]))
@@ -152,6 +151,7 @@ def main():
     shards = [n for n in os.listdir(model) if n.endswith(".safetensors")]
     print(f"# {model}: {len(shards)} shards, "
           f"{sum(os.path.getsize(os.path.join(model, n)) for n in shards) / 1e9:.3f} GB; {os.cpu_count()} cores")
+    ranges = tensor_ranges(model)  # every tensor's bytes, for the plain readers
     disk, load, reads, memory, published, beside = [], [], [], [], [], []
     resident = re.compile(r"resident before reading: (\d+), (\d+) bytes")
     pattern = re.compile(r"(\d+) bytes for (\d+) elements in ([\d.]+) ms \(([\d.]+) ms reading\)")
@@ -174,15 +174,15 @@ def main():
             sys.exit(f"bench_hf_load: a rank read other than its shard: {ranks}")
         load.append(sum(read) / slowest / 1e9)
         reads.append(sum(read) / reading / 1e9)
-        mem_bytes, mem_seconds = cold_into_memory_rate(model, False)
+        mem_bytes, mem_seconds = cold_into_memory_rate(model, ranges, False)
         memory.append(mem_bytes / mem_seconds / 1e9)
-        pub_bytes, pub_seconds = cold_into_memory_rate(model, True)
+        pub_bytes, pub_seconds = cold_into_memory_rate(model, ranges, True)
         published.append(pub_bytes / pub_seconds / 1e9)
         held = resident.search(out.stdout + out.stderr)
         if not held:
             sys.exit("bench_hf_load: no 'resident before reading' in train_gpt's output")
         hold = (int(held.group(1)), int(held.group(2)))
-        bes_bytes, bes_seconds = cold_into_memory_rate(model, False, hold)
+        bes_bytes, bes_seconds = cold_into_memory_rate(model, ranges, False, hold)
         beside.append(bes_bytes / bes_seconds / 1e9)
         print(f"round {r}: disk cold {disk[-1]:.3f} GB/s ({total / 1e9:.3f} GB in {seconds:.2f} s); load np 2 ZeRO 3 "
               f"{load[-1]:.3f} GB/s (ranks read {read[0] / 1e9:.3f} + {read[1] / 1e9:.3f} GB, each its shard, "
@@ -211,7 +211,7 @@ def main():
         if not found:
             sys.exit(f"bench_hf_load: no peak_rss_above_start_bytes in train_gpt's summary ({how})")
         peaks[how] = int(found.group(1))
-    largest = max(e - b for _, b, e in tensor_ranges(model))
+    largest = max(e - b for _, b, e in ranges)
     added = peaks["the directory"] - peaks["random weights"]
     print(f"peak resident set above start, largest rank: {peaks['random weights'] / 1e9:.3f} GB from random weights, "
           f"{peaks['the directory'] / 1e9:.3f} GB from the directory: reading added {added / 1e6:.1f} MB, against "

@@ -100,16 +100,12 @@ void TpSplit::validate(const std::string& what, int tp) const {
 void for_each_global_run(const TpSplit& split, int rank, int tp, std::size_t begin, std::size_t count,
                          const std::function<void(std::size_t, std::size_t, std::size_t)>& fn, bool owned_only) {
   if (count == 0) return;
-  if (split.replicated()) {
+  if (split.replicated() || tp == 1) {  // one rank holds every part whole, unpadded: local is global
     fn(begin, begin, count);
     return;
   }
   // Row-major: an element is (outer, j, inner) with j its index along `dim` (local size L, global size G).
   const TpGeometry geo = split.geometry(tp);
-  if (tp == 1 && geo.local == geo.global) {  // one rank holding every part unpadded: local is global
-    fn(begin, begin, count);
-    return;
-  }
   const std::size_t inner = geo.inner, G = geo.global, L = geo.local;
   const std::size_t end = begin + count;
   std::size_t run_local = 0, run_global = 0, run_len = 0;

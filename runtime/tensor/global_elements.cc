@@ -48,16 +48,10 @@ counted_runs_once(const DeviceMesh& mesh) {
 }
 
 SlotInit init_by_global_index(const DeviceMesh& mesh, GlobalInit fill) {
-  const int tp = mesh.tp().size(), tp_rank = mesh.tp().rank();
-  return [tp, tp_rank, fill = std::move(fill)](const ParamSlot& s, std::size_t begin, std::size_t count, float* out) {
-    std::size_t filled = begin;  // local elements before it are written: padding between runs is zeroed
-    for_each_global_run(s.tp, tp_rank, tp, begin, count, [&](std::size_t local, std::size_t global, std::size_t n) {
-      std::fill(out + (filled - begin), out + (local - begin), 0.0f);
-      fill(s, global, n, out + (local - begin));
-      filled = local + n;
-    });
-    std::fill(out + (filled - begin), out + count, 0.0f);
-  };
+  return init_by_global_runs(
+      mesh, [fill = std::move(fill)](const ParamSlot& s, const std::vector<GlobalRun>& runs, float* out) {
+        for (const GlobalRun& r : runs) fill(s, r.global, r.count, out + r.local);
+      });
 }
 
 SlotInit init_by_global_runs(const DeviceMesh& mesh, GlobalRunsInit fill) {
