@@ -161,17 +161,27 @@ int run_ls(const std::string& path, bool json) {
 // ---- verify -------------------------------------------------------------------------------------------------------
 
 // Everything the loader relies on, beyond what parse() checks: each slot of the declaration has its params tensor
-// with the slot's shape; trainable slots have both moments or (an imported checkpoint) none at all; no other tensor.
+// with the slot's shape; trainable slots have every per-element tensor of the optimizer's state (AdamW's moments, a
+// momentum buffer) or (an imported checkpoint) none at all; no other tensor.
 void check_declaration(const CheckpointIndex& index, std::vector<std::string>& problems) {
+  const nlohmann::json opt = index.state.value("optimizer", nlohmann::json::object());
+  const std::vector<std::string> state_names = saved_optimizer_tensors(opt);
   std::set<std::string> expected;
-  int with_moments = 0, without_moments = 0;
+  int with_state = 0, without_state = 0;
   for (const UnitSpec& u : index.units)
     for (const SlotSpec& s : u.slots) {
-      const std::string names[3] = {params_tensor(s.name), exp_avg_tensor(s.name), exp_avg_sq_tensor(s.name)};
-      for (int k = 0; k < (s.trainable ? 3 : 1); ++k) {
+      std::vector<std::string> names = {params_tensor(s.name)};
+      if (s.trainable)
+        for (const std::string& t : state_names) names.push_back(optimizer_tensor(t, s.name));
+      bool all = true;  // of the optimizer's tensors
+      for (std::size_t k = 0; k < names.size(); ++k) {
         expected.insert(names[k]);
         if (!index.has_tensor(names[k])) {
-          if (k == 0) problems.push_back(fmt::format("slot '{}' has no tensor '{}'", s.name, names[k]));
+          if (k == 0) {
+            problems.push_back(fmt::format("slot '{}' has no tensor '{}'", s.name, names[k]));
+          } else {
+            all = false;
+          }
           continue;
         }
         const TensorRecord& t = index.tensor(names[k]);
@@ -179,14 +189,16 @@ void check_declaration(const CheckpointIndex& index, std::vector<std::string>& p
           problems.push_back(fmt::format("tensor '{}' has shape {}, its slot {}", names[k], shape_string(t.shape),
                                          shape_string(s.shape)));
       }
-      if (s.trainable) (index.has_tensor(names[1]) && index.has_tensor(names[2]) ? with_moments : without_moments)++;
+      if (s.trainable && !state_names.empty()) (all ? with_state : without_state)++;
     }
-  if (with_moments > 0 && without_moments > 0)
-    problems.push_back(
-        fmt::format("{} trainable slots have Adam moments and {} do not", with_moments, without_moments));
-  const std::int64_t opt_step = index.state.value("optimizer", nlohmann::json::object()).value("step", -1);
-  if (without_moments > 0 && opt_step > 0)
-    problems.push_back(fmt::format("the optimizer is at step {} but the moments are missing", opt_step));
+  const std::string kind = saved_optimizer_kind(opt).empty() ? "optimizer" : saved_optimizer_kind(opt);
+  if (with_state > 0 && without_state > 0)
+    problems.push_back(fmt::format("{} trainable slots have the {} state ({}) and {} do not", with_state, kind,
+                                   fmt::join(state_names, ", "), without_state));
+  const std::int64_t opt_step = opt.value("step", -1);
+  if (without_state > 0 && opt_step > 0)
+    problems.push_back(fmt::format("the {} is at step {} but its state ({}) is missing", kind, opt_step,
+                                   fmt::join(state_names, ", ")));
   for (const auto& [name, t] : index.tensors)
     if (!expected.count(name)) problems.push_back(fmt::format("tensor '{}' belongs to no slot of the model", name));
 }
@@ -221,9 +233,20 @@ void verify_chunk(const ChunkReader& reader, std::uint64_t block_bytes, const Te
 }
 
 // The trainer state train_gpt and strata-ckpt import write (models/gpt/training/gpt_trainer_state.h), when present.
+// Another trainer's (an embedder's, which names itself in "program", as examples/custom_trainer does) is its own: only
+// its next_step, when it has one, is held to the checkpoint's step.
 void check_trainer_state(const CheckpointIndex& index, const std::string& where, std::vector<std::string>& problems,
                          std::vector<std::string>& notes) {
   if (!index.state.contains("trainer")) return;
+  const nlohmann::json& trainer = index.state["trainer"];
+  if (trainer.contains("program")) {
+    notes.push_back(fmt::format("{}: the trainer state is {}'s own; its fields are not checked here", where,
+                                trainer["program"].dump()));
+    if (trainer.contains("next_step") && trainer["next_step"] != index.step)
+      problems.push_back(fmt::format("checkpoint index {}: .state.trainer.next_step is {}, the checkpoint's step {}",
+                                     where, trainer["next_step"].dump(), index.step));
+    return;
+  }
   try {
     std::vector<std::string> unknown;
     const gpt::GptTrainerState s = gpt::GptTrainerState::parse(index.state["trainer"], "checkpoint index " + where,

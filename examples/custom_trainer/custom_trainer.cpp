@@ -3,8 +3,9 @@
 // trainer's choice), with --tp its layers split over a tensor-parallel group by the library's column- and
 // row-parallel products (models/mlp/mlp_tensor_parallel.h), and with --pp its layers in pipeline stages run by the
 // library's PipelineExecutor (models/mlp/mlp_pipeline_stage.h). Prints the loss per step and the memory ledger; can
-// write the whole model's parameters (--params-out) or check them against such a file (--compare-params). See
-// docs/embedding.md.
+// write the whole model's parameters (--params-out) or check them against such a file (--compare-params), and
+// checkpoint the model with either optimizer's state through the library's Checkpointer (--checkpoint-dir, --resume
+// at any layout). See docs/embedding.md.
 #include <strata/strata.h>  // the public API, as an embedder outside this tree includes it
 
 #include <CLI/CLI.hpp>
@@ -28,13 +29,16 @@ namespace {
 // Momentum SGD as torch.optim.SGD computes it (dampening 0): d = g + wd * p (decayed slots), b = mu * b + d,
 // p -= lr * b; with global-norm clipping first. It updates this rank's f32 shards through ShardedParameters: the
 // runtime gathers, reduces and publishes; the arithmetic is this trainer's. The MLP runs on the CPU backend, where
-// the shards are host memory, so plain loops do.
-class MomentumSgd {
+// the shards are host memory, so plain loops do. As an OptimizerState it names its momentum buffer, one f32 per shard
+// element, so the library's Checkpointer saves and loads it at any layout as it does AdamW's moments.
+class MomentumSgd : public strata::OptimizerState {
  public:
   // The norm sums over the data-parallel groups and the mesh's tp group, each element of the whole model once.
   MomentumSgd(strata::ShardedModel& model, const strata::DeviceMesh& mesh, double momentum, double weight_decay,
               double clip)
       : params_(model.parameters()),
+        momentum_arg_(momentum),
+        weight_decay_arg_(weight_decay),
         momentum_(static_cast<float>(momentum)),
         weight_decay_(static_cast<float>(weight_decay)),
         clip_(clip),
@@ -77,6 +81,21 @@ class MomentumSgd {
     return norm;
   }
 
+  std::string kind() const override { return "sgd"; }
+  std::vector<std::string> tensor_names() const override { return {"momentum_buffer"}; }
+  float* tensor_shard(std::size_t, int unit) override { return velocity_[static_cast<std::size_t>(unit)].data(); }
+  nlohmann::json state() const override {
+    return {{"step", steps_}, {"config", {{"momentum", momentum_arg_}, {"weight_decay", weight_decay_arg_}}}};
+  }
+  void restore(const nlohmann::json& s) override {
+    STRATA_CHECK_CODE(
+        strata::ErrorCode::kIo,
+        s.is_object() && s.contains("step") && s["step"].is_number_integer() && s["step"].get<std::int64_t>() >= 0,
+        "the checkpoint's optimizer state is not this SGD's: {}", s.dump());
+    steps_ = s["step"].get<std::int64_t>();
+  }
+  std::int64_t steps_taken() const override { return steps_; }
+
  private:
   static std::vector<strata::Communicator*> norm_groups(strata::ShardedParameters& p, const strata::DeviceMesh& mesh) {
     std::vector<strata::Communicator*> groups = p.partition_groups();
@@ -85,6 +104,7 @@ class MomentumSgd {
   }
 
   strata::ShardedParameters& params_;
+  double momentum_arg_, weight_decay_arg_;  // as given, for the checkpoint's record
   float momentum_, weight_decay_;
   double clip_;
   strata::GradNorm norm_;
@@ -262,15 +282,37 @@ void finish_parameters(strata::Runtime& rt, strata::ShardedModel& model, const s
   strata::all_agree(rt.world(), mismatch.empty(), mismatch, "writing or comparing the parameters");
 }
 
+// What this trainer stores beside a checkpoint (the library keeps it as JSON): where its data stands and what shaped
+// it, so a resume continues with the next rows.
+nlohmann::json trainer_state(int next_step, int batch, int micro_batches) {
+  return {{"program", "custom_trainer"}, {"next_step", next_step}, {"batch", batch}, {"micro_batches", micro_batches}};
+}
+
+// --resume: loads the latest checkpoint (model, optimizer state, at any layout; the library refuses another model or
+// another optimizer's state, naming both) and returns the step to go on from. Collective.
+int resume(strata::Checkpointer& checkpointer, const std::string& dir, int batch, int micro_batches) {
+  const nlohmann::json t = checkpointer.load();
+  const std::string where = fmt::format("--resume: {} (step {})", dir, checkpointer.last_load().step);
+  STRATA_CHECK(t.value("program", "") == "custom_trainer" && t.contains("next_step") &&
+                   t["next_step"].is_number_integer() && t.contains("batch") && t.contains("micro_batches"),
+               "{}: its trainer state is not custom_trainer's: {}", where, t.dump());
+  STRATA_CHECK(t["batch"] == batch && t["micro_batches"] == micro_batches,
+               "{}: it trained --batch {} rows in --grad-accum {} micro-batches a step, this run --batch {} in {}: "
+               "its data position would not continue here",
+               where, t["batch"].dump(), t["micro_batches"].dump(), batch, micro_batches);
+  return t["next_step"].get<int>();
+}
+
 // The command line.
 struct Flags {
   int zero_stage = 3, steps = 20, batch = 24, micro_batches = 1, dp_replicate = 1, tp_degree = 1, pp_degree = 1;
   int hidden = 64, hidden_layers = 3;
   std::string param_dtype = "f32", reduce_dtype = "f32", accumulation = "reduce", ledger_json, optimizer = "adamw";
-  std::string params_out, compare_params, pp_schedule = "1f1b";
+  std::string params_out, compare_params, pp_schedule = "1f1b", checkpoint_dir;
   double lr = 1e-2, weight_decay = 0.01, grad_clip = 1.0, momentum = 0.9, params_tolerance = 1e-5;
   std::uint64_t seed = 1;
-  bool keep_params = false;
+  int checkpoint_every = 0, stop_at = 0;
+  bool keep_params = false, resume = false;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -314,6 +356,16 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--seed", f.seed, "init and data seed")->check(flags::unsigned_integer());
   app.add_flag("--no-reshard-after-forward", f.keep_params, "ZeRO-3: keep gathered parameters for backward");
   app.add_option("--ledger-json", f.ledger_json, "write the memory ledger of every rank as JSON");
+  app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                 "sharded checkpoints of the model, the optimizer's state (either optimizer) and this trainer's "
+                 "position here: one after the last step, and with --checkpoint-every")
+      ->check(flags::path_name());
+  app.add_option("--checkpoint-every", f.checkpoint_every, "also checkpoint every N steps")
+      ->check(flags::non_negative_integer());
+  app.add_option("--stop-at", f.stop_at, "stop (and checkpoint) after this many steps of --steps; --resume continues")
+      ->check(flags::non_negative_integer());
+  app.add_flag("--resume", f.resume,
+               "continue from the latest checkpoint in --checkpoint-dir, at any layout (without one, start fresh)");
 }
 
 // The configuration every rank must run (strata::check_config_agreement).
@@ -343,7 +395,11 @@ std::vector<strata::ConfigField> configuration(const Flags& f) {
           {"--grad-clip", v(f.grad_clip)},
           {"--seed", v(f.seed)},
           {"--no-reshard-after-forward", v(f.keep_params)},
-          {"--ledger-json", f.ledger_json}};
+          {"--ledger-json", f.ledger_json},
+          {"--checkpoint-dir", f.checkpoint_dir},
+          {"--checkpoint-every", v(f.checkpoint_every)},
+          {"--stop-at", v(f.stop_at)},
+          {"--resume", v(f.resume)}};
 }
 
 }  // namespace
@@ -407,12 +463,32 @@ int main(int argc, char** argv) {
     else
       sgd = std::make_unique<MomentumSgd>(model, mesh, f.momentum, f.weight_decay, f.grad_clip);
 
+    // Checkpoints through the library, whichever optimizer: both are OptimizerStates. The part names the whole model
+    // (every stage's layers, tp slices and all), so a checkpoint resumes at any pp and tp.
+    strata::OptimizerState& optimizer = adamw ? static_cast<strata::OptimizerState&>(*adamw) : *sgd;
+    std::unique_ptr<strata::Checkpointer> checkpointer;
+    int first_step = 0;
+    if (!f.checkpoint_dir.empty()) {
+      strata::CheckpointOptions co;
+      co.dir = f.checkpoint_dir;
+      checkpointer = std::make_unique<strata::Checkpointer>(model, optimizer, mesh, co,
+                                                            strata::CheckpointPart{all_units, {}, f.pp_degree});
+      if (f.resume && checkpointer->latest_step() >= 0) {
+        first_step = resume(*checkpointer, f.checkpoint_dir, f.batch, f.micro_batches);
+        if (rt.rank() == 0)
+          std::printf("resumed from %s at step %d with the %s optimizer's state\n", f.checkpoint_dir.c_str(),
+                      first_step, optimizer.kind().c_str());
+      }
+    }
+    auto save = [&](int done) { checkpointer->save(done, trainer_state(done, f.batch, f.micro_batches)); };
+    const int last_step = f.stop_at > 0 ? std::min(f.stop_at, f.steps) : f.steps;
+
     const std::size_t numel = strata::global_numel(all_units);
     if (rt.rank() == 0)
       std::printf("custom_trainer: %d ranks (%s), %d units, %zu parameters, optimizer %s; %s\n", world,
                   mesh.shape().describe().c_str(), model.num_units(), numel, f.optimizer.c_str(),
                   opts.describe().c_str());
-    for (int step = 0; step < f.steps; ++step) {
+    for (int step = first_step; step < last_step; ++step) {
       const float scale = adamw ? adamw->loss_scale() : 1.0f;
       // The same global rows at every layout: micro-batch a of this step, this data-parallel rank's share of it.
       const double loss = runner.run(
@@ -437,6 +513,12 @@ int main(int argc, char** argv) {
       if (rt.rank() == 0)
         std::printf("step %3d loss %.9f grad_norm %.9f%s\n", step, global, norm,
                     skipped ? " (skipped: non-finite gradients)" : "");
+      if (checkpointer && f.checkpoint_every > 0 && (step + 1) % f.checkpoint_every == 0 && step + 1 < last_step)
+        save(step + 1);
+    }
+    if (checkpointer && last_step > first_step) {
+      save(last_step);
+      if (rt.rank() == 0) std::printf("checkpoint of step %d in %s\n", last_step, f.checkpoint_dir.c_str());
     }
     finish_parameters(rt, model, mesh, cfg, f.params_out, f.compare_params, f.params_tolerance);
     auto ledger = strata::MemoryLedger::gather(rt.device(), rt.world());

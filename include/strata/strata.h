@@ -46,6 +46,7 @@
 #include "runtime/tensor/tp_kernels.h"
 #include "runtime/tensor/vocab_parallel.h"
 #include "runtime/optim/grad_norm.h"
+#include "runtime/optim/optimizer_state.h"
 #include "runtime/optim/sharded_adamw.h"
 #include "runtime/memory/activation_offload.h"
 #include "runtime/memory/memory_ledger.h"

@@ -53,14 +53,16 @@ const JsonSchema& index_schema() {
                               optional("imported_from", S::string())},
                              S::Unknown::kReport);
   const S real = S::number(0, 1e30);
+  // Any optimizer's (OptimizerState): its kind, step and per-element tensors; AdamW's scalars typed; the rest of an
+  // optimizer's own scalars kept for it (its restore() checks them).
   const S optimizer = S::object(
-      {required("name", S::one_of({"adamw"})), required("step", count),
-       required("loss_scale", S::number(0, 3.4e38, true)), required("good_steps", S::integer(0, INT32_MAX)),
-       optional("config", S::object({optional("lr", real), optional("beta1", S::number(0, 1)),
-                                     optional("beta2", S::number(0, 1)), optional("eps", real),
-                                     optional("weight_decay", real)},
-                                    S::Unknown::kReport))},
-      S::Unknown::kReport);
+      {required("name", S::string(64)), required("step", count), optional("tensors", S::array(S::string(64), 64)),
+       optional("loss_scale", S::number(0, 3.4e38, true)), optional("good_steps", S::integer(0, INT32_MAX)),
+       optional("config",
+                S::object({optional("lr", real), optional("beta1", S::number(0, 1)), optional("beta2", S::number(0, 1)),
+                           optional("eps", real), optional("weight_decay", real)},
+                          S::Unknown::kAllow))},
+      S::Unknown::kAllow);
   // state.trainer is the trainer's own (it checks it against its own schema when it resumes: models/gpt).
   const S state = S::object({optional("optimizer", optimizer), optional("trainer", S::map(S::any())),
                              optional("import", S::map(S::any()))},
@@ -175,8 +177,19 @@ bool chunk_before(const ChunkRecord& a, const ChunkRecord& b) {
 }
 
 std::string params_tensor(const std::string& slot) { return "params/" + slot; }
-std::string exp_avg_tensor(const std::string& slot) { return "exp_avg/" + slot; }
-std::string exp_avg_sq_tensor(const std::string& slot) { return "exp_avg_sq/" + slot; }
+std::string optimizer_tensor(const std::string& tensor, const std::string& slot) { return tensor + "/" + slot; }
+std::string exp_avg_tensor(const std::string& slot) { return optimizer_tensor("exp_avg", slot); }
+std::string exp_avg_sq_tensor(const std::string& slot) { return optimizer_tensor("exp_avg_sq", slot); }
+
+std::vector<std::string> saved_optimizer_tensors(const nlohmann::json& optimizer) {
+  if (optimizer.is_object() && optimizer.contains("tensors"))
+    return optimizer["tensors"].get<std::vector<std::string>>();
+  return {"exp_avg", "exp_avg_sq"};
+}
+
+std::string saved_optimizer_kind(const nlohmann::json& optimizer) {
+  return optimizer.is_object() ? optimizer.value("name", std::string()) : std::string();
+}
 
 nlohmann::json CheckpointIndex::to_json() const {
   nlohmann::json units_json = nlohmann::json::array();

@@ -90,9 +90,18 @@ std::vector<UnitSpec> global_declaration(const std::vector<UnitSpec>& units);
 // The order parse() leaves a tensor's chunks in: by box (offset, then shape), then by begin.
 bool chunk_before(const ChunkRecord& a, const ChunkRecord& b);
 
-// The tensors a model's slot is saved as.
+// The tensors a model's slot is saved as: its parameters, and each per-element tensor of the optimizer's state
+// (OptimizerState::tensor_names) as "<tensor>/<slot>" (AdamW's exp_avg and exp_avg_sq below).
 std::string params_tensor(const std::string& slot);
+std::string optimizer_tensor(const std::string& tensor, const std::string& slot);
 std::string exp_avg_tensor(const std::string& slot);
 std::string exp_avg_sq_tensor(const std::string& slot);
+
+// The per-element tensors of the optimizer state a checkpoint records (state.optimizer): its "tensors", or AdamW's
+// two for an index written before optimizers other than AdamW were saved, or without an optimizer (an import, whose
+// trainable slots then have none of them).
+std::vector<std::string> saved_optimizer_tensors(const nlohmann::json& optimizer);
+// Its kind ("adamw" for such an older index), or "" without one.
+std::string saved_optimizer_kind(const nlohmann::json& optimizer);
 
 }  // namespace strata

@@ -1,6 +1,8 @@
 // Checkpointer: staging, the per-rank file, the agreed commit, pruning, and the range-reading load.
 #include "runtime/checkpoint/checkpointer.h"
 
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -81,14 +83,14 @@ struct Checkpointer::Staged {
   double write_ms = 0;
 };
 
-Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world,
+Checkpointer::Checkpointer(ShardedModel& model, OptimizerState& optimizer, Communicator& world,
                            CheckpointOptions options)
     : Checkpointer(model, optimizer, world, 0, 1, std::move(options)) {}
 
-Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceMesh& mesh, CheckpointOptions options)
+Checkpointer::Checkpointer(ShardedModel& model, OptimizerState& optimizer, DeviceMesh& mesh, CheckpointOptions options)
     : Checkpointer(model, optimizer, mesh.world(), mesh.tp().rank(), mesh.tp().size(), std::move(options)) {}
 
-Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceMesh& mesh, CheckpointOptions options,
+Checkpointer::Checkpointer(ShardedModel& model, OptimizerState& optimizer, DeviceMesh& mesh, CheckpointOptions options,
                            CheckpointPart part)
     : Checkpointer(model, optimizer, mesh.world(), mesh.tp().rank(), mesh.tp().size(), std::move(options)) {
   for (int u : part.copies)
@@ -98,8 +100,8 @@ Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceM
   part_ = std::move(part);
 }
 
-Checkpointer::Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, int tp_rank, int tp_size,
-                           CheckpointOptions options)
+Checkpointer::Checkpointer(ShardedModel& model, OptimizerState& optimizer, Communicator& world, int tp_rank,
+                           int tp_size, CheckpointOptions options)
     : model_(model),
       optimizer_(optimizer),
       world_(world),
@@ -155,20 +157,23 @@ std::unique_ptr<Checkpointer::Staged> Checkpointer::stage(std::int64_t step) {
   auto s = std::make_unique<Staged>();
   s->step = step;
   s->tmp_dir = dir_.tmp_path(step);
+  const std::vector<std::string> state_names = optimizer_.tensor_names();
   for (int u = 0; u < params.num_units(); ++u) {
     if (std::find(part_.copies.begin(), part_.copies.end(), u) != part_.copies.end()) continue;  // another stage's
     const UnitShard shard = params.unit(u);
-    const float* sources[3] = {shard.master, optimizer_.exp_avg(u), optimizer_.exp_avg_sq(u)};
+    // The master, then the optimizer's tensors.
+    std::vector<const float*> sources = {shard.master};
+    for (std::size_t k = 0; k < state_names.size(); ++k) sources.push_back(optimizer_.tensor_shard(k, u));
     for (const ShardSegment& seg : params.owned_segments(u)) {
       const ParamSlot& slot = shard.layout->slots()[seg.slot];
       if (slot.tp.replicated() && tp_rank_ != 0) continue;  // every tp rank holds it: the first saves it
-      const std::string names[3] = {params_tensor(slot.name), exp_avg_tensor(slot.name),
-                                    exp_avg_sq_tensor(slot.name)};
+      std::vector<std::string> names = {params_tensor(slot.name)};
+      for (const std::string& t : state_names) names.push_back(optimizer_tensor(t, slot.name));
       // The segment as flat ranges of the boxes of this rank's slice (the whole tensor without tp), but for the
       // pieces an earlier tp rank holds too (shared key-value heads): that rank saves them.
       const std::vector<SliceChunk> chunks =
           slice_chunks(slot.tp, slot.shape, tp_rank_, tp_size_, seg.slot_begin, seg.length, /*owned_only=*/true);
-      for (int k = 0; k < (slot.trainable ? 3 : 1); ++k)
+      for (std::size_t k = 0; k < (slot.trainable ? names.size() : 1); ++k)
         for (const SliceChunk& c : chunks) {
           Staged::Piece p{names[k], c.box_offset, c.box_shape, c.begin, c.count, {}, {}};
           for (const LocalRun& r : c.local)
@@ -300,7 +305,10 @@ void Checkpointer::save(std::int64_t step, const nlohmann::json& trainer_state) 
   }
   agree(error.empty(), error, fmt::format("checkpoint of step {}", step), true);
   std::unique_ptr<Staged> s = stage(step);
-  s->state = {{"optimizer", optimizer_.state()}, {"trainer", trainer_state}};
+  nlohmann::json optimizer = optimizer_.state();
+  optimizer["name"] = optimizer_.kind();
+  optimizer["tensors"] = optimizer_.tensor_names();
+  s->state = {{"optimizer", std::move(optimizer)}, {"trainer", trainer_state}};
   last_ = SaveStats{};
   last_.step = step;
   if (options_.async) {
@@ -362,13 +370,16 @@ void Checkpointer::commit(Staged& s) {
           {"offload", offload_name(o.offload)}};
       index.state = s.state;
       std::map<std::string, TensorRecord> tensors;
+      const std::vector<std::string> state_names = optimizer_.tensor_names();
       for (const UnitSpec& u : index.units)
-        for (const SlotSpec& slot : u.slots)
-          for (const std::string& name :
-               {params_tensor(slot.name), exp_avg_tensor(slot.name), exp_avg_sq_tensor(slot.name)}) {
-            if (name != params_tensor(slot.name) && !slot.trainable) continue;
+        for (const SlotSpec& slot : u.slots) {
+          tensors[params_tensor(slot.name)] = TensorRecord{params_tensor(slot.name), slot.shape, DType::kF32, {}};
+          if (!slot.trainable) continue;
+          for (const std::string& t : state_names) {
+            const std::string name = optimizer_tensor(t, slot.name);
             tensors[name] = TensorRecord{name, slot.shape, DType::kF32, {}};
           }
+        }
       for (int r = 0; r < world_.size(); ++r) {
         if (sidecars[static_cast<std::size_t>(r)].empty()) continue;  // a rank that owns no elements writes nothing
         // Sent by a rank of this save, but read as any JSON is: through the schema check, naming the field.
@@ -430,7 +441,17 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
       logger("ckpt").warn("{}/index.json: field {} is not one this Strata knows (a newer writer's?): ignored", where,
                           f);
   }
-  const std::int64_t optimizer_step = index.state.value("optimizer", nlohmann::json::object()).value("step", -1);
+  const nlohmann::json& opt = index.state.value("optimizer", nlohmann::json::object());
+  const std::int64_t optimizer_step = opt.value("step", -1);
+  // Another optimizer's state would load as this one's (a momentum as a first moment): refused, naming both.
+  const std::vector<std::string> state_names = optimizer_.tensor_names();
+  const std::string saved_kind = saved_optimizer_kind(opt);
+  const std::vector<std::string> saved_names = saved_optimizer_tensors(opt);
+  STRATA_CHECK(saved_kind.empty() || (saved_kind == optimizer_.kind() && saved_names == state_names),
+               "{} holds the state of optimizer '{}' (per-element tensors: {}); this run's optimizer is '{}' ({}): "
+               "resume with the optimizer it was saved with",
+               where, saved_kind, saved_names.empty() ? "none" : fmt::format("{}", fmt::join(saved_names, ", ")),
+               optimizer_.kind(), state_names.empty() ? "none" : fmt::format("{}", fmt::join(state_names, ", ")));
 
   ShardedParameters& params = model_.parameters();
   Device& state = params.device();
@@ -493,19 +514,19 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
     for (int u = 0; u < params.num_units(); ++u) {
       params.begin_update(u);
       const UnitShard shard = params.unit(u);
-      float* moments[2] = {optimizer_.exp_avg(u), optimizer_.exp_avg_sq(u)};
       for (const ShardSegment& seg : shard.segments) {
         const ParamSlot& slot = shard.layout->slots()[seg.slot];
         read_into(params_tensor(slot.name), slot, seg, shard.master + seg.shard_begin);
         if (!slot.trainable) continue;
-        const std::string names[2] = {exp_avg_tensor(slot.name), exp_avg_sq_tensor(slot.name)};
-        for (int k = 0; k < 2; ++k) {
-          if (index.has_tensor(names[k])) {
-            read_into(names[k], slot, seg, moments[k] + seg.shard_begin);
+        for (std::size_t k = 0; k < state_names.size(); ++k) {
+          const std::string name = optimizer_tensor(state_names[k], slot.name);
+          float* dst = optimizer_.tensor_shard(k, u) + seg.shard_begin;
+          if (index.has_tensor(name)) {
+            read_into(name, slot, seg, dst);
           } else {
-            // Weights alone (strata-ckpt import): the optimizer starts from zero moments, and only at step 0.
-            STRATA_CHECK_CODE(ErrorCode::kIo, optimizer_step <= 0, "{}: tensor '{}' is missing", where, names[k]);
-            state.fill_zero(moments[k] + seg.shard_begin, seg.length * 4, params.stream());
+            // Weights alone (strata-ckpt import): the optimizer starts from zeros, and only at step 0.
+            STRATA_CHECK_CODE(ErrorCode::kIo, optimizer_step <= 0, "{}: tensor '{}' is missing", where, name);
+            state.fill_zero(dst, seg.length * 4, params.stream());
           }
         }
       }
@@ -520,7 +541,6 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   STRATA_CHECK_CODE(ErrorCode::kNonFinite, !bad.found(), "loading {}: its weights are not finite: {} (the first such "
                     "place on any rank)", where, describe_nonfinite(params, bad));
   for (int u = 0; u < params.num_units(); ++u) params.end_update(u);
-  const nlohmann::json& opt = index.state.value("optimizer", nlohmann::json::object());
   if (optimizer_step > 0 || opt.contains("name")) optimizer_.restore(opt);
   params.finish_step(optimizer_.steps_taken(), true);
   last_load_ = LoadStats{step, ms_since(t0), reader.bytes_read()};

@@ -1,10 +1,11 @@
-// Checkpointer: sharded, atomic checkpoints of a ShardedModel and its ShardedAdamW that load at any layout
-// (docs/checkpoint.md). Each rank writes the f32 master and Adam moments of the shard it owns into a file of its own,
+// Checkpointer: sharded, atomic checkpoints of a ShardedModel and its optimizer (any OptimizerState: ShardedAdamW, or
+// a trainer's own) that load at any layout (docs/checkpoint.md). Each rank writes the f32 master and the optimizer's
+// per-element state (AdamW's moments) of the shard it owns into a file of its own,
 // as runs of the global tensors (a tensor-parallel slice as boxes of them); all ranks agree; rank 0 merges the index,
 // and the first rank of each storage group (StorageView: one on a shared file system, one per host where each has its
-// own disk) writes it and the commit marker, renames the directory and updates `latest`. A load reads only the byte ranges that overlap
-// this rank's shards, through one bounded staging block, at any number of ranks, tensor-parallel degree, ZeRO stage,
-// hybrid layout, offload policy or parameter dtype.
+// own disk) writes it and the commit marker, renames the directory and updates `latest`. A load reads only the byte
+// ranges that overlap this rank's shards, through one bounded staging block, at any number of ranks, tensor-parallel
+// degree, ZeRO stage, hybrid layout, offload policy or parameter dtype.
 #pragma once
 
 #include <atomic>
@@ -20,7 +21,7 @@
 #include "core/dir_lock.h"
 #include "runtime/checkpoint/checkpoint_dir.h"
 #include "runtime/checkpoint/storage_view.h"
-#include "runtime/optim/sharded_adamw.h"
+#include "runtime/optim/optimizer_state.h"
 #include "runtime/parallel/device_mesh.h"
 #include "runtime/sharding/sharded_model.h"
 
@@ -67,12 +68,12 @@ class Checkpointer {
   // for the Checkpointer's life: a directory another live job owns is kIo on every rank, naming that job (with
   // several groups, kIo on the leader that found it and kRemote naming it on the others); a lock a dead job left is
   // taken over with a warning.
-  Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, CheckpointOptions options);
+  Checkpointer(ShardedModel& model, OptimizerState& optimizer, Communicator& world, CheckpointOptions options);
   // Over a mesh: its world, and its tp group, whose rank says which slice of each split slot this rank holds.
   // kInvalidArgument when a split slot's shape is not its slice at the mesh's tp degree.
-  Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceMesh& mesh, CheckpointOptions options);
+  Checkpointer(ShardedModel& model, OptimizerState& optimizer, DeviceMesh& mesh, CheckpointOptions options);
   // Over a mesh, for one part of a pipeline (CheckpointPart).
-  Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, DeviceMesh& mesh, CheckpointOptions options,
+  Checkpointer(ShardedModel& model, OptimizerState& optimizer, DeviceMesh& mesh, CheckpointOptions options,
                CheckpointPart part);
   // Joins the background writer of a save in flight (it is not committed: call wait() before); never throws.
   ~Checkpointer();
@@ -93,13 +94,15 @@ class Checkpointer {
   const LoadStats& last_load() const { return last_load_; }
 
   // Collective: loads `step` (-1: the latest committed) into the model and the optimizer, and returns the trainer
-  // state saved with it. Refuses, on every rank, a checkpoint of another model or a corrupt one.
+  // state saved with it. Refuses, on every rank, a checkpoint of another model, of another optimizer's state (kind
+  // and tensors named, both sides), or a corrupt one. A checkpoint of weights alone (strata-ckpt import, no optimizer
+  // state, step 0) starts any optimizer from zeros.
   nlohmann::json load(std::int64_t step = -1);
   // The latest committed step in the directory, or -1 (reads files only: every rank sees the same).
   std::int64_t latest_step() const { return dir_.latest_step(); }
 
  private:
-  Checkpointer(ShardedModel& model, ShardedAdamW& optimizer, Communicator& world, int tp_rank, int tp_size,
+  Checkpointer(ShardedModel& model, OptimizerState& optimizer, Communicator& world, int tp_rank, int tp_size,
                CheckpointOptions options);
   struct Staged;  // one save's host copy of this rank's chunks, and its chunk records
   std::unique_ptr<Staged> stage(std::int64_t step);
@@ -109,7 +112,7 @@ class Checkpointer {
   void agree(bool ok, const std::string& error, const std::string& what, bool intact_note);
 
   ShardedModel& model_;
-  ShardedAdamW& optimizer_;
+  OptimizerState& optimizer_;
   Communicator& world_;
   int tp_rank_ = 0;  // this rank's place in its tensor-parallel group, and the group's size
   int tp_size_ = 1;

@@ -15,6 +15,7 @@
 #include "runtime/optim/adamw_kernel.h"
 #include "runtime/optim/grad_norm.h"
 #include "runtime/optim/loss_scaler.h"
+#include "runtime/optim/optimizer_state.h"
 #include "runtime/sharding/sharded_model.h"
 
 namespace strata {
@@ -48,7 +49,7 @@ struct StepResult {
   float loss_scale = 1;    // the scale for the next step's loss
 };
 
-class ShardedAdamW {
+class ShardedAdamW : public OptimizerState {
  public:
   // Allocates m and v (zeroed) beside the model's master shards; over the device budget, the error carries the
   // planner's advice.
@@ -60,15 +61,20 @@ class ShardedAdamW {
   StepResult step(double lr, std::int64_t step_label = -1);
   // Scale the loss by this before backward (1 unless dynamic loss scaling is on).
   float loss_scale() const { return scaler_.scale(); }
-  std::int64_t steps_taken() const { return step_; }
+  std::int64_t steps_taken() const override { return step_; }
   const AdamWConfig& config() const { return config_; }
 
-  // For checkpoints: unit i's moments (shard_numel f32 in parameters().device() memory) and the scalar state (the
-  // step count, the loss scaler's scale and good steps, the configuration for the record).
+  // Unit i's moments (shard_numel f32 in parameters().device() memory).
   float* exp_avg(int unit);
   float* exp_avg_sq(int unit);
-  nlohmann::json state() const;
-  void restore(const nlohmann::json& state);  // kIo when it is not AdamW's state
+
+  // OptimizerState, for checkpoints: "adamw", the moments exp_avg and exp_avg_sq, and the scalar state (the step
+  // count, the loss scaler's scale and good steps, the configuration for the record).
+  std::string kind() const override { return "adamw"; }
+  std::vector<std::string> tensor_names() const override { return {"exp_avg", "exp_avg_sq"}; }
+  float* tensor_shard(std::size_t k, int unit) override { return k == 0 ? exp_avg(unit) : exp_avg_sq(unit); }
+  nlohmann::json state() const override;
+  void restore(const nlohmann::json& state) override;  // kIo when it is not AdamW's state
 
  private:
   // Collective: after the update of step `label`, throws kNonFinite when a kernel flagged a non-finite weight.

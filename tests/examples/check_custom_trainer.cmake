@@ -3,6 +3,11 @@
 #      REFERENCE's within TOLERANCE_PPM parts per million (relative); REFERENCE runs first (so RUN may read what it
 #      wrote: --compare-params of its --params-out);
 #   -DMODE=falls -DRUN=<cmd> -DFACTOR_PERCENT=75: the last step's loss is below that percentage of the first's.
+#   -DMODE=resume -DLAUNCH=<mpiexec -n> -DBIN=<custom_trainer> -DFLAGS=<the run's flags> -DWORK=<dir> -DOTHER=<an
+#      optimizer>: a run of --steps 20 at np 4 (dp 2 x tp 2) stopped at step 10 with a checkpoint resumes at np 4
+#      bitwise equal to the uninterrupted run (every printed loss and norm, every parameter: --params-out prints them
+#      exactly), and at np 1 and at pp 2 within TOLERANCE_PPM (losses and norms) and 1e-5 (parameters); resuming it
+#      with the OTHER optimizer is refused naming both.
 # Commands are '|'-separated words.
 function(run_losses command out_losses out_norms)
   string(REPLACE "|" ";" argv "${command}")
@@ -90,6 +95,56 @@ elseif(MODE STREQUAL "falls")
     message(FATAL_ERROR "the loss did not fall below ${FACTOR_PERCENT}% of its start: ${first} -> ${last}")
   endif()
   message(STATUS "falls: ${first} -> ${last}")
+elseif(MODE STREQUAL "resume")
+  file(REMOVE_RECURSE "${WORK}")
+  file(MAKE_DIRECTORY "${WORK}")
+  set(run "${LAUNCH}|4|${BIN}|${FLAGS}|--tp|2|--steps|20")
+  run_losses("${run}|--params-out|${WORK}/full.params" full_losses full_norms)
+  list(SUBLIST full_losses 10 10 want_losses)
+  list(SUBLIST full_norms 10 10 want_norms)
+  run_losses("${run}|--stop-at|10|--checkpoint-dir|${WORK}/ckpt" first_losses first_norms)
+  foreach(layout np1 pp2 other)
+    file(COPY "${WORK}/ckpt/" DESTINATION "${WORK}/ckpt_${layout}")
+  endforeach()
+  # At the layout it was saved at: bitwise.
+  run_losses("${run}|--resume|--checkpoint-dir|${WORK}/ckpt|--params-out|${WORK}/resumed.params" losses norms)
+  if(NOT losses STREQUAL want_losses OR NOT norms STREQUAL want_norms)
+    message(FATAL_ERROR "resumed at np 4 (tp 2): losses ${losses} norms ${norms}; uninterrupted: ${want_losses} "
+                        "norms ${want_norms}")
+  endif()
+  file(READ "${WORK}/full.params" want_params)
+  file(READ "${WORK}/resumed.params" got_params)
+  if(NOT got_params STREQUAL want_params)
+    message(FATAL_ERROR "resumed at np 4 (tp 2): the final parameters differ from the uninterrupted run's")
+  endif()
+  message(STATUS "resumed at np 4 (tp 2): bitwise equal to the uninterrupted run")
+  # At other layouts: within the bars.
+  foreach(layout "np1;1;--pp|1" "pp2;2;--pp|2")
+    list(GET layout 0 name)
+    list(GET layout 1 np)
+    list(GET layout 2 extra)
+    set(resume "--resume|--checkpoint-dir|${WORK}/ckpt_${name}|--compare-params|${WORK}/full.params")
+    run_losses("${LAUNCH}|${np}|${BIN}|${FLAGS}|--steps|20|${extra}|${resume}" losses norms)
+    foreach(i RANGE 0 9)
+      foreach(kind losses norms)
+        list(GET ${kind} ${i} a)
+        list(GET want_${kind} ${i} b)
+        check_close("resumed at ${name}: step ${i} of the resumed run, ${kind}" "${a}" "${b}" ${TOLERANCE_PPM})
+      endforeach()
+    endforeach()
+    message(STATUS "resumed at ${name}: within ${TOLERANCE_PPM}e-6 of the uninterrupted run")
+  endforeach()
+  # Another optimizer's state is refused, naming both.
+  set(other "--optimizer|${OTHER}|--steps|20|--resume|--checkpoint-dir|${WORK}/ckpt_other")
+  string(REPLACE "|" ";" argv "${LAUNCH}|1|${BIN}|${FLAGS}|${other}")
+  execute_process(COMMAND ${argv} OUTPUT_VARIABLE text ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 240)
+  string(REGEX MATCH "--optimizer\\|([a-z]+)" m "${FLAGS}")
+  set(saved ${CMAKE_MATCH_1})
+  if(rc EQUAL 0 OR NOT "${text}${err}" MATCHES "holds the state of optimizer '${saved}'.*this run's optimizer is '${OTHER}'")
+    message(FATAL_ERROR "resuming a ${saved} checkpoint with --optimizer ${OTHER}: rc ${rc}, not refused naming both:\n"
+                        "${text}\n${err}")
+  endif()
+  message(STATUS "--optimizer ${OTHER} on a ${saved} checkpoint: refused naming both")
 else()
-  message(FATAL_ERROR "MODE must be equal or falls")
+  message(FATAL_ERROR "MODE must be equal, falls or resume")
 endif()

@@ -1,6 +1,10 @@
 // A trainer outside Strata's tree, through the public header only: one unit of two parameters fitted to a target by
-// least squares, sharded over the ranks; then a two-layer network split over a tensor-parallel group of every rank
-// (a column-parallel layer, tanh, a row-parallel layer) with its own kernels; then generation over its own Decoder,
+// least squares, sharded over the ranks; the same fit with an optimizer of its own (heavy-ball momentum, an
+// OptimizerState), checkpointed half way through the library's Checkpointer and resumed by a second model and
+// optimizer, which ends bitwise where the uninterrupted run ends; its memory predicted (predict_state_memory from its
+// units) and measured by the ledger; then a two-layer network split over a tensor-parallel group of every rank
+// (a column-parallel layer, tanh, a row-parallel layer), once with its own kernels and once with the installed kernel
+// table (make_kernels), both fitting to the same losses; then generation over its own Decoder,
 // whose weights stream through device slots (BlockStreamer). Prints the losses, the generated tokens and "consumer: ok"
 // when both losses fell, the tokens are the decoder's and its fitted parameters, written as a Hugging Face model
 // directory through the installed writer (<strata/hf.h>), read back: config.json by the installed config reader, the
@@ -11,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -53,11 +58,10 @@ class DotKernels : public strata::LinearKernels {
 };
 
 // y = tanh(x @ W1 + b1) @ W2 + b2 over `mesh`'s tp group (W1 column-parallel, W2 row-parallel), fitted by AdamW to a
-// fixed target. Returns the first and the last loss.
-std::pair<double, double> fit_tensor_parallel(strata::Runtime& rt, strata::DeviceMesh& mesh) {
+// fixed target, its products by `k`. Returns the first and the last loss.
+std::pair<double, double> fit_tensor_parallel(strata::Runtime& rt, strata::DeviceMesh& mesh, strata::LinearKernels& k) {
   constexpr int kRows = 8, kIn = 4, kHidden = 8, kOut = 2;
   strata::TensorParallel tp(rt.device(), &mesh.tp(), false, kRows, 1, kHidden);
-  DotKernels k;
   strata::ColumnParallelLinear first(tp, k, kIn, kHidden);
   strata::RowParallelLinear second(tp, k, kHidden, kOut);
   auto slot = [&](std::string name, strata::TpSplit split, bool decay = true) {
@@ -110,6 +114,103 @@ std::pair<double, double> fit_tensor_parallel(strata::Runtime& rt, strata::Devic
     optimizer.step(adam.lr);
   }
   return {start, loss};
+}
+
+// Heavy-ball momentum, the consumer's own optimizer: v = mu v + g, p -= lr v on this rank's f32 shards (the CPU
+// backend's host memory). Its velocity is device memory in the ledger's optimizer category, one float per shard
+// element; as an OptimizerState it names it, so the library checkpoints it.
+class HeavyBall : public strata::OptimizerState {
+ public:
+  HeavyBall(strata::ShardedModel& model, float lr, float mu) : params_(model.parameters()), lr_(lr), mu_(mu) {
+    for (int u = 0; u < params_.num_units(); ++u) {
+      const std::size_t bytes = params_.unit(u).numel() * 4;
+      velocity_.push_back(params_.device().allocate(bytes, strata::MemCategory::kOptimState));
+      std::memset(velocity_.back().data(), 0, bytes);
+    }
+  }
+  void step() {
+    params_.wait_for_grads();
+    for (int u = 0; u < params_.num_units(); ++u) {
+      params_.begin_update(u);
+      params_.stream().synchronize();
+      const strata::UnitShard shard = params_.unit(u);
+      float* v = velocity_[static_cast<std::size_t>(u)].as<float>();
+      for (const strata::ShardSegment& seg : shard.segments)
+        for (std::size_t i = seg.shard_begin; i < seg.shard_begin + seg.length; ++i) {
+          v[i] = mu_ * v[i] + shard.grad[i];
+          shard.master[i] -= lr_ * v[i];
+        }
+      params_.end_update(u);
+    }
+    params_.finish_step(++steps_, true);
+  }
+  std::string kind() const override { return "heavy_ball"; }
+  std::vector<std::string> tensor_names() const override { return {"velocity"}; }
+  float* tensor_shard(std::size_t, int unit) override { return velocity_[static_cast<std::size_t>(unit)].as<float>(); }
+  nlohmann::json state() const override { return {{"step", steps_}}; }
+  void restore(const nlohmann::json& s) override { steps_ = s.at("step").get<std::int64_t>(); }
+  std::int64_t steps_taken() const override { return steps_; }
+
+ private:
+  strata::ShardedParameters& params_;
+  float lr_, mu_;
+  std::vector<strata::Buffer> velocity_;
+  std::int64_t steps_ = 0;
+};
+
+// One unit of two slots fitted by heavy-ball momentum to target[i] = 1 + i / 10 (loss: half the squared distance),
+// steps [from, to), checkpointed in `dir` after step `save_at` (0: never), or resumed from its latest when from > 0.
+// Returns the fitted parameters (on rank 0; empty elsewhere). Its state's memory is predicted from its units
+// (predict_state_memory, one optimizer float per element) and held to what the ledger measures, category by category.
+std::vector<float> fit_own_optimizer(strata::Runtime& rt, strata::DeviceMesh& mesh, const std::string& dir, int from,
+                                     int to, int save_at) {
+  strata::MemoryStats& stats = rt.device().memory_stats();
+  std::array<std::size_t, strata::kNumMemCategories> before{};
+  for (std::size_t c = 0; c < before.size(); ++c) before[c] = stats.current(static_cast<strata::MemCategory>(c));
+  stats.reset_peaks();
+  const std::vector<strata::UnitSpec> units = {{"fit", {{"w", {37}}, {"b", {5}, /*weight_decay=*/false}}}};
+  strata::ShardedModel model(mesh, units, strata::ShardingOptions{});
+  model.init(
+      [](const strata::ParamSlot&, std::size_t, std::size_t count, float* out) { std::memset(out, 0, count * 4); });
+  HeavyBall optimizer(model, 0.2f, 0.5f);
+  strata::CheckpointOptions options;
+  options.dir = dir;
+  strata::Checkpointer checkpointer(model, optimizer, mesh, options);
+  if (from > 0) {
+    const nlohmann::json state = checkpointer.load();
+    STRATA_CHECK(state.at("next_step") == from && optimizer.steps_taken() == from,
+                 "resumed at trainer step {}, optimizer step {}, not {}", state.at("next_step").dump(),
+                 optimizer.steps_taken(), from);
+  }
+  for (int step = from; step < to; ++step) {
+    const std::vector<strata::TensorView>& p = model.begin_forward(0);
+    model.end_forward(0);
+    strata::BackwardViews views = model.begin_backward(0);
+    for (std::size_t k = 0; k < views.grads.size(); ++k)
+      for (std::size_t i = 0; i < views.grads[k].numel(); ++i)
+        views.grads[k].as<float>()[i] += views.params[k].as<float>()[i] - (1.0f + 0.1f * static_cast<float>(i));
+    model.end_backward(0);
+    optimizer.step();
+    if (step + 1 == save_at) checkpointer.save(step + 1, {{"next_step", step + 1}});
+    (void)p;
+  }
+  std::vector<float> whole;
+  const std::vector<strata::TensorView>& fitted = model.begin_forward(0);
+  if (rt.rank() == 0)
+    for (const strata::TensorView& v : fitted) whole.insert(whole.end(), v.as<float>(), v.as<float>() + v.numel());
+  model.end_forward(0);
+  // The state's categories (the communicator's staging is the world's, grown by the fit before this one; the
+  // checkpoint's staging is the Checkpointer's, not the state's).
+  const strata::StateMemory predicted = strata::predict_state_memory(
+      units, strata::ShardingOptions{}, strata::DataParallelSizes{rt.world_size(), 1}, /*optimizer_floats=*/1);
+  for (strata::MemCategory c : {strata::MemCategory::kParamShard, strata::MemCategory::kMaster,
+                                strata::MemCategory::kGradShard, strata::MemCategory::kOptimState,
+                                strata::MemCategory::kUnshardedParams, strata::MemCategory::kUnshardedGrads}) {
+    const std::size_t i = static_cast<std::size_t>(c), measured = stats.peak(c) - before[i];
+    STRATA_CHECK(predicted.device[i] == measured, "{}: predicted {} bytes, the ledger measured {}",
+                 strata::mem_category_name(c), predicted.device[i], measured);
+  }
+  return whole;
 }
 
 // A decoder of the consumer's own: the next token is the last one plus the sum of one streamed weight block's bytes
@@ -200,8 +301,27 @@ int main(int argc, char** argv) {
     }
     STRATA_CHECK(last < 0.1 * first, "the loss did not fall: {} -> {}", first, last);
     strata::DeviceMesh split(rt, strata::MeshDims{1, 1, -1, rt.world_size()});  // every rank in one tp group
-    const auto [tp_first, tp_last] = fit_tensor_parallel(rt, split);
+    // The consumer's own optimizer, checkpointed through the library after step 10 of 20, then resumed there by a
+    // second model and optimizer: the same parameters, bit for bit.
+    const std::string ckpt = "consumer_checkpoints." + std::to_string(::getpid());
+    const std::vector<float> straight = fit_own_optimizer(rt, mesh, ckpt, 0, 20, 10);
+    const std::vector<float> resumed = fit_own_optimizer(rt, mesh, ckpt, 10, 20, 0);
+    STRATA_CHECK(straight == resumed, "the fit resumed at step 10 ends elsewhere than the uninterrupted one");
+    if (rt.rank() == 0) {
+      STRATA_CHECK(std::abs(straight[36] - 4.6f) < 0.05f, "the own optimizer's fit ends at {}, not near 4.6",
+                   straight[36]);
+      std::filesystem::remove_all(ckpt);
+    }
+    // The tp network with the consumer's kernels, then with the installed kernel table's products (oneDNN on the
+    // CPU): both fit, to the same losses up to the order of the sums.
+    DotKernels own;
+    const auto [tp_first, tp_last] = fit_tensor_parallel(rt, split, own);
     STRATA_CHECK(tp_last < 0.1 * tp_first, "the tensor-parallel loss did not fall: {} -> {}", tp_first, tp_last);
+    const std::unique_ptr<strata::Kernels> installed = strata::make_kernels(rt.device());
+    const auto [lib_first, lib_last] = fit_tensor_parallel(rt, split, *installed);
+    STRATA_CHECK(std::abs(lib_first - tp_first) <= 1e-6 * tp_first && std::abs(lib_last - tp_last) <= 1e-4 * tp_last,
+                 "the installed kernels fit from {} to {}, the consumer's from {} to {}", lib_first, lib_last, tp_first,
+                 tp_last);
     CountingDecoder decoder(rt.device());
     strata::GenerateOptions options;
     options.max_new_tokens = 4;
@@ -258,8 +378,10 @@ int main(int argc, char** argv) {
       model.end_forward(0);
     }
     if (rt.rank() == 0)
-      std::printf("consumer: ok, %d ranks, loss %.6f -> %.6f; tp %d loss %.6f -> %.6f; generated %s\n", rt.world_size(),
-                  first, last, split.tp().size(), tp_first, tp_last, tokens.c_str());
+      std::printf(
+          "consumer: ok, %d ranks, loss %.6f -> %.6f; own optimizer resumed bitwise from its checkpoint, state "
+          "memory as predicted; tp %d loss %.6f -> %.6f (installed kernels: %.6f); generated %s\n",
+          rt.world_size(), first, last, split.tp().size(), tp_first, tp_last, lib_last, tokens.c_str());
     return 0;
   });
 }

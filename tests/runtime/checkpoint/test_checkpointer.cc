@@ -1,7 +1,7 @@
 // Checkpointer tests (CPU backend, np 1-4, the MLP through ShardedModel + ShardedAdamW): a save loads back bitwise at
 // the same layout and training goes on bitwise as without it (ZeRO 0-3, bf16, offload, hybrid); loads at other
 // layouts (stages, hybrid, dtypes, offload, shard boundaries); the atomic commit and keep-K pruning; asynchronous
-// saves; zero-size shards.
+// saves; zero-size shards; an optimizer state other than AdamW's, at other layouts, and the refusal of another kind.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -300,6 +300,103 @@ TEST(Checkpointer, ZeroSizeShardsSaveAndLoad) {
       }
     }
   }
+}
+
+// An optimizer of the test's own, as a trainer would write one: one per-element tensor, "trace", whose value at every
+// element is a function of the slot and the element's place in it (a segment's slot_begin is its global place: no
+// tp here), and a scalar.
+class TraceOptimizer : public OptimizerState {
+ public:
+  explicit TraceOptimizer(ShardedModel& model) : params_(model.parameters()) {
+    for (int u = 0; u < params_.num_units(); ++u) trace_.emplace_back(params_.unit(u).numel(), -1.0f);
+  }
+  static float value(const std::string& slot, std::size_t element) {
+    return static_cast<float>(slot.size()) + 0.25f * static_cast<float>(element);
+  }
+  void fill(std::int64_t steps) {
+    steps_ = steps;
+    for (int u = 0; u < params_.num_units(); ++u) {
+      const UnitShard shard = params_.unit(u);
+      for (const ShardSegment& seg : shard.segments)
+        for (std::size_t i = 0; i < seg.length; ++i)
+          trace_[u][seg.shard_begin + i] = value(shard.layout->slots()[seg.slot].name, seg.slot_begin + i);
+    }
+  }
+  // The first element of a trainable slot whose value is not value(): "" when none.
+  std::string mismatch() {
+    for (int u = 0; u < params_.num_units(); ++u) {
+      const UnitShard shard = params_.unit(u);
+      for (const ShardSegment& seg : shard.segments) {
+        const ParamSlot& slot = shard.layout->slots()[seg.slot];
+        for (std::size_t i = 0; slot.trainable && i < seg.length; ++i)
+          if (trace_[u][seg.shard_begin + i] != value(slot.name, seg.slot_begin + i))
+            return fmt::format("{} element {}: {}", slot.name, seg.slot_begin + i, trace_[u][seg.shard_begin + i]);
+      }
+    }
+    return "";
+  }
+  std::string kind() const override { return "trace"; }
+  std::vector<std::string> tensor_names() const override { return {"trace"}; }
+  float* tensor_shard(std::size_t, int unit) override { return trace_[static_cast<std::size_t>(unit)].data(); }
+  nlohmann::json state() const override { return {{"step", steps_}, {"config", {{"kept", "for the record"}}}}; }
+  void restore(const nlohmann::json& s) override { steps_ = s.at("step").get<std::int64_t>(); }
+  std::int64_t steps_taken() const override { return steps_; }
+
+ private:
+  ShardedParameters& params_;
+  std::vector<std::vector<float>> trace_;
+  std::int64_t steps_ = 0;
+};
+
+// (f) Any OptimizerState: its tensors are saved as "trace/<slot>" and load at other stages and hybrid layouts, each
+// element where it belongs, its scalars restored; a checkpoint of AdamW is refused by it and its checkpoint by AdamW,
+// on every rank, naming both kinds and their tensors.
+TEST(Checkpointer, AnyOptimizerStateLoadsAtOtherLayoutsAndAnotherKindIsRefused) {
+  CheckpointRoot root;
+  const std::string dir = root.dir("trace"), adamw_dir = root.dir("adamw");
+  MlpRun a(small_config(), Layout{3}, kSeed);
+  train(a, 0);
+  TraceOptimizer saved(*a.model);
+  saved.fill(7);
+  Checkpointer(*a.model, saved, runtime().world(), checkpoint_options(dir)).save(7, {{"next_step", 7}});
+  Checkpointer(*a.model, *a.optimizer, runtime().world(), checkpoint_options(adamw_dir)).save(1, {{"next_step", 1}});
+  const CheckpointIndex index = CheckpointDir(dir).read_index(7);
+  EXPECT_TRUE(index.has_tensor("trace/layer0.weight"));
+  EXPECT_FALSE(index.has_tensor("exp_avg/layer0.weight"));
+  EXPECT_FALSE(index.has_tensor("trace/layer0.input_scale")) << "a frozen slot has no optimizer state";
+  EXPECT_EQ(index.state["optimizer"]["name"], "trace");
+  EXPECT_EQ(index.state["optimizer"]["tensors"], nlohmann::json::array({"trace"}));
+  const Snapshot want = snapshot(a);
+
+  std::vector<Layout> layouts = {Layout{3}, Layout{0}, Layout{1}};
+  if (runtime().world_size() % 2 == 0) layouts.push_back(Layout{3, DType::kF32, OffloadPolicy::kNone, 2});
+  for (const Layout& layout : layouts) {
+    SCOPED_TRACE(layout.describe());
+    MlpRun b(small_config(), layout, kSeed + 1);
+    TraceOptimizer loaded(*b.model);
+    Checkpointer loader(*b.model, loaded, runtime().world(), checkpoint_options(dir));
+    EXPECT_EQ(loader.load().value("next_step", -1), 7);
+    EXPECT_EQ(loaded.steps_taken(), 7);
+    EXPECT_EQ(loaded.mismatch(), "");
+    test::expect_same_params(snapshot(b), want, layout.describe());
+  }
+
+  MlpRun c(small_config(), Layout{3}, kSeed + 1);
+  TraceOptimizer other(*c.model);
+  const test::Thrown by_trace =
+      test::thrown_by([&] { Checkpointer(*c.model, other, runtime().world(), checkpoint_options(adamw_dir)).load(); });
+  EXPECT_EQ(by_trace.code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(by_trace.message.find("holds the state of optimizer 'adamw' (per-element tensors: exp_avg, exp_avg_sq); "
+                                  "this run's optimizer is 'trace' (trace)"),
+            std::string::npos)
+      << by_trace.message;
+  const test::Thrown by_adamw =
+      test::thrown_by([&] { Checkpointer(*c.model, *c.optimizer, runtime().world(), checkpoint_options(dir)).load(); });
+  EXPECT_EQ(by_adamw.code, ErrorCode::kInvalidArgument);
+  EXPECT_NE(by_adamw.message.find("holds the state of optimizer 'trace' (per-element tensors: trace); this run's "
+                                  "optimizer is 'adamw' (exp_avg, exp_avg_sq)"),
+            std::string::npos)
+      << by_adamw.message;
 }
 
 }  // namespace
