@@ -30,6 +30,7 @@ const char* mem_category_name(MemCategory c) {
 
 void MemoryStats::on_alloc(MemCategory c, std::size_t bytes) {
   allocations_.fetch_add(1);
+  category_allocations_[idx(c)].fetch_add(1);
   raise_to(peak_[idx(c)], current_[idx(c)].fetch_add(bytes) + bytes);
   raise_to(total_peak_, total_current_.fetch_add(bytes) + bytes);
 }

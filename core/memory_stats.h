@@ -38,8 +38,9 @@ class MemoryStats {
   std::size_t peak(MemCategory c) const { return peak_[idx(c)].load(); }
   std::size_t current_total() const { return total_current_.load(); }
   std::size_t peak_total() const { return total_peak_.load(); }
-  // Allocations made so far (a step that allocates nothing leaves it unchanged).
+  // Allocations made so far (a step that allocates nothing leaves it unchanged), in all or in one category.
   std::size_t allocations() const { return allocations_.load(); }
+  std::size_t allocations(MemCategory c) const { return category_allocations_[idx(c)].load(); }
   // Starts a new peak window: peaks become the current values.
   void reset_peaks();
 
@@ -50,6 +51,7 @@ class MemoryStats {
   std::atomic<std::size_t> total_current_{0};
   std::atomic<std::size_t> total_peak_{0};
   std::atomic<std::size_t> allocations_{0};
+  std::array<std::atomic<std::size_t>, kNumMemCategories> category_allocations_{};
 };
 
 }  // namespace strata

@@ -6,18 +6,19 @@
 // write the whole model's parameters (--params-out) or check them against such a file (--compare-params), and
 // checkpoint the model with either optimizer's state through the library's Checkpointer (--checkpoint-dir, --resume
 // at any layout). See docs/embedding.md.
-#include <strata/strata.h>  // the public API, as an embedder outside this tree includes it
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
+#include <strata/strata.h>       // the public API, as an embedder outside this tree includes it
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
 
-#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "models/mlp/mlp.h"
 #include "models/mlp/mlp_pipeline_stage.h"
 #include "models/mlp/mlp_tensor_parallel.h"
@@ -45,7 +46,12 @@ class MomentumSgd : public strata::OptimizerState {
         norm_(params_, norm_groups(params_, mesh), strata::counted_once(mesh)) {
     STRATA_CHECK_CODE(strata::ErrorCode::kUnsupported, params_.device().kind() == strata::DeviceKind::kCpu,
                       "this SGD updates host memory; its shards live on {}", params_.device().name());
-    for (int u = 0; u < params_.num_units(); ++u) velocity_.emplace_back(params_.unit(u).numel(), 0.0f);
+    // The momentum buffer in the shards' memory and the ledger's optimizer category (one float per shard element).
+    for (int u = 0; u < params_.num_units(); ++u) {
+      const std::size_t bytes = params_.unit(u).numel() * sizeof(float);
+      velocity_.push_back(params_.device().allocate(bytes, strata::MemCategory::kOptimState));
+      if (bytes > 0) std::memset(velocity_.back().data(), 0, bytes);
+    }
   }
 
   // Returns the global gradient norm (before clipping); NaN when the step was skipped (non-finite gradients).
@@ -64,7 +70,7 @@ class MomentumSgd : public strata::OptimizerState {
       params_.begin_update(u);
       params_.stream().synchronize();  // the shards' memory is ours to touch from the host now
       const strata::UnitShard shard = params_.unit(u);
-      float* b = velocity_[static_cast<std::size_t>(u)].data();
+      float* b = velocity_[static_cast<std::size_t>(u)].as<float>();
       for (const strata::ShardSegment& seg : shard.segments) {
         const strata::ParamSlot& slot = shard.layout->slots()[seg.slot];
         if (!slot.trainable) continue;
@@ -83,7 +89,7 @@ class MomentumSgd : public strata::OptimizerState {
 
   std::string kind() const override { return "sgd"; }
   std::vector<std::string> tensor_names() const override { return {"momentum_buffer"}; }
-  float* tensor_shard(std::size_t, int unit) override { return velocity_[static_cast<std::size_t>(unit)].data(); }
+  float* tensor_shard(std::size_t, int unit) override { return velocity_[static_cast<std::size_t>(unit)].as<float>(); }
   nlohmann::json state() const override {
     return {{"step", steps_}, {"config", {{"momentum", momentum_arg_}, {"weight_decay", weight_decay_arg_}}}};
   }
@@ -108,7 +114,7 @@ class MomentumSgd : public strata::OptimizerState {
   float momentum_, weight_decay_;
   double clip_;
   strata::GradNorm norm_;
-  std::vector<std::vector<float>> velocity_;  // per unit, [shard_numel]
+  std::vector<strata::Buffer> velocity_;  // per unit, [shard_numel]
   std::int64_t steps_ = 0;
 };
 
@@ -200,6 +206,9 @@ class StepRunner {
                                                              sync_every_micro_batch);
   }
 
+  // Micro-batches whose activations this rank keeps at once: a pipeline stage's slots, else one.
+  int in_flight() const { return executor_ ? executor_->slots() : 1; }
+
   // This rank's loss: the mean over its rows and the micro-batches (0 on a pipeline's stages but the last).
   double run(const std::function<std::uint64_t(int)>& first_row, float grad_scale) {
     if (stage_) {
@@ -245,6 +254,67 @@ std::unique_ptr<strata::ShardedAdamW> make_adamw(strata::ShardedModel& model, co
   o.norm_groups = strata::model_parallel_norm_groups(mesh);
   o.counted = strata::counted_once(mesh);
   return std::make_unique<strata::ShardedAdamW>(model, config, o);
+}
+
+// What this rank's step holds, declared to the library's prediction (runtime/memory/step_memory.h): Strata's state
+// follows from the units, the sharding options, the data-parallel groups and the optimizer (AdamW: two floats per
+// element and its non-finite flags; the SGD above: its momentum buffer); the trainer's own buffers are the
+// activations its layers keep per micro-batch (mlp::kept_activation_bytes), for the micro-batches in flight, and the
+// MPI backend's staging of its own collectives: under tp the products' all-reduces (a column-parallel layer's input
+// gradient [rows, in], a row-parallel layer's output [rows, out]) on the compute stream and the gradient norm's sum
+// (two doubles) on the optimizer's; under pp the norm's sum over the stages.
+strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units, const strata::ShardingOptions& opts,
+                                     const strata::DeviceMesh& mesh, const strata::mlp::MlpConfig& cfg,
+                                     strata::LayerRange layers, int rows, int in_flight, bool adamw) {
+  strata::StepDeclaration d;
+  d.units = units;
+  d.sharding = opts;
+  d.groups = strata::DataParallelSizes{mesh.dp_shard().size(), mesh.dp_replicate().size()};
+  d.optimizer_floats = adamw ? 2 : 1;
+  d.optimizer_flags = adamw;
+  d.add("the layers' inputs and outputs, per micro-batch in flight", strata::MemCategory::kActivations,
+        static_cast<std::uint64_t>(in_flight) *
+            strata::mlp::kept_activation_bytes(cfg, layers.first, layers.last, rows, mesh.tp().size()));
+  const std::uint64_t tp = static_cast<std::uint64_t>(mesh.tp().size()), pp = mesh.pp().size();
+  if (tp > 1) {
+    std::uint64_t widest = 0;  // of the all-reduced activations
+    for (int i = layers.first; i < layers.last; ++i) {
+      const strata::mlp::LayerSplit split = strata::mlp::layer_split(cfg, i);
+      if (split == strata::mlp::LayerSplit::kColumn) widest = std::max<std::uint64_t>(widest, cfg.layer_in(i));
+      if (split == strata::mlp::LayerSplit::kRow) widest = std::max<std::uint64_t>(widest, cfg.layer_out(i));
+    }
+    d.add("tp: the products' all-reduces (compute stream)", strata::MemCategory::kCommBuffer,
+          strata::all_reduce_staging(static_cast<std::uint64_t>(rows) * widest, tp, 4));
+    d.add("tp: the gradient norm's sum", strata::MemCategory::kCommBuffer, strata::all_reduce_staging(2, tp, 8));
+  }
+  if (pp > 1)
+    d.add("pp: the gradient norm's sum", strata::MemCategory::kCommBuffer, strata::all_reduce_staging(2, pp, 8));
+  return d;
+}
+
+// --check-memory: this rank's peak per ledger category over the steps, above `before` (the ledger's bytes before the
+// model was built), against the declaration's prediction; rank 0 prints both, and any category that differs on any rank
+// is an error naming it and the rank. The checkpointer's staging is its own (not a step's) and is left out. Collective.
+void check_memory(strata::Runtime& rt, const strata::StepDeclaration& d, const strata::CategoryBytes& before) {
+  const strata::CategoryBytes predicted = strata::predict_step_memory(d);
+  strata::CategoryBytes measured{};
+  std::string problem;
+  for (std::size_t i = 0; i < strata::kNumMemCategories; ++i) {
+    const auto c = static_cast<strata::MemCategory>(i);
+    measured[i] = rt.device().memory_stats().peak(c) - before[i];
+    if (c != strata::MemCategory::kCheckpoint && measured[i] != predicted[i] && problem.empty())
+      problem = fmt::format("--check-memory: rank {}: {} predicted {} bytes, measured {}\n{}", rt.rank(),
+                            strata::mem_category_name(c), predicted[i], measured[i], strata::declaration_table(d));
+  }
+  if (rt.rank() == 0) {
+    std::printf("memory: predicted from the declaration and measured, rank 0 (bytes):\n");
+    for (std::size_t i = 0; i < strata::kNumMemCategories; ++i)
+      if (predicted[i] != 0 || measured[i] != 0)
+        std::printf("  %-18s %12llu %12llu\n", strata::mem_category_name(static_cast<strata::MemCategory>(i)),
+                    static_cast<unsigned long long>(predicted[i]), static_cast<unsigned long long>(measured[i]));
+  }
+  strata::all_agree(rt.world(), problem.empty(), problem, "--check-memory");
+  if (rt.rank() == 0) std::printf("memory: every category as predicted on every rank\n");
 }
 
 // The output files checked (and created) on rank 0 and the input file opened, before the first step; every rank
@@ -312,7 +382,7 @@ struct Flags {
   double lr = 1e-2, weight_decay = 0.01, grad_clip = 1.0, momentum = 0.9, params_tolerance = 1e-5;
   std::uint64_t seed = 1;
   int checkpoint_every = 0, stop_at = 0;
-  bool keep_params = false, resume = false;
+  bool keep_params = false, resume = false, check_memory = false;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -364,6 +434,9 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(flags::non_negative_integer());
   app.add_option("--stop-at", f.stop_at, "stop (and checkpoint) after this many steps of --steps; --resume continues")
       ->check(flags::non_negative_integer());
+  app.add_flag("--check-memory", f.check_memory,
+               "after the last step, hold every category of each rank's memory ledger to the library's prediction "
+               "from this trainer's declaration (an error naming the category and the rank when one differs)");
   app.add_flag("--resume", f.resume,
                "continue from the latest checkpoint in --checkpoint-dir, at any layout (without one, start fresh)");
 }
@@ -399,7 +472,8 @@ std::vector<strata::ConfigField> configuration(const Flags& f) {
           {"--checkpoint-dir", f.checkpoint_dir},
           {"--checkpoint-every", v(f.checkpoint_every)},
           {"--stop-at", v(f.stop_at)},
-          {"--resume", v(f.resume)}};
+          {"--resume", v(f.resume)},
+          {"--check-memory", v(f.check_memory)}};
 }
 
 }  // namespace
@@ -446,6 +520,9 @@ int main(int argc, char** argv) {
         f.tp_degree > 1 ? strata::mlp::mlp_units_tp(cfg, f.tp_degree) : strata::mlp::mlp_units(cfg);
     const strata::LayerRange layers = strata::mlp::mlp_stage_layers(cfg, f.pp_degree, mesh.pp().rank(), f.tp_degree);
     const std::vector<strata::UnitSpec> units(all_units.begin() + layers.first, all_units.begin() + layers.last);
+    strata::CategoryBytes before{};  // the ledger before the model: what --check-memory measures from
+    for (std::size_t i = 0; i < strata::kNumMemCategories; ++i)
+      before[i] = rt.device().memory_stats().current(static_cast<strata::MemCategory>(i));
     strata::ShardedModel model(mesh, units, opts);
     if (f.tp_degree > 1 || f.pp_degree > 1) {
       model.init(strata::mlp::mlp_init_tp(mesh, f.seed));
@@ -488,6 +565,9 @@ int main(int argc, char** argv) {
       std::printf("custom_trainer: %d ranks (%s), %d units, %zu parameters, optimizer %s; %s\n", world,
                   mesh.shape().describe().c_str(), model.num_units(), numel, f.optimizer.c_str(),
                   opts.describe().c_str());
+    // The steps' peak: what the model's construction held only for a moment (its checks across ranks, the init's
+    // staging) is not a step's.
+    if (f.check_memory) rt.device().memory_stats().reset_peaks();
     for (int step = first_step; step < last_step; ++step) {
       const float scale = adamw ? adamw->loss_scale() : 1.0f;
       // The same global rows at every layout: micro-batch a of this step, this data-parallel rank's share of it.
@@ -520,6 +600,9 @@ int main(int argc, char** argv) {
       save(last_step);
       if (rt.rank() == 0) std::printf("checkpoint of step %d in %s\n", last_step, f.checkpoint_dir.c_str());
     }
+    if (f.check_memory)
+      check_memory(rt, declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr),
+                   before);
     finish_parameters(rt, model, mesh, cfg, f.params_out, f.compare_params, f.params_tolerance);
     auto ledger = strata::MemoryLedger::gather(rt.device(), rt.world());
     if (rt.rank() == 0) {

@@ -100,6 +100,21 @@ LayerParams read_layer(const std::vector<TensorView>& views) {
   return p;
 }
 
+KeptFloats::KeptFloats(Device& device, const std::vector<float>& values)
+    : buffer_(device.allocate(values.size() * sizeof(float), MemCategory::kActivations)), size_(values.size()) {
+  std::copy(values.begin(), values.end(), buffer_.as<float>());
+}
+
+void Activations::keep(const std::vector<float>& input, const std::vector<float>& output) {
+  inputs.emplace_back(*device, input);
+  outputs.emplace_back(*device, output);
+}
+
+void Activations::clear() {
+  inputs.clear();
+  outputs.clear();
+}
+
 void layer_forward(const MlpConfig& cfg, int layer, const LayerParams& p, const std::vector<float>& x, int rows,
                    Activations& acts) {
   const int in = cfg.layer_in(layer), out = cfg.layer_out(layer);
@@ -117,8 +132,7 @@ void layer_forward(const MlpConfig& cfg, int layer, const LayerParams& p, const 
       y[static_cast<std::size_t>(r) * out + o] = tanh_act ? std::tanh(acc) : acc;
     }
   }
-  acts.inputs.push_back(std::move(xs));
-  acts.outputs.push_back(std::move(y));
+  acts.keep(xs, y);
 }
 
 double mse_loss(const std::vector<float>& y, const std::vector<float>& t, std::vector<float>& dy, float grad_scale) {
@@ -139,8 +153,8 @@ std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerPa
                                   std::vector<float>& dbias) {
   const int in = cfg.layer_in(layer), out = cfg.layer_out(layer);
   const bool tanh_act = layer != cfg.num_layers() - 1;
-  const std::vector<float>& xs = acts.inputs[static_cast<std::size_t>(layer)];
-  const std::vector<float>& y = acts.outputs[static_cast<std::size_t>(layer)];
+  const KeptFloats& xs = acts.inputs[static_cast<std::size_t>(layer)];
+  const KeptFloats& y = acts.outputs[static_cast<std::size_t>(layer)];
   std::vector<float> dz(dy);
   if (tanh_act)
     for (std::size_t i = 0; i < dz.size(); ++i) dz[i] *= 1.0f - y[i] * y[i];
@@ -175,13 +189,13 @@ double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& 
                     "the MLP example computes on the host: run it on the CPU backend (device {})",
                     model.resources().device().name());
   const int layers = cfg.num_layers();
-  Activations acts;
+  Activations acts(model.resources().device());
   std::vector<float> x = batch.x;
   for (int i = 0; i < layers; ++i) {
     LayerParams p = read_layer(model.begin_forward(i));  // gathers unit i (ZeRO-3), waits for it
     layer_forward(cfg, i, p, x, batch.rows, acts);
     model.end_forward(i);                                 // frees it again (reshard_after_forward)
-    x = acts.outputs.back();
+    x = acts.outputs.back().values();
   }
   std::vector<float> dy;
   double loss = mse_loss(x, batch.t, dy, grad_scale);

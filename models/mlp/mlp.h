@@ -47,10 +47,29 @@ struct LayerParams {
 };
 LayerParams read_layer(const std::vector<TensorView>& views);
 
-// Forward activations kept for backward.
+// Values a layer keeps from its forward to its backward, in the device's memory and its ledger (kActivations): what
+// a step's memory prediction declares (the MLP computes on the CPU backend, where that memory is host memory).
+class KeptFloats {
+ public:
+  KeptFloats(Device& device, const std::vector<float>& values);
+  std::size_t size() const { return size_; }
+  const float* data() const { return buffer_.as<float>(); }
+  float operator[](std::size_t i) const { return data()[i]; }
+  std::vector<float> values() const { return {data(), data() + size_}; }
+
+ private:
+  Buffer buffer_;
+  std::size_t size_ = 0;
+};
+
+// Forward activations kept for backward, per layer: its (scaled) input [rows, layer_in] and its output
+// [rows, layer_out] (under tp, the widths this rank holds). Their bytes are kept_bytes().
 struct Activations {
-  std::vector<std::vector<float>> inputs;   // per layer: its (scaled) input [rows, layer_in]
-  std::vector<std::vector<float>> outputs;  // per layer: its output [rows, layer_out]
+  explicit Activations(Device& d) : device(&d) {}
+  Device* device;
+  std::vector<KeptFloats> inputs, outputs;
+  void keep(const std::vector<float>& input, const std::vector<float>& output);
+  void clear();
 };
 
 // y = act(x' @ W + b), x' = x * input_scale for layer 0. Appends to `acts`.

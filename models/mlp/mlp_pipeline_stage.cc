@@ -27,7 +27,7 @@ MlpPipelineStage::MlpPipelineStage(ShardedModel& model, TensorParallel& tp, cons
       boundary_(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cfg.hidden)) {
   STRATA_CHECK(model.num_units() == layers.count(), "the model holds {} units; layers [{}, {}) are {}",
                model.num_units(), layers.first, layers.last, layers.count());
-  acts_.resize(static_cast<std::size_t>(slots));
+  for (int s = 0; s < slots; ++s) acts_.emplace_back(model.resources().device());
   in_.assign(static_cast<std::size_t>(slots), std::vector<float>(boundary_));
   out_.assign(static_cast<std::size_t>(slots), {});
   dy_.assign(static_cast<std::size_t>(slots), {});

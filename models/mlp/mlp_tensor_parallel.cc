@@ -13,6 +13,17 @@ LayerSplit layer_split(const MlpConfig& cfg, int layer) {
   return layer == cfg.num_layers() - 1 ? LayerSplit::kReplicated : LayerSplit::kColumn;
 }
 
+std::uint64_t kept_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp) {
+  std::uint64_t floats = 0;
+  for (int i = first; i < last; ++i) {
+    const LayerSplit split = layer_split(cfg, i);
+    const std::uint64_t in = static_cast<std::uint64_t>(cfg.layer_in(i)) / (split == LayerSplit::kRow ? tp : 1);
+    const std::uint64_t out = static_cast<std::uint64_t>(cfg.layer_out(i)) / (split == LayerSplit::kColumn ? tp : 1);
+    floats += static_cast<std::uint64_t>(rows) * (in + out);
+  }
+  return 4 * floats;
+}
+
 std::vector<UnitSpec> mlp_units_tp(const MlpConfig& cfg, int tp) {
   std::vector<UnitSpec> units = mlp_units(cfg);
   for (int i = 0; i < cfg.num_layers(); ++i) {
@@ -93,8 +104,7 @@ MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int la
 }
 
 std::vector<float> MlpLayers::forward(ShardedModel& model, std::vector<float> x, int rows, Activations& acts) {
-  acts.inputs.clear();
-  acts.outputs.clear();
+  acts.clear();
   for (std::size_t u = 0; u < layers_.size(); ++u) {
     Layer& L = layers_[u];
     const int unit = static_cast<int>(u);
@@ -108,8 +118,7 @@ std::vector<float> MlpLayers::forward(ShardedModel& model, std::vector<float> x,
     else k_.matmul_forward(y.data(), x.data(), p.weight.data(), p.bias.data(), rows, L.in, L.out);
     model.end_forward(unit);
     if (!(last_layer_ && u + 1 == layers_.size())) apply_tanh(y);
-    acts.inputs.push_back(std::move(x));
-    acts.outputs.push_back(y);
+    acts.keep(x, y);
     x = std::move(y);
   }
   return x;
@@ -148,7 +157,7 @@ double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpCon
                     model.resources().device().name());
   STRATA_CHECK(tp.rows() == batch.rows, "the tp group was made for {} rows; the batch has {}", tp.rows(), batch.rows);
   MlpLayers layers(cfg, tp, 0, cfg.num_layers());
-  Activations acts;
+  Activations acts(model.resources().device());
   std::vector<float> dy;
   const double loss = mse_loss(layers.forward(model, batch.x, batch.rows, acts), batch.t, dy, grad_scale);
   layers.backward(model, std::move(dy), batch.rows, acts);

@@ -57,6 +57,11 @@ class MlpLayers {
   std::vector<Layer> layers_;
 };
 
+// Bytes the layers [layers.first, layers.last) keep per micro-batch (Activations: each layer's input and output at
+// the widths this tp rank holds: a column-parallel layer's whole input and its out / tp columns, a row-parallel one's
+// in / tp input and whole output), as mlp::forward_backward, MlpLayers and MlpPipelineStage keep them.
+std::uint64_t kept_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp);
+
 // forward_backward of mlp.h over the tp group of `tp` (every tp rank of a data-parallel rank sees the same rows).
 // Returns the local loss (equal on the tp ranks).
 double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,

@@ -16,42 +16,50 @@ std::uint64_t total(const CategoryBytes& b) {
   return t;
 }
 
+std::uint64_t all_reduce_staging(std::uint64_t n, std::uint64_t g, std::uint64_t esz) {
+  return 2 * g * ((n + g - 1) / g) * esz;
+}
+
+std::vector<PoolPlan> predict_pools(const std::vector<UnitSpec>& units, const ShardingOptions& o,
+                                    const DataParallelSizes& groups) {
+  const int shard = o.stage == ZeroStage::kNone ? 1 : groups.shard;
+  std::vector<UnitPlacement> placements;
+  for (const UnitSpec& u : units) placements.emplace_back(ShardLayout(u.slots, shard, o.align_elements), o);
+  return plan_pools(placements, o);
+}
+
 StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const ShardingOptions& o,
-                                 const DataParallelSizes& groups, int optimizer_floats) {
+                                 const DataParallelSizes& groups, int optimizer_floats, bool slot_flags) {
   const StagePlan plan = StagePlan::from(o);
   const int shard = o.stage == ZeroStage::kNone ? 1 : groups.shard;
   StateMemory m;
   auto at = [&](Memory where, MemCategory c) -> std::uint64_t& {
     return (where == Memory::kHost ? m.host : m.device)[static_cast<std::size_t>(c)];
   };
-  std::vector<UnitPlacement> placements;
   std::uint64_t sum_s = 0, max_s = 0, max_p = 0, slots = 0;
   for (const UnitSpec& u : units) {
     slots += u.slots.size();
     ShardLayout layout(u.slots, shard, o.align_elements);
-    placements.emplace_back(layout, o);
     sum_s += layout.shard_numel();
     max_s = std::max<std::uint64_t>(max_s, layout.shard_numel());
     max_p = std::max<std::uint64_t>(max_p, layout.padded_numel());
-    for (const BufferPlan& b : placements.back().buffers())
+    const UnitPlacement placement(layout, o);
+    for (const BufferPlan& b : placement.buffers())
       if (b.lifetime == Lifetime::kPersistent) at(b.memory, b.category) += b.bytes();
   }
-  for (const PoolPlan& p : plan_pools(placements, o))
+  for (const PoolPlan& p : predict_pools(units, o, groups))
     at(p.memory, p.category) += static_cast<std::uint64_t>(p.initial_slots) * p.slot_bytes;
   // The optimizer's state where the master is; the global norm's sum of squares (two doubles) on the device.
   at(plan.offload_optimizer ? Memory::kHost : Memory::kDevice, MemCategory::kOptimState) +=
       static_cast<std::uint64_t>(optimizer_floats) * sum_s * 4;
   at(Memory::kDevice, MemCategory::kWorkspace) += 16;
   // ShardedAdamW's non-finite flags, one float per slot, beside the master.
-  at(plan.offload_optimizer ? Memory::kHost : Memory::kDevice, MemCategory::kWorkspace) += 4 * slots;
+  if (slot_flags) at(plan.offload_optimizer ? Memory::kHost : Memory::kDevice, MemCategory::kWorkspace) += 4 * slots;
   // The MPI backend's staging, one grow-only buffer per (group, stream) lane, sized by its largest reduction: stage 0
   // all-reduces a padded unit over dp; stages 1-3 reduce-scatter into shards over dp_shard (and all-reduce the norm
   // over it), then all-reduce each shard across dp_replicate. An all-reduce of n elements over g ranks stages
   // 2 g ceil(n / g); a reduce-scatter to n elements stages g n.
   const std::uint64_t rsz = dtype_size(o.mixed_precision.reduce_dtype);
-  auto all_reduce_staging = [](std::uint64_t n, std::uint64_t g, std::uint64_t esz) {
-    return 2 * g * ((n + g - 1) / g) * esz;
-  };
   std::uint64_t staging = 0;
   if (plan.reduce_is_all_reduce) {
     staging = all_reduce_staging(max_p, static_cast<std::uint64_t>(groups.dp()), rsz);

@@ -11,6 +11,7 @@
 #include "core/memory_stats.h"
 #include "runtime/sharding/shard_layout.h"
 #include "runtime/sharding/sharding_options.h"
+#include "runtime/sharding/unit_placement.h"
 
 namespace strata {
 
@@ -39,9 +40,21 @@ struct DataParallelSizes {
 // constructor makes them (a trainer that keeps more units open at once grows them in its first step: add those
 // slots), the MPI backend's grow-only staging for its largest reduction (NCCL needs none, so on a GPU this errs on
 // the safe side), and an optimizer keeping `optimizer_floats` f32 values per shard element (AdamW: 2, for m and v)
-// beside the master, plus the global norm's two doubles.
+// beside the master, plus the global norm's two doubles and, with `slot_flags`, ShardedAdamW's non-finite flags (one
+// float per slot; a trainer's own optimizer has none).
 StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const ShardingOptions& o,
-                                 const DataParallelSizes& groups, int optimizer_floats);
+                                 const DataParallelSizes& groups, int optimizer_floats, bool slot_flags = true);
+
+// The MPI backend's staging for an all-reduce of n elements of esz bytes over g ranks (collectives/
+// mpi_communicator.cc): 2 g ceil(n / g) esz. A lane's staging (one per group and stream) grows to its largest
+// collective and lives as long as the group; NCCL stages nothing.
+std::uint64_t all_reduce_staging(std::uint64_t n, std::uint64_t g, std::uint64_t esz);
+
+// The pools a ShardedModel of `units` under `o` makes (plan_pools over the units' placements at these groups): each
+// pooled buffer's slot size and the slots its constructor allocates. A step that holds more units open at once grows
+// a pool by a slot of that size each.
+std::vector<PoolPlan> predict_pools(const std::vector<UnitSpec>& units, const ShardingOptions& o,
+                                    const DataParallelSizes& groups);
 
 // When the state does not fit in `budget` bytes per rank: the cheapest change of ZeRO stage or offload that does
 // (strata-plan's order), as one sentence, or why none does.

@@ -8,6 +8,9 @@
 #      bitwise equal to the uninterrupted run (every printed loss and norm, every parameter: --params-out prints them
 #      exactly), and at np 1 and at pp 2 within TOLERANCE_PPM (losses and norms) and 1e-5 (parameters); resuming it
 #      with the OTHER optimizer is refused naming both.
+#   -DMODE=memory -DLAUNCH=<mpiexec -n> -DBIN=<custom_trainer> -DLAYOUTS=<np:flags,...> (flags '|'-separated): each
+#      layout runs with --check-memory, which holds every category of every rank's ledger to the library's prediction
+#      from the trainer's declaration (runtime/memory/step_memory.h) and fails naming the category and the rank.
 # Commands are '|'-separated words.
 function(run_losses command out_losses out_norms)
   string(REPLACE "|" ";" argv "${command}")
@@ -145,6 +148,18 @@ elseif(MODE STREQUAL "resume")
                         "${text}\n${err}")
   endif()
   message(STATUS "--optimizer ${OTHER} on a ${saved} checkpoint: refused naming both")
+elseif(MODE STREQUAL "memory")
+  string(REPLACE "," ";" layouts "${LAYOUTS}")
+  foreach(layout IN LISTS layouts)
+    string(REGEX REPLACE "^([0-9]+):(.*)$" "\\1" np "${layout}")
+    string(REGEX REPLACE "^([0-9]+):(.*)$" "\\2" flags "${layout}")
+    string(REPLACE "|" ";" argv "${LAUNCH}|${np}|${BIN}|${flags}|--steps|3|--check-memory")
+    execute_process(COMMAND ${argv} OUTPUT_VARIABLE text ERROR_VARIABLE err RESULT_VARIABLE rc TIMEOUT 120)
+    if(NOT rc EQUAL 0 OR NOT text MATCHES "memory: every category as predicted on every rank")
+      message(FATAL_ERROR "np ${np} ${flags}: not as predicted (${rc}):\n${text}\n${err}")
+    endif()
+    message(STATUS "np ${np} ${flags}: every category as predicted on every rank")
+  endforeach()
 else()
-  message(FATAL_ERROR "MODE must be equal, falls or resume")
+  message(FATAL_ERROR "MODE must be equal, falls, resume or memory")
 endif()

@@ -45,7 +45,7 @@ History reference_training(const mlp::MlpConfig& cfg, int steps, int micro_batch
     for (int a = 0; a < micro_batches; ++a) {
       auto batch = mlp::make_batch(cfg, static_cast<std::uint64_t>((step * micro_batches + a) * kGlobalRows),
                                    kGlobalRows, kSeed);
-      mlp::Activations acts;
+      mlp::Activations acts(runtime().device());
       std::vector<mlp::LayerParams> lp(static_cast<std::size_t>(cfg.num_layers()));
       std::vector<float> x = batch.x;
       for (int i = 0; i < cfg.num_layers(); ++i) {
@@ -54,7 +54,7 @@ History reference_training(const mlp::MlpConfig& cfg, int steps, int micro_batch
         lp[static_cast<std::size_t>(i)].bias = p[u + ".bias"];
         if (i == 0) lp[0].input_scale = p[u + ".input_scale"];
         mlp::layer_forward(cfg, i, lp[static_cast<std::size_t>(i)], x, batch.rows, acts);
-        x = acts.outputs.back();
+        x = acts.outputs.back().values();
       }
       std::vector<float> dy;
       loss += mlp::mse_loss(x, batch.t, dy, 1.0f / static_cast<float>(micro_batches)) / micro_batches;

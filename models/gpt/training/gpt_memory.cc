@@ -10,8 +10,9 @@
 #include "models/gpt/model/block_activations.h"
 #include "models/gpt/model/model_flops.h"
 #include "models/gpt/training/pipeline_rehearsal.h"
-#include "runtime/parallel/pipeline_schedule.h"
 #include "runtime/memory/memory_planner.h"
+#include "runtime/memory/step_memory.h"
+#include "runtime/parallel/pipeline_schedule.h"
 #include "runtime/sharding/shard_layout.h"
 #include "runtime/sharding/sharded_unit.h"
 #include "runtime/sharding/state_memory.h"
@@ -45,15 +46,17 @@ std::uint64_t shared_kv_staging(const TrainConfig& cfg) {
 // The ring's buffers (RingAttention's constructor): two key / value blocks and two of their gradients
 // [B, T / cp, 2 kv_width / tp] in comm_buffer; a block's output [B, T / cp, q_width / tp] (C / tp for GPT-2), its
 // log-sum-exp and the backward's row dot [B, H / tp, T / cp] in workspace. Nothing without cp.
-void add_ring(CategoryBytes& b, const TrainConfig& cfg) {
+void add_ring(StepDeclaration& d, const TrainConfig& cfg) {
   if (cfg.cp == 1) return;
   const std::uint64_t rows = static_cast<std::uint64_t>(cfg.micro_batch_rows()) * cfg.local_seq();
   const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);  // a tp rank rings its own heads
   const std::uint64_t Q = static_cast<std::uint64_t>(cfg.model.q_width()) / P;    // C / tp for GPT-2
   const std::uint64_t KV = static_cast<std::uint64_t>(cfg.model.kv_local(cfg.tp) * cfg.model.hd());  // its k's width
   const std::uint64_t H = static_cast<std::uint64_t>(cfg.model.heads) / P;
-  b[static_cast<std::size_t>(MemCategory::kCommBuffer)] += 4 * 4 * rows * 2 * KV;
-  b[static_cast<std::size_t>(MemCategory::kWorkspace)] += 4 * (rows * Q + 2 * rows * H);
+  d.add("ring attention: two key / value blocks and two of their gradients", MemCategory::kCommBuffer,
+        4 * 4 * rows * 2 * KV);
+  d.add("ring attention: a block's output, its log-sum-exp, the backward's row dot", MemCategory::kWorkspace,
+        4 * (rows * Q + 2 * rows * H));
 }
 
 // What pp rank `pp_rank` of a pipelined run holds (GptTrainer's part), and its sharding options.
@@ -115,27 +118,29 @@ BlockFloats block_floats(const TrainConfig& cfg, const GptStagePart& part, std::
   return b;
 }
 
-// The MPI backend's staging for an all-reduce of n elements of esz bytes over g ranks (mpi_communicator.cc).
-std::uint64_t all_reduce_staging(std::uint64_t n, std::uint64_t g, std::uint64_t esz) {
-  return 2 * g * ((n + g - 1) / g) * esz;
-}
-
 }  // namespace
 
 namespace {
-CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const PoolPeaks* pools);
+StepDeclaration declare_step(const TrainConfig& cfg, int world, int pp_rank, const PoolPeaks* pools);
+CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const PoolPeaks* pools) {
+  return strata::predict_step_memory(declare_step(cfg, world, pp_rank, pools));
+}
 }  // namespace
 
 CategoryBytes predict_step_memory(const TrainConfig& cfg, int world, int pp_rank) {
   return predict_step(cfg, world, pp_rank, nullptr);
 }
 
+StepDeclaration declare_step_memory(const TrainConfig& cfg, int world, int pp_rank) {
+  return declare_step(cfg, world, pp_rank, nullptr);
+}
+
 namespace {
-CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const PoolPeaks* pools) {
+StepDeclaration declare_step(const TrainConfig& cfg, int world, int pp_rank, const PoolPeaks* pools) {
   if (cfg.cp > 1) {
-    CategoryBytes b = predict_step(rank_rows(cfg), world, pp_rank, pools);
-    add_ring(b, cfg);
-    return b;
+    StepDeclaration d = declare_step(rank_rows(cfg), world, pp_rank, pools);
+    add_ring(d, cfg);
+    return d;
   }
   const PipelineView view = pipeline_view(cfg, pp_rank, pools);
   const GptStagePart& part = view.part;
@@ -143,21 +148,23 @@ CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const
   // Bounds every product below (each term is at most a few times a size it checked) so none of them wraps around.
   cfg.model.validate_sizes(view.rows, cfg.seq, cfg.tp);
   const ShardingOptions& o = view.sharding;
-  const StagePlan plan = StagePlan::from(o);
-  const auto units = gpt_units(cfg.model, cfg.tp, part);  // this tp rank's slices of this stage's units
-  // Strata's own buffers and AdamW's two moments, over the data-parallel groups.
-  CategoryBytes b = predict_state_memory(units, o, groups(cfg, world), 2).device;
-  auto at = [&](MemCategory c) -> std::uint64_t& { return b[static_cast<std::size_t>(c)]; };
+  // Strata's own buffers and AdamW's two moments, over the data-parallel groups, for this tp rank's slices of this
+  // stage's units.
+  StepDeclaration d;
+  d.units = gpt_units(cfg.model, cfg.tp, part);
+  d.sharding = o;
+  d.groups = groups(cfg, world);
+  d.optimizer_floats = 2;
+  const std::vector<UnitSpec>& units = d.units;
   const int shard = o.stage == ZeroStage::kNone ? 1 : groups(cfg, world).shard;
   // GptModel's f32 views: the embeddings or the tied head's copy, an untied head, and the largest other unit.
   const bool tied = cfg.model.tied;
   const int last_unit = static_cast<int>(units.size()) - 1;
   const int emb_unit = part.first ? 0 : part.last && tied ? last_unit : -1;
   const int head_unit = part.last && !tied ? last_unit : -1;
-  std::uint64_t max_p = 0, emb_p = 0, head_p = 0, max_other_p = 0;
+  std::uint64_t emb_p = 0, head_p = 0, max_other_p = 0;
   for (std::size_t u = 0; u < units.size(); ++u) {
     const std::uint64_t p = ShardLayout(units[u].slots, shard, o.align_elements).padded_numel();
-    max_p = std::max(max_p, p);
     if (static_cast<int>(u) == emb_unit)
       emb_p = p;
     else if (static_cast<int>(u) == head_unit)
@@ -165,20 +172,14 @@ CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const
     else
       max_other_p = std::max(max_other_p, p);
   }
-  const std::uint64_t slot_bytes = std::max<std::uint64_t>(max_p * dtype_size(o.mixed_precision.param_dtype), 64);
-  const std::uint64_t gathers = static_cast<std::uint64_t>(o.prefetch_depth) + 1;
   if (piped) {
     // The rank's step rehearsed through the real protocol: the pools grow to the most slots in use at once.
-    if (plan.params_sharded)
-      at(MemCategory::kUnshardedParams) += (std::max(view.pools.params, gathers) - gathers) * slot_bytes;
-    if (!plan.grads_persist)
-      at(MemCategory::kUnshardedGrads) += (std::max<std::uint64_t>(view.pools.grads, 2) - 2) * slot_bytes;
+    d.held = view.pools;
   } else if (tied) {
     // The trainer keeps the embeddings unit (the tied LM head) gathered from the first forward to the head, and its
     // gradients open through the whole backward: each pool grows by one slot in the first step. An untied model
     // hands the embeddings back after the lookup and opens them last in the backward.
-    if (plan.params_sharded) at(MemCategory::kUnshardedParams) += slot_bytes;
-    if (!plan.grads_persist) at(MemCategory::kUnshardedGrads) += slot_bytes;
+    d.kept_open = PoolPeaks{1, 1};
   }
   // Activations and workspace, as GptModel allocates them (f32 compute). Under tp a rank holds C / tp channels, H / tp
   // heads and ceil(V / tp) vocabulary rows; under sequence parallelism the residual stream, the LayerNorm statistics
@@ -203,7 +204,11 @@ CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const
   // statistics, the vocabulary-parallel logits [N, Vl], the losses [N].
   const BlockWidths w = BlockWidths::of(cfg.model, N, Nl, cfg.tp, T);
   const std::uint64_t head = part.last ? Nl * C + (w.norm_mean ? 2 : 1) * Nl + N * Vl + N : 0;
-  at(MemCategory::kActivations) = 4 * (slots * ((L + 1) * Nl * C + head) + blocks.kept);
+  d.add("block inputs and the chunk's output [Nl, C] x (L + 1), per micro-batch in flight", MemCategory::kActivations,
+        4 * slots * (L + 1) * Nl * C);
+  d.add("the final norm, its statistics, the logits [N, V / tp] and the losses, per micro-batch in flight",
+        MemCategory::kActivations, 4 * slots * head);
+  d.add("what the blocks keep for their backward, by recomputation kind", MemCategory::kActivations, 4 * blocks.kept);
   // Workspace: f32 parameters and gradients of the embeddings (or the head's copy), of an untied head and of the
   // largest other unit; the forward scratch (two [N, C]); under SP the reduced rows [Nl, C], a gathered LayerNorm
   // output [N, C], a gathered gradient [N, C] and a reduced one [Nl, C]; on the last stage the loss's row maxima and
@@ -217,21 +222,31 @@ CategoryBytes predict_step(const TrainConfig& cfg, int world, int pp_rank, const
   // A Llama-style model's rotary table: cos and sin of every position [ctx, D / 2].
   const std::uint64_t rope = cfg.model.llama() ? static_cast<std::uint64_t>(cfg.model.ctx) * cfg.model.hd() : 0;
   const std::uint64_t shared = shared_kv_staging(cfg);  // ColumnParallelLinear::sum_shared_grads's staging
-  at(MemCategory::kWorkspace) += 4 * (2 * emb_p + 2 * head_p + 2 * max_other_p + scratch + rope + shared);
+  d.add("f32 parameters and gradients of the embeddings (or the tied head's copy)", MemCategory::kWorkspace,
+        4 * 2 * emb_p);
+  d.add("f32 parameters and gradients of the untied head", MemCategory::kWorkspace, 4 * 2 * head_p);
+  d.add("f32 parameters and gradients of the largest other unit", MemCategory::kWorkspace, 4 * 2 * max_other_p);
+  d.add("forward and backward scratch, recomputation's rebuilt set, offload's staging, tokens", MemCategory::kWorkspace,
+        4 * scratch);
+  d.add("the rotary table [ctx, D]", MemCategory::kWorkspace, 4 * rope);
+  d.add("shared key-value heads' gradient staging", MemCategory::kWorkspace, 4 * shared);
   // TensorParallel's staging for the sequence permutation (SP with B > 1): [B, T, C].
-  if (sp && P > 1 && B > 1) at(MemCategory::kWorkspace) += 4 * N * C;
+  if (sp && P > 1 && B > 1) d.add("the sequence permutation's staging [B, T, C]", MemCategory::kWorkspace, 4 * N * C);
   const TpStaging tp_staging = predict_tp_staging(cfg);
-  at(MemCategory::kCommBuffer) += tp_staging.compute + tp_staging.norm;
+  d.add("tp: the compute stream's staging", MemCategory::kCommBuffer, tp_staging.compute);
+  d.add("tp: the gradient norm's staging", MemCategory::kCommBuffer, tp_staging.norm);
   if (cfg.pp > 1) {
     // The MPI staging of the gradient norm's sum over the pp group (two doubles), and at the first and last stage the
     // sum of the tied embeddings' gradient shard over the pair (on the optimizer's stream).
-    at(MemCategory::kCommBuffer) += all_reduce_staging(2, static_cast<std::uint64_t>(cfg.pp), 8);
+    d.add("pp: the gradient norm's sum over the stages", MemCategory::kCommBuffer,
+          all_reduce_staging(2, static_cast<std::uint64_t>(cfg.pp), 8));
     if (tied && (part.first || part.last))
-      at(MemCategory::kCommBuffer) +=
-          all_reduce_staging(ShardLayout(units[static_cast<std::size_t>(emb_unit)].slots, shard, o.align_elements)
-                                 .shard_numel(), 2, 4);
+      d.add("pp: the tied embeddings' gradient sum over the first and last stage", MemCategory::kCommBuffer,
+            all_reduce_staging(
+                ShardLayout(units[static_cast<std::size_t>(emb_unit)].slots, shard, o.align_elements).shard_numel(), 2,
+                4));
   }
-  return b;
+  return d;
 }
 }  // namespace
 

@@ -7,8 +7,9 @@
 #include <cstdint>
 #include <string>
 
-#include "models/gpt/training/gpt_trainer.h"
 #include "core/memory_stats.h"
+#include "models/gpt/training/gpt_trainer.h"
+#include "runtime/memory/step_memory.h"
 #include "runtime/sharding/state_memory.h"
 
 namespace strata::gpt {
@@ -22,6 +23,10 @@ using strata::total;
 // positions), and the tp group's staging (docs/memory-model.md).
 // Under a pipeline (cfg.pipelined()), the ranks of pp rank `pp_rank`: its stage's units, its schedule's activation slots.
 CategoryBytes predict_step_memory(const TrainConfig& cfg, int world, int pp_rank = 0);
+// What that prediction declares to the library's (runtime/memory/step_memory.h): the rank's units, its options and
+// groups, the pool slots its step holds, and GptModel's activations, workspace and staging by name
+// (declaration_table prints them).
+StepDeclaration declare_step_memory(const TrainConfig& cfg, int world, int pp_rank = 0);
 // The same for the host memory offload uses (all zero without offload).
 CategoryBytes predict_host_memory(const TrainConfig& cfg, int world, int pp_rank = 0);
 // The host bytes of activation offload (GptModel::activation_host()'s ledger, category kActivations): every offloaded

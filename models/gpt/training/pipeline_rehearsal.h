@@ -5,13 +5,11 @@
 #include <cstdint>
 
 #include "models/gpt/training/train_config.h"
+#include "runtime/memory/step_memory.h"
 
 namespace strata::gpt {
 
-struct PoolPeaks {
-  std::uint64_t params = 0;  // gathered parameter slots the pool holds after the step (ZeRO-3)
-  std::uint64_t grads = 0;   // unsharded gradient slots (ZeRO-2 and 3)
-};
+using strata::PoolPeaks;  // runtime/memory/step_memory.h
 
 // Runs pp rank `pp_rank`'s step of `cfg` in this process: the rank's units (the same units, slots and flags, every
 // tensor one element wide across a model of width 1) over one-rank groups (SelfCommunicator) on a CPU device of

@@ -33,7 +33,7 @@ using test::TrainSetup;
 // One micro-batch between its forward and its backward (a pipeline schedule keeps several).
 struct MicroBatch {
   mlp::Batch batch;
-  mlp::Activations acts;
+  mlp::Activations acts{runtime().device()};
   std::vector<float> dy;
   double loss = 0;
 };
@@ -55,7 +55,7 @@ void forward(ShardedModel& model, MicroBatch& m, float grad_scale) {
   for (int i = 0; i < cfg.num_layers(); ++i) {
     mlp::layer_forward(cfg, i, mlp::read_layer(model.begin_forward(i)), x, m.batch.rows, m.acts);
     model.end_forward(i);
-    x = m.acts.outputs.back();
+    x = m.acts.outputs.back().values();
   }
   m.loss = mlp::mse_loss(x, m.batch.t, m.dy, grad_scale);
 }
