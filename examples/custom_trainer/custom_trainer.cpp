@@ -188,13 +188,14 @@ class StepRunner {
  public:
   StepRunner(strata::ShardedModel& model, const strata::DeviceMesh& mesh, const strata::mlp::MlpConfig& cfg,
              strata::LayerRange layers, int rows, int micro_batches, const std::string& pp_schedule,
-             bool sync_every_micro_batch, std::uint64_t seed)
+             bool sync_every_micro_batch, std::uint64_t seed, bool recompute)
       : model_(model),
         cfg_(cfg),
         rows_(rows),
         micro_batches_(micro_batches),
         sync_every_(sync_every_micro_batch),
         seed_(seed),
+        recompute_(recompute),
         split_(mesh.tp().size() > 1),
         tp_(mesh.device(), &mesh.tp(), false, rows, 1, cfg.hidden) {
     if (mesh.pp().size() == 1) return;
@@ -203,7 +204,7 @@ class StepRunner {
     schedule_->validate();
     executor_ = std::make_unique<strata::PipelineExecutor>(*schedule_, mesh.pp());
     stage_ = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp_, cfg, layers, rows, executor_->slots(), seed,
-                                                             sync_every_micro_batch);
+                                                             sync_every_micro_batch, recompute);
   }
 
   // Micro-batches whose activations this rank keeps at once: a pipeline stage's slots, else one.
@@ -222,8 +223,8 @@ class StepRunner {
       model_.set_requires_gradient_sync(sync_every_ || last);
       model_.set_is_last_backward(last);
       auto data = strata::mlp::make_batch(cfg_, first_row(a), rows_, seed_);
-      loss += (split_ ? strata::mlp::forward_backward_tp(model_, tp_, cfg_, data, grad_scale)
-                      : strata::mlp::forward_backward(model_, cfg_, data, grad_scale)) /
+      loss += (split_ ? strata::mlp::forward_backward_tp(model_, tp_, cfg_, data, grad_scale, recompute_)
+                      : strata::mlp::forward_backward(model_, cfg_, data, grad_scale, recompute_)) /
               micro_batches_;
     }
     return loss;
@@ -235,6 +236,7 @@ class StepRunner {
   int rows_, micro_batches_;
   bool sync_every_;
   std::uint64_t seed_;
+  bool recompute_;
   bool split_;
   strata::TensorParallel tp_;
   std::unique_ptr<strata::PipelineSchedule> schedule_;
@@ -265,16 +267,23 @@ std::unique_ptr<strata::ShardedAdamW> make_adamw(strata::ShardedModel& model, co
 // (two doubles) on the optimizer's; under pp the norm's sum over the stages.
 strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units, const strata::ShardingOptions& opts,
                                      const strata::DeviceMesh& mesh, const strata::mlp::MlpConfig& cfg,
-                                     strata::LayerRange layers, int rows, int in_flight, bool adamw) {
+                                     strata::LayerRange layers, int rows, int in_flight, bool adamw, bool recompute) {
   strata::StepDeclaration d;
   d.units = units;
   d.sharding = opts;
   d.groups = strata::DataParallelSizes{mesh.dp_shard().size(), mesh.dp_replicate().size()};
   d.optimizer_floats = adamw ? 2 : 1;
   d.optimizer_flags = adamw;
-  d.add("the layers' inputs and outputs, per micro-batch in flight", strata::MemCategory::kActivations,
+  const int tp_size = mesh.tp().size();
+  d.add(recompute ? "the layers' inputs, per micro-batch in flight"
+                  : "the layers' inputs and outputs, per micro-batch "
+                    "in flight",
+        strata::MemCategory::kActivations,
         static_cast<std::uint64_t>(in_flight) *
-            strata::mlp::kept_activation_bytes(cfg, layers.first, layers.last, rows, mesh.tp().size()));
+            strata::mlp::kept_activation_bytes(cfg, layers.first, layers.last, rows, tp_size, recompute));
+  if (recompute)
+    d.add("the output a backward rebuilds (one layer's at a time)", strata::MemCategory::kActivations,
+          strata::mlp::rebuilt_activation_bytes(cfg, layers.first, layers.last, rows, tp_size));
   const std::uint64_t tp = static_cast<std::uint64_t>(mesh.tp().size()), pp = mesh.pp().size();
   if (tp > 1) {
     std::uint64_t widest = 0;  // of the all-reduced activations
@@ -382,7 +391,7 @@ struct Flags {
   double lr = 1e-2, weight_decay = 0.01, grad_clip = 1.0, momentum = 0.9, params_tolerance = 1e-5;
   std::uint64_t seed = 1;
   int checkpoint_every = 0, stop_at = 0;
-  bool keep_params = false, resume = false, check_memory = false;
+  bool keep_params = false, resume = false, check_memory = false, recompute = false;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -434,6 +443,9 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(flags::non_negative_integer());
   app.add_option("--stop-at", f.stop_at, "stop (and checkpoint) after this many steps of --steps; --resume continues")
       ->check(flags::non_negative_integer());
+  app.add_flag("--recompute", f.recompute,
+               "keep each layer's input alone and rebuild its output in the backward (RecomputePolicy's full kind "
+               "for every layer): the same results bit for bit, less activation memory");
   app.add_flag("--check-memory", f.check_memory,
                "after the last step, hold every category of each rank's memory ledger to the library's prediction "
                "from this trainer's declaration (an error naming the category and the rank when one differs)");
@@ -473,7 +485,8 @@ std::vector<strata::ConfigField> configuration(const Flags& f) {
           {"--checkpoint-every", v(f.checkpoint_every)},
           {"--stop-at", v(f.stop_at)},
           {"--resume", v(f.resume)},
-          {"--check-memory", v(f.check_memory)}};
+          {"--check-memory", v(f.check_memory)},
+          {"--recompute", v(f.recompute)}};
 }
 
 }  // namespace
@@ -532,7 +545,7 @@ int main(int argc, char** argv) {
       });
     }
     StepRunner runner(model, mesh, cfg, layers, rows, f.micro_batches, f.pp_schedule, f.accumulation == "reduce",
-                      f.seed);
+                      f.seed, f.recompute);
     std::unique_ptr<strata::ShardedAdamW> adamw;
     std::unique_ptr<MomentumSgd> sgd;
     if (f.optimizer == "adamw")
@@ -601,8 +614,9 @@ int main(int argc, char** argv) {
       if (rt.rank() == 0) std::printf("checkpoint of step %d in %s\n", last_step, f.checkpoint_dir.c_str());
     }
     if (f.check_memory)
-      check_memory(rt, declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr),
-                   before);
+      check_memory(
+          rt, declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr, f.recompute),
+          before);
     finish_parameters(rt, model, mesh, cfg, f.params_out, f.compare_params, f.params_tolerance);
     auto ledger = strata::MemoryLedger::gather(rt.device(), rt.world());
     if (rt.rank() == 0) {

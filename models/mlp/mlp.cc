@@ -2,6 +2,7 @@
 #include "models/mlp/mlp.h"
 
 #include <cmath>
+#include <optional>
 
 #include "core/checked_math.h"
 #include "core/error.h"
@@ -107,7 +108,7 @@ KeptFloats::KeptFloats(Device& device, const std::vector<float>& values)
 
 void Activations::keep(const std::vector<float>& input, const std::vector<float>& output) {
   inputs.emplace_back(*device, input);
-  outputs.emplace_back(*device, output);
+  if (!recompute) outputs.emplace_back(*device, output);
 }
 
 void Activations::clear() {
@@ -115,14 +116,9 @@ void Activations::clear() {
   outputs.clear();
 }
 
-void layer_forward(const MlpConfig& cfg, int layer, const LayerParams& p, const std::vector<float>& x, int rows,
-                   Activations& acts) {
+std::vector<float> layer_output(const MlpConfig& cfg, int layer, const LayerParams& p, const float* xs, int rows) {
   const int in = cfg.layer_in(layer), out = cfg.layer_out(layer);
   const bool tanh_act = layer != cfg.num_layers() - 1;
-  std::vector<float> xs = x;
-  if (!p.input_scale.empty())
-    for (int r = 0; r < rows; ++r)
-      for (int j = 0; j < in; ++j) xs[static_cast<std::size_t>(r) * in + j] *= p.input_scale[static_cast<std::size_t>(j)];
   std::vector<float> y(static_cast<std::size_t>(rows) * out);
   for (int r = 0; r < rows; ++r) {
     for (int o = 0; o < out; ++o) {
@@ -132,7 +128,20 @@ void layer_forward(const MlpConfig& cfg, int layer, const LayerParams& p, const 
       y[static_cast<std::size_t>(r) * out + o] = tanh_act ? std::tanh(acc) : acc;
     }
   }
+  return y;
+}
+
+std::vector<float> layer_forward(const MlpConfig& cfg, int layer, const LayerParams& p, const std::vector<float>& x,
+                                 int rows, Activations& acts) {
+  const int in = cfg.layer_in(layer);
+  std::vector<float> xs = x;
+  if (!p.input_scale.empty())
+    for (int r = 0; r < rows; ++r)
+      for (int j = 0; j < in; ++j)
+        xs[static_cast<std::size_t>(r) * in + j] *= p.input_scale[static_cast<std::size_t>(j)];
+  std::vector<float> y = layer_output(cfg, layer, p, xs.data(), rows);
   acts.keep(xs, y);
+  return y;
 }
 
 double mse_loss(const std::vector<float>& y, const std::vector<float>& t, std::vector<float>& dy, float grad_scale) {
@@ -154,10 +163,14 @@ std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerPa
   const int in = cfg.layer_in(layer), out = cfg.layer_out(layer);
   const bool tanh_act = layer != cfg.num_layers() - 1;
   const KeptFloats& xs = acts.inputs[static_cast<std::size_t>(layer)];
-  const KeptFloats& y = acts.outputs[static_cast<std::size_t>(layer)];
   std::vector<float> dz(dy);
-  if (tanh_act)
+  if (tanh_act) {
+    // Recomputation: the output rebuilt from the input, in ledger memory for this layer's backward only.
+    std::optional<KeptFloats> rebuilt;
+    if (acts.recompute) rebuilt.emplace(*acts.device, layer_output(cfg, layer, p, xs.data(), rows));
+    const KeptFloats& y = rebuilt ? *rebuilt : acts.outputs[static_cast<std::size_t>(layer)];
     for (std::size_t i = 0; i < dz.size(); ++i) dz[i] *= 1.0f - y[i] * y[i];
+  }
   dweight.assign(static_cast<std::size_t>(in) * out, 0.0f);
   dbias.assign(static_cast<std::size_t>(out), 0.0f);
   std::vector<float> dx(static_cast<std::size_t>(rows) * in, 0.0f);
@@ -184,18 +197,18 @@ void add_into(const TensorView& grad, const std::vector<float>& values) {
 
 namespace strata::mlp {
 
-double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale) {
+double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale,
+                        bool recompute) {
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.resources().device().kind() == DeviceKind::kCpu,
                     "the MLP example computes on the host: run it on the CPU backend (device {})",
                     model.resources().device().name());
   const int layers = cfg.num_layers();
-  Activations acts(model.resources().device());
+  Activations acts(model.resources().device(), recompute);
   std::vector<float> x = batch.x;
   for (int i = 0; i < layers; ++i) {
     LayerParams p = read_layer(model.begin_forward(i));  // gathers unit i (ZeRO-3), waits for it
-    layer_forward(cfg, i, p, x, batch.rows, acts);
-    model.end_forward(i);                                 // frees it again (reshard_after_forward)
-    x = acts.outputs.back().values();
+    x = layer_forward(cfg, i, p, x, batch.rows, acts);   // kept, or (recomputation) its input alone
+    model.end_forward(i);                                // frees it again (reshard_after_forward)
   }
   std::vector<float> dy;
   double loss = mse_loss(x, batch.t, dy, grad_scale);

@@ -63,18 +63,23 @@ class KeptFloats {
 };
 
 // Forward activations kept for backward, per layer: its (scaled) input [rows, layer_in] and its output
-// [rows, layer_out] (under tp, the widths this rank holds). Their bytes are kept_bytes().
+// [rows, layer_out] (under tp, the widths this rank holds). With `recompute` (RecomputePolicy's full kind for every
+// layer) only the inputs are kept, and a layer's backward rebuilds its output from its input (rebuild_output).
 struct Activations {
-  explicit Activations(Device& d) : device(&d) {}
+  explicit Activations(Device& d, bool recompute_outputs = false) : device(&d), recompute(recompute_outputs) {}
   Device* device;
+  bool recompute;
   std::vector<KeptFloats> inputs, outputs;
   void keep(const std::vector<float>& input, const std::vector<float>& output);
   void clear();
 };
 
-// y = act(x' @ W + b), x' = x * input_scale for layer 0. Appends to `acts`.
-void layer_forward(const MlpConfig& cfg, int layer, const LayerParams& p, const std::vector<float>& x, int rows,
-                   Activations& acts);
+// act(xs @ W + b) for a layer's scaled input xs [rows, layer_in] (tanh but for the last layer).
+std::vector<float> layer_output(const MlpConfig& cfg, int layer, const LayerParams& p, const float* xs, int rows);
+// y = act(x' @ W + b), x' = x * input_scale for layer 0: kept in `acts` (x' and y; x' alone under recomputation) and
+// returned.
+std::vector<float> layer_forward(const MlpConfig& cfg, int layer, const LayerParams& p, const std::vector<float>& x,
+                                 int rows, Activations& acts);
 // Mean squared error over rows x out, and its gradient with respect to the output (scaled by `grad_scale`).
 double mse_loss(const std::vector<float>& y, const std::vector<float>& t, std::vector<float>& dy, float grad_scale);
 // From dy (gradient of the layer output) computes dW, db (added into dweight / dbias) and returns dx (the gradient
@@ -91,6 +96,8 @@ namespace strata::mlp {
 
 // One micro-batch through a ShardedModel: forward unit by unit, loss, backward in reverse, gradients added into
 // Strata's buffers (scaled by grad_scale, e.g. 1/micro_batches times the loss scale). Returns the local loss.
-double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale);
+// With `recompute`, each layer keeps only its input and rebuilds its output in the backward (bitwise the same).
+double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale,
+                        bool recompute = false);
 
 }  // namespace strata::mlp

@@ -22,8 +22,9 @@ LayerRange mlp_stage_layers(const MlpConfig& cfg, int pp, int rank, int tp);
 class MlpPipelineStage : public PipelineStage {
  public:
   // `model` holds this stage's layers as its units; rows per micro-batch; `slots` from the executor.
+  // `recompute`: each slot keeps its layers' inputs alone, their outputs rebuilt in the backward (mlp::Activations).
   MlpPipelineStage(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, LayerRange layers, int rows,
-                   int slots, std::uint64_t seed, bool sync_every_micro_batch);
+                   int slots, std::uint64_t seed, bool sync_every_micro_batch, bool recompute = false);
 
   void begin_step(std::function<std::uint64_t(int micro_batch)> first_row, float grad_scale);
   // The sum of the micro-batches' losses this step (the last stage; 0 elsewhere).

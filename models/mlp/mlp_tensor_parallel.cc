@@ -2,9 +2,11 @@
 // ColumnParallelLinear / RowParallelLinear.
 #include "models/mlp/mlp_tensor_parallel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 namespace strata::mlp {
 
@@ -13,13 +15,29 @@ LayerSplit layer_split(const MlpConfig& cfg, int layer) {
   return layer == cfg.num_layers() - 1 ? LayerSplit::kReplicated : LayerSplit::kColumn;
 }
 
-std::uint64_t kept_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp) {
+namespace {
+// Layer i's input and output widths on a tp rank.
+std::pair<std::uint64_t, std::uint64_t> local_widths(const MlpConfig& cfg, int i, int tp) {
+  const LayerSplit split = layer_split(cfg, i);
+  return {static_cast<std::uint64_t>(cfg.layer_in(i)) / (split == LayerSplit::kRow ? tp : 1),
+          static_cast<std::uint64_t>(cfg.layer_out(i)) / (split == LayerSplit::kColumn ? tp : 1)};
+}
+}  // namespace
+
+std::uint64_t kept_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp, bool recompute) {
   std::uint64_t floats = 0;
   for (int i = first; i < last; ++i) {
-    const LayerSplit split = layer_split(cfg, i);
-    const std::uint64_t in = static_cast<std::uint64_t>(cfg.layer_in(i)) / (split == LayerSplit::kRow ? tp : 1);
-    const std::uint64_t out = static_cast<std::uint64_t>(cfg.layer_out(i)) / (split == LayerSplit::kColumn ? tp : 1);
-    floats += static_cast<std::uint64_t>(rows) * (in + out);
+    const auto [in, out] = local_widths(cfg, i, tp);
+    floats += static_cast<std::uint64_t>(rows) * (in + (recompute ? 0 : out));
+  }
+  return 4 * floats;
+}
+
+std::uint64_t rebuilt_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp) {
+  std::uint64_t floats = 0;
+  for (int i = first; i < last; ++i) {
+    if (i == cfg.num_layers() - 1) continue;  // the output layer's is not needed (no tanh)
+    floats = std::max(floats, static_cast<std::uint64_t>(rows) * local_widths(cfg, i, tp).second);
   }
   return 4 * floats;
 }
@@ -103,6 +121,19 @@ MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int la
   for (int i = first; i < last; ++i) layers_.emplace_back(cfg, i, tp, k_);
 }
 
+std::vector<float> MlpLayers::output(std::size_t u, const LayerParams& p, const float* x, int rows) {
+  Layer& L = layers_[u];
+  std::vector<float> y(static_cast<std::size_t>(rows) * L.local_out);
+  if (L.col)
+    L.col->forward(y.data(), x, nullptr, p.weight.data(), p.bias.data());
+  else if (L.row)
+    L.row->forward(y.data(), nullptr, x, p.weight.data(), p.bias.data());
+  else
+    k_.matmul_forward(y.data(), x, p.weight.data(), p.bias.data(), rows, L.in, L.out);
+  if (!(last_layer_ && u + 1 == layers_.size())) apply_tanh(y);
+  return y;
+}
+
 std::vector<float> MlpLayers::forward(ShardedModel& model, std::vector<float> x, int rows, Activations& acts) {
   acts.clear();
   for (std::size_t u = 0; u < layers_.size(); ++u) {
@@ -112,12 +143,8 @@ std::vector<float> MlpLayers::forward(ShardedModel& model, std::vector<float> x,
     if (!p.input_scale.empty())
       for (int r = 0; r < rows; ++r)
         for (int j = 0; j < L.in; ++j) x[static_cast<std::size_t>(r) * L.in + j] *= p.input_scale[static_cast<std::size_t>(j)];
-    std::vector<float> y(static_cast<std::size_t>(rows) * L.local_out);
-    if (L.col) L.col->forward(y.data(), x.data(), nullptr, p.weight.data(), p.bias.data());
-    else if (L.row) L.row->forward(y.data(), nullptr, x.data(), p.weight.data(), p.bias.data());
-    else k_.matmul_forward(y.data(), x.data(), p.weight.data(), p.bias.data(), rows, L.in, L.out);
+    std::vector<float> y = output(u, p, x.data(), rows);
     model.end_forward(unit);
-    if (!(last_layer_ && u + 1 == layers_.size())) apply_tanh(y);
     acts.keep(x, y);
     x = std::move(y);
   }
@@ -129,14 +156,16 @@ std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> d
     Layer& L = layers_[static_cast<std::size_t>(u)];
     BackwardViews v = model.begin_backward(u);
     LayerParams p = read_layer(v.params);
-    if (!(last_layer_ && u + 1 == static_cast<int>(layers_.size())))
-      for (std::size_t e = 0; e < dy.size(); ++e) {
-        const float y = acts.outputs[static_cast<std::size_t>(u)][e];
-        dy[e] *= 1.0f - y * y;
-      }
+    const float* xin = acts.inputs[static_cast<std::size_t>(u)].data();
+    if (!(last_layer_ && u + 1 == static_cast<int>(layers_.size()))) {
+      // Recomputation: the output rebuilt from the kept input (its collective again), for this backward only.
+      std::optional<KeptFloats> rebuilt;
+      if (acts.recompute) rebuilt.emplace(*acts.device, output(static_cast<std::size_t>(u), p, xin, rows));
+      const KeptFloats& out = rebuilt ? *rebuilt : acts.outputs[static_cast<std::size_t>(u)];
+      for (std::size_t e = 0; e < dy.size(); ++e) dy[e] *= 1.0f - out[e] * out[e];
+    }
     std::vector<float> dw(p.weight.size(), 0.0f), db(p.bias.size(), 0.0f);
     std::vector<float> dx(static_cast<std::size_t>(rows) * L.local_in, 0.0f);
-    const float* xin = acts.inputs[static_cast<std::size_t>(u)].data();
     if (L.col) L.col->backward(dx.data(), nullptr, dw.data(), db.data(), dy.data(), xin, p.weight.data());
     else if (L.row) L.row->backward(dx.data(), nullptr, dw.data(), db.data(), dy.data(), xin, p.weight.data());
     else k_.matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), xin, p.weight.data(), rows, L.in, L.out);
@@ -151,13 +180,13 @@ std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> d
 }
 
 double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,
-                           float grad_scale) {
+                           float grad_scale, bool recompute) {
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.resources().device().kind() == DeviceKind::kCpu,
                     "the MLP example computes on the host: run it on the CPU backend (device {})",
                     model.resources().device().name());
   STRATA_CHECK(tp.rows() == batch.rows, "the tp group was made for {} rows; the batch has {}", tp.rows(), batch.rows);
   MlpLayers layers(cfg, tp, 0, cfg.num_layers());
-  Activations acts(model.resources().device());
+  Activations acts(model.resources().device(), recompute);
   std::vector<float> dy;
   const double loss = mse_loss(layers.forward(model, batch.x, batch.rows, acts), batch.t, dy, grad_scale);
   layers.backward(model, std::move(dy), batch.rows, acts);

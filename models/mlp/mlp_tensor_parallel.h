@@ -34,7 +34,8 @@ class HostLinearKernels : public LinearKernels {
 };
 
 // Layers [first, last) of the MLP over a tp group (unit u of the model holds layer first + u): a whole model, or one
-// pipeline stage's part. Activations are kept per layer in `acts` (mlp.h's: inputs and outputs).
+// pipeline stage's part. Activations are kept per layer in `acts` (mlp.h's: inputs and outputs, or inputs alone
+// under its recomputation, the outputs rebuilt in the backward).
 class MlpLayers {
  public:
   MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last);
@@ -45,6 +46,8 @@ class MlpLayers {
   std::vector<float> backward(ShardedModel& model, std::vector<float> dy, int rows, const Activations& acts);
 
  private:
+  // Layer u's output from its (scaled) input x: the product (and its collective), then tanh but for the last layer.
+  std::vector<float> output(std::size_t u, const LayerParams& p, const float* x, int rows);
   struct Layer {
     LayerSplit split;
     int in, out, local_in, local_out;
@@ -57,14 +60,18 @@ class MlpLayers {
   std::vector<Layer> layers_;
 };
 
-// Bytes the layers [layers.first, layers.last) keep per micro-batch (Activations: each layer's input and output at
-// the widths this tp rank holds: a column-parallel layer's whole input and its out / tp columns, a row-parallel one's
-// in / tp input and whole output), as mlp::forward_backward, MlpLayers and MlpPipelineStage keep them.
-std::uint64_t kept_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp);
+// Bytes the layers [first, last) keep per micro-batch (Activations: each layer's input and output at the widths this
+// tp rank holds: a column-parallel layer's whole input and its out / tp columns, a row-parallel one's in / tp input
+// and whole output; the inputs alone under recomputation), as mlp::forward_backward, MlpLayers and MlpPipelineStage
+// keep them.
+std::uint64_t kept_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp,
+                                    bool recompute = false);
+// Under recomputation, the most a backward rebuilds at once: one layer's output (the output layer's is not needed).
+std::uint64_t rebuilt_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp);
 
 // forward_backward of mlp.h over the tp group of `tp` (every tp rank of a data-parallel rank sees the same rows).
 // Returns the local loss (equal on the tp ranks).
 double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,
-                           float grad_scale);
+                           float grad_scale, bool recompute = false);
 
 }  // namespace strata::mlp

@@ -8,6 +8,8 @@
 #      bitwise equal to the uninterrupted run (every printed loss and norm, every parameter: --params-out prints them
 #      exactly), and at np 1 and at pp 2 within TOLERANCE_PPM (losses and norms) and 1e-5 (parameters); resuming it
 #      with the OTHER optimizer is refused naming both.
+#   -DMODE=bitwise -DRUN=<cmd> -DREFERENCE=<cmd> -DWORK=<dir>: every printed loss and norm of RUN is REFERENCE's, and
+#      so is every parameter after the last step (each run's --params-out, written into WORK);
 #   -DMODE=memory -DLAUNCH=<mpiexec -n> -DBIN=<custom_trainer> -DLAYOUTS=<np:flags,...> (flags '|'-separated): each
 #      layout runs with --check-memory, which holds every category of every rank's ledger to the library's prediction
 #      from the trainer's declaration (runtime/memory/step_memory.h) and fails naming the category and the rank.
@@ -148,6 +150,18 @@ elseif(MODE STREQUAL "resume")
                         "${text}\n${err}")
   endif()
   message(STATUS "--optimizer ${OTHER} on a ${saved} checkpoint: refused naming both")
+elseif(MODE STREQUAL "bitwise")
+  file(REMOVE_RECURSE "${WORK}")
+  file(MAKE_DIRECTORY "${WORK}")
+  run_losses("${REFERENCE}|--params-out|${WORK}/reference.params" want_losses want_norms)
+  run_losses("${RUN}|--params-out|${WORK}/run.params" losses norms)
+  file(READ "${WORK}/reference.params" want_params)
+  file(READ "${WORK}/run.params" params)
+  if(NOT losses STREQUAL want_losses OR NOT norms STREQUAL want_norms OR NOT params STREQUAL want_params)
+    message(FATAL_ERROR "not bitwise equal: losses ${losses} against ${want_losses}, norms ${norms} against "
+                        "${want_norms}, or the parameters")
+  endif()
+  message(STATUS "bitwise equal: every loss, norm and parameter")
 elseif(MODE STREQUAL "memory")
   string(REPLACE "," ";" layouts "${LAYOUTS}")
   foreach(layout IN LISTS layouts)
@@ -161,5 +175,5 @@ elseif(MODE STREQUAL "memory")
     message(STATUS "np ${np} ${flags}: every category as predicted on every rank")
   endforeach()
 else()
-  message(FATAL_ERROR "MODE must be equal, falls, resume or memory")
+  message(FATAL_ERROR "MODE must be equal, falls, resume, bitwise or memory")
 endif()
