@@ -38,10 +38,8 @@ class MomentumSgd : public strata::OptimizerState {
   MomentumSgd(strata::ShardedModel& model, const strata::DeviceMesh& mesh, double momentum, double weight_decay,
               double clip)
       : params_(model.parameters()),
-        momentum_arg_(momentum),
-        weight_decay_arg_(weight_decay),
-        momentum_(static_cast<float>(momentum)),
-        weight_decay_(static_cast<float>(weight_decay)),
+        momentum_(momentum),
+        weight_decay_(weight_decay),
         clip_(clip),
         norm_(params_, norm_groups(params_, mesh), strata::counted_once(mesh)) {
     STRATA_CHECK_CODE(strata::ErrorCode::kUnsupported, params_.device().kind() == strata::DeviceKind::kCpu,
@@ -65,7 +63,8 @@ class MomentumSgd : public strata::OptimizerState {
     }
     const double norm = std::sqrt(n.sum_squares);
     const float coef = clip_ > 0 ? static_cast<float>(std::min(1.0, clip_ / (norm + 1e-6))) : 1.0f;
-    const float rate = static_cast<float>(lr);
+    const float rate = static_cast<float>(lr), mu = static_cast<float>(momentum_);
+    const float decay = static_cast<float>(weight_decay_);
     for (int u = 0; u < params_.num_units(); ++u) {
       params_.begin_update(u);
       params_.stream().synchronize();  // the shards' memory is ours to touch from the host now
@@ -74,10 +73,10 @@ class MomentumSgd : public strata::OptimizerState {
       for (const strata::ShardSegment& seg : shard.segments) {
         const strata::ParamSlot& slot = shard.layout->slots()[seg.slot];
         if (!slot.trainable) continue;
-        const float wd = slot.weight_decay ? weight_decay_ : 0.0f;
+        const float wd = slot.weight_decay ? decay : 0.0f;
         for (std::size_t i = seg.shard_begin; i < seg.shard_begin + seg.length; ++i) {
           const float d = coef * shard.grad[i] + wd * shard.master[i];
-          b[i] = momentum_ * b[i] + d;
+          b[i] = mu * b[i] + d;
           shard.master[i] -= rate * b[i];
         }
       }
@@ -91,7 +90,7 @@ class MomentumSgd : public strata::OptimizerState {
   std::vector<std::string> tensor_names() const override { return {"momentum_buffer"}; }
   float* tensor_shard(std::size_t, int unit) override { return velocity_[static_cast<std::size_t>(unit)].as<float>(); }
   nlohmann::json state() const override {
-    return {{"step", steps_}, {"config", {{"momentum", momentum_arg_}, {"weight_decay", weight_decay_arg_}}}};
+    return {{"step", steps_}, {"config", {{"momentum", momentum_}, {"weight_decay", weight_decay_}}}};
   }
   void restore(const nlohmann::json& s) override {
     STRATA_CHECK_CODE(
@@ -110,8 +109,7 @@ class MomentumSgd : public strata::OptimizerState {
   }
 
   strata::ShardedParameters& params_;
-  double momentum_arg_, weight_decay_arg_;  // as given, for the checkpoint's record
-  float momentum_, weight_decay_;
+  double momentum_, weight_decay_;  // as given (the checkpoint records them); the update runs in f32
   double clip_;
   strata::GradNorm norm_;
   std::vector<strata::Buffer> velocity_;  // per unit, [shard_numel]
@@ -274,26 +272,18 @@ strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units,
   d.groups = strata::DataParallelSizes{mesh.dp_shard().size(), mesh.dp_replicate().size()};
   d.optimizer_floats = adamw ? 2 : 1;
   d.optimizer_flags = adamw;
-  const int tp_size = mesh.tp().size();
+  const int tp = mesh.tp().size(), pp = mesh.pp().size();
   d.add(recompute ? "the layers' inputs, per micro-batch in flight"
-                  : "the layers' inputs and outputs, per micro-batch "
-                    "in flight",
+                  : "the layers' inputs and outputs, per micro-batch in flight",
         strata::MemCategory::kActivations,
         static_cast<std::uint64_t>(in_flight) *
-            strata::mlp::kept_activation_bytes(cfg, layers.first, layers.last, rows, tp_size, recompute));
+            strata::mlp::kept_activation_bytes(cfg, layers.first, layers.last, rows, tp, recompute));
   if (recompute)
     d.add("the output a backward rebuilds (one layer's at a time)", strata::MemCategory::kActivations,
-          strata::mlp::rebuilt_activation_bytes(cfg, layers.first, layers.last, rows, tp_size));
-  const std::uint64_t tp = static_cast<std::uint64_t>(mesh.tp().size()), pp = mesh.pp().size();
+          strata::mlp::rebuilt_activation_bytes(cfg, layers.first, layers.last, rows, tp));
   if (tp > 1) {
-    std::uint64_t widest = 0;  // of the all-reduced activations
-    for (int i = layers.first; i < layers.last; ++i) {
-      const strata::mlp::LayerSplit split = strata::mlp::layer_split(cfg, i);
-      if (split == strata::mlp::LayerSplit::kColumn) widest = std::max<std::uint64_t>(widest, cfg.layer_in(i));
-      if (split == strata::mlp::LayerSplit::kRow) widest = std::max<std::uint64_t>(widest, cfg.layer_out(i));
-    }
     d.add("tp: the products' all-reduces (compute stream)", strata::MemCategory::kCommBuffer,
-          strata::all_reduce_staging(static_cast<std::uint64_t>(rows) * widest, tp, 4));
+          strata::all_reduce_staging(strata::mlp::largest_tp_all_reduce(cfg, layers.first, layers.last, rows), tp, 4));
     d.add("tp: the gradient norm's sum", strata::MemCategory::kCommBuffer, strata::all_reduce_staging(2, tp, 8));
   }
   if (pp > 1)

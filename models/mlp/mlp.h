@@ -64,7 +64,7 @@ class KeptFloats {
 
 // Forward activations kept for backward, per layer: its (scaled) input [rows, layer_in] and its output
 // [rows, layer_out] (under tp, the widths this rank holds). With `recompute` (RecomputePolicy's full kind for every
-// layer) only the inputs are kept, and a layer's backward rebuilds its output from its input (rebuild_output).
+// layer) only the inputs are kept, and a layer's backward rebuilds its output from its input (layer_output).
 struct Activations {
   explicit Activations(Device& d, bool recompute_outputs = false) : device(&d), recompute(recompute_outputs) {}
   Device* device;

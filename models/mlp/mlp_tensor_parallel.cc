@@ -42,6 +42,16 @@ std::uint64_t rebuilt_activation_bytes(const MlpConfig& cfg, int first, int last
   return 4 * floats;
 }
 
+std::uint64_t largest_tp_all_reduce(const MlpConfig& cfg, int first, int last, int rows) {
+  std::uint64_t widest = 0;
+  for (int i = first; i < last; ++i) {
+    const LayerSplit split = layer_split(cfg, i);
+    if (split == LayerSplit::kColumn) widest = std::max<std::uint64_t>(widest, cfg.layer_in(i));
+    if (split == LayerSplit::kRow) widest = std::max<std::uint64_t>(widest, cfg.layer_out(i));
+  }
+  return static_cast<std::uint64_t>(rows) * widest;
+}
+
 std::vector<UnitSpec> mlp_units_tp(const MlpConfig& cfg, int tp) {
   std::vector<UnitSpec> units = mlp_units(cfg);
   for (int i = 0; i < cfg.num_layers(); ++i) {

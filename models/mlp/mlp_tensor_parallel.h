@@ -68,6 +68,9 @@ std::uint64_t kept_activation_bytes(const MlpConfig& cfg, int first, int last, i
                                     bool recompute = false);
 // Under recomputation, the most a backward rebuilds at once: one layer's output (the output layer's is not needed).
 std::uint64_t rebuilt_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp);
+// Elements of the largest all-reduce the layers [first, last) issue over tp (a column-parallel layer's input gradient
+// [rows, in], a row-parallel layer's output [rows, out]); 0 when none splits.
+std::uint64_t largest_tp_all_reduce(const MlpConfig& cfg, int first, int last, int rows);
 
 // forward_backward of mlp.h over the tp group of `tp` (every tp rank of a data-parallel rank sees the same rows).
 // Returns the local loss (equal on the tp ranks).

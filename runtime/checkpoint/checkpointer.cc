@@ -447,11 +447,13 @@ nlohmann::json Checkpointer::load(std::int64_t step) {
   const std::vector<std::string> state_names = optimizer_.tensor_names();
   const std::string saved_kind = saved_optimizer_kind(opt);
   const std::vector<std::string> saved_names = saved_optimizer_tensors(opt);
+  auto listed = [](const std::vector<std::string>& names) {
+    return names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "));
+  };
   STRATA_CHECK(saved_kind.empty() || (saved_kind == optimizer_.kind() && saved_names == state_names),
                "{} holds the state of optimizer '{}' (per-element tensors: {}); this run's optimizer is '{}' ({}): "
                "resume with the optimizer it was saved with",
-               where, saved_kind, saved_names.empty() ? "none" : fmt::format("{}", fmt::join(saved_names, ", ")),
-               optimizer_.kind(), state_names.empty() ? "none" : fmt::format("{}", fmt::join(state_names, ", ")));
+               where, saved_kind, listed(saved_names), optimizer_.kind(), listed(state_names));
 
   ShardedParameters& params = model_.parameters();
   Device& state = params.device();

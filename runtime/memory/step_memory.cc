@@ -10,10 +10,14 @@ namespace {
 
 std::size_t idx(MemCategory c) { return static_cast<std::size_t>(c); }
 
+StateMemory state_of(const StepDeclaration& d) {
+  return predict_state_memory(d.units, d.sharding, d.groups, d.optimizer_floats, d.optimizer_flags);
+}
+
 // The pools' growth: per pool, the slots beyond its initial ones (held, or kept open beyond them), at its slot size.
-CategoryBytes pool_growth(const StepDeclaration& d) {
+CategoryBytes pool_growth(const StepDeclaration& d, const std::vector<PoolPlan>& pools) {
   CategoryBytes b{};
-  for (const PoolPlan& p : predict_pools(d.units, d.sharding, d.groups)) {
+  for (const PoolPlan& p : pools) {
     std::uint64_t held = 0, open = 0;
     if (p.buffer == UnitBuffer::kUnshardedParams) {
       held = d.held.params;
@@ -37,26 +41,24 @@ void StepDeclaration::add(std::string name, MemCategory category, std::uint64_t 
 }
 
 CategoryBytes predict_step_memory(const StepDeclaration& d) {
-  CategoryBytes b = predict_state_memory(d.units, d.sharding, d.groups, d.optimizer_floats, d.optimizer_flags).device;
-  const CategoryBytes grown = pool_growth(d);
+  const StateMemory state = state_of(d);
+  CategoryBytes b = state.device;
+  const CategoryBytes grown = pool_growth(d, state.pools);
   for (std::size_t i = 0; i < b.size(); ++i) b[i] += grown[i];
   for (const DeclaredBuffer& x : d.buffers) b[idx(x.category)] += x.bytes;
   return b;
 }
 
-CategoryBytes predict_step_host_memory(const StepDeclaration& d) {
-  return predict_state_memory(d.units, d.sharding, d.groups, d.optimizer_floats, d.optimizer_flags).host;
-}
+CategoryBytes predict_step_host_memory(const StepDeclaration& d) { return state_of(d).host; }
 
 std::string declaration_table(const StepDeclaration& d) {
   std::string out = fmt::format("  {:<18} {:>14}  {}\n", "category", "bytes", "what");
-  const CategoryBytes state =
-      predict_state_memory(d.units, d.sharding, d.groups, d.optimizer_floats, d.optimizer_flags).device;
-  for (std::size_t i = 0; i < state.size(); ++i)
-    if (state[i] > 0)
+  const StateMemory state = state_of(d);
+  for (std::size_t i = 0; i < state.device.size(); ++i)
+    if (state.device[i] > 0)
       out += fmt::format("  {:<18} {:>14}  Strata's state ({} units)\n", mem_category_name(static_cast<MemCategory>(i)),
-                         state[i], d.units.size());
-  const CategoryBytes grown = pool_growth(d);
+                         state.device[i], d.units.size());
+  const CategoryBytes grown = pool_growth(d, state.pools);
   for (std::size_t i = 0; i < grown.size(); ++i)
     if (grown[i] > 0)
       out += fmt::format("  {:<18} {:>14}  pool slots the step holds beyond the first\n",

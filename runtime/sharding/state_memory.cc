@@ -20,14 +20,6 @@ std::uint64_t all_reduce_staging(std::uint64_t n, std::uint64_t g, std::uint64_t
   return 2 * g * ((n + g - 1) / g) * esz;
 }
 
-std::vector<PoolPlan> predict_pools(const std::vector<UnitSpec>& units, const ShardingOptions& o,
-                                    const DataParallelSizes& groups) {
-  const int shard = o.stage == ZeroStage::kNone ? 1 : groups.shard;
-  std::vector<UnitPlacement> placements;
-  for (const UnitSpec& u : units) placements.emplace_back(ShardLayout(u.slots, shard, o.align_elements), o);
-  return plan_pools(placements, o);
-}
-
 StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const ShardingOptions& o,
                                  const DataParallelSizes& groups, int optimizer_floats, bool slot_flags) {
   const StagePlan plan = StagePlan::from(o);
@@ -36,18 +28,20 @@ StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const Shard
   auto at = [&](Memory where, MemCategory c) -> std::uint64_t& {
     return (where == Memory::kHost ? m.host : m.device)[static_cast<std::size_t>(c)];
   };
+  std::vector<UnitPlacement> placements;
   std::uint64_t sum_s = 0, max_s = 0, max_p = 0, slots = 0;
   for (const UnitSpec& u : units) {
     slots += u.slots.size();
     ShardLayout layout(u.slots, shard, o.align_elements);
+    placements.emplace_back(layout, o);
     sum_s += layout.shard_numel();
     max_s = std::max<std::uint64_t>(max_s, layout.shard_numel());
     max_p = std::max<std::uint64_t>(max_p, layout.padded_numel());
-    const UnitPlacement placement(layout, o);
-    for (const BufferPlan& b : placement.buffers())
+    for (const BufferPlan& b : placements.back().buffers())
       if (b.lifetime == Lifetime::kPersistent) at(b.memory, b.category) += b.bytes();
   }
-  for (const PoolPlan& p : predict_pools(units, o, groups))
+  m.pools = plan_pools(placements, o);
+  for (const PoolPlan& p : m.pools)
     at(p.memory, p.category) += static_cast<std::uint64_t>(p.initial_slots) * p.slot_bytes;
   // The optimizer's state where the master is; the global norm's sum of squares (two doubles) on the device.
   at(plan.offload_optimizer ? Memory::kHost : Memory::kDevice, MemCategory::kOptimState) +=

@@ -27,6 +27,9 @@ std::uint64_t total(const CategoryBytes& b);
 struct StateMemory {
   CategoryBytes device{};
   CategoryBytes host{};  // all zero without offload
+  // The pools the constructor makes (plan_pools over the units' placements): each pooled buffer's slot size and its
+  // initial slots. A step that holds more units open at once grows a pool by a slot of that size each.
+  std::vector<PoolPlan> pools;
 };
 
 // The sizes of the data-parallel groups (DataParallelGroups) that shape the state.
@@ -49,12 +52,6 @@ StateMemory predict_state_memory(const std::vector<UnitSpec>& units, const Shard
 // mpi_communicator.cc): 2 g ceil(n / g) esz. A lane's staging (one per group and stream) grows to its largest
 // collective and lives as long as the group; NCCL stages nothing.
 std::uint64_t all_reduce_staging(std::uint64_t n, std::uint64_t g, std::uint64_t esz);
-
-// The pools a ShardedModel of `units` under `o` makes (plan_pools over the units' placements at these groups): each
-// pooled buffer's slot size and the slots its constructor allocates. A step that holds more units open at once grows
-// a pool by a slot of that size each.
-std::vector<PoolPlan> predict_pools(const std::vector<UnitSpec>& units, const ShardingOptions& o,
-                                    const DataParallelSizes& groups);
 
 // When the state does not fit in `budget` bytes per rank: the cheapest change of ZeRO stage or offload that does
 // (strata-plan's order), as one sentence, or why none does.

@@ -97,7 +97,7 @@ TEST(StepMemory, HeldPoolSlotsGrowThePoolsByTheSlotsBeyondTheFirst) {
   const CategoryBytes plain = predict_step_memory(d);
   d.held = PoolPeaks{5, 4};
   const CategoryBytes held = predict_step_memory(d);
-  for (const PoolPlan& p : predict_pools(kUnits, o, d.groups)) {
+  for (const PoolPlan& p : predict_state_memory(kUnits, o, d.groups, d.optimizer_floats).pools) {
     const std::size_t i = static_cast<std::size_t>(p.category);
     const std::uint64_t want = p.buffer == UnitBuffer::kUnshardedParams  ? 5
                                : p.buffer == UnitBuffer::kUnshardedGrads ? 4
