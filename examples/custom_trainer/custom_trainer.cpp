@@ -5,7 +5,8 @@
 // library's PipelineExecutor (models/mlp/mlp_pipeline_stage.h). Prints the loss per step and the memory ledger; can
 // write the whole model's parameters (--params-out) or check them against such a file (--compare-params), and
 // checkpoint the model with either optimizer's state through the library's Checkpointer (--checkpoint-dir, --resume
-// at any layout). See docs/embedding.md.
+// at any layout). --recompute and --offload-activations change where its layers keep their activations, and
+// --check-memory holds its memory to the library's prediction from what it declares. See docs/embedding.md.
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include <strata/strata.h>       // the public API, as an embedder outside this tree includes it
 
@@ -186,27 +187,39 @@ class StepRunner {
  public:
   StepRunner(strata::ShardedModel& model, const strata::DeviceMesh& mesh, const strata::mlp::MlpConfig& cfg,
              strata::LayerRange layers, int rows, int micro_batches, const std::string& pp_schedule,
-             bool sync_every_micro_batch, std::uint64_t seed, bool recompute)
+             bool sync_every_micro_batch, std::uint64_t seed, bool recompute, bool offload)
       : model_(model),
         cfg_(cfg),
         rows_(rows),
         micro_batches_(micro_batches),
         sync_every_(sync_every_micro_batch),
         seed_(seed),
-        recompute_(recompute),
         split_(mesh.tp().size() > 1),
         tp_(mesh.device(), &mesh.tp(), false, rows, 1, cfg.hidden) {
-    if (mesh.pp().size() == 1) return;
-    schedule_ = std::make_unique<strata::PipelineSchedule>(
-        strata::PipelineSchedule::build(strata::parse_pipeline_schedule(pp_schedule), mesh.pp().size(), micro_batches));
-    schedule_->validate();
-    executor_ = std::make_unique<strata::PipelineExecutor>(*schedule_, mesh.pp());
-    stage_ = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp_, cfg, layers, rows, executor_->slots(), seed,
-                                                             sync_every_micro_batch, recompute);
+    keep_.recompute = recompute;
+    if (mesh.pp().size() > 1) {
+      schedule_ = std::make_unique<strata::PipelineSchedule>(strata::PipelineSchedule::build(
+          strata::parse_pipeline_schedule(pp_schedule), mesh.pp().size(), micro_batches));
+      schedule_->validate();
+      executor_ = std::make_unique<strata::PipelineExecutor>(*schedule_, mesh.pp());
+    }
+    // Activation offload: a block per layer per micro-batch in flight, in host memory between forward and backward.
+    if (offload) {
+      offload_ = std::make_unique<strata::ActivationOffload>(
+          mesh.device(),
+          strata::mlp::offloaded_activation_bytes(cfg, layers.first, layers.last, rows, mesh.tp().size(), recompute),
+          in_flight() * layers.count());
+      keep_.offload = offload_.get();
+    }
+    if (executor_)
+      stage_ = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp_, cfg, layers, rows, executor_->slots(), seed,
+                                                               sync_every_micro_batch, keep_);
   }
 
   // Micro-batches whose activations this rank keeps at once: a pipeline stage's slots, else one.
   int in_flight() const { return executor_ ? executor_->slots() : 1; }
+  // The activation offload (null without --offload-activations).
+  const strata::ActivationOffload* offload() const { return offload_.get(); }
 
   // This rank's loss: the mean over its rows and the micro-batches (0 on a pipeline's stages but the last).
   double run(const std::function<std::uint64_t(int)>& first_row, float grad_scale) {
@@ -221,8 +234,8 @@ class StepRunner {
       model_.set_requires_gradient_sync(sync_every_ || last);
       model_.set_is_last_backward(last);
       auto data = strata::mlp::make_batch(cfg_, first_row(a), rows_, seed_);
-      loss += (split_ ? strata::mlp::forward_backward_tp(model_, tp_, cfg_, data, grad_scale, recompute_)
-                      : strata::mlp::forward_backward(model_, cfg_, data, grad_scale, recompute_)) /
+      loss += (split_ ? strata::mlp::forward_backward_tp(model_, tp_, cfg_, data, grad_scale, keep_)
+                      : strata::mlp::forward_backward(model_, cfg_, data, grad_scale, keep_)) /
               micro_batches_;
     }
     return loss;
@@ -234,11 +247,12 @@ class StepRunner {
   int rows_, micro_batches_;
   bool sync_every_;
   std::uint64_t seed_;
-  bool recompute_;
   bool split_;
   strata::TensorParallel tp_;
   std::unique_ptr<strata::PipelineSchedule> schedule_;
   std::unique_ptr<strata::PipelineExecutor> executor_;
+  std::unique_ptr<strata::ActivationOffload> offload_;
+  strata::mlp::KeepOptions keep_;
   std::unique_ptr<strata::mlp::MlpPipelineStage> stage_;
 };
 
@@ -259,13 +273,15 @@ std::unique_ptr<strata::ShardedAdamW> make_adamw(strata::ShardedModel& model, co
 // What this rank's step holds, declared to the library's prediction (runtime/memory/step_memory.h): Strata's state
 // follows from the units, the sharding options, the data-parallel groups and the optimizer (AdamW: two floats per
 // element and its non-finite flags; the SGD above: its momentum buffer); the trainer's own buffers are the
-// activations its layers keep per micro-batch (mlp::kept_activation_bytes), for the micro-batches in flight, and the
-// MPI backend's staging of its own collectives: under tp the products' all-reduces (a column-parallel layer's input
-// gradient [rows, in], a row-parallel layer's output [rows, out]) on the compute stream and the gradient norm's sum
-// (two doubles) on the optimizer's; under pp the norm's sum over the stages.
+// activations its layers keep per micro-batch (mlp::kept_activation_bytes), for the micro-batches in flight (with
+// activation offload: their host sets, a block per layer and micro-batch in flight, and the two device staging sets
+// of one block each), and the MPI backend's staging of its own collectives: under tp the products' all-reduces (a
+// column-parallel layer's input gradient [rows, in], a row-parallel layer's output [rows, out]) on the compute stream
+// and the gradient norm's sum (two doubles) on the optimizer's; under pp the norm's sum over the stages.
 strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units, const strata::ShardingOptions& opts,
                                      const strata::DeviceMesh& mesh, const strata::mlp::MlpConfig& cfg,
-                                     strata::LayerRange layers, int rows, int in_flight, bool adamw, bool recompute) {
+                                     strata::LayerRange layers, int rows, int in_flight, bool adamw, bool recompute,
+                                     bool offload) {
   strata::StepDeclaration d;
   d.units = units;
   d.sharding = opts;
@@ -273,11 +289,21 @@ strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units,
   d.optimizer_floats = adamw ? 2 : 1;
   d.optimizer_flags = adamw;
   const int tp = mesh.tp().size(), pp = mesh.pp().size();
-  d.add(recompute ? "the layers' inputs, per micro-batch in flight"
-                  : "the layers' inputs and outputs, per micro-batch in flight",
-        strata::MemCategory::kActivations,
-        static_cast<std::uint64_t>(in_flight) *
-            strata::mlp::kept_activation_bytes(cfg, layers.first, layers.last, rows, tp, recompute));
+  const char* kept = recompute ? "the layers' inputs" : "the layers' inputs and outputs";
+  if (offload) {
+    std::uint64_t block = 0;
+    for (std::size_t bytes :
+         strata::mlp::offloaded_activation_bytes(cfg, layers.first, layers.last, rows, tp, recompute))
+      block += bytes;
+    d.add_host(fmt::format("offload: {}, a block per layer and micro-batch in flight", kept),
+               strata::MemCategory::kActivations,
+               static_cast<std::uint64_t>(in_flight) * static_cast<std::uint64_t>(layers.count()) * block);
+    d.add("offload: its two staging sets of one block", strata::MemCategory::kWorkspace, 2 * block);
+  } else {
+    d.add(fmt::format("{}, per micro-batch in flight", kept), strata::MemCategory::kActivations,
+          static_cast<std::uint64_t>(in_flight) *
+              strata::mlp::kept_activation_bytes(cfg, layers.first, layers.last, rows, tp, recompute));
+  }
   if (recompute)
     d.add("the output a backward rebuilds (one layer's at a time)", strata::MemCategory::kActivations,
           strata::mlp::rebuilt_activation_bytes(cfg, layers.first, layers.last, rows, tp));
@@ -292,26 +318,30 @@ strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units,
 }
 
 // --check-memory: this rank's peak per ledger category over the steps, above `before` (the ledger's bytes before the
-// model was built), against the declaration's prediction; rank 0 prints both, and any category that differs on any rank
-// is an error naming it and the rank. The checkpointer's staging is its own (not a step's) and is left out. Collective.
-void check_memory(strata::Runtime& rt, const strata::StepDeclaration& d, const strata::CategoryBytes& before) {
-  const strata::CategoryBytes predicted = strata::predict_step_memory(d);
-  strata::CategoryBytes measured{};
+// model was built), against the declaration's prediction, on the device and (with activation offload, whose host sets
+// are a ledger of their own) on the host; rank 0 prints both, and any category that differs on any rank is an error
+// naming it, where and the rank. The checkpointer's staging is its own (not a step's) and is left out. Collective.
+void check_memory(strata::Runtime& rt, const strata::StepDeclaration& d, const strata::CategoryBytes& before,
+                  const strata::ActivationOffload* offload) {
   std::string problem;
-  for (std::size_t i = 0; i < strata::kNumMemCategories; ++i) {
-    const auto c = static_cast<strata::MemCategory>(i);
-    measured[i] = rt.device().memory_stats().peak(c) - before[i];
-    if (c != strata::MemCategory::kCheckpoint && measured[i] != predicted[i] && problem.empty())
-      problem = fmt::format("--check-memory: rank {}: {} predicted {} bytes, measured {}\n{}", rt.rank(),
-                            strata::mem_category_name(c), predicted[i], measured[i], strata::declaration_table(d));
-  }
-  if (rt.rank() == 0) {
-    std::printf("memory: predicted from the declaration and measured, rank 0 (bytes):\n");
-    for (std::size_t i = 0; i < strata::kNumMemCategories; ++i)
-      if (predicted[i] != 0 || measured[i] != 0)
-        std::printf("  %-18s %12llu %12llu\n", strata::mem_category_name(static_cast<strata::MemCategory>(i)),
-                    static_cast<unsigned long long>(predicted[i]), static_cast<unsigned long long>(measured[i]));
-  }
+  auto compare = [&](const char* where, const strata::CategoryBytes& predicted, const strata::MemoryStats& stats,
+                     const strata::CategoryBytes& from) {
+    if (rt.rank() == 0)
+      std::printf("memory (%s): predicted from the declaration and measured, rank 0 (bytes):\n", where);
+    for (std::size_t i = 0; i < strata::kNumMemCategories; ++i) {
+      const auto c = static_cast<strata::MemCategory>(i);
+      const std::uint64_t measured = stats.peak(c) - from[i];
+      if (c != strata::MemCategory::kCheckpoint && measured != predicted[i] && problem.empty())
+        problem =
+            fmt::format("--check-memory: rank {}: {} on the {} predicted {} bytes, measured {}\n{}", rt.rank(),
+                        strata::mem_category_name(c), where, predicted[i], measured, strata::declaration_table(d));
+      if (rt.rank() == 0 && (predicted[i] != 0 || measured != 0))
+        std::printf("  %-18s %12llu %12llu\n", strata::mem_category_name(c),
+                    static_cast<unsigned long long>(predicted[i]), static_cast<unsigned long long>(measured));
+    }
+  };
+  compare("device", strata::predict_step_memory(d), rt.device().memory_stats(), before);
+  if (offload) compare("host", strata::predict_step_host_memory(d), offload->host().memory_stats(), {});
   strata::all_agree(rt.world(), problem.empty(), problem, "--check-memory");
   if (rt.rank() == 0) std::printf("memory: every category as predicted on every rank\n");
 }
@@ -381,7 +411,7 @@ struct Flags {
   double lr = 1e-2, weight_decay = 0.01, grad_clip = 1.0, momentum = 0.9, params_tolerance = 1e-5;
   std::uint64_t seed = 1;
   int checkpoint_every = 0, stop_at = 0;
-  bool keep_params = false, resume = false, check_memory = false, recompute = false;
+  bool keep_params = false, resume = false, check_memory = false, recompute = false, offload_activations = false;
 };
 
 void add_flags(CLI::App& app, Flags& f) {
@@ -436,6 +466,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--recompute", f.recompute,
                "keep each layer's input alone and rebuild its output in the backward (RecomputePolicy's full kind "
                "for every layer): the same results bit for bit, less activation memory");
+  app.add_flag("--offload-activations", f.offload_activations,
+               "keep what the layers keep for their backward in host memory between the forward and the backward "
+               "(the library's ActivationOffload; with --recompute, the inputs alone): the same results bit for bit, "
+               "two layers' worth on the device");
   app.add_flag("--check-memory", f.check_memory,
                "after the last step, hold every category of each rank's memory ledger to the library's prediction "
                "from this trainer's declaration (an error naming the category and the rank when one differs)");
@@ -476,7 +510,8 @@ std::vector<strata::ConfigField> configuration(const Flags& f) {
           {"--stop-at", v(f.stop_at)},
           {"--resume", v(f.resume)},
           {"--check-memory", v(f.check_memory)},
-          {"--recompute", v(f.recompute)}};
+          {"--recompute", v(f.recompute)},
+          {"--offload-activations", v(f.offload_activations)}};
 }
 
 }  // namespace
@@ -535,7 +570,7 @@ int main(int argc, char** argv) {
       });
     }
     StepRunner runner(model, mesh, cfg, layers, rows, f.micro_batches, f.pp_schedule, f.accumulation == "reduce",
-                      f.seed, f.recompute);
+                      f.seed, f.recompute, f.offload_activations);
     std::unique_ptr<strata::ShardedAdamW> adamw;
     std::unique_ptr<MomentumSgd> sgd;
     if (f.optimizer == "adamw")
@@ -604,9 +639,10 @@ int main(int argc, char** argv) {
       if (rt.rank() == 0) std::printf("checkpoint of step %d in %s\n", last_step, f.checkpoint_dir.c_str());
     }
     if (f.check_memory)
-      check_memory(
-          rt, declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr, f.recompute),
-          before);
+      check_memory(rt,
+                   declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr, f.recompute,
+                                f.offload_activations),
+                   before, runner.offload());
     finish_parameters(rt, model, mesh, cfg, f.params_out, f.compare_params, f.params_tolerance);
     auto ledger = strata::MemoryLedger::gather(rt.device(), rt.world());
     if (rt.rank() == 0) {

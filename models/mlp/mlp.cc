@@ -2,6 +2,7 @@
 #include "models/mlp/mlp.h"
 
 #include <cmath>
+#include <cstring>
 #include <optional>
 
 #include "core/checked_math.h"
@@ -106,14 +107,58 @@ KeptFloats::KeptFloats(Device& device, const std::vector<float>& values)
   std::copy(values.begin(), values.end(), buffer_.as<float>());
 }
 
+namespace {
+
+// values into activation `act` of an offload staging set (host memory: the MLP computes on the CPU backend, whose
+// compute stream runs inline, so the set is free once begin_forward returns).
+void stage(ActivationOffload& o, int set, int act, const std::vector<float>& values) {
+  const std::size_t bytes = values.size() * sizeof(float);
+  STRATA_CHECK(bytes <= o.bytes(act), "a kept activation of {} bytes does not fit the offload's {}", bytes,
+               o.bytes(act));
+  std::memcpy(o.staging(set, act), values.data(), bytes);
+}
+
+}  // namespace
+
 void Activations::keep(const std::vector<float>& input, const std::vector<float>& output) {
-  inputs.emplace_back(*device, input);
-  if (!recompute) outputs.emplace_back(*device, output);
+  const int u = kept_++;
+  if (!options_.offload) {
+    inputs_.emplace_back(*device_, input);
+    if (!recompute()) outputs_.emplace_back(*device_, output);
+    return;
+  }
+  ActivationOffload& o = *options_.offload;
+  const int set = o.begin_forward();
+  stage(o, set, 0, input);
+  if (!recompute()) stage(o, set, 1, output);
+  o.end_forward(set, options_.first_block + u);
+}
+
+Activations::Kept Activations::load(int u) {
+  STRATA_CHECK(u >= 0 && u < kept_, "layer {} of the {} whose activations were kept", u, kept_);
+  const auto i = static_cast<std::size_t>(u);
+  if (!options_.offload) return {inputs_[i].data(), recompute() ? nullptr : outputs_[i].data()};
+  ActivationOffload& o = *options_.offload;
+  loaded_set_.resize(static_cast<std::size_t>(kept_), -1);
+  const int set = o.begin_backward(options_.first_block + u);
+  loaded_set_[i] = set;
+  if (u > 0) o.prefetch(options_.first_block + u - 1);  // the next backward's, while this one computes
+  return {static_cast<const float*>(o.staging(set, 0)),
+          recompute() ? nullptr : static_cast<const float*>(o.staging(set, 1))};
+}
+
+void Activations::release(int u) {
+  if (!options_.offload) return;
+  int& set = loaded_set_.at(static_cast<std::size_t>(u));
+  if (set >= 0) options_.offload->end_backward(set);
+  set = -1;
 }
 
 void Activations::clear() {
-  inputs.clear();
-  outputs.clear();
+  inputs_.clear();
+  outputs_.clear();
+  loaded_set_.clear();
+  kept_ = 0;
 }
 
 std::vector<float> layer_output(const MlpConfig& cfg, int layer, const LayerParams& p, const float* xs, int rows) {
@@ -157,18 +202,19 @@ double mse_loss(const std::vector<float>& y, const std::vector<float>& t, std::v
   return loss / static_cast<double>(y.size());
 }
 
-std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerParams& p, const Activations& acts,
+std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerParams& p, Activations& acts,
                                   const std::vector<float>& dy, int rows, std::vector<float>& dweight,
                                   std::vector<float>& dbias) {
   const int in = cfg.layer_in(layer), out = cfg.layer_out(layer);
   const bool tanh_act = layer != cfg.num_layers() - 1;
-  const KeptFloats& xs = acts.inputs[static_cast<std::size_t>(layer)];
+  const Activations::Kept kept = acts.load(layer);
+  const float* xs = kept.input;
   std::vector<float> dz(dy);
   if (tanh_act) {
     // Recomputation: the output rebuilt from the input, in ledger memory for this layer's backward only.
     std::optional<KeptFloats> rebuilt;
-    if (acts.recompute) rebuilt.emplace(*acts.device, layer_output(cfg, layer, p, xs.data(), rows));
-    const KeptFloats& y = rebuilt ? *rebuilt : acts.outputs[static_cast<std::size_t>(layer)];
+    if (acts.recompute()) rebuilt.emplace(acts.device(), layer_output(cfg, layer, p, xs, rows));
+    const float* y = rebuilt ? rebuilt->data() : kept.output;
     for (std::size_t i = 0; i < dz.size(); ++i) dz[i] *= 1.0f - y[i] * y[i];
   }
   dweight.assign(static_cast<std::size_t>(in) * out, 0.0f);
@@ -184,6 +230,7 @@ std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerPa
       }
     }
   }
+  acts.release(layer);
   return dx;
 }
 
@@ -198,12 +245,12 @@ void add_into(const TensorView& grad, const std::vector<float>& values) {
 namespace strata::mlp {
 
 double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale,
-                        bool recompute) {
+                        const KeepOptions& keep) {
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.resources().device().kind() == DeviceKind::kCpu,
                     "the MLP example computes on the host: run it on the CPU backend (device {})",
                     model.resources().device().name());
   const int layers = cfg.num_layers();
-  Activations acts(model.resources().device(), recompute);
+  Activations acts(model.resources().device(), keep);
   std::vector<float> x = batch.x;
   for (int i = 0; i < layers; ++i) {
     LayerParams p = read_layer(model.begin_forward(i));  // gathers unit i (ZeRO-3), waits for it

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/memory/activation_offload.h"
 #include "runtime/sharding/sharded_model.h"
 
 namespace strata::mlp {
@@ -62,16 +63,40 @@ class KeptFloats {
   std::size_t size_ = 0;
 };
 
-// Forward activations kept for backward, per layer: its (scaled) input [rows, layer_in] and its output
-// [rows, layer_out] (under tp, the widths this rank holds). With `recompute` (RecomputePolicy's full kind for every
-// layer) only the inputs are kept, and a layer's backward rebuilds its output from its input (layer_output).
-struct Activations {
-  explicit Activations(Device& d, bool recompute_outputs = false) : device(&d), recompute(recompute_outputs) {}
-  Device* device;
-  bool recompute;
-  std::vector<KeptFloats> inputs, outputs;
+// Where and how the layers keep their activations: `recompute` (RecomputePolicy's full kind for every layer) keeps
+// the inputs alone, a layer's backward rebuilding its output from its input (layer_output); with `offload` the kept
+// values wait in host memory between a layer's forward and its backward, block `first_block` + the layer's place
+// among those kept (a pipeline stage's slot s: s x its layers), the device holding the offload's two staging sets.
+struct KeepOptions {
+  bool recompute = false;
+  ActivationOffload* offload = nullptr;
+  int first_block = 0;
+};
+
+// Forward activations kept for backward, per layer in the order kept: its (scaled) input [rows, layer_in] and its
+// output [rows, layer_out] (under tp, the widths this rank holds), in ledger memory on the device or offloaded.
+class Activations {
+ public:
+  explicit Activations(Device& device, KeepOptions options = {}) : device_(&device), options_(options) {}
+  Device& device() const { return *device_; }
+  bool recompute() const { return options_.recompute; }
   void keep(const std::vector<float>& input, const std::vector<float>& output);
+  // Layer u's kept values for its backward, valid until release(u): its input, and its output (null under
+  // recomputation). Offloaded, they are brought back into a staging set first, and layer u - 1's are prefetched.
+  struct Kept {
+    const float* input = nullptr;
+    const float* output = nullptr;
+  };
+  Kept load(int u);
+  void release(int u);
   void clear();
+
+ private:
+  Device* device_;
+  KeepOptions options_;
+  std::vector<KeptFloats> inputs_, outputs_;  // on the device, without offload
+  int kept_ = 0;                              // layers kept since clear()
+  std::vector<int> loaded_set_;               // offload: the staging set layer u's backward reads (-1: none)
 };
 
 // act(xs @ W + b) for a layer's scaled input xs [rows, layer_in] (tanh but for the last layer).
@@ -84,7 +109,7 @@ std::vector<float> layer_forward(const MlpConfig& cfg, int layer, const LayerPar
 double mse_loss(const std::vector<float>& y, const std::vector<float>& t, std::vector<float>& dy, float grad_scale);
 // From dy (gradient of the layer output) computes dW, db (added into dweight / dbias) and returns dx (the gradient
 // of the layer's scaled input).
-std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerParams& p, const Activations& acts,
+std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerParams& p, Activations& acts,
                                   const std::vector<float>& dy, int rows, std::vector<float>& dweight,
                                   std::vector<float>& dbias);
 // Adds f32 gradients into a gradient view of any float dtype.
@@ -96,8 +121,8 @@ namespace strata::mlp {
 
 // One micro-batch through a ShardedModel: forward unit by unit, loss, backward in reverse, gradients added into
 // Strata's buffers (scaled by grad_scale, e.g. 1/micro_batches times the loss scale). Returns the local loss.
-// With `recompute`, each layer keeps only its input and rebuilds its output in the backward (bitwise the same).
+// `keep`: recomputation and activation offload (bitwise the same results).
 double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale,
-                        bool recompute = false);
+                        const KeepOptions& keep = {});
 
 }  // namespace strata::mlp

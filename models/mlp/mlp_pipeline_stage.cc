@@ -15,7 +15,8 @@ LayerRange mlp_stage_layers(const MlpConfig& cfg, int pp, int rank, int tp) {
 }
 
 MlpPipelineStage::MlpPipelineStage(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, LayerRange layers,
-                                   int rows, int slots, std::uint64_t seed, bool sync_every_micro_batch, bool recompute)
+                                   int rows, int slots, std::uint64_t seed, bool sync_every_micro_batch,
+                                   const KeepOptions& keep)
     : model_(model),
       cfg_(cfg),
       layers_(cfg, tp, layers.first, layers.last),
@@ -27,7 +28,11 @@ MlpPipelineStage::MlpPipelineStage(ShardedModel& model, TensorParallel& tp, cons
       boundary_(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cfg.hidden)) {
   STRATA_CHECK(model.num_units() == layers.count(), "the model holds {} units; layers [{}, {}) are {}",
                model.num_units(), layers.first, layers.last, layers.count());
-  for (int s = 0; s < slots; ++s) acts_.emplace_back(model.resources().device(), recompute);
+  for (int s = 0; s < slots; ++s) {
+    KeepOptions slot_keep = keep;
+    slot_keep.first_block = s * layers.count();
+    acts_.emplace_back(model.resources().device(), slot_keep);
+  }
   in_.assign(static_cast<std::size_t>(slots), std::vector<float>(boundary_));
   out_.assign(static_cast<std::size_t>(slots), {});
   dy_.assign(static_cast<std::size_t>(slots), {});

@@ -22,9 +22,10 @@ LayerRange mlp_stage_layers(const MlpConfig& cfg, int pp, int rank, int tp);
 class MlpPipelineStage : public PipelineStage {
  public:
   // `model` holds this stage's layers as its units; rows per micro-batch; `slots` from the executor.
-  // `recompute`: each slot keeps its layers' inputs alone, their outputs rebuilt in the backward (mlp::Activations).
+  // `keep`: recomputation and activation offload (mlp::Activations); offloaded, slot s's layers are the blocks from
+  // s x layers.count() on (the offload holds slots x layers.count() blocks).
   MlpPipelineStage(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, LayerRange layers, int rows,
-                   int slots, std::uint64_t seed, bool sync_every_micro_batch, bool recompute = false);
+                   int slots, std::uint64_t seed, bool sync_every_micro_batch, const KeepOptions& keep = {});
 
   void begin_step(std::function<std::uint64_t(int micro_batch)> first_row, float grad_scale);
   // The sum of the micro-batches' losses this step (the last stage; 0 elsewhere).

@@ -42,6 +42,18 @@ std::uint64_t rebuilt_activation_bytes(const MlpConfig& cfg, int first, int last
   return 4 * floats;
 }
 
+std::vector<std::size_t> offloaded_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp,
+                                                    bool recompute) {
+  std::size_t in = 0, out = 0;
+  for (int i = first; i < last; ++i) {
+    const auto [local_in, local_out] = local_widths(cfg, i, tp);
+    in = std::max(in, static_cast<std::size_t>(rows) * static_cast<std::size_t>(local_in));
+    out = std::max(out, static_cast<std::size_t>(rows) * static_cast<std::size_t>(local_out));
+  }
+  if (recompute) return {4 * in};
+  return {4 * in, 4 * out};
+}
+
 std::uint64_t largest_tp_all_reduce(const MlpConfig& cfg, int first, int last, int rows) {
   std::uint64_t widest = 0;
   for (int i = first; i < last; ++i) {
@@ -161,17 +173,18 @@ std::vector<float> MlpLayers::forward(ShardedModel& model, std::vector<float> x,
   return x;
 }
 
-std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> dy, int rows, const Activations& acts) {
+std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> dy, int rows, Activations& acts) {
   for (int u = static_cast<int>(layers_.size()) - 1; u >= 0; --u) {
     Layer& L = layers_[static_cast<std::size_t>(u)];
     BackwardViews v = model.begin_backward(u);
     LayerParams p = read_layer(v.params);
-    const float* xin = acts.inputs[static_cast<std::size_t>(u)].data();
+    const Activations::Kept kept = acts.load(u);
+    const float* xin = kept.input;
     if (!(last_layer_ && u + 1 == static_cast<int>(layers_.size()))) {
       // Recomputation: the output rebuilt from the kept input (its collective again), for this backward only.
       std::optional<KeptFloats> rebuilt;
-      if (acts.recompute) rebuilt.emplace(*acts.device, output(static_cast<std::size_t>(u), p, xin, rows));
-      const KeptFloats& out = rebuilt ? *rebuilt : acts.outputs[static_cast<std::size_t>(u)];
+      if (acts.recompute()) rebuilt.emplace(acts.device(), output(static_cast<std::size_t>(u), p, xin, rows));
+      const float* out = rebuilt ? rebuilt->data() : kept.output;
       for (std::size_t e = 0; e < dy.size(); ++e) dy[e] *= 1.0f - out[e] * out[e];
     }
     std::vector<float> dw(p.weight.size(), 0.0f), db(p.bias.size(), 0.0f);
@@ -179,6 +192,7 @@ std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> d
     if (L.col) L.col->backward(dx.data(), nullptr, dw.data(), db.data(), dy.data(), xin, p.weight.data());
     else if (L.row) L.row->backward(dx.data(), nullptr, dw.data(), db.data(), dy.data(), xin, p.weight.data());
     else k_.matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), xin, p.weight.data(), rows, L.in, L.out);
+    acts.release(u);
     for (const TensorView& g : v.grads) {
       if (g.slot->name.ends_with(".weight")) add_into(g, dw);
       else if (g.slot->name.ends_with(".bias")) add_into(g, db);
@@ -190,13 +204,13 @@ std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> d
 }
 
 double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,
-                           float grad_scale, bool recompute) {
+                           float grad_scale, const KeepOptions& keep) {
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.resources().device().kind() == DeviceKind::kCpu,
                     "the MLP example computes on the host: run it on the CPU backend (device {})",
                     model.resources().device().name());
   STRATA_CHECK(tp.rows() == batch.rows, "the tp group was made for {} rows; the batch has {}", tp.rows(), batch.rows);
   MlpLayers layers(cfg, tp, 0, cfg.num_layers());
-  Activations acts(model.resources().device(), recompute);
+  Activations acts(model.resources().device(), keep);
   std::vector<float> dy;
   const double loss = mse_loss(layers.forward(model, batch.x, batch.rows, acts), batch.t, dy, grad_scale);
   layers.backward(model, std::move(dy), batch.rows, acts);

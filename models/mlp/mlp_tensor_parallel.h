@@ -43,7 +43,7 @@ class MlpLayers {
   // it is column-parallel).
   std::vector<float> forward(ShardedModel& model, std::vector<float> x, int rows, Activations& acts);
   // From the gradient of the output to the gradient of the input of layer `first`; adds into the gradient views.
-  std::vector<float> backward(ShardedModel& model, std::vector<float> dy, int rows, const Activations& acts);
+  std::vector<float> backward(ShardedModel& model, std::vector<float> dy, int rows, Activations& acts);
 
  private:
   // Layer u's output from its (scaled) input x: the product (and its collective), then tanh but for the last layer.
@@ -68,6 +68,11 @@ std::uint64_t kept_activation_bytes(const MlpConfig& cfg, int first, int last, i
                                     bool recompute = false);
 // Under recomputation, the most a backward rebuilds at once: one layer's output (the output layer's is not needed).
 std::uint64_t rebuilt_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp);
+// The sizes of ActivationOffload's activations for the layers [first, last) (mlp::KeepOptions::offload): one layer's
+// block holds its input and its output (its input alone under recomputation), each as wide as the widest of the
+// range at this tp rank's widths.
+std::vector<std::size_t> offloaded_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp,
+                                                    bool recompute = false);
 // Elements of the largest all-reduce the layers [first, last) issue over tp (a column-parallel layer's input gradient
 // [rows, in], a row-parallel layer's output [rows, out]); 0 when none splits.
 std::uint64_t largest_tp_all_reduce(const MlpConfig& cfg, int first, int last, int rows);
@@ -75,6 +80,6 @@ std::uint64_t largest_tp_all_reduce(const MlpConfig& cfg, int first, int last, i
 // forward_backward of mlp.h over the tp group of `tp` (every tp rank of a data-parallel rank sees the same rows).
 // Returns the local loss (equal on the tp ranks).
 double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,
-                           float grad_scale, bool recompute = false);
+                           float grad_scale, const KeepOptions& keep = {});
 
 }  // namespace strata::mlp

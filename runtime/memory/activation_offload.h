@@ -37,6 +37,8 @@ class ActivationOffload {
     return staging_[static_cast<std::size_t>(set)][static_cast<std::size_t>(act)].data();
   }
 
+  // Bytes of activation `act` (as the constructor was given them).
+  std::size_t bytes(int act) const { return sizes_[static_cast<std::size_t>(act)]; }
   Device& host() const { return *host_; }
   // Bytes copied to and from host memory since construction.
   std::uint64_t bytes_out() const { return bytes_out_; }

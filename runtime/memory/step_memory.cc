@@ -37,7 +37,11 @@ CategoryBytes pool_growth(const StepDeclaration& d, const std::vector<PoolPlan>&
 }  // namespace
 
 void StepDeclaration::add(std::string name, MemCategory category, std::uint64_t bytes) {
-  buffers.push_back(DeclaredBuffer{std::move(name), category, bytes});
+  buffers.push_back(DeclaredBuffer{std::move(name), category, bytes, false});
+}
+
+void StepDeclaration::add_host(std::string name, MemCategory category, std::uint64_t bytes) {
+  buffers.push_back(DeclaredBuffer{std::move(name), category, bytes, true});
 }
 
 CategoryBytes predict_step_memory(const StepDeclaration& d) {
@@ -45,11 +49,17 @@ CategoryBytes predict_step_memory(const StepDeclaration& d) {
   CategoryBytes b = state.device;
   const CategoryBytes grown = pool_growth(d, state.pools);
   for (std::size_t i = 0; i < b.size(); ++i) b[i] += grown[i];
-  for (const DeclaredBuffer& x : d.buffers) b[idx(x.category)] += x.bytes;
+  for (const DeclaredBuffer& x : d.buffers)
+    if (!x.host) b[idx(x.category)] += x.bytes;
   return b;
 }
 
-CategoryBytes predict_step_host_memory(const StepDeclaration& d) { return state_of(d).host; }
+CategoryBytes predict_step_host_memory(const StepDeclaration& d) {
+  CategoryBytes b = state_of(d).host;
+  for (const DeclaredBuffer& x : d.buffers)
+    if (x.host) b[idx(x.category)] += x.bytes;
+  return b;
+}
 
 std::string declaration_table(const StepDeclaration& d) {
   std::string out = fmt::format("  {:<18} {:>14}  {}\n", "category", "bytes", "what");
@@ -58,13 +68,19 @@ std::string declaration_table(const StepDeclaration& d) {
     if (state.device[i] > 0)
       out += fmt::format("  {:<18} {:>14}  Strata's state ({} units)\n", mem_category_name(static_cast<MemCategory>(i)),
                          state.device[i], d.units.size());
+  for (std::size_t i = 0; i < state.host.size(); ++i)
+    if (state.host[i] > 0)
+      out += fmt::format("  {:<18} {:>14}  host: Strata's state under offload\n",
+                         mem_category_name(static_cast<MemCategory>(i)), state.host[i]);
   const CategoryBytes grown = pool_growth(d, state.pools);
   for (std::size_t i = 0; i < grown.size(); ++i)
     if (grown[i] > 0)
       out += fmt::format("  {:<18} {:>14}  pool slots the step holds beyond the first\n",
                          mem_category_name(static_cast<MemCategory>(i)), grown[i]);
   for (const DeclaredBuffer& x : d.buffers)
-    if (x.bytes > 0) out += fmt::format("  {:<18} {:>14}  {}\n", mem_category_name(x.category), x.bytes, x.name);
+    if (x.bytes > 0)
+      out += fmt::format("  {:<18} {:>14}  {}{}\n", mem_category_name(x.category), x.bytes, x.host ? "host: " : "",
+                         x.name);
   return out;
 }
 

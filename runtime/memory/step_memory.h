@@ -27,6 +27,7 @@ struct DeclaredBuffer {
   std::string name;      // what it is, as declaration_table shows it
   MemCategory category;  // kActivations, kWorkspace, kCommBuffer, ...
   std::uint64_t bytes = 0;
+  bool host = false;  // in host memory (activation offload's host sets), not on the device
 };
 
 struct StepDeclaration {
@@ -43,13 +44,15 @@ struct StepDeclaration {
   PoolPeaks kept_open;
   std::vector<DeclaredBuffer> buffers;
   void add(std::string name, MemCategory category, std::uint64_t bytes);
+  void add_host(std::string name, MemCategory category, std::uint64_t bytes);
 };
 
 // Bytes per ledger category on the device at the peak of the step (the state, the pools grown, the declared buffers).
 CategoryBytes predict_step_memory(const StepDeclaration& d);
-// The same on the host: the state under offload (the declared buffers are device memory).
+// The same on the host: the state under offload and the buffers declared with add_host.
 CategoryBytes predict_step_host_memory(const StepDeclaration& d);
-// "category  bytes  what" rows: Strata's state by category, the pools' growth, then each declared buffer.
+// "category  bytes  what" rows: Strata's state by category (the host's under offload), the pools' growth, then each
+// declared buffer (a host one marked so).
 std::string declaration_table(const StepDeclaration& d);
 
 }  // namespace strata

@@ -53,8 +53,7 @@ History reference_training(const mlp::MlpConfig& cfg, int steps, int micro_batch
         lp[static_cast<std::size_t>(i)].weight = p[u + ".weight"];
         lp[static_cast<std::size_t>(i)].bias = p[u + ".bias"];
         if (i == 0) lp[0].input_scale = p[u + ".input_scale"];
-        mlp::layer_forward(cfg, i, lp[static_cast<std::size_t>(i)], x, batch.rows, acts);
-        x = acts.outputs.back().values();
+        x = mlp::layer_forward(cfg, i, lp[static_cast<std::size_t>(i)], x, batch.rows, acts);
       }
       std::vector<float> dy;
       loss += mlp::mse_loss(x, batch.t, dy, 1.0f / static_cast<float>(micro_batches)) / micro_batches;

@@ -109,5 +109,24 @@ TEST(StepMemory, HeldPoolSlotsGrowThePoolsByTheSlotsBeyondTheFirst) {
   EXPECT_NE(declaration_table(d).find("pool slots the step holds beyond the first"), std::string::npos);
 }
 
+// A buffer declared in host memory (activation offload's host sets) counts on the host side alone; the device keeps
+// what it had, and the table names it as the host's.
+TEST(StepMemory, HostBuffersCountOnTheHostAlone) {
+  ShardingOptions o;
+  o.stage = zero_stage_from_int(2);
+  StepDeclaration d;
+  d.units = kUnits;
+  d.sharding = o;
+  d.add("the trainer's activations", MemCategory::kActivations, 4096);
+  const CategoryBytes device = predict_step_memory(d), host = predict_step_host_memory(d);
+  d.add_host("offloaded activations", MemCategory::kActivations, 12288);
+  const std::size_t acts = static_cast<std::size_t>(MemCategory::kActivations);
+  EXPECT_EQ(predict_step_memory(d), device);
+  CategoryBytes want = host;
+  want[acts] += 12288;
+  EXPECT_EQ(predict_step_host_memory(d), want);
+  EXPECT_NE(declaration_table(d).find("host: offloaded activations"), std::string::npos) << declaration_table(d);
+}
+
 }  // namespace
 }  // namespace strata

@@ -53,9 +53,8 @@ void forward(ShardedModel& model, MicroBatch& m, float grad_scale) {
   const MlpConfig cfg = small_config();
   std::vector<float> x = m.batch.x;
   for (int i = 0; i < cfg.num_layers(); ++i) {
-    mlp::layer_forward(cfg, i, mlp::read_layer(model.begin_forward(i)), x, m.batch.rows, m.acts);
+    x = mlp::layer_forward(cfg, i, mlp::read_layer(model.begin_forward(i)), x, m.batch.rows, m.acts);
     model.end_forward(i);
-    x = m.acts.outputs.back().values();
   }
   m.loss = mlp::mse_loss(x, m.batch.t, m.dy, grad_scale);
 }
