@@ -1,11 +1,13 @@
 // strata-plan: will this model fit, and what must I turn on to make it fit? Per-device memory by category, from
 // runtime/memory/memory_planner.h (the arithmetic is in docs/memory-model.md). With --simulate --cluster FILE, also the
 // step time, its split and tokens/s on that cluster (runtime/memory/step_simulator.h, docs/scaling.md). With
-// --inference, serving instead of training (tools/strata_plan_inference.cc, docs/inference.md). The model is given by
-// its dimensions or --preset (GPT-2 or the Llama family: tools/plan_model_flags.h), and its exact parameter count is
-// printed. No MPI, no device: a calculator.
-#include <CLI/CLI.hpp>
+// --inference, serving instead of training (tools/strata_plan_inference.cc, docs/inference.md). With --declaration
+// FILE, the step of a model the trainer declared itself (tools/strata_plan_declaration.cc, docs/embedding.md). The
+// model is given by its dimensions or --preset (GPT-2 or the Llama family: tools/plan_model_flags.h), and its exact
+// parameter count is printed. No MPI, no device: a calculator.
+#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -15,10 +17,10 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/tool_main.h"
-#include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include "runtime/memory/memory_planner.h"
 #include "runtime/memory/step_simulator.h"
 #include "tools/plan_model_flags.h"
+#include "tools/strata_plan_declaration.h"
 #include "tools/strata_plan_inference.h"
 
 namespace flags = strata::flags;
@@ -26,6 +28,8 @@ namespace flags = strata::flags;
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--inference") == 0) return strata_plan_inference(argc, argv);
+  for (int i = 1; i < argc; ++i)
+    if (std::strncmp(argv[i], "--declaration", 13) == 0) return strata_plan_declaration(argc, argv);
   CLI::App app{"strata-plan: per-device memory of a sharded training run, whether it fits, and what would"};
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   strata::PlanInput in;

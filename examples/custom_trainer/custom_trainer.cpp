@@ -349,11 +349,13 @@ void check_memory(strata::Runtime& rt, const strata::StepDeclaration& d, const s
 // The output files checked (and created) on rank 0 and the input file opened, before the first step; every rank
 // stops with rank 0's error.
 void check_files(strata::Runtime& rt, const std::string& ledger_json, const std::string& params_out,
-                 const std::string& compare_params) {
+                 const std::string& compare_params, const std::string& declaration_out) {
   std::string problem;
   if (rt.rank() == 0) {
     try {
       if (!ledger_json.empty()) strata::check_output_file(ledger_json, "--ledger-json", strata::OutputKind::kDirect);
+      if (!declaration_out.empty())
+        strata::check_output_file(declaration_out, "--declaration-out", strata::OutputKind::kDirect);
       if (!params_out.empty()) strata::check_output_file(params_out, "--params-out", strata::OutputKind::kDirect);
       if (!compare_params.empty()) strata::check_input_file(compare_params, "--compare-params");
     } catch (const std::exception& e) {
@@ -379,6 +381,19 @@ void finish_parameters(strata::Runtime& rt, strata::ShardedModel& model, const s
     }
   }
   strata::all_agree(rt.world(), mismatch.empty(), mismatch, "writing or comparing the parameters");
+}
+
+// --declaration-out: rank 0's declaration as JSON (collective: every rank stops with rank 0's error).
+void write_declaration(strata::Runtime& rt, const std::string& path, const strata::StepDeclaration& d) {
+  std::string problem;
+  if (rt.rank() == 0) {
+    try {
+      strata::write_output_file(path, "--declaration-out", strata::step_declaration_json(d));
+    } catch (const std::exception& e) {
+      problem = e.what();
+    }
+  }
+  strata::all_agree(rt.world(), problem.empty(), problem, "writing the step declaration");
 }
 
 // What this trainer stores beside a checkpoint (the library keeps it as JSON): where its data stands and what shaped
@@ -407,7 +422,7 @@ struct Flags {
   int zero_stage = 3, steps = 20, batch = 24, micro_batches = 1, dp_replicate = 1, tp_degree = 1, pp_degree = 1;
   int hidden = 64, hidden_layers = 3;
   std::string param_dtype = "f32", reduce_dtype = "f32", accumulation = "reduce", ledger_json, optimizer = "adamw";
-  std::string params_out, compare_params, pp_schedule = "1f1b", checkpoint_dir;
+  std::string params_out, compare_params, pp_schedule = "1f1b", checkpoint_dir, declaration_out;
   double lr = 1e-2, weight_decay = 0.01, grad_clip = 1.0, momentum = 0.9, params_tolerance = 1e-5;
   std::uint64_t seed = 1;
   int checkpoint_every = 0, stop_at = 0;
@@ -473,6 +488,9 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--check-memory", f.check_memory,
                "after the last step, hold every category of each rank's memory ledger to the library's prediction "
                "from this trainer's declaration (an error naming the category and the rank when one differs)");
+  app.add_option("--declaration-out", f.declaration_out,
+                 "write rank 0's step declaration (its units, sharding, optimizer and buffers) as JSON, for "
+                 "strata-plan --declaration");
   app.add_flag("--resume", f.resume,
                "continue from the latest checkpoint in --checkpoint-dir, at any layout (without one, start fresh)");
 }
@@ -511,7 +529,8 @@ std::vector<strata::ConfigField> configuration(const Flags& f) {
           {"--resume", v(f.resume)},
           {"--check-memory", v(f.check_memory)},
           {"--recompute", v(f.recompute)},
-          {"--offload-activations", v(f.offload_activations)}};
+          {"--offload-activations", v(f.offload_activations)},
+          {"--declaration-out", f.declaration_out}};
 }
 
 }  // namespace
@@ -528,7 +547,7 @@ int main(int argc, char** argv) {
     strata::check_config_agreement(configuration(flags));  // every rank must run this configuration
     const Flags& f = flags;
     const int world = rt.world_size();
-    check_files(rt, f.ledger_json, f.params_out, f.compare_params);
+    check_files(rt, f.ledger_json, f.params_out, f.compare_params, f.declaration_out);
     STRATA_CHECK(world % (f.tp_degree * f.pp_degree) == 0, "--tp {} x --pp {} must divide the {} ranks", f.tp_degree,
                  f.pp_degree, world);
     const int dp = world / (f.tp_degree * f.pp_degree);
@@ -638,11 +657,10 @@ int main(int argc, char** argv) {
       save(last_step);
       if (rt.rank() == 0) std::printf("checkpoint of step %d in %s\n", last_step, f.checkpoint_dir.c_str());
     }
-    if (f.check_memory)
-      check_memory(rt,
-                   declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr, f.recompute,
-                                f.offload_activations),
-                   before, runner.offload());
+    const strata::StepDeclaration declared = declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(),
+                                                          adamw != nullptr, f.recompute, f.offload_activations);
+    if (f.check_memory) check_memory(rt, declared, before, runner.offload());
+    if (!f.declaration_out.empty()) write_declaration(rt, f.declaration_out, declared);
     finish_parameters(rt, model, mesh, cfg, f.params_out, f.compare_params, f.params_tolerance);
     auto ledger = strata::MemoryLedger::gather(rt.device(), rt.world());
     if (rt.rank() == 0) {
