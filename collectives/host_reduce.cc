@@ -12,11 +12,11 @@ namespace {
 
 constexpr std::size_t kBlock = 2048;
 
-struct Bf16 {
+struct Bf16Codec {
   static float load(std::uint16_t v) { return bf16_to_f32(v); }
   static std::uint16_t store(float v) { return f32_to_bf16(v); }
 };
-struct F16 {
+struct F16Codec {
   static float load(std::uint16_t v) { return f16_to_f32(v); }
   static std::uint16_t store(float v) { return f32_to_f16(v); }
 };
@@ -78,8 +78,8 @@ void reduce_pieces(const void* const* chunks, std::size_t n, std::size_t count, 
     case DType::kI32: return reduce_native(chunks, n, count, op, static_cast<std::int32_t*>(out));
     case DType::kI64: return reduce_native(chunks, n, count, op, static_cast<std::int64_t*>(out));
     case DType::kF64: return reduce_native(chunks, n, count, op, static_cast<double*>(out));
-    case DType::kBF16: return reduce_half<Bf16>(chunks, n, count, op, static_cast<std::uint16_t*>(out));
-    case DType::kF16: return reduce_half<F16>(chunks, n, count, op, static_cast<std::uint16_t*>(out));
+    case DType::kBF16: return reduce_half<Bf16Codec>(chunks, n, count, op, static_cast<std::uint16_t*>(out));
+    case DType::kF16: return reduce_half<F16Codec>(chunks, n, count, op, static_cast<std::uint16_t*>(out));
   }
   STRATA_THROW(ErrorCode::kInvalidArgument, "reduce of unknown dtype {}", static_cast<int>(dtype));
 }

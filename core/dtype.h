@@ -32,6 +32,15 @@ inline float bf16_to_f32(std::uint16_t h) {
   return f;
 }
 
+// A bf16 value as stored, typed: what the bf16 overloads of the tensor-parallel pieces take (runtime/tensor), so a
+// bf16 buffer is never passed where f32 or f16 is meant.
+struct Bf16 {
+  std::uint16_t bits = 0;
+  static Bf16 from(float f) { return Bf16{f32_to_bf16(f)}; }
+  float value() const { return bf16_to_f32(bits); }
+};
+static_assert(sizeof(Bf16) == 2, "Bf16 is stored as its 16 bits");
+
 inline float f16_to_f32(std::uint16_t h) {
   std::uint32_t sign = (h & 0x8000u) << 16;
   std::uint32_t exp = (h >> 10) & 0x1fu;

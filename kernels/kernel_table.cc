@@ -51,6 +51,16 @@ class CpuKernels final : public Kernels {
                        const float* weight, int N, int IC, int OC) override {
     cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC, bf16_);
   }
+  // bf16 activations (runtime/tensor's bf16 products): widened into scratch, the products above, rounded once.
+  void matmul_forward_bf16(Bf16* out, const Bf16* inp, const float* weight, const float* bias, int N, int IC,
+                           int OC) override {
+    host_matmul_forward_bf16(*this, activation_scratch_, out, inp, weight, bias, N, IC, OC);
+  }
+  void matmul_backward_bf16(Bf16* dinp, float* dweight, float* dbias, const Bf16* dout, const Bf16* inp,
+                            const float* weight, int N, int IC, int OC) override {
+    host_matmul_backward_bf16(*this, activation_scratch_, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+  }
+  void add_bias_bf16(Bf16* out, const float* bias, int N, int C) override { host_add_bias_bf16(out, bias, N, C); }
   void lm_head_forward(float* logits, const float* inp, const float* wte, int N, int C, int V) override {
     cpu::lm_head_forward(logits, inp, wte, N, C, V, bf16_);
   }
@@ -207,6 +217,7 @@ class CpuKernels final : public Kernels {
 
   bool bf16_;
   std::array<std::vector<float>, 4> scratch_;
+  std::vector<float> activation_scratch_;  // the bf16 linear kernels' f32 operands
 };
 
 }  // namespace

@@ -28,7 +28,9 @@ namespace strata {
 // parallel library's interfaces (runtime/tensor/tp_kernels.h), so ColumnParallelLinear and its kin run on this table;
 // the attention blocks (AttentionKernels) are the context-parallel library's (runtime/context/attention_kernels.h), for
 // RingAttention: on the CPU (f32, or bf16 products as attention_*'s); the CUDA table has the forward block (f32) and
-// copy_rows, what the decode path needs, and refuses the merge and the backward (kUnsupported).
+// copy_rows, what the decode path needs, and refuses the merge and the backward (kUnsupported). The linear kernels over
+// bf16 activations (the bf16 overloads of ColumnParallelLinear and RowParallelLinear) are the CPU table's; the CUDA
+// table refuses them (kUnsupported) for now.
 class Kernels : public LinearKernels, public VocabKernels, public AttentionKernels {
  public:
   virtual ~Kernels() = default;

@@ -187,16 +187,17 @@ class StepRunner {
  public:
   StepRunner(strata::ShardedModel& model, const strata::DeviceMesh& mesh, const strata::mlp::MlpConfig& cfg,
              strata::LayerRange layers, int rows, int micro_batches, const std::string& pp_schedule,
-             bool sync_every_micro_batch, std::uint64_t seed, bool recompute, bool offload)
+             bool sync_every_micro_batch, std::uint64_t seed, bool recompute, bool offload, strata::DType activations)
       : model_(model),
         cfg_(cfg),
         rows_(rows),
         micro_batches_(micro_batches),
         sync_every_(sync_every_micro_batch),
         seed_(seed),
-        split_(mesh.tp().size() > 1),
+        through_mlp_layers_(mesh.tp().size() > 1 || activations != strata::DType::kF32),  // bf16: MlpLayers at any tp
         tp_(mesh.device(), &mesh.tp(), false, rows, 1, cfg.hidden) {
     keep_.recompute = recompute;
+    keep_.dtype = activations;
     if (mesh.pp().size() > 1) {
       schedule_ = std::make_unique<strata::PipelineSchedule>(strata::PipelineSchedule::build(
           strata::parse_pipeline_schedule(pp_schedule), mesh.pp().size(), micro_batches));
@@ -207,7 +208,8 @@ class StepRunner {
     if (offload) {
       offload_ = std::make_unique<strata::ActivationOffload>(
           mesh.device(),
-          strata::mlp::offloaded_activation_bytes(cfg, layers.first, layers.last, rows, mesh.tp().size(), recompute),
+          strata::mlp::offloaded_activation_bytes(cfg, layers.first, layers.last, rows, mesh.tp().size(), recompute,
+                                                  strata::dtype_size(activations)),
           in_flight() * layers.count());
       keep_.offload = offload_.get();
     }
@@ -234,8 +236,8 @@ class StepRunner {
       model_.set_requires_gradient_sync(sync_every_ || last);
       model_.set_is_last_backward(last);
       auto data = strata::mlp::make_batch(cfg_, first_row(a), rows_, seed_);
-      loss += (split_ ? strata::mlp::forward_backward_tp(model_, tp_, cfg_, data, grad_scale, keep_)
-                      : strata::mlp::forward_backward(model_, cfg_, data, grad_scale, keep_)) /
+      loss += (through_mlp_layers_ ? strata::mlp::forward_backward_tp(model_, tp_, cfg_, data, grad_scale, keep_)
+                                   : strata::mlp::forward_backward(model_, cfg_, data, grad_scale, keep_)) /
               micro_batches_;
     }
     return loss;
@@ -247,7 +249,7 @@ class StepRunner {
   int rows_, micro_batches_;
   bool sync_every_;
   std::uint64_t seed_;
-  bool split_;
+  bool through_mlp_layers_;
   strata::TensorParallel tp_;
   std::unique_ptr<strata::PipelineSchedule> schedule_;
   std::unique_ptr<strata::PipelineExecutor> executor_;
@@ -281,7 +283,7 @@ std::unique_ptr<strata::ShardedAdamW> make_adamw(strata::ShardedModel& model, co
 strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units, const strata::ShardingOptions& opts,
                                      const strata::DeviceMesh& mesh, const strata::mlp::MlpConfig& cfg,
                                      strata::LayerRange layers, int rows, int in_flight, bool adamw, bool recompute,
-                                     bool offload) {
+                                     bool offload, strata::DType activations) {
   strata::StepDeclaration d;
   d.units = units;
   d.sharding = opts;
@@ -289,11 +291,12 @@ strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units,
   d.optimizer_floats = adamw ? 2 : 1;
   d.optimizer_flags = adamw;
   const int tp = mesh.tp().size(), pp = mesh.pp().size();
+  const std::size_t element = strata::dtype_size(activations);  // bf16 activations: 2 bytes each
   const char* kept = recompute ? "the layers' inputs" : "the layers' inputs and outputs";
   if (offload) {
     std::uint64_t block = 0;
     for (std::size_t bytes :
-         strata::mlp::offloaded_activation_bytes(cfg, layers.first, layers.last, rows, tp, recompute))
+         strata::mlp::offloaded_activation_bytes(cfg, layers.first, layers.last, rows, tp, recompute, element))
       block += bytes;
     d.add_host(fmt::format("offload: {}, a block per layer and micro-batch in flight", kept),
                strata::MemCategory::kActivations,
@@ -302,14 +305,15 @@ strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units,
   } else {
     d.add(fmt::format("{}, per micro-batch in flight", kept), strata::MemCategory::kActivations,
           static_cast<std::uint64_t>(in_flight) *
-              strata::mlp::kept_activation_bytes(cfg, layers.first, layers.last, rows, tp, recompute));
+              strata::mlp::kept_activation_bytes(cfg, layers.first, layers.last, rows, tp, recompute, element));
   }
   if (recompute)
     d.add("the output a backward rebuilds (one layer's at a time)", strata::MemCategory::kActivations,
-          strata::mlp::rebuilt_activation_bytes(cfg, layers.first, layers.last, rows, tp));
+          strata::mlp::rebuilt_activation_bytes(cfg, layers.first, layers.last, rows, tp, element));
   if (tp > 1) {
     d.add("tp: the products' all-reduces (compute stream)", strata::MemCategory::kCommBuffer,
-          strata::all_reduce_staging(strata::mlp::largest_tp_all_reduce(cfg, layers.first, layers.last, rows), tp, 4));
+          strata::all_reduce_staging(strata::mlp::largest_tp_all_reduce(cfg, layers.first, layers.last, rows), tp,
+                                     element));
     d.add("tp: the gradient norm's sum", strata::MemCategory::kCommBuffer, strata::all_reduce_staging(2, tp, 8));
   }
   if (pp > 1)
@@ -421,7 +425,8 @@ int resume(strata::Checkpointer& checkpointer, const std::string& dir, int batch
 struct Flags {
   int zero_stage = 3, steps = 20, batch = 24, micro_batches = 1, dp_replicate = 1, tp_degree = 1, pp_degree = 1;
   int hidden = 64, hidden_layers = 3;
-  std::string param_dtype = "f32", reduce_dtype = "f32", accumulation = "reduce", ledger_json, optimizer = "adamw";
+  std::string param_dtype = "f32", reduce_dtype = "f32", activation_dtype = "f32", accumulation = "reduce", ledger_json,
+              optimizer = "adamw";
   std::string params_out, compare_params, pp_schedule = "1f1b", checkpoint_dir, declaration_out;
   double lr = 1e-2, weight_decay = 0.01, grad_clip = 1.0, momentum = 0.9, params_tolerance = 1e-5;
   std::uint64_t seed = 1;
@@ -434,6 +439,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--steps", f.steps, "optimizer steps")->check(flags::positive_integer());
   app.add_option("--param-dtype", f.param_dtype, "f32, bf16 or f16")->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app.add_option("--reduce-dtype", f.reduce_dtype, "f32 or bf16")->check(CLI::IsMember({"f32", "bf16"}));
+  app.add_option("--activation-dtype", f.activation_dtype,
+                 "f32 or bf16: the layers' activations, kept and passed between them (through the library's bf16 "
+                 "column- and row-parallel products: the tp collectives in bf16), the products summed in f32")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   app.add_option("--batch", f.batch, "rows per micro-batch over all ranks (each rank takes batch / ranks)")
       ->check(flags::positive_integer());
   app.add_option("--grad-accum,--microbatches", f.micro_batches,
@@ -503,6 +512,7 @@ std::vector<strata::ConfigField> configuration(const Flags& f) {
           {"--steps", v(f.steps)},
           {"--param-dtype", f.param_dtype},
           {"--reduce-dtype", f.reduce_dtype},
+          {"--activation-dtype", f.activation_dtype},
           {"--batch", v(f.batch)},
           {"--grad-accum", v(f.micro_batches)},
           {"--accumulation", f.accumulation},
@@ -589,7 +599,7 @@ int main(int argc, char** argv) {
       });
     }
     StepRunner runner(model, mesh, cfg, layers, rows, f.micro_batches, f.pp_schedule, f.accumulation == "reduce",
-                      f.seed, f.recompute, f.offload_activations);
+                      f.seed, f.recompute, f.offload_activations, strata::parse_dtype(f.activation_dtype));
     std::unique_ptr<strata::ShardedAdamW> adamw;
     std::unique_ptr<MomentumSgd> sgd;
     if (f.optimizer == "adamw")
@@ -657,8 +667,9 @@ int main(int argc, char** argv) {
       save(last_step);
       if (rt.rank() == 0) std::printf("checkpoint of step %d in %s\n", last_step, f.checkpoint_dir.c_str());
     }
-    const strata::StepDeclaration declared = declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(),
-                                                          adamw != nullptr, f.recompute, f.offload_activations);
+    const strata::StepDeclaration declared =
+        declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr, f.recompute,
+                     f.offload_activations, strata::parse_dtype(f.activation_dtype));
     if (f.check_memory) check_memory(rt, declared, before, runner.offload());
     if (!f.declaration_out.empty()) write_declaration(rt, f.declaration_out, declared);
     finish_parameters(rt, model, mesh, cfg, f.params_out, f.compare_params, f.params_tolerance);

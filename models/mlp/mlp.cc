@@ -102,35 +102,34 @@ LayerParams read_layer(const std::vector<TensorView>& views) {
   return p;
 }
 
-KeptFloats::KeptFloats(Device& device, const std::vector<float>& values)
-    : buffer_(device.allocate(values.size() * sizeof(float), MemCategory::kActivations)), size_(values.size()) {
-  std::copy(values.begin(), values.end(), buffer_.as<float>());
+KeptValues::KeptValues(Device& device, const void* values, std::size_t bytes)
+    : buffer_(device.allocate(bytes, MemCategory::kActivations)), bytes_(bytes) {
+  if (bytes > 0) std::memcpy(buffer_.data(), values, bytes);
 }
 
 namespace {
 
-// values into activation `act` of an offload staging set (host memory: the MLP computes on the CPU backend, whose
-// compute stream runs inline, so the set is free once begin_forward returns).
-void stage(ActivationOffload& o, int set, int act, const std::vector<float>& values) {
-  const std::size_t bytes = values.size() * sizeof(float);
+// `bytes` of values into activation `act` of an offload staging set (host memory: the MLP computes on the CPU
+// backend, whose compute stream runs inline, so the set is free once begin_forward returns).
+void stage(ActivationOffload& o, int set, int act, const void* values, std::size_t bytes) {
   STRATA_CHECK(bytes <= o.bytes(act), "a kept activation of {} bytes does not fit the offload's {}", bytes,
                o.bytes(act));
-  std::memcpy(o.staging(set, act), values.data(), bytes);
+  if (bytes > 0) std::memcpy(o.staging(set, act), values, bytes);
 }
 
 }  // namespace
 
-void Activations::keep(const std::vector<float>& input, const std::vector<float>& output) {
+void Activations::keep_bytes(const void* input, std::size_t input_bytes, const void* output, std::size_t output_bytes) {
   const int u = kept_++;
   if (!options_.offload) {
-    inputs_.emplace_back(*device_, input);
-    if (!recompute()) outputs_.emplace_back(*device_, output);
+    inputs_.emplace_back(*device_, input, input_bytes);
+    if (!recompute()) outputs_.emplace_back(*device_, output, output_bytes);
     return;
   }
   ActivationOffload& o = *options_.offload;
   const int set = o.begin_forward();
-  stage(o, set, 0, input);
-  if (!recompute()) stage(o, set, 1, output);
+  stage(o, set, 0, input, input_bytes);
+  if (!recompute()) stage(o, set, 1, output, output_bytes);
   o.end_forward(set, options_.first_block + u);
 }
 
@@ -143,8 +142,7 @@ Activations::Kept Activations::load(int u) {
   const int set = o.begin_backward(options_.first_block + u);
   loaded_set_[i] = set;
   if (u > 0) o.prefetch(options_.first_block + u - 1);  // the next backward's, while this one computes
-  return {static_cast<const float*>(o.staging(set, 0)),
-          recompute() ? nullptr : static_cast<const float*>(o.staging(set, 1))};
+  return {o.staging(set, 0), recompute() ? nullptr : o.staging(set, 1)};
 }
 
 void Activations::release(int u) {
@@ -208,13 +206,13 @@ std::vector<float> layer_backward(const MlpConfig& cfg, int layer, const LayerPa
   const int in = cfg.layer_in(layer), out = cfg.layer_out(layer);
   const bool tanh_act = layer != cfg.num_layers() - 1;
   const Activations::Kept kept = acts.load(layer);
-  const float* xs = kept.input;
+  const auto* xs = static_cast<const float*>(kept.input);
   std::vector<float> dz(dy);
   if (tanh_act) {
     // Recomputation: the output rebuilt from the input, in ledger memory for this layer's backward only.
-    std::optional<KeptFloats> rebuilt;
+    std::optional<KeptValues> rebuilt;
     if (acts.recompute()) rebuilt.emplace(acts.device(), layer_output(cfg, layer, p, xs, rows));
-    const float* y = rebuilt ? rebuilt->data() : kept.output;
+    const auto* y = static_cast<const float*>(rebuilt ? rebuilt->data() : kept.output);
     for (std::size_t i = 0; i < dz.size(); ++i) dz[i] *= 1.0f - y[i] * y[i];
   }
   dweight.assign(static_cast<std::size_t>(in) * out, 0.0f);
@@ -250,6 +248,9 @@ double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& 
                     "the MLP example computes on the host: run it on the CPU backend (device {})",
                     model.resources().device().name());
   const int layers = cfg.num_layers();
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, keep.dtype == DType::kF32,
+                    "the MLP's one-rank path keeps f32 activations; bf16 ones go through MlpLayers "
+                    "(forward_backward_tp, at any tp)");
   Activations acts(model.resources().device(), keep);
   std::vector<float> x = batch.x;
   for (int i = 0; i < layers; ++i) {

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "runtime/memory/activation_offload.h"
 #include "runtime/sharding/sharded_model.h"
 
@@ -48,29 +49,33 @@ struct LayerParams {
 };
 LayerParams read_layer(const std::vector<TensorView>& views);
 
-// Values a layer keeps from its forward to its backward, in the device's memory and its ledger (kActivations): what
-// a step's memory prediction declares (the MLP computes on the CPU backend, where that memory is host memory).
-class KeptFloats {
+// Values a layer keeps from its forward to its backward (f32 or bf16), in the device's memory and its ledger
+// (kActivations): what a step's memory prediction declares (the MLP computes on the CPU backend, where that memory is
+// host memory).
+class KeptValues {
  public:
-  KeptFloats(Device& device, const std::vector<float>& values);
-  std::size_t size() const { return size_; }
-  const float* data() const { return buffer_.as<float>(); }
-  float operator[](std::size_t i) const { return data()[i]; }
-  std::vector<float> values() const { return {data(), data() + size_}; }
+  KeptValues(Device& device, const void* values, std::size_t bytes);
+  template <typename T>
+  KeptValues(Device& device, const std::vector<T>& values)
+      : KeptValues(device, values.data(), values.size() * sizeof(T)) {}
+  std::size_t bytes() const { return bytes_; }
+  const void* data() const { return buffer_.data(); }
 
  private:
   Buffer buffer_;
-  std::size_t size_ = 0;
+  std::size_t bytes_ = 0;
 };
 
 // Where and how the layers keep their activations: `recompute` (RecomputePolicy's full kind for every layer) keeps
 // the inputs alone, a layer's backward rebuilding its output from its input (layer_output); with `offload` the kept
 // values wait in host memory between a layer's forward and its backward, block `first_block` + the layer's place
 // among those kept (a pipeline stage's slot s: s x its layers), the device holding the offload's two staging sets.
+// `dtype`: the activations' type, f32 or bf16 (MlpLayers: kept, and passed between the layers, as bf16).
 struct KeepOptions {
   bool recompute = false;
   ActivationOffload* offload = nullptr;
   int first_block = 0;
+  DType dtype = DType::kF32;
 };
 
 // Forward activations kept for backward, per layer in the order kept: its (scaled) input [rows, layer_in] and its
@@ -80,21 +85,31 @@ class Activations {
   explicit Activations(Device& device, KeepOptions options = {}) : device_(&device), options_(options) {}
   Device& device() const { return *device_; }
   bool recompute() const { return options_.recompute; }
-  void keep(const std::vector<float>& input, const std::vector<float>& output);
+  DType dtype() const { return options_.dtype; }
+  // The values of the type dtype() names (f32 or Bf16).
+  template <typename T>
+  void keep(const std::vector<T>& input, const std::vector<T>& output) {
+    STRATA_CHECK(sizeof(T) == dtype_size(dtype()), "activations of {} kept as values of {} bytes", dtype_name(dtype()),
+                 sizeof(T));
+    keep_bytes(input.data(), input.size() * sizeof(T), output.data(), output.size() * sizeof(T));
+  }
   // Layer u's kept values for its backward, valid until release(u): its input, and its output (null under
-  // recomputation). Offloaded, they are brought back into a staging set first, and layer u - 1's are prefetched.
+  // recomputation), of dtype(). Offloaded, they are brought back into a staging set first, and layer u - 1's are
+  // prefetched.
   struct Kept {
-    const float* input = nullptr;
-    const float* output = nullptr;
+    const void* input = nullptr;
+    const void* output = nullptr;
   };
   Kept load(int u);
   void release(int u);
   void clear();
 
  private:
+  void keep_bytes(const void* input, std::size_t input_bytes, const void* output, std::size_t output_bytes);
+
   Device* device_;
   KeepOptions options_;
-  std::vector<KeptFloats> inputs_, outputs_;  // on the device, without offload
+  std::vector<KeptValues> inputs_, outputs_;  // on the device, without offload
   int kept_ = 0;                              // layers kept since clear()
   std::vector<int> loaded_set_;               // offload: the staging set layer u's backward reads (-1: none)
 };
@@ -121,7 +136,8 @@ namespace strata::mlp {
 
 // One micro-batch through a ShardedModel: forward unit by unit, loss, backward in reverse, gradients added into
 // Strata's buffers (scaled by grad_scale, e.g. 1/micro_batches times the loss scale). Returns the local loss.
-// `keep`: recomputation and activation offload (bitwise the same results).
+// `keep`: recomputation and activation offload (bitwise the same results); f32 activations only (bf16 ones go
+// through MlpLayers: forward_backward_tp).
 double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale,
                         const KeepOptions& keep = {});
 

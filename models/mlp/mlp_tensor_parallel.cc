@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 namespace strata::mlp {
@@ -24,34 +25,36 @@ std::pair<std::uint64_t, std::uint64_t> local_widths(const MlpConfig& cfg, int i
 }
 }  // namespace
 
-std::uint64_t kept_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp, bool recompute) {
+std::uint64_t kept_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp, bool recompute,
+                                    std::size_t element_bytes) {
   std::uint64_t floats = 0;
   for (int i = first; i < last; ++i) {
     const auto [in, out] = local_widths(cfg, i, tp);
     floats += static_cast<std::uint64_t>(rows) * (in + (recompute ? 0 : out));
   }
-  return 4 * floats;
+  return element_bytes * floats;
 }
 
-std::uint64_t rebuilt_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp) {
+std::uint64_t rebuilt_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp,
+                                       std::size_t element_bytes) {
   std::uint64_t floats = 0;
   for (int i = first; i < last; ++i) {
     if (i == cfg.num_layers() - 1) continue;  // the output layer's is not needed (no tanh)
     floats = std::max(floats, static_cast<std::uint64_t>(rows) * local_widths(cfg, i, tp).second);
   }
-  return 4 * floats;
+  return element_bytes * floats;
 }
 
 std::vector<std::size_t> offloaded_activation_bytes(const MlpConfig& cfg, int first, int last, int rows, int tp,
-                                                    bool recompute) {
+                                                    bool recompute, std::size_t element_bytes) {
   std::size_t in = 0, out = 0;
   for (int i = first; i < last; ++i) {
     const auto [local_in, local_out] = local_widths(cfg, i, tp);
     in = std::max(in, static_cast<std::size_t>(rows) * static_cast<std::size_t>(local_in));
     out = std::max(out, static_cast<std::size_t>(rows) * static_cast<std::size_t>(local_out));
   }
-  if (recompute) return {4 * in};
-  return {4 * in, 4 * out};
+  if (recompute) return {element_bytes * in};
+  return {element_bytes * in, element_bytes * out};
 }
 
 std::uint64_t largest_tp_all_reduce(const MlpConfig& cfg, int first, int last, int rows) {
@@ -126,9 +129,60 @@ void HostLinearKernels::add_bias(float* out, const float* bias, int N, int C) {
 
 void HostLinearKernels::zero(void* p, std::size_t bytes) { std::memset(p, 0, bytes); }
 
+void HostLinearKernels::matmul_forward_bf16(Bf16* out, const Bf16* inp, const float* weight, const float* bias, int N,
+                                            int IC, int OC) {
+  host_matmul_forward_bf16(*this, scratch_, out, inp, weight, bias, N, IC, OC);
+}
+
+void HostLinearKernels::matmul_backward_bf16(Bf16* dinp, float* dweight, float* dbias, const Bf16* dout,
+                                             const Bf16* inp, const float* weight, int N, int IC, int OC) {
+  host_matmul_backward_bf16(*this, scratch_, dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+}
+
+void HostLinearKernels::add_bias_bf16(Bf16* out, const float* bias, int N, int C) {
+  host_add_bias_bf16(out, bias, N, C);
+}
+
+namespace {
+
+// The activations' values as T (f32, or rounded once to bf16) and back to f32 (exactly).
+template <typename T>
+std::vector<T> as(const std::vector<float>& x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    std::vector<T> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = Bf16::from(x[i]);
+    return out;
+  }
+}
+
+template <typename T>
+std::vector<float> widened(std::vector<T> x) {
+  if constexpr (std::is_same_v<T, float>) {
+    return x;
+  } else {
+    std::vector<float> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = x[i].value();
+    return out;
+  }
+}
+
 void apply_tanh(std::vector<float>& y) {
   for (float& v : y) v = std::tanh(v);
 }
+void apply_tanh(std::vector<Bf16>& y) {
+  for (Bf16& v : y) v = Bf16::from(std::tanh(v.value()));
+}
+
+// d *= tanh'(the output y) = 1 - y^2 (bf16: in f32, rounded once).
+void tanh_grad(float& d, float y) { d *= 1.0f - y * y; }
+void tanh_grad(Bf16& d, Bf16 y) {
+  const float v = y.value();
+  d = Bf16::from(d.value() * (1.0f - v * v));
+}
+
+}  // namespace
 
 MlpLayers::Layer::Layer(const MlpConfig& cfg, int i, TensorParallel& tp, LinearKernels& k)
     : split(layer_split(cfg, i)), in(cfg.layer_in(i)), out(cfg.layer_out(i)), local_in(in), local_out(out) {
@@ -143,55 +197,76 @@ MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int la
   for (int i = first; i < last; ++i) layers_.emplace_back(cfg, i, tp, k_);
 }
 
-std::vector<float> MlpLayers::output(std::size_t u, const LayerParams& p, const float* x, int rows) {
+template <typename T>
+std::vector<T> MlpLayers::output(std::size_t u, const LayerParams& p, const T* x, int rows) {
   Layer& L = layers_[u];
-  std::vector<float> y(static_cast<std::size_t>(rows) * L.local_out);
+  std::vector<T> y(static_cast<std::size_t>(rows) * L.local_out);
   if (L.col)
     L.col->forward(y.data(), x, nullptr, p.weight.data(), p.bias.data());
   else if (L.row)
     L.row->forward(y.data(), nullptr, x, p.weight.data(), p.bias.data());
   else
-    k_.matmul_forward(y.data(), x, p.weight.data(), p.bias.data(), rows, L.in, L.out);
+    linear_forward(k_, y.data(), x, p.weight.data(), p.bias.data(), rows, L.in, L.out);
   if (!(last_layer_ && u + 1 == layers_.size())) apply_tanh(y);
   return y;
 }
 
 std::vector<float> MlpLayers::forward(ShardedModel& model, std::vector<float> x, int rows, Activations& acts) {
+  if (acts.dtype() == DType::kBF16) return forward_as<Bf16>(model, std::move(x), rows, acts);
+  STRATA_CHECK(acts.dtype() == DType::kF32, "the MLP's activations are f32 or bf16, not {}", dtype_name(acts.dtype()));
+  return forward_as<float>(model, std::move(x), rows, acts);
+}
+
+std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> dy, int rows, Activations& acts) {
+  if (acts.dtype() == DType::kBF16) return backward_as<Bf16>(model, std::move(dy), rows, acts);
+  return backward_as<float>(model, std::move(dy), rows, acts);
+}
+
+template <typename T>
+std::vector<float> MlpLayers::forward_as(ShardedModel& model, std::vector<float> input, int rows, Activations& acts) {
   acts.clear();
+  std::vector<T> x;
   for (std::size_t u = 0; u < layers_.size(); ++u) {
     Layer& L = layers_[u];
     const int unit = static_cast<int>(u);
     LayerParams p = read_layer(model.begin_forward(unit));
-    if (!p.input_scale.empty())
-      for (int r = 0; r < rows; ++r)
-        for (int j = 0; j < L.in; ++j) x[static_cast<std::size_t>(r) * L.in + j] *= p.input_scale[static_cast<std::size_t>(j)];
-    std::vector<float> y = output(u, p, x.data(), rows);
+    if (u == 0) {  // the range's input: scaled in f32 (layer 0), then of the activations' type
+      if (!p.input_scale.empty())
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < L.in; ++j)
+            input[static_cast<std::size_t>(r) * L.in + j] *= p.input_scale[static_cast<std::size_t>(j)];
+      x = as<T>(input);
+    }
+    std::vector<T> y = output(u, p, x.data(), rows);
     model.end_forward(unit);
     acts.keep(x, y);
     x = std::move(y);
   }
-  return x;
+  return widened(std::move(x));
 }
 
-std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> dy, int rows, Activations& acts) {
+template <typename T>
+std::vector<float> MlpLayers::backward_as(ShardedModel& model, std::vector<float> dy_in, int rows, Activations& acts) {
+  std::vector<T> dy = as<T>(dy_in);
   for (int u = static_cast<int>(layers_.size()) - 1; u >= 0; --u) {
     Layer& L = layers_[static_cast<std::size_t>(u)];
     BackwardViews v = model.begin_backward(u);
     LayerParams p = read_layer(v.params);
     const Activations::Kept kept = acts.load(u);
-    const float* xin = kept.input;
+    const auto* xin = static_cast<const T*>(kept.input);
     if (!(last_layer_ && u + 1 == static_cast<int>(layers_.size()))) {
       // Recomputation: the output rebuilt from the kept input (its collective again), for this backward only.
-      std::optional<KeptFloats> rebuilt;
+      std::optional<KeptValues> rebuilt;
       if (acts.recompute()) rebuilt.emplace(acts.device(), output(static_cast<std::size_t>(u), p, xin, rows));
-      const float* out = rebuilt ? rebuilt->data() : kept.output;
-      for (std::size_t e = 0; e < dy.size(); ++e) dy[e] *= 1.0f - out[e] * out[e];
+      const auto* out = static_cast<const T*>(rebuilt ? rebuilt->data() : kept.output);
+      for (std::size_t e = 0; e < dy.size(); ++e) tanh_grad(dy[e], out[e]);
     }
     std::vector<float> dw(p.weight.size(), 0.0f), db(p.bias.size(), 0.0f);
-    std::vector<float> dx(static_cast<std::size_t>(rows) * L.local_in, 0.0f);
+    std::vector<T> dx(static_cast<std::size_t>(rows) * L.local_in, T{});
     if (L.col) L.col->backward(dx.data(), nullptr, dw.data(), db.data(), dy.data(), xin, p.weight.data());
     else if (L.row) L.row->backward(dx.data(), nullptr, dw.data(), db.data(), dy.data(), xin, p.weight.data());
-    else k_.matmul_backward(dx.data(), dw.data(), db.data(), dy.data(), xin, p.weight.data(), rows, L.in, L.out);
+    else
+      linear_backward(k_, dx.data(), dw.data(), db.data(), dy.data(), xin, p.weight.data(), rows, L.in, L.out);
     acts.release(u);
     for (const TensorView& g : v.grads) {
       if (g.slot->name.ends_with(".weight")) add_into(g, dw);
@@ -200,7 +275,7 @@ std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> d
     model.end_backward(u);
     dy = std::move(dx);
   }
-  return dy;
+  return widened(std::move(dy));
 }
 
 double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,

@@ -8,7 +8,46 @@
 namespace strata {
 
 namespace {
-std::size_t bytes(int rows, int width) { return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width) * 4; }
+
+template <typename T>
+std::size_t bytes(int rows, int width) {
+  return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width) * sizeof(T);
+}
+
+template <typename T>
+const T* column_forward(TensorParallel& tp, LinearKernels& k, int in, int local_out, T* y, const T* x, T* gathered,
+                        const float* w, const float* b) {
+  const T* whole = tp.to_full(x, gathered, in);
+  linear_forward(k, y, whole, w, b, tp.rows(), in, local_out);
+  return whole;
+}
+
+template <typename T>
+const T* column_backward(TensorParallel& tp, LinearKernels& k, int in, int local_out, T* partial, T* local, float* dw,
+                         float* db, const T* dy, const T* x_whole, const float* w) {
+  k.zero(partial, bytes<T>(tp.rows(), in));
+  linear_backward(k, partial, dw, db, dy, x_whole, w, tp.rows(), in, local_out);
+  return tp.reduce_partial(partial, tp.sequence_parallel() ? local : partial, in);
+}
+
+template <typename T>
+T* row_forward(TensorParallel& tp, LinearKernels& k, int local_in, int out, T* partial, T* local, const T* x,
+               const float* w, const float* b) {
+  linear_forward(k, partial, x, w, nullptr, tp.rows(), local_in, out);
+  T* y = tp.reduce_partial(partial, tp.sequence_parallel() ? local : partial, out);
+  if (b) linear_add_bias(k, y, b, tp.local_rows(), out);
+  return y;
+}
+
+template <typename T>
+const T* row_backward(TensorParallel& tp, LinearKernels& k, int local_in, int out, T* dx, T* gathered, float* dw,
+                      float* db, const T* dy, const T* x, const float* w) {
+  const T* whole = tp.to_full(dy, gathered, out);
+  k.zero(dx, bytes<T>(tp.rows(), local_in));
+  linear_backward(k, dx, dw, db, whole, x, w, tp.rows(), local_in, out);
+  return whole;
+}
+
 }  // namespace
 
 ColumnParallelLinear::ColumnParallelLinear(TensorParallel& tp, LinearKernels& k, int in, int out, int parts)
@@ -73,16 +112,21 @@ void ColumnParallelLinear::sum_shared_grads(float* dw, float* db, float* staging
 }
 
 const float* ColumnParallelLinear::forward(float* y, const float* x, float* gathered, const float* w, const float* b) {
-  const float* whole = tp_.to_full(x, gathered, in_);
-  k_.matmul_forward(y, whole, w, b, tp_.rows(), in_, local_out_);
-  return whole;
+  return column_forward(tp_, k_, in_, local_out_, y, x, gathered, w, b);
+}
+
+const Bf16* ColumnParallelLinear::forward(Bf16* y, const Bf16* x, Bf16* gathered, const float* w, const float* b) {
+  return column_forward(tp_, k_, in_, local_out_, y, x, gathered, w, b);
 }
 
 const float* ColumnParallelLinear::backward(float* partial, float* local, float* dw, float* db, const float* dy,
                                             const float* x_whole, const float* w) {
-  k_.zero(partial, bytes(tp_.rows(), in_));
-  k_.matmul_backward(partial, dw, db, dy, x_whole, w, tp_.rows(), in_, local_out_);
-  return tp_.reduce_partial(partial, tp_.sequence_parallel() ? local : partial, in_);
+  return column_backward(tp_, k_, in_, local_out_, partial, local, dw, db, dy, x_whole, w);
+}
+
+const Bf16* ColumnParallelLinear::backward(Bf16* partial, Bf16* local, float* dw, float* db, const Bf16* dy,
+                                           const Bf16* x_whole, const float* w) {
+  return column_backward(tp_, k_, in_, local_out_, partial, local, dw, db, dy, x_whole, w);
 }
 
 RowParallelLinear::RowParallelLinear(TensorParallel& tp, LinearKernels& k, int in, int out)
@@ -93,18 +137,21 @@ RowParallelLinear::RowParallelLinear(TensorParallel& tp, LinearKernels& k, int i
 }
 
 float* RowParallelLinear::forward(float* partial, float* local, const float* x, const float* w, const float* b) {
-  k_.matmul_forward(partial, x, w, nullptr, tp_.rows(), local_in_, out_);
-  float* y = tp_.reduce_partial(partial, tp_.sequence_parallel() ? local : partial, out_);
-  if (b) k_.add_bias(y, b, tp_.local_rows(), out_);
-  return y;
+  return row_forward(tp_, k_, local_in_, out_, partial, local, x, w, b);
+}
+
+Bf16* RowParallelLinear::forward(Bf16* partial, Bf16* local, const Bf16* x, const float* w, const float* b) {
+  return row_forward(tp_, k_, local_in_, out_, partial, local, x, w, b);
 }
 
 const float* RowParallelLinear::backward(float* dx, float* gathered, float* dw, float* db, const float* dy,
                                          const float* x, const float* w) {
-  const float* whole = tp_.to_full(dy, gathered, out_);
-  k_.zero(dx, bytes(tp_.rows(), local_in_));
-  k_.matmul_backward(dx, dw, db, whole, x, w, tp_.rows(), local_in_, out_);
-  return whole;
+  return row_backward(tp_, k_, local_in_, out_, dx, gathered, dw, db, dy, x, w);
+}
+
+const Bf16* RowParallelLinear::backward(Bf16* dx, Bf16* gathered, float* dw, float* db, const Bf16* dy, const Bf16* x,
+                                        const float* w) {
+  return row_backward(tp_, k_, local_in_, out_, dx, gathered, dw, db, dy, x, w);
 }
 
 }  // namespace strata

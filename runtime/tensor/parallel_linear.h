@@ -6,7 +6,9 @@
 // A micro-batch is the group's rows() rows (B x T); under sequence parallelism a rank's activations outside these
 // layers are its local_rows() of them. A column-parallel product followed by a row-parallel one (an MLP, attention)
 // needs one collective each way: g after the row-parallel product, f's backward before the column-parallel input
-// gradient leaves. Buffers are the caller's; nothing is allocated here.
+// gradient leaves. Buffers are the caller's; nothing is allocated here. Activations are f32 or, through the overloads
+// that take Bf16, bf16 (Megatron's bf16 activations: half the memory and half the bytes on the wire; the products sum
+// in f32), with f32 weights either way.
 #pragma once
 
 #include <vector>
@@ -50,6 +52,11 @@ class ColumnParallelLinear {
   // forward returned (or the same input gathered again).
   const float* backward(float* partial, float* local, float* dw, float* db, const float* dy, const float* x_whole,
                         const float* w);
+  // The same over bf16 activations (weights, bias and their gradients f32): the kernels' *_bf16 methods, and the
+  // collectives in bf16 (half the bytes).
+  const Bf16* forward(Bf16* y, const Bf16* x, Bf16* gathered, const float* w, const float* b);
+  const Bf16* backward(Bf16* partial, Bf16* local, float* dw, float* db, const Bf16* dy, const Bf16* x_whole,
+                       const float* w);
 
  private:
   TensorParallel& tp_;
@@ -78,6 +85,9 @@ class RowParallelLinear {
   // db += the column sums of the whole dy (equal on every tp rank). Returns the whole dy.
   const float* backward(float* dx, float* gathered, float* dw, float* db, const float* dy, const float* x,
                         const float* w);
+  // The same over bf16 activations (weights, bias and their gradients f32).
+  Bf16* forward(Bf16* partial, Bf16* local, const Bf16* x, const float* w, const float* b);
+  const Bf16* backward(Bf16* dx, Bf16* gathered, float* dw, float* db, const Bf16* dy, const Bf16* x, const float* w);
 
  private:
   TensorParallel& tp_;

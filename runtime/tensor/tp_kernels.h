@@ -9,6 +9,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
 
 namespace strata {
 
@@ -27,7 +30,52 @@ class LinearKernels {
   virtual void add_bias(float* out, const float* bias, int N, int C) = 0;
   // `bytes` of p set to 0.
   virtual void zero(void* p, std::size_t bytes) = 0;
+
+  // The same over bf16 activations, for the bf16 overloads of parallel_linear.h: inp, out, dout and dinp are bf16;
+  // weight, bias and their gradients f32. Each output element is summed in f32 and rounded to bf16 once (dinp: its
+  // bf16 value plus the f32 sum, rounded once); dweight and dbias sum the bf16 values in f32. Kernels without them
+  // throw kUnsupported (these defaults): the MLP example's host kernels and the CPU kernel table implement them.
+  virtual void matmul_forward_bf16(Bf16* out, const Bf16* inp, const float* weight, const float* bias, int N, int IC,
+                                   int OC);
+  virtual void matmul_backward_bf16(Bf16* dinp, float* dweight, float* dbias, const Bf16* dout, const Bf16* inp,
+                                    const float* weight, int N, int IC, int OC);
+  virtual void add_bias_bf16(Bf16* out, const float* bias, int N, int C);
 };
+
+// LinearKernels' products by activation type (f32, or bf16 through the *_bf16 methods), for code written once over
+// both.
+inline void linear_forward(LinearKernels& k, float* out, const float* inp, const float* weight, const float* bias,
+                           int N, int IC, int OC) {
+  k.matmul_forward(out, inp, weight, bias, N, IC, OC);
+}
+inline void linear_forward(LinearKernels& k, Bf16* out, const Bf16* inp, const float* weight, const float* bias, int N,
+                           int IC, int OC) {
+  k.matmul_forward_bf16(out, inp, weight, bias, N, IC, OC);
+}
+inline void linear_backward(LinearKernels& k, float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, int N, int IC, int OC) {
+  k.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+}
+inline void linear_backward(LinearKernels& k, Bf16* dinp, float* dweight, float* dbias, const Bf16* dout,
+                            const Bf16* inp, const float* weight, int N, int IC, int OC) {
+  k.matmul_backward_bf16(dinp, dweight, dbias, dout, inp, weight, N, IC, OC);
+}
+inline void linear_add_bias(LinearKernels& k, float* out, const float* bias, int N, int C) {
+  k.add_bias(out, bias, N, C);
+}
+inline void linear_add_bias(LinearKernels& k, Bf16* out, const float* bias, int N, int C) {
+  k.add_bias_bf16(out, bias, N, C);
+}
+
+// The bf16 linear kernels on host memory through f32 ones: the operands widened into f32 scratch, `f32`'s kernels
+// run, the outputs rounded to bf16 once. What the CPU kernel tables do (and any host LinearKernels may); `scratch`
+// grows to the largest call (host memory outside the ledger, as the kernels' own scratch).
+void host_matmul_forward_bf16(LinearKernels& f32, std::vector<float>& scratch, Bf16* out, const Bf16* inp,
+                              const float* weight, const float* bias, int N, int IC, int OC);
+void host_matmul_backward_bf16(LinearKernels& f32, std::vector<float>& scratch, Bf16* dinp, float* dweight,
+                               float* dbias, const Bf16* dout, const Bf16* inp, const float* weight, int N, int IC,
+                               int OC);
+void host_add_bias_bf16(Bf16* out, const float* bias, int N, int C);
 
 // The vocabulary-parallel kernels: a rank holds rows [v_begin, v_begin + v_count) of the embedding table and the
 // matching columns of the logits, of which the first `valid` are real (the rest pad the vocabulary to a multiple of

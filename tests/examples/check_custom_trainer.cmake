@@ -1,7 +1,9 @@
 # Runs examples/custom_trainer and checks its printed losses (cmake -P, so no other interpreter is needed).
-#   -DMODE=equal -DRUN=<cmd> -DREFERENCE=<cmd> -DTOLERANCE_PPM=1: every step's loss and gradient norm of RUN equal
-#      REFERENCE's within TOLERANCE_PPM parts per million (relative); REFERENCE runs first (so RUN may read what it
-#      wrote: --compare-params of its --params-out);
+#   -DMODE=equal -DRUN=<cmd> -DREFERENCE=<cmd> -DTOLERANCE_PPM=1 [-DNORM_TOLERANCE_PPM=<n>] [-DAPART_PPM=<n>]: every
+#      step's loss and gradient norm of RUN equal REFERENCE's within TOLERANCE_PPM parts per million (relative; the
+#      norms within NORM_TOLERANCE_PPM when given); with APART_PPM, some loss further than that from the reference's (a
+#      change that must show: bf16 against f32). REFERENCE runs first (so RUN may read what it wrote:
+#      --compare-params of its --params-out);
 #   -DMODE=falls -DRUN=<cmd> -DFACTOR_PERCENT=75: the last step's loss is below that percentage of the first's.
 #   -DMODE=resume -DLAUNCH=<mpiexec -n> -DBIN=<custom_trainer> -DFLAGS=<the run's flags> -DWORK=<dir> -DOTHER=<an
 #      optimizer>: a run of --steps 20 at np 4 (dp 2 x tp 2) stopped at step 10 with a checkpoint resumes at np 4
@@ -44,7 +46,7 @@ endfunction()
 
 # |a - b| / |b| <= tol, in CMake's integer-only arithmetic: the values are printed with 9 decimals, so compare them
 # as integers of 1e-9 (one unit of slack for the printing's rounding).
-function(check_close what a b tol_ppm)
+function(within a b tol_ppm out)
   foreach(v a b)
     string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\1;\\2" parts "${${v}}")
     list(GET parts 0 whole)
@@ -66,6 +68,15 @@ function(check_close what a b tol_ppm)
   # diff / b <= tol_ppm * 1e-6, plus one unit of the last printed digit; no product of diff (64-bit math wraps).
   math(EXPR limit "${b_n} / 1000000 * ${tol_ppm} + 1")
   if(diff GREATER limit)
+    set(${out} FALSE PARENT_SCOPE)
+  else()
+    set(${out} TRUE PARENT_SCOPE)
+  endif()
+endfunction()
+
+function(check_close what a b tol_ppm)
+  within("${a}" "${b}" ${tol_ppm} ok)
+  if(NOT ok)
     message(FATAL_ERROR "${what}: ${a} differs from ${b} by more than ${tol_ppm}e-6 relative")
   endif()
 endfunction()
@@ -78,16 +89,30 @@ if(MODE STREQUAL "equal")
   if(NOT n EQUAL m)
     message(FATAL_ERROR "${n} steps against ${m}")
   endif()
+  if(NOT DEFINED NORM_TOLERANCE_PPM)
+    set(NORM_TOLERANCE_PPM ${TOLERANCE_PPM})
+  endif()
   math(EXPR last "${n} - 1")
+  set(apart FALSE)
   foreach(i RANGE 0 ${last})
     list(GET losses ${i} a)
     list(GET want_losses ${i} b)
     check_close("step ${i} loss" "${a}" "${b}" ${TOLERANCE_PPM})
+    if(DEFINED APART_PPM)
+      within("${a}" "${b}" ${APART_PPM} near)
+      if(NOT near)
+        set(apart TRUE)
+      endif()
+    endif()
     list(GET norms ${i} a)
     list(GET want_norms ${i} b)
-    check_close("step ${i} grad_norm" "${a}" "${b}" ${TOLERANCE_PPM})
+    check_close("step ${i} grad_norm" "${a}" "${b}" ${NORM_TOLERANCE_PPM})
   endforeach()
-  message(STATUS "equal: ${n} steps, losses and gradient norms within ${TOLERANCE_PPM}e-6 relative")
+  if(DEFINED APART_PPM AND NOT apart)
+    message(FATAL_ERROR "every loss within ${APART_PPM}e-6 of the reference's: the run changed nothing beyond round-off")
+  endif()
+  message(STATUS "equal: ${n} steps, losses within ${TOLERANCE_PPM}e-6 relative, gradient norms within "
+                 "${NORM_TOLERANCE_PPM}e-6")
 elseif(MODE STREQUAL "falls")
   run_losses("${RUN}" losses norms)
   list(GET losses 0 first)
