@@ -167,6 +167,26 @@ class CpuKernels final : public Kernels {
                           const std::int32_t* targets, int v_begin, int N, int V, int valid, float dscale) override {
     cpu::vocab_crossentropy(losses, dlogits, logits, row_max, stats, targets, v_begin, N, V, valid, dscale);
   }
+  void embedding_forward_bf16(Bf16* out, const std::int32_t* tokens, const float* wte, int v_begin, int v_count, int N,
+                              int C) override {
+    cpu::embedding_forward(out, tokens, wte, v_begin, v_count, N, C);
+  }
+  void embedding_backward_bf16(float* dwte, const Bf16* dout, const std::int32_t* tokens, int v_begin, int v_count,
+                               int N, int C) override {
+    cpu::embedding_backward(dwte, dout, tokens, v_begin, v_count, N, C);
+  }
+  void vocab_max_bf16(float* row_max, const Bf16* logits, int N, int V, int valid) override {
+    cpu::vocab_max(row_max, logits, N, V, valid);
+  }
+  void vocab_sumexp_bf16(float* stats, const Bf16* logits, const float* row_max, const std::int32_t* targets,
+                         int v_begin, int N, int V, int valid) override {
+    cpu::vocab_sumexp(stats, logits, row_max, targets, v_begin, N, V, valid);
+  }
+  void vocab_crossentropy_bf16(float* losses, Bf16* dlogits, const Bf16* logits, const float* row_max,
+                               const float* stats, const std::int32_t* targets, int v_begin, int N, int V, int valid,
+                               float dscale) override {
+    cpu::vocab_crossentropy(losses, dlogits, logits, row_max, stats, targets, v_begin, N, V, valid, dscale);
+  }
 
   void zero(void* p, std::size_t bytes) override {
     if (bytes) std::memset(p, 0, bytes);

@@ -3,30 +3,104 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace strata::cpu {
 
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C) {
+namespace {
+
+float load(float x) { return x; }
+float load(Bf16 x) { return x.value(); }
+void store(float& d, float v) { d = v; }
+void store(Bf16& d, float v) { d = Bf16::from(v); }
+
+template <typename T>
+void embedding_forward_of(T* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; ++n) {
-    float* o = out + static_cast<std::size_t>(n) * C;
+    T* o = out + static_cast<std::size_t>(n) * C;
     const int v = tokens[n] - v_begin;
-    if (v >= 0 && v < v_count)
-      std::memcpy(o, wte + static_cast<std::size_t>(v) * C, static_cast<std::size_t>(C) * sizeof(float));
-    else
-      std::memset(o, 0, static_cast<std::size_t>(C) * sizeof(float));
+    if (v >= 0 && v < v_count) {
+      const float* w = wte + static_cast<std::size_t>(v) * C;
+      if constexpr (std::is_same_v<T, float>)
+        std::memcpy(o, w, static_cast<std::size_t>(C) * sizeof(float));
+      else
+        for (int c = 0; c < C; ++c) store(o[c], w[c]);
+    } else {
+      std::memset(static_cast<void*>(o), 0, static_cast<std::size_t>(C) * sizeof(T));
+    }
   }
 }
 
-void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int v_begin, int v_count, int N, int C) {
+template <typename T>
+void embedding_backward_of(float* dwte, const T* dout, const int32_t* tokens, int v_begin, int v_count, int N, int C) {
   // Rows in order (two rows may hit the same token): serial over rows, as encoder_backward.
   for (int n = 0; n < N; ++n) {
     const int v = tokens[n] - v_begin;
     if (v < 0 || v >= v_count) continue;
     float* d = dwte + static_cast<std::size_t>(v) * C;
-    const float* g = dout + static_cast<std::size_t>(n) * C;
-    for (int c = 0; c < C; ++c) d[c] += g[c];
+    const T* g = dout + static_cast<std::size_t>(n) * C;
+    for (int c = 0; c < C; ++c) d[c] += load(g[c]);
   }
+}
+
+template <typename T>
+void vocab_max_of(float* row_max, const T* logits, int N, int V, int valid) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const T* x = logits + static_cast<std::size_t>(n) * V;
+    float m = -INFINITY;
+    for (int v = 0; v < valid; ++v) m = std::fmax(m, load(x[v]));
+    row_max[n] = m;
+  }
+}
+
+template <typename T>
+void vocab_sumexp_of(float* stats, const T* logits, const float* row_max, const int32_t* targets, int v_begin, int N,
+                     int V, int valid) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const T* x = logits + static_cast<std::size_t>(n) * V;
+    double s = 0;
+    for (int v = 0; v < valid; ++v) s += std::exp(static_cast<double>(load(x[v])) - row_max[n]);
+    stats[n] = static_cast<float>(s);
+    const int t = targets[n] - v_begin;
+    stats[N + n] = t >= 0 && t < valid ? load(x[t]) : 0.0f;
+  }
+}
+
+template <typename T>
+void vocab_crossentropy_of(float* losses, T* dlogits, const T* logits, const float* row_max, const float* stats,
+                           const int32_t* targets, int v_begin, int N, int V, int valid, float dscale) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; ++n) {
+    const double sum = stats[n], m = row_max[n];
+    losses[n] = static_cast<float>(std::log(sum) + m - static_cast<double>(stats[N + n]));
+    if (!dlogits) continue;
+    const T* x = logits + static_cast<std::size_t>(n) * V;
+    T* d = dlogits + static_cast<std::size_t>(n) * V;
+    const int t = targets[n] - v_begin;
+    for (int v = 0; v < valid; ++v) {
+      const double p = std::exp(static_cast<double>(load(x[v])) - m) / sum;
+      store(d[v], static_cast<float>((p - (v == t ? 1.0 : 0.0)) * dscale));
+    }
+    for (int v = valid; v < V; ++v) store(d[v], 0.0f);
+  }
+}
+
+}  // namespace
+
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C) {
+  embedding_forward_of(out, tokens, wte, v_begin, v_count, N, C);
+}
+void embedding_forward(Bf16* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C) {
+  embedding_forward_of(out, tokens, wte, v_begin, v_count, N, C);
+}
+void embedding_backward(float* dwte, const float* dout, const int32_t* tokens, int v_begin, int v_count, int N, int C) {
+  embedding_backward_of(dwte, dout, tokens, v_begin, v_count, N, C);
+}
+void embedding_backward(float* dwte, const Bf16* dout, const int32_t* tokens, int v_begin, int v_count, int N, int C) {
+  embedding_backward_of(dwte, dout, tokens, v_begin, v_count, N, C);
 }
 
 void position_forward(float* out, const float* wpe, int B, int T, int t0, int C) {
@@ -59,44 +133,26 @@ void add_bias(float* out, const float* bias, int N, int C) {
 }
 
 void vocab_max(float* row_max, const float* logits, int N, int V, int valid) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* x = logits + static_cast<std::size_t>(n) * V;
-    float m = -INFINITY;
-    for (int v = 0; v < valid; ++v) m = std::fmax(m, x[v]);
-    row_max[n] = m;
-  }
+  vocab_max_of(row_max, logits, N, V, valid);
 }
-
+void vocab_max(float* row_max, const Bf16* logits, int N, int V, int valid) {
+  vocab_max_of(row_max, logits, N, V, valid);
+}
 void vocab_sumexp(float* stats, const float* logits, const float* row_max, const int32_t* targets, int v_begin, int N,
                   int V, int valid) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const float* x = logits + static_cast<std::size_t>(n) * V;
-    double s = 0;
-    for (int v = 0; v < valid; ++v) s += std::exp(static_cast<double>(x[v]) - row_max[n]);
-    stats[n] = static_cast<float>(s);
-    const int t = targets[n] - v_begin;
-    stats[N + n] = t >= 0 && t < valid ? x[t] : 0.0f;
-  }
+  vocab_sumexp_of(stats, logits, row_max, targets, v_begin, N, V, valid);
 }
-
+void vocab_sumexp(float* stats, const Bf16* logits, const float* row_max, const int32_t* targets, int v_begin, int N,
+                  int V, int valid) {
+  vocab_sumexp_of(stats, logits, row_max, targets, v_begin, N, V, valid);
+}
 void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max, const float* stats,
                         const int32_t* targets, int v_begin, int N, int V, int valid, float dscale) {
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; ++n) {
-    const double sum = stats[n], m = row_max[n];
-    losses[n] = static_cast<float>(std::log(sum) + m - static_cast<double>(stats[N + n]));
-    if (!dlogits) continue;
-    const float* x = logits + static_cast<std::size_t>(n) * V;
-    float* d = dlogits + static_cast<std::size_t>(n) * V;
-    const int t = targets[n] - v_begin;
-    for (int v = 0; v < valid; ++v) {
-      const double p = std::exp(static_cast<double>(x[v]) - m) / sum;
-      d[v] = static_cast<float>((p - (v == t ? 1.0 : 0.0)) * dscale);
-    }
-    for (int v = valid; v < V; ++v) d[v] = 0.0f;
-  }
+  vocab_crossentropy_of(losses, dlogits, logits, row_max, stats, targets, v_begin, N, V, valid, dscale);
+}
+void vocab_crossentropy(float* losses, Bf16* dlogits, const Bf16* logits, const float* row_max, const float* stats,
+                        const int32_t* targets, int v_begin, int N, int V, int valid, float dscale) {
+  vocab_crossentropy_of(losses, dlogits, logits, row_max, stats, targets, v_begin, N, V, valid, dscale);
 }
 
 }  // namespace strata::cpu

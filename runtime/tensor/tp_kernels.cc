@@ -1,4 +1,4 @@
-// LinearKernels' bf16 defaults (kUnsupported) and the host implementation through f32 kernels.
+// LinearKernels' and VocabKernels' bf16 defaults (kUnsupported) and the host linear kernels through f32 ones.
 #include "runtime/tensor/tp_kernels.h"
 
 #include "core/error.h"
@@ -10,6 +10,13 @@ namespace {
   STRATA_THROW(ErrorCode::kUnsupported,
                "{}: these linear kernels have no bf16 activations (implement LinearKernels::{} or run the layer in "
                "f32; the CPU kernel table and host kernels through host_matmul_*_bf16 have them)",
+               kernel, kernel);
+}
+
+[[noreturn]] void no_vocab_bf16(const char* kernel) {
+  STRATA_THROW(ErrorCode::kUnsupported,
+               "{}: these vocabulary kernels have no bf16 activations (implement VocabKernels::{} or run the "
+               "embedding and the loss in f32; the CPU kernel table has them)",
                kernel, kernel);
 }
 
@@ -34,6 +41,21 @@ void LinearKernels::matmul_backward_bf16(Bf16*, float*, float*, const Bf16*, con
 }
 
 void LinearKernels::add_bias_bf16(Bf16*, const float*, int, int) { no_bf16("add_bias_bf16"); }
+
+void VocabKernels::embedding_forward_bf16(Bf16*, const std::int32_t*, const float*, int, int, int, int) {
+  no_vocab_bf16("embedding_forward_bf16");
+}
+void VocabKernels::embedding_backward_bf16(float*, const Bf16*, const std::int32_t*, int, int, int, int) {
+  no_vocab_bf16("embedding_backward_bf16");
+}
+void VocabKernels::vocab_max_bf16(float*, const Bf16*, int, int, int) { no_vocab_bf16("vocab_max_bf16"); }
+void VocabKernels::vocab_sumexp_bf16(float*, const Bf16*, const float*, const std::int32_t*, int, int, int, int) {
+  no_vocab_bf16("vocab_sumexp_bf16");
+}
+void VocabKernels::vocab_crossentropy_bf16(float*, Bf16*, const Bf16*, const float*, const float*, const std::int32_t*,
+                                           int, int, int, int, float) {
+  no_vocab_bf16("vocab_crossentropy_bf16");
+}
 
 void host_matmul_forward_bf16(LinearKernels& f32, std::vector<float>& scratch, Bf16* out, const Bf16* inp,
                               const float* weight, const float* bias, int N, int IC, int OC) {

@@ -100,6 +100,20 @@ class VocabKernels {
   virtual void vocab_crossentropy(float* losses, float* dlogits, const float* logits, const float* row_max,
                                   const float* stats, const std::int32_t* targets, int v_begin, int N, int V,
                                   int valid, float dscale) = 0;
+
+  // The same over bf16 activations (the bf16 overloads of vocab_parallel.h): out, dout, logits and dlogits bf16; the
+  // table, its gradient, the statistics and the losses f32; the arithmetic on the widened values, each bf16 output
+  // rounded once. Kernels without them throw kUnsupported (these defaults); the CPU kernel table has them.
+  virtual void embedding_forward_bf16(Bf16* out, const std::int32_t* tokens, const float* wte, int v_begin, int v_count,
+                                      int N, int C);
+  virtual void embedding_backward_bf16(float* dwte, const Bf16* dout, const std::int32_t* tokens, int v_begin,
+                                       int v_count, int N, int C);
+  virtual void vocab_max_bf16(float* row_max, const Bf16* logits, int N, int V, int valid);
+  virtual void vocab_sumexp_bf16(float* stats, const Bf16* logits, const float* row_max, const std::int32_t* targets,
+                                 int v_begin, int N, int V, int valid);
+  virtual void vocab_crossentropy_bf16(float* losses, Bf16* dlogits, const Bf16* logits, const float* row_max,
+                                       const float* stats, const std::int32_t* targets, int v_begin, int N, int V,
+                                       int valid, float dscale);
 };
 
 }  // namespace strata

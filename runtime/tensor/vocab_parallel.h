@@ -38,4 +38,15 @@ void vocab_parallel_cross_entropy(VocabKernels& k, TensorParallel& tp, float* lo
                                   const float* logits, const std::int32_t* targets, const VocabShard& shard,
                                   float dscale, float* row_max, float* stats);
 
+// The same over bf16 activations and logits (the table, its gradient, the statistics and the losses f32): the
+// kernels' *_bf16 methods; the embedding's reduction in bf16 (exact: one rank holds each row's token); the loss's two
+// reductions of N values stay f32.
+Bf16* vocab_parallel_embedding_forward(VocabKernels& k, TensorParallel& tp, Bf16* partial, Bf16* out,
+                                       const std::int32_t* tokens, const float* table, const VocabShard& shard, int C);
+void vocab_parallel_embedding_backward(VocabKernels& k, TensorParallel& tp, float* dtable, const Bf16* dout,
+                                       Bf16* gathered, const std::int32_t* tokens, const VocabShard& shard, int C);
+void vocab_parallel_cross_entropy(VocabKernels& k, TensorParallel& tp, float* losses, Bf16* dlogits, const Bf16* logits,
+                                  const std::int32_t* targets, const VocabShard& shard, float dscale, float* row_max,
+                                  float* stats);
+
 }  // namespace strata
