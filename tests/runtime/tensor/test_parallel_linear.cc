@@ -8,13 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <vector>
 
 #include "kernels/kernel_table.h"
 #include "runtime/parallel/device_mesh.h"
 #include "runtime/tensor/parallel_linear.h"
 #include "runtime/tensor/tensor_parallel.h"
+#include "tests/runtime/tensor/random_values.h"
 #include "tests/support/test_support.h"
 
 namespace strata {
@@ -24,19 +24,8 @@ using test::runtime;
 
 constexpr int kB = 2, kIn = 6, kOut = 5;
 
-std::vector<float> uniform(std::size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = u(gen);
-  return v;
-}
-
-// Values rounded to bf16 and kept as f32 (exact), so both pairs start from the same numbers.
-std::vector<float> rounded(std::vector<float> v) {
-  for (float& x : v) x = Bf16::from(x).value();
-  return v;
-}
+std::vector<float> uniform(std::size_t n, unsigned seed) { return test::uniform_values(n, seed, 1.0f, false); }
+std::vector<float> bf16_uniform(std::size_t n, unsigned seed) { return test::uniform_values(n, seed, 1.0f, true); }
 
 template <typename T>
 std::vector<T> as(const std::vector<float>& v) {
@@ -131,8 +120,8 @@ TEST(ParallelLinear, Bf16ActivationsAreTheF32PairsWithinBf16RoundingAtHalfTheByt
   std::unique_ptr<Kernels> kernels = make_kernels(runtime().device());
   const int hidden = 4 * world, T_len = 2 * world;
   const int rows = kB * T_len;
-  const std::vector<float> x = rounded(uniform(static_cast<std::size_t>(rows) * kIn, 1));
-  const std::vector<float> dy = rounded(uniform(static_cast<std::size_t>(rows) * kOut, 2));
+  const std::vector<float> x = bf16_uniform(static_cast<std::size_t>(rows) * kIn, 1);
+  const std::vector<float> dy = bf16_uniform(static_cast<std::size_t>(rows) * kOut, 2);
   const std::vector<float> w1 = uniform(static_cast<std::size_t>(kIn) * hidden, 3), b1 = uniform(hidden, 4);
   const std::vector<float> w2 = uniform(static_cast<std::size_t>(hidden) * kOut, 5), b2 = uniform(kOut, 6);
   for (bool sp : {false, true}) {

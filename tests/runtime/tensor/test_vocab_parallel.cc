@@ -11,6 +11,7 @@
 #include "runtime/parallel/device_mesh.h"
 #include "runtime/tensor/tensor_parallel.h"
 #include "runtime/tensor/vocab_parallel.h"
+#include "tests/runtime/tensor/random_values.h"
 #include "tests/support/test_support.h"
 
 namespace strata {
@@ -20,13 +21,7 @@ using test::runtime;
 
 constexpr int kB = 2, kVocab = 11, kC = 6;
 
-std::vector<float> bf16_values(std::size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = Bf16::from(u(gen)).value();
-  return v;
-}
+std::vector<float> bf16_values(std::size_t n, unsigned seed) { return test::uniform_values(n, seed, 2.0f, true); }
 
 std::vector<Bf16> to_bf16(const std::vector<float>& v) {
   std::vector<Bf16> out(v.size());
