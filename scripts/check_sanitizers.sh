@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Runs the checkpoint and safetensors tests under ASan + UBSan, then fuzzes the three parsers of untrusted files with
+# Runs the checkpoint and safetensors tests under ASan + UBSan, then fuzzes the four parsers of untrusted files with
 # libFuzzer; prints a verdict line per part and exits non-zero when any part fails.
 # Usage: scripts/check_sanitizers.sh   (after scripts/setup.sh, as .ci/run does: it installs the build's packages)
 #   STRATA_FUZZ_SECONDS=60   how long each fuzzer runs (they run side by side)
 #
 #   build-asan  g++, STRATA_SANITIZE=ON: test_gpt, test_kernels, test_ring_attention (ring attention's strided blocks),
+#               test_tensor (the tp pieces over bf16 activations: the sequence gather's permutations),
 #               test_gpt_decode (the KV cache's views, host staging), test_gpt_decode_shard and test_inference
 #               (weight and cache streams beside the shard group's gathers) and test_checkpoint, run by ctest through
 #               mpiexec (np 1 to 4)
 #   build-fuzz  clang++, STRATA_SANITIZE=ON, STRATA_FUZZ=ON: fuzz_safetensors, fuzz_checkpoint_index and
-#               fuzz_cluster_file (the simulator's cluster files), each run on a copy of its seed corpus
+#               fuzz_cluster_file (the simulator's cluster files), fuzz_step_declaration (strata-plan --declaration's
+#               input), each run on a copy of its seed corpus
 #               (tests/fuzz/corpus/<parser>/)
 # The tests build with the project's usual compiler: Clang 14, the only one libFuzzer comes with here, cannot compile
 # models/gpt (structured bindings inside OpenMP loops need Clang 16), and the fuzzers do not need the GPT library.
@@ -81,8 +83,9 @@ if ! cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAG
        -DCMAKE_CXX_COMPILER="$gxx" -DSTRATA_CUDA=OFF -DSTRATA_SANITIZE=ON; then
   verdict "sanitized tests" FAIL "configure of build-asan failed"
 else
-  targets=(test_gpt test_ring_attention test_kernels test_gpt_decode test_gpt_decode_shard test_inference test_checkpoint)
-  regex='test_gpt|test_ring_attention|test_kernels|test_gpt_decode|test_gpt_decode_shard|test_inference|test_checkpoint'
+  targets=(test_gpt test_ring_attention test_tensor test_kernels test_gpt_decode test_gpt_decode_shard test_inference
+           test_checkpoint)
+  regex='test_gpt|test_ring_attention|test_tensor|test_kernels|test_gpt_decode|test_gpt_decode_shard|test_inference|test_checkpoint'
   if ! cmake --build build-asan -j"$jobs" --target "${targets[@]}"; then
     verdict "sanitized tests" FAIL "build of ${targets[*]} failed"
   elif ASAN_OPTIONS="$asan_common:fast_unwind_on_malloc=0" \
@@ -95,11 +98,13 @@ fi
 
 # ---- The fuzzers ------------------------------------------------------------------------------------------------
 t0=$SECONDS
-fuzzers=(fuzz_safetensors:safetensors fuzz_checkpoint_index:checkpoint_index fuzz_cluster_file:cluster_file)
+fuzzers=(fuzz_safetensors:safetensors fuzz_checkpoint_index:checkpoint_index fuzz_cluster_file:cluster_file
+         fuzz_step_declaration:step_declaration)
 if ! cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER="$clangxx" -DSTRATA_CUDA=OFF \
        -DSTRATA_SANITIZE=ON -DSTRATA_FUZZ=ON; then
   verdict "fuzzers" FAIL "configure of build-fuzz failed"
-elif ! cmake --build build-fuzz -j"$jobs" --target fuzz_safetensors fuzz_checkpoint_index fuzz_cluster_file; then
+elif ! cmake --build build-fuzz -j"$jobs" --target fuzz_safetensors fuzz_checkpoint_index fuzz_cluster_file \
+    fuzz_step_declaration; then
   verdict "fuzzers" FAIL "build of the fuzzers failed"
 else
   echo "check_sanitizers: fuzzers built in $((SECONDS - t0)) s; running each for ${fuzz_seconds} s"
