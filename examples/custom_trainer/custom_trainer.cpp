@@ -5,8 +5,10 @@
 // library's PipelineExecutor (models/mlp/mlp_pipeline_stage.h). Prints the loss per step and the memory ledger; can
 // write the whole model's parameters (--params-out) or check them against such a file (--compare-params), and
 // checkpoint the model with either optimizer's state through the library's Checkpointer (--checkpoint-dir, --resume
-// at any layout). --recompute and --offload-activations change where its layers keep their activations, and
-// --check-memory holds its memory to the library's prediction from what it declares. See docs/embedding.md.
+// at any layout). --recompute and --offload-activations change where its layers keep their activations,
+// --activation-dtype bf16 keeps them in bf16, --seq makes its rows sequences mixed by an attention that --cp splits
+// over a ring (models/mlp/mlp_attention.h), and --check-memory holds its memory to the library's prediction from what
+// it declares. See docs/embedding.md.
 #include <strata/flag_checks.h>  // CLI11 validators (installed; not in strata.h, which needs no CLI11)
 #include <strata/strata.h>       // the public API, as an embedder outside this tree includes it
 
@@ -190,11 +192,14 @@ class StepRunner {
              bool sync_every_micro_batch, std::uint64_t seed, bool recompute, bool offload, strata::DType activations)
       : model_(model),
         cfg_(cfg),
+        chunks_(strata::ContextChunks::of(cfg.seq > 1 ? cfg.seq : 2 * mesh.cp().size(), mesh.cp().size(),
+                                          mesh.cp().rank())),
         rows_(rows),
         micro_batches_(micro_batches),
         sync_every_(sync_every_micro_batch),
         seed_(seed),
-        through_mlp_layers_(mesh.tp().size() > 1 || activations != strata::DType::kF32),  // bf16: MlpLayers at any tp
+        // bf16 activations and the sequences' attention go through MlpLayers at any tp
+        through_mlp_layers_(mesh.tp().size() > 1 || activations != strata::DType::kF32 || cfg.seq > 1),
         tp_(mesh.device(), &mesh.tp(), false, rows, 1, cfg.hidden) {
     keep_.recompute = recompute;
     keep_.dtype = activations;
@@ -215,7 +220,15 @@ class StepRunner {
     }
     if (executor_)
       stage_ = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp_, cfg, layers, rows, executor_->slots(), seed,
-                                                               sync_every_micro_batch, keep_);
+                                                               sync_every_micro_batch, keep_, &mesh.cp());
+    else if (through_mlp_layers_)
+      layers_ = std::make_unique<strata::mlp::MlpLayers>(cfg, tp_, 0, cfg.num_layers(), &mesh.cp());
+  }
+
+  // The sequences' attention (null without --seq): its ring's buffers, for the declaration.
+  const strata::mlp::MlpAttention* attention() const {
+    if (stage_) return stage_->attention();
+    return layers_ ? layers_->attention() : nullptr;
   }
 
   // Micro-batches whose activations this rank keeps at once: a pipeline stage's slots, else one.
@@ -235,17 +248,35 @@ class StepRunner {
       const bool last = a == micro_batches_ - 1;
       model_.set_requires_gradient_sync(sync_every_ || last);
       model_.set_is_last_backward(last);
-      auto data = strata::mlp::make_batch(cfg_, first_row(a), rows_, seed_);
-      loss += (through_mlp_layers_ ? strata::mlp::forward_backward_tp(model_, tp_, cfg_, data, grad_scale, keep_)
-                                   : strata::mlp::forward_backward(model_, cfg_, data, grad_scale, keep_)) /
-              micro_batches_;
+      const strata::mlp::Batch data = batch(first_row(a));
+      if (!layers_) {
+        loss += strata::mlp::forward_backward(model_, cfg_, data, grad_scale, keep_) / micro_batches_;
+        continue;
+      }
+      strata::mlp::Activations acts(model_.resources().device(), keep_);
+      std::vector<float> dy;
+      loss +=
+          strata::mlp::mse_loss(layers_->forward(model_, data.x, rows_, acts), data.t, dy, grad_scale) / micro_batches_;
+      layers_->backward(model_, std::move(dy), rows_, acts);
     }
     return loss;
   }
 
  private:
+  // This rank's rows of the data rows from `first`: all of them, or under cp its chunks' positions of each sequence.
+  strata::mlp::Batch batch(std::uint64_t first) const {
+    if (chunks_.cp == 1) return strata::mlp::make_batch(cfg_, first, rows_, seed_);
+    std::vector<std::uint64_t> ids;
+    for (int b = 0; b < rows_ / chunks_.local_rows(); ++b)
+      for (int i = 0; i < chunks_.local_rows(); ++i)
+        ids.push_back(first + static_cast<std::uint64_t>(b) * static_cast<std::uint64_t>(cfg_.seq) +
+                      static_cast<std::uint64_t>(chunks_.position(i)));
+    return strata::mlp::make_rows(cfg_, ids, seed_);
+  }
+
   strata::ShardedModel& model_;
   const strata::mlp::MlpConfig& cfg_;
+  strata::ContextChunks chunks_;
   int rows_, micro_batches_;
   bool sync_every_;
   std::uint64_t seed_;
@@ -256,6 +287,7 @@ class StepRunner {
   std::unique_ptr<strata::ActivationOffload> offload_;
   strata::mlp::KeepOptions keep_;
   std::unique_ptr<strata::mlp::MlpPipelineStage> stage_;
+  std::unique_ptr<strata::mlp::MlpLayers> layers_;  // without pp, through MlpLayers
 };
 
 // Strata's AdamW over the whole model: the norm over the tp and pp groups too, each element counted once.
@@ -283,11 +315,12 @@ std::unique_ptr<strata::ShardedAdamW> make_adamw(strata::ShardedModel& model, co
 strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units, const strata::ShardingOptions& opts,
                                      const strata::DeviceMesh& mesh, const strata::mlp::MlpConfig& cfg,
                                      strata::LayerRange layers, int rows, int in_flight, bool adamw, bool recompute,
-                                     bool offload, strata::DType activations) {
+                                     bool offload, strata::DType activations,
+                                     const strata::mlp::MlpAttention* attention) {
   strata::StepDeclaration d;
   d.units = units;
   d.sharding = opts;
-  d.groups = strata::DataParallelSizes{mesh.dp_shard().size(), mesh.dp_replicate().size()};
+  d.groups = strata::DataParallelSizes{mesh.dp_shard_cp().size(), mesh.dp_replicate().size()};  // cp ranks shard too
   d.optimizer_floats = adamw ? 2 : 1;
   d.optimizer_flags = adamw;
   const int tp = mesh.tp().size(), pp = mesh.pp().size();
@@ -318,6 +351,16 @@ strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units,
   }
   if (pp > 1)
     d.add("pp: the gradient norm's sum", strata::MemCategory::kCommBuffer, strata::all_reduce_staging(2, pp, 8));
+  if (attention) {  // --seq: what the attention keeps per micro-batch in flight, and its ring's buffers
+    d.add(
+        "the attention's input, output and log-sum-exp, per micro-batch in flight", strata::MemCategory::kActivations,
+        static_cast<std::uint64_t>(in_flight) *
+            strata::mlp::MlpAttention::kept_bytes(rows / attention->local_rows(), attention->local_rows(), cfg.hidden));
+    d.add("cp: the ring's key / value blocks and their gradients", strata::MemCategory::kCommBuffer,
+          attention->comm_buffer_bytes());
+    d.add("cp: the ring's block output and row statistics", strata::MemCategory::kWorkspace,
+          attention->workspace_bytes());
+  }
   return d;
 }
 
@@ -424,6 +467,7 @@ int resume(strata::Checkpointer& checkpointer, const std::string& dir, int batch
 // The command line.
 struct Flags {
   int zero_stage = 3, steps = 20, batch = 24, micro_batches = 1, dp_replicate = 1, tp_degree = 1, pp_degree = 1;
+  int cp_degree = 1, seq = 1;
   int hidden = 64, hidden_layers = 3;
   std::string param_dtype = "f32", reduce_dtype = "f32", activation_dtype = "f32", accumulation = "reduce", ledger_json,
               optimizer = "adamw";
@@ -459,6 +503,14 @@ void add_flags(CLI::App& app, Flags& f) {
                  "pairs); the data-parallel ranks are ranks / tp")
       ->check(flags::positive_integer());
   app.add_option("--pp", f.pp_degree, "pipeline parallelism: consecutive layers in this many stages")
+      ->check(flags::positive_integer());
+  app.add_option("--seq", f.seq,
+                 "rows are sequences of this many positions, mixed by a causal self-attention after layer 1 (1: "
+                 "independent rows, no attention)")
+      ->check(flags::positive_integer());
+  app.add_option("--cp", f.cp_degree,
+                 "context parallelism: each sequence split over this many ranks in mirrored chunks, its attention a "
+                 "ring (the library's RingAttention); needs --seq a multiple of 2 x cp")
       ->check(flags::positive_integer());
   app.add_option("--pp-schedule", f.pp_schedule, "gpipe or 1f1b")->check(CLI::IsMember({"gpipe", "1f1b"}));
   app.add_option("--params-out", f.params_out, "write the whole model's parameters at the end (one value a line)");
@@ -520,6 +572,8 @@ std::vector<strata::ConfigField> configuration(const Flags& f) {
           {"--tp", v(f.tp_degree)},
           {"--pp", v(f.pp_degree)},
           {"--pp-schedule", f.pp_schedule},
+          {"--seq", v(f.seq)},
+          {"--cp", v(f.cp_degree)},
           {"--params-out", f.params_out},
           {"--compare-params", f.compare_params},
           {"--params-tolerance", v(f.params_tolerance)},
@@ -558,16 +612,29 @@ int main(int argc, char** argv) {
     const Flags& f = flags;
     const int world = rt.world_size();
     check_files(rt, f.ledger_json, f.params_out, f.compare_params, f.declaration_out);
-    STRATA_CHECK(world % (f.tp_degree * f.pp_degree) == 0, "--tp {} x --pp {} must divide the {} ranks", f.tp_degree,
-                 f.pp_degree, world);
-    const int dp = world / (f.tp_degree * f.pp_degree);
+    STRATA_CHECK(world % (f.tp_degree * f.pp_degree * f.cp_degree) == 0,
+                 "--tp {} x --pp {} x --cp {} must divide the "
+                 "{} ranks",
+                 f.tp_degree, f.pp_degree, f.cp_degree, world);
+    const int dp = world / (f.tp_degree * f.pp_degree * f.cp_degree);
     STRATA_CHECK(f.batch % dp == 0, "--batch {} rows must divide among the {} data-parallel ranks", f.batch, dp);
-    const int rows = f.batch / dp;
+    const int dp_rows = f.batch / dp;  // a data-parallel rank's rows (its sequences whole)
+    STRATA_CHECK(f.seq == 1 || dp_rows % f.seq == 0,
+                 "--seq {}: a data-parallel rank's {} rows (--batch {} / {}) must be whole sequences", f.seq, dp_rows,
+                 f.batch, dp);
+    STRATA_CHECK(f.cp_degree == 1 || (f.seq > 1 && f.seq % (2 * f.cp_degree) == 0),
+                 "--cp {} splits each sequence in 2 x cp chunks: give --seq a multiple of {}", f.cp_degree,
+                 2 * f.cp_degree);
+    STRATA_CHECK_CODE(strata::ErrorCode::kUnsupported, f.cp_degree == 1 || f.pp_degree == 1,
+                      "--cp {} with --pp {}: this example's pipeline stages read consecutive rows; run cp without pp",
+                      f.cp_degree, f.pp_degree);
+    const int rows = dp_rows / f.cp_degree;  // this rank's: under cp, its chunks of each sequence
     strata::mlp::MlpConfig cfg;
     cfg.in = 16;
     cfg.hidden = f.hidden;
     cfg.out = 4;
     cfg.hidden_layers = f.hidden_layers;
+    cfg.seq = f.seq;
     cfg.validate_sizes(rows);  // before any allocation: --hidden and --layers multiply
     // The data rows a run draws: the row index of the last one must not wrap around.
     strata::checked_product("rows drawn (--steps x --grad-accum x --batch)", f.steps, f.micro_batches, f.batch);
@@ -582,7 +649,7 @@ int main(int argc, char** argv) {
 
     // Stages of pp ranks hold consecutive layers, groups of tp ranks split each layer; the rest is data-parallel:
     // dp_replicate groups, each sharding the state over dp / dp_replicate ranks.
-    strata::DeviceMesh mesh(rt, strata::MeshDims{f.pp_degree, f.dp_replicate, -1, f.tp_degree});
+    strata::DeviceMesh mesh(rt, strata::MeshDims{f.pp_degree, f.dp_replicate, -1, f.tp_degree, f.cp_degree});
     const std::vector<strata::UnitSpec> all_units =
         f.tp_degree > 1 ? strata::mlp::mlp_units_tp(cfg, f.tp_degree) : strata::mlp::mlp_units(cfg);
     const strata::LayerRange layers = strata::mlp::mlp_stage_layers(cfg, f.pp_degree, mesh.pp().rank(), f.tp_degree);
@@ -641,7 +708,7 @@ int main(int argc, char** argv) {
       const double loss = runner.run(
           [&](int a) {
             return (static_cast<std::uint64_t>(step) * f.micro_batches + a) * static_cast<std::uint64_t>(f.batch) +
-                   static_cast<std::uint64_t>(mesh.dp().rank() * rows);
+                   static_cast<std::uint64_t>(mesh.dp().rank() * dp_rows);
           },
           scale / static_cast<float>(f.micro_batches));
       double norm = 0;
@@ -656,7 +723,8 @@ int main(int argc, char** argv) {
       }
       // The reported loss is the mean over the data-parallel ranks (each rank's is the mean over its rows; the tp
       // ranks of one data-parallel rank hold the same; under --pp the last stage holds it, the others 0).
-      const double global = strata::sum_over_ranks(mesh.dp(), strata::sum_over_ranks(mesh.pp(), loss)) / dp;
+      const double global =
+          strata::sum_over_ranks(mesh.dp_cp(), strata::sum_over_ranks(mesh.pp(), loss)) / mesh.dp_cp().size();
       if (rt.rank() == 0)
         std::printf("step %3d loss %.9f grad_norm %.9f%s\n", step, global, norm,
                     skipped ? " (skipped: non-finite gradients)" : "");
@@ -669,7 +737,7 @@ int main(int argc, char** argv) {
     }
     const strata::StepDeclaration declared =
         declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr, f.recompute,
-                     f.offload_activations, strata::parse_dtype(f.activation_dtype));
+                     f.offload_activations, strata::parse_dtype(f.activation_dtype), runner.attention());
     if (f.check_memory) check_memory(rt, declared, before, runner.offload());
     if (!f.declaration_out.empty()) write_declaration(rt, f.declaration_out, declared);
     finish_parameters(rt, model, mesh, cfg, f.params_out, f.compare_params, f.params_tolerance);

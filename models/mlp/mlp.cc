@@ -67,23 +67,29 @@ void MlpConfig::validate_sizes(int rows) const {
                     fmt::format("the MLP's activations of {} rows at --hidden {}", rows, hidden).c_str());
 }
 
-Batch make_batch(const MlpConfig& cfg, std::uint64_t first_row, int rows, std::uint64_t seed) {
+Batch make_rows(const MlpConfig& cfg, const std::vector<std::uint64_t>& rows, std::uint64_t seed) {
   Batch b;
-  b.rows = rows;
-  b.x.resize(static_cast<std::size_t>(rows) * cfg.in);
-  b.t.resize(static_cast<std::size_t>(rows) * cfg.out);
-  for (int r = 0; r < rows; ++r) {
-    std::uint64_t row = first_row + static_cast<std::uint64_t>(r);
-    float* x = &b.x[static_cast<std::size_t>(r) * cfg.in];
+  b.rows = static_cast<int>(rows.size());
+  b.x.resize(rows.size() * static_cast<std::size_t>(cfg.in));
+  b.t.resize(rows.size() * static_cast<std::size_t>(cfg.out));
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    const std::uint64_t row = rows[r];
+    float* x = &b.x[r * static_cast<std::size_t>(cfg.in)];
     for (int j = 0; j < cfg.in; ++j) x[j] = uniform(row, static_cast<std::uint64_t>(j), seed ^ 0xda7aull);
     for (int o = 0; o < cfg.out; ++o) {
       // A smooth teacher function of the inputs, plus nothing random: the loss can fall towards zero.
       float acc = 0;
       for (int j = 0; j < cfg.in; ++j) acc += std::sin(static_cast<float>((o + 1) * (j + 1)) * 0.37f) * x[j];
-      b.t[static_cast<std::size_t>(r) * cfg.out + o] = std::tanh(acc) + 0.1f * static_cast<float>(o);
+      b.t[r * static_cast<std::size_t>(cfg.out) + o] = std::tanh(acc) + 0.1f * static_cast<float>(o);
     }
   }
   return b;
+}
+
+Batch make_batch(const MlpConfig& cfg, std::uint64_t first_row, int rows, std::uint64_t seed) {
+  std::vector<std::uint64_t> ids(static_cast<std::size_t>(rows));
+  for (int r = 0; r < rows; ++r) ids[static_cast<std::size_t>(r)] = first_row + static_cast<std::uint64_t>(r);
+  return make_rows(cfg, ids, seed);
 }
 
 LayerParams read_layer(const std::vector<TensorView>& views) {
@@ -153,6 +159,7 @@ void Activations::release(int u) {
 }
 
 void Activations::clear() {
+  attention.clear();
   inputs_.clear();
   outputs_.clear();
   loaded_set_.clear();

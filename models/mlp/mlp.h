@@ -18,6 +18,9 @@ struct MlpConfig {
   int hidden = 13;
   int out = 3;
   int hidden_layers = 2;
+  // Rows are sequences of `seq` positions; above 1, a causal self-attention mixes them after layer 1 (MlpLayers,
+  // mlp_attention.h). 1: rows are independent samples.
+  int seq = 1;
   int num_layers() const { return hidden_layers + 1; }
   int layer_in(int i) const { return i == 0 ? in : hidden; }
   int layer_out(int i) const { return i == num_layers() - 1 ? out : hidden; }
@@ -42,6 +45,8 @@ struct Batch {
   std::vector<float> t;  // [rows, out]
 };
 Batch make_batch(const MlpConfig& cfg, std::uint64_t first_row, int rows, std::uint64_t seed);
+// The rows `rows` of the same data set, in that order (a cp rank's positions of its sequences).
+Batch make_rows(const MlpConfig& cfg, const std::vector<std::uint64_t>& rows, std::uint64_t seed);
 
 // The parameters of one layer as f32 (converted from the gathered dtype when needed).
 struct LayerParams {
@@ -103,6 +108,8 @@ class Activations {
   Kept load(int u);
   void release(int u);
   void clear();
+  // What the sequence-mixing attention keeps (MlpAttention, with MlpConfig::seq > 1), in the ledger.
+  std::vector<KeptValues> attention;
 
  private:
   void keep_bytes(const void* input, std::size_t input_bytes, const void* output, std::size_t output_bytes);

@@ -16,10 +16,10 @@ LayerRange mlp_stage_layers(const MlpConfig& cfg, int pp, int rank, int tp) {
 
 MlpPipelineStage::MlpPipelineStage(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, LayerRange layers,
                                    int rows, int slots, std::uint64_t seed, bool sync_every_micro_batch,
-                                   const KeepOptions& keep)
+                                   const KeepOptions& keep, Communicator* cp)
     : model_(model),
       cfg_(cfg),
-      layers_(cfg, tp, layers.first, layers.last),
+      layers_(cfg, tp, layers.first, layers.last, cp),
       first_(layers.first == 0),
       last_(layers.last == cfg.num_layers()),
       sync_every_(sync_every_micro_batch),

@@ -23,13 +23,17 @@ class MlpPipelineStage : public PipelineStage {
  public:
   // `model` holds this stage's layers as its units; rows per micro-batch; `slots` from the executor.
   // `keep`: recomputation and activation offload (mlp::Activations); offloaded, slot s's layers are the blocks from
-  // s x layers.count() on (the offload holds slots x layers.count() blocks).
+  // s x layers.count() on (the offload holds slots x layers.count() blocks). `cp`: the attention's group when
+  // cfg.seq > 1 (MlpLayers; a micro-batch's rows are consecutive, so a cp group of one rank).
   MlpPipelineStage(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, LayerRange layers, int rows,
-                   int slots, std::uint64_t seed, bool sync_every_micro_batch, const KeepOptions& keep = {});
+                   int slots, std::uint64_t seed, bool sync_every_micro_batch, const KeepOptions& keep = {},
+                   Communicator* cp = nullptr);
 
   void begin_step(std::function<std::uint64_t(int micro_batch)> first_row, float grad_scale);
   // The sum of the micro-batches' losses this step (the last stage; 0 elsewhere).
   double loss_sum() const { return loss_sum_; }
+  // The sequences' attention when this stage holds it (MlpLayers::attention), else null.
+  const MlpAttention* attention() const { return layers_.attention(); }
 
   void forward(int micro_batch, int chunk, int slot) override;
   void backward(int micro_batch, int chunk, int slot) override;

@@ -190,11 +190,41 @@ MlpLayers::Layer::Layer(const MlpConfig& cfg, int i, TensorParallel& tp, LinearK
   if (split == LayerSplit::kRow) local_in = row.emplace(tp, k, in, out).local_in();
 }
 
-MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last)
-    : last_layer_(last == cfg.num_layers()) {
+MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last, Communicator* cp)
+    : last_layer_(last == cfg.num_layers()), first_(first) {
   STRATA_CHECK(0 <= first && first < last && last <= cfg.num_layers(), "layers [{}, {}) of an MLP of {}", first, last,
                cfg.num_layers());
   for (int i = first; i < last; ++i) layers_.emplace_back(cfg, i, tp, k_);
+  if (cfg.seq > 1 && first <= kAttentionAfter && kAttentionAfter < last) {
+    STRATA_CHECK(cp != nullptr, "--seq {}: the attention after layer {} needs the cp group", cfg.seq, kAttentionAfter);
+    STRATA_CHECK(cfg.num_layers() > kAttentionAfter + 1 && layer_split(cfg, kAttentionAfter) != LayerSplit::kColumn,
+                 "--seq {}: the attention follows layer {}, whose output must be whole on every tp rank and not the "
+                 "model's output: use --layers 2 or more",
+                 cfg.seq, kAttentionAfter);
+    const ContextChunks chunks = ContextChunks::of(cfg.seq, cp->size(), cp->rank());
+    STRATA_CHECK(tp.rows() % chunks.local_rows() == 0,
+                 "--seq {} over cp {}: this rank's {} rows are not whole sequences of {} local rows", cfg.seq,
+                 cp->size(), tp.rows(), chunks.local_rows());
+    attention_ = std::make_unique<MlpAttention>(*cp, chunks, tp.rows() / chunks.local_rows(), cfg.hidden);
+  }
+}
+
+template <typename T>
+std::vector<T> MlpLayers::attend(const std::vector<T>& x, Activations& acts) {
+  if constexpr (std::is_same_v<T, float>) {
+    return attention_->forward(x, acts.attention);
+  } else {
+    return as<T>(attention_->forward(widened(x), acts.attention));
+  }
+}
+
+template <typename T>
+std::vector<T> MlpLayers::attend_backward(const std::vector<T>& dy, Activations& acts) {
+  if constexpr (std::is_same_v<T, float>) {
+    return attention_->backward(dy, acts.attention);
+  } else {
+    return as<T>(attention_->backward(widened(dy), acts.attention));
+  }
 }
 
 template <typename T>
@@ -240,7 +270,7 @@ std::vector<float> MlpLayers::forward_as(ShardedModel& model, std::vector<float>
     std::vector<T> y = output(u, p, x.data(), rows);
     model.end_forward(unit);
     acts.keep(x, y);
-    x = std::move(y);
+    x = attention_ && first_ + unit == kAttentionAfter ? attend(y, acts) : std::move(y);
   }
   return widened(std::move(x));
 }
@@ -250,6 +280,7 @@ std::vector<float> MlpLayers::backward_as(ShardedModel& model, std::vector<float
   std::vector<T> dy = as<T>(dy_in);
   for (int u = static_cast<int>(layers_.size()) - 1; u >= 0; --u) {
     Layer& L = layers_[static_cast<std::size_t>(u)];
+    if (attention_ && first_ + u == kAttentionAfter) dy = attend_backward(dy, acts);
     BackwardViews v = model.begin_backward(u);
     LayerParams p = read_layer(v.params);
     const Activations::Kept kept = acts.load(u);
@@ -279,12 +310,12 @@ std::vector<float> MlpLayers::backward_as(ShardedModel& model, std::vector<float
 }
 
 double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,
-                           float grad_scale, const KeepOptions& keep) {
+                           float grad_scale, const KeepOptions& keep, Communicator* cp) {
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.resources().device().kind() == DeviceKind::kCpu,
                     "the MLP example computes on the host: run it on the CPU backend (device {})",
                     model.resources().device().name());
   STRATA_CHECK(tp.rows() == batch.rows, "the tp group was made for {} rows; the batch has {}", tp.rows(), batch.rows);
-  MlpLayers layers(cfg, tp, 0, cfg.num_layers());
+  MlpLayers layers(cfg, tp, 0, cfg.num_layers(), cp);
   Activations acts(model.resources().device(), keep);
   std::vector<float> dy;
   const double loss = mse_loss(layers.forward(model, batch.x, batch.rows, acts), batch.t, dy, grad_scale);

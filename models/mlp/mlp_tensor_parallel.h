@@ -4,13 +4,15 @@
 // Host f32 kernels (HostLinearKernels) on the CPU backend. Written only against the installed API.
 #pragma once
 
+#include <strata/strata.h>
+
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
-#include <strata/strata.h>
-
 #include "models/mlp/mlp.h"
+#include "models/mlp/mlp_attention.h"
 
 namespace strata::mlp {
 
@@ -49,7 +51,12 @@ class HostLinearKernels : public LinearKernels {
 // and the gradients at the ends stay f32 vectors).
 class MlpLayers {
  public:
-  MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last);
+  // With cfg.seq > 1 and layer 1 in the range, its output goes through MlpAttention over `cp` (required then; this
+  // rank's tp.rows() rows are sequences of the chunks' local rows).
+  MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last, Communicator* cp = nullptr);
+  // The global layer the attention follows.
+  static constexpr int kAttentionAfter = 1;
+  const MlpAttention* attention() const { return attention_.get(); }
   // From the input of layer `first` ([rows, its width]) to the output of the last layer (this rank's columns when
   // it is column-parallel).
   std::vector<float> forward(ShardedModel& model, std::vector<float> x, int rows, Activations& acts);
@@ -71,9 +78,17 @@ class MlpLayers {
     std::optional<RowParallelLinear> row;
     Layer(const MlpConfig& cfg, int i, TensorParallel& tp, LinearKernels& k);
   };
+  // y = attention(x) in the activations' type (bf16: widened, and the result rounded once).
+  template <typename T>
+  std::vector<T> attend(const std::vector<T>& x, Activations& acts);
+  template <typename T>
+  std::vector<T> attend_backward(const std::vector<T>& dy, Activations& acts);
+
   HostLinearKernels k_;
   bool last_layer_;  // the range ends with the model's output layer (no tanh)
+  int first_;
   std::vector<Layer> layers_;
+  std::unique_ptr<MlpAttention> attention_;
 };
 
 // Bytes the layers [first, last) keep per micro-batch (Activations: each layer's input and output at the widths this
@@ -97,6 +112,6 @@ std::uint64_t largest_tp_all_reduce(const MlpConfig& cfg, int first, int last, i
 // forward_backward of mlp.h over the tp group of `tp` (every tp rank of a data-parallel rank sees the same rows).
 // Returns the local loss (equal on the tp ranks).
 double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,
-                           float grad_scale, const KeepOptions& keep = {});
+                           float grad_scale, const KeepOptions& keep = {}, Communicator* cp = nullptr);
 
 }  // namespace strata::mlp
