@@ -168,6 +168,16 @@ std::vector<float> widened(std::vector<T> x) {
   }
 }
 
+// fn over x's values in f32 (bf16: widened, and fn's result rounded once).
+template <typename T, typename Fn>
+std::vector<T> in_f32(const std::vector<T>& x, Fn&& fn) {
+  if constexpr (std::is_same_v<T, float>) {
+    return fn(x);
+  } else {
+    return as<T>(fn(widened(x)));
+  }
+}
+
 void apply_tanh(std::vector<float>& y) {
   for (float& v : y) v = std::tanh(v);
 }
@@ -206,24 +216,6 @@ MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int la
                  "--seq {} over cp {}: this rank's {} rows are not whole sequences of {} local rows", cfg.seq,
                  cp->size(), tp.rows(), chunks.local_rows());
     attention_ = std::make_unique<MlpAttention>(*cp, chunks, tp.rows() / chunks.local_rows(), cfg.hidden);
-  }
-}
-
-template <typename T>
-std::vector<T> MlpLayers::attend(const std::vector<T>& x, Activations& acts) {
-  if constexpr (std::is_same_v<T, float>) {
-    return attention_->forward(x, acts.attention);
-  } else {
-    return as<T>(attention_->forward(widened(x), acts.attention));
-  }
-}
-
-template <typename T>
-std::vector<T> MlpLayers::attend_backward(const std::vector<T>& dy, Activations& acts) {
-  if constexpr (std::is_same_v<T, float>) {
-    return attention_->backward(dy, acts.attention);
-  } else {
-    return as<T>(attention_->backward(widened(dy), acts.attention));
   }
 }
 
@@ -270,7 +262,9 @@ std::vector<float> MlpLayers::forward_as(ShardedModel& model, std::vector<float>
     std::vector<T> y = output(u, p, x.data(), rows);
     model.end_forward(unit);
     acts.keep(x, y);
-    x = attention_ && first_ + unit == kAttentionAfter ? attend(y, acts) : std::move(y);
+    if (attention_ && first_ + unit == kAttentionAfter)  // the sequences' attention, in f32
+      y = in_f32(y, [&](const std::vector<float>& h) { return attention_->forward(h, acts.attention); });
+    x = std::move(y);
   }
   return widened(std::move(x));
 }
@@ -280,7 +274,8 @@ std::vector<float> MlpLayers::backward_as(ShardedModel& model, std::vector<float
   std::vector<T> dy = as<T>(dy_in);
   for (int u = static_cast<int>(layers_.size()) - 1; u >= 0; --u) {
     Layer& L = layers_[static_cast<std::size_t>(u)];
-    if (attention_ && first_ + u == kAttentionAfter) dy = attend_backward(dy, acts);
+    if (attention_ && first_ + u == kAttentionAfter)
+      dy = in_f32(dy, [&](const std::vector<float>& g) { return attention_->backward(g, acts.attention); });
     BackwardViews v = model.begin_backward(u);
     LayerParams p = read_layer(v.params);
     const Activations::Kept kept = acts.load(u);

@@ -78,12 +78,6 @@ class MlpLayers {
     std::optional<RowParallelLinear> row;
     Layer(const MlpConfig& cfg, int i, TensorParallel& tp, LinearKernels& k);
   };
-  // y = attention(x) in the activations' type (bf16: widened, and the result rounded once).
-  template <typename T>
-  std::vector<T> attend(const std::vector<T>& x, Activations& acts);
-  template <typename T>
-  std::vector<T> attend_backward(const std::vector<T>& dy, Activations& acts);
-
   HostLinearKernels k_;
   bool last_layer_;  // the range ends with the model's output layer (no tanh)
   int first_;
