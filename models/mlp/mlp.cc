@@ -257,7 +257,7 @@ double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& 
   const int layers = cfg.num_layers();
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, keep.dtype == DType::kF32,
                     "the MLP's one-rank path keeps f32 activations; bf16 ones go through MlpLayers "
-                    "(forward_backward_tp, at any tp)");
+                    "(mlp_tensor_parallel.h, at any tp)");
   Activations acts(model.resources().device(), keep);
   std::vector<float> x = batch.x;
   for (int i = 0; i < layers; ++i) {

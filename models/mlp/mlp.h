@@ -144,7 +144,7 @@ namespace strata::mlp {
 // One micro-batch through a ShardedModel: forward unit by unit, loss, backward in reverse, gradients added into
 // Strata's buffers (scaled by grad_scale, e.g. 1/micro_batches times the loss scale). Returns the local loss.
 // `keep`: recomputation and activation offload (bitwise the same results); f32 activations only (bf16 ones go
-// through MlpLayers: forward_backward_tp).
+// through MlpLayers, at any tp).
 double forward_backward(ShardedModel& model, const MlpConfig& cfg, const Batch& batch, float grad_scale,
                         const KeepOptions& keep = {});
 

@@ -201,7 +201,9 @@ MlpLayers::Layer::Layer(const MlpConfig& cfg, int i, TensorParallel& tp, LinearK
 }
 
 MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last, Communicator* cp)
-    : last_layer_(last == cfg.num_layers()), first_(first) {
+    : last_layer_(last == cfg.num_layers()), first_(first), rows_(tp.rows()) {
+  STRATA_CHECK_CODE(ErrorCode::kUnsupported, tp.device().kind() == DeviceKind::kCpu,
+                    "the MLP example computes on the host: run it on the CPU backend (device {})", tp.device().name());
   STRATA_CHECK(0 <= first && first < last && last <= cfg.num_layers(), "layers [{}, {}) of an MLP of {}", first, last,
                cfg.num_layers());
   for (int i = first; i < last; ++i) layers_.emplace_back(cfg, i, tp, k_);
@@ -234,12 +236,14 @@ std::vector<T> MlpLayers::output(std::size_t u, const LayerParams& p, const T* x
 }
 
 std::vector<float> MlpLayers::forward(ShardedModel& model, std::vector<float> x, int rows, Activations& acts) {
+  STRATA_CHECK(rows == rows_, "the tp group was made for {} rows; the micro-batch has {}", rows_, rows);
   if (acts.dtype() == DType::kBF16) return forward_as<Bf16>(model, std::move(x), rows, acts);
   STRATA_CHECK(acts.dtype() == DType::kF32, "the MLP's activations are f32 or bf16, not {}", dtype_name(acts.dtype()));
   return forward_as<float>(model, std::move(x), rows, acts);
 }
 
 std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> dy, int rows, Activations& acts) {
+  STRATA_CHECK(rows == rows_, "the tp group was made for {} rows; the micro-batch has {}", rows_, rows);
   if (acts.dtype() == DType::kBF16) return backward_as<Bf16>(model, std::move(dy), rows, acts);
   return backward_as<float>(model, std::move(dy), rows, acts);
 }
@@ -302,20 +306,6 @@ std::vector<float> MlpLayers::backward_as(ShardedModel& model, std::vector<float
     dy = std::move(dx);
   }
   return widened(std::move(dy));
-}
-
-double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,
-                           float grad_scale, const KeepOptions& keep, Communicator* cp) {
-  STRATA_CHECK_CODE(ErrorCode::kUnsupported, model.resources().device().kind() == DeviceKind::kCpu,
-                    "the MLP example computes on the host: run it on the CPU backend (device {})",
-                    model.resources().device().name());
-  STRATA_CHECK(tp.rows() == batch.rows, "the tp group was made for {} rows; the batch has {}", tp.rows(), batch.rows);
-  MlpLayers layers(cfg, tp, 0, cfg.num_layers(), cp);
-  Activations acts(model.resources().device(), keep);
-  std::vector<float> dy;
-  const double loss = mse_loss(layers.forward(model, batch.x, batch.rows, acts), batch.t, dy, grad_scale);
-  layers.backward(model, std::move(dy), batch.rows, acts);
-  return loss;
 }
 
 }  // namespace strata::mlp

@@ -51,8 +51,9 @@ class HostLinearKernels : public LinearKernels {
 // and the gradients at the ends stay f32 vectors).
 class MlpLayers {
  public:
-  // With cfg.seq > 1 and layer 1 in the range, its output goes through MlpAttention over `cp` (required then; this
-  // rank's tp.rows() rows are sequences of the chunks' local rows).
+  // Host kernels: the CPU backend (kUnsupported elsewhere). With cfg.seq > 1 and layer 1 in the range, its output goes
+  // through MlpAttention over `cp` (required then; this rank's tp.rows() rows are sequences of the chunks' local
+  // rows). A micro-batch through it: forward, the loss's gradient, backward, with one Activations.
   MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last, Communicator* cp = nullptr);
   // The global layer the attention follows.
   static constexpr int kAttentionAfter = 1;
@@ -81,6 +82,7 @@ class MlpLayers {
   HostLinearKernels k_;
   bool last_layer_;  // the range ends with the model's output layer (no tanh)
   int first_;
+  int rows_;  // the tp group's rows: what every forward and backward carries
   std::vector<Layer> layers_;
   std::unique_ptr<MlpAttention> attention_;
 };
@@ -102,10 +104,5 @@ std::vector<std::size_t> offloaded_activation_bytes(const MlpConfig& cfg, int fi
 // Elements of the largest all-reduce the layers [first, last) issue over tp (a column-parallel layer's input gradient
 // [rows, in], a row-parallel layer's output [rows, out]); 0 when none splits.
 std::uint64_t largest_tp_all_reduce(const MlpConfig& cfg, int first, int last, int rows);
-
-// forward_backward of mlp.h over the tp group of `tp` (every tp rank of a data-parallel rank sees the same rows).
-// Returns the local loss (equal on the tp ranks).
-double forward_backward_tp(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, const Batch& batch,
-                           float grad_scale, const KeepOptions& keep = {}, Communicator* cp = nullptr);
 
 }  // namespace strata::mlp
