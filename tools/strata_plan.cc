@@ -9,7 +9,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -100,12 +99,6 @@ int main(int argc, char** argv) {
   app.add_option("--dp-shard", dp_shard, "node: hybrid sharding, the state sharded inside each node and replicated "
                  "across nodes (needs --cluster or --devices-per-node)")->check(CLI::IsMember({"node"}));
   CLI11_PARSE(app, argc, argv);
-  // The plan is the output: one that did not reach standard output (a full disk, a closed pipe) is a failure.
-  auto written = [](int rc) {
-    if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return rc;
-    std::fprintf(stderr, "strata-plan: cannot write the plan to standard output: %s\n", std::strerror(errno));
-    return 1;
-  };
   return strata::run_tool("strata-plan", [&]() -> int {
     in.model = model.shape();
     in.layout.stage = strata::zero_stage_from_int(stage);
@@ -176,7 +169,7 @@ int main(int argc, char** argv) {
       const strata::LongestSeq found = strata::longest_fitting_seq(in);
       if (found.seq == 0) {
         std::printf("longest sequence: none fits, not even %d tokens (%s)\n", found.step, found.why.c_str());
-        return written(2);
+        return plan_written(2);
       }
       longest_note = fmt::format("longest sequence that fits: {} tokens (searched in steps of {}{})\n", found.seq,
                                  found.step, found.capped ? "; capped by the search's limit" : "");
@@ -198,7 +191,7 @@ int main(int argc, char** argv) {
       strata::StepPrediction pred = strata::simulate_step(sim);
       if (json) {
         std::printf("%s\n", pred.json().c_str());
-        return written(pred.fits ? 0 : 2);
+        return plan_written(pred.fits ? 0 : 2);
       }
       print_model();
       std::printf("layout: dp %d (replicas %d) x tp %d%s x pp %d (%s, %d micro-batches%s), ZeRO stage %d%s, "
@@ -209,12 +202,12 @@ int main(int argc, char** argv) {
       std::printf("cluster: %s (%s)\n\n", cluster.name.c_str(), cluster_file.c_str());
       std::printf("%s", pred.table().c_str());
       std::printf("device memory %.1f GB: %s\n", cluster.hbm_bytes / 1e9, pred.fits ? "FITS" : "DOES NOT FIT");
-      return written(pred.fits ? 0 : 2);
+      return plan_written(pred.fits ? 0 : 2);
     }
     strata::MemoryPlan p = strata::plan_memory(in);
     if (json) {
       std::printf("%s\n", p.json().c_str());
-      return written(p.fits ? 0 : 2);
+      return plan_written(p.fits ? 0 : 2);
     }
     print_model();
     if (!longest_note.empty()) std::printf("%s", longest_note.c_str());
@@ -237,6 +230,6 @@ int main(int argc, char** argv) {
     if (p.step_compute_s > 0 || p.step_comm_s > 0)
       std::printf("step estimate: compute %.3f s, data-parallel communication %.3f s (%s)\n", p.step_compute_s,
                   p.step_comm_s, p.step_comm_s <= p.step_compute_s ? "hides under compute" : "exposed");
-    return written(p.fits ? 0 : 2);
+    return plan_written(p.fits ? 0 : 2);
   });
 }

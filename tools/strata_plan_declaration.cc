@@ -4,9 +4,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -73,10 +71,6 @@ int strata_plan_declaration(int argc, char** argv) {
       if (strata::total(host) > 0) std::printf("host, per category (bytes):\n%s", categories_text(host).c_str());
       if (budget > 0) std::printf("\ndevice memory %.1f GB: %s\n", budget / 1e9, fits ? "FITS" : "DOES NOT FIT");
     }
-    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      std::fprintf(stderr, "strata-plan: cannot write the plan to standard output: %s\n", std::strerror(errno));
-      return 1;
-    }
-    return fits ? 0 : 2;
+    return plan_written(fits ? 0 : 2);
   });
 }

@@ -6,8 +6,10 @@
 
 #include <CLI/CLI.hpp>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "core/env.h"
@@ -25,6 +27,12 @@ double data_sheet_bytes(const std::string& text, const char* flag) {
   const char u = unit < text.size() ? static_cast<char>(std::toupper(static_cast<unsigned char>(text[unit]))) : 'B';
   const int power = u == 'K' ? 1 : u == 'M' ? 2 : u == 'G' ? 3 : u == 'T' ? 4 : 0;
   return binary * std::pow(1000.0 / 1024.0, power);
+}
+
+int plan_written(int rc) {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return rc;
+  std::fprintf(stderr, "strata-plan: cannot write the plan to standard output: %s\n", std::strerror(errno));
+  return 1;
 }
 
 int strata_plan_inference(int argc, char** argv) {
@@ -92,6 +100,6 @@ int strata_plan_inference(int argc, char** argv) {
     } else {
       std::printf("%s", strata::inference_report(in, single, best).c_str());
     }
-    return std::fflush(stdout) == 0 && !std::ferror(stdout) ? (best.fits ? 0 : 2) : 1;
+    return plan_written(best.fits ? 0 : 2);
   });
 }

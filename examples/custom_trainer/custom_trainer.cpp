@@ -198,8 +198,6 @@ class StepRunner {
         micro_batches_(micro_batches),
         sync_every_(sync_every_micro_batch),
         seed_(seed),
-        // bf16 activations and the sequences' attention go through MlpLayers at any tp
-        through_mlp_layers_(mesh.tp().size() > 1 || activations != strata::DType::kF32 || cfg.seq > 1),
         tp_(mesh.device(), &mesh.tp(), false, rows, 1, cfg.hidden) {
     keep_.recompute = recompute;
     keep_.dtype = activations;
@@ -221,7 +219,7 @@ class StepRunner {
     if (executor_)
       stage_ = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp_, cfg, layers, rows, executor_->slots(), seed,
                                                                sync_every_micro_batch, keep_, &mesh.cp());
-    else if (through_mlp_layers_)
+    else if (mesh.tp().size() > 1 || activations != strata::DType::kF32 || cfg.seq > 1)  // else mlp::forward_backward
       layers_ = std::make_unique<strata::mlp::MlpLayers>(cfg, tp_, 0, cfg.num_layers(), &mesh.cp());
   }
 
@@ -280,7 +278,6 @@ class StepRunner {
   int rows_, micro_batches_;
   bool sync_every_;
   std::uint64_t seed_;
-  bool through_mlp_layers_;
   strata::TensorParallel tp_;
   std::unique_ptr<strata::PipelineSchedule> schedule_;
   std::unique_ptr<strata::PipelineExecutor> executor_;

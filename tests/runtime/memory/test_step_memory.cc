@@ -20,6 +20,14 @@ const std::vector<UnitSpec> kUnits = {{"a", {{"a.w", {37, 5}}, {"a.b", {5}, /*we
                                       {"b", {{"b.w", {64}}}},
                                       {"c", {{"c.w", {3, 3}}, {"c.frozen", {7}, false, /*trainable=*/false}}}};
 
+// kUnits at ZeRO `stage`, nothing else declared.
+StepDeclaration declaration_at(int stage) {
+  StepDeclaration d;
+  d.units = kUnits;
+  d.sharding.stage = zero_stage_from_int(stage);
+  return d;
+}
+
 // One step of the trainer described above; returns the peak bytes per category it added to the device's ledger.
 CategoryBytes measure_step(DeviceMesh& mesh, const ShardingOptions& o, std::uint64_t activations,
                            std::uint64_t workspace) {
@@ -60,11 +68,8 @@ TEST(StepMemory, TheDeclarationPredictsEveryCategoryOfTheStep) {
     for (int stage = 0; stage <= 3; ++stage) {
       SCOPED_TRACE(fmt::format("ZeRO {} over {} ranks, {} replicas", stage, world, replicate));
       DeviceMesh mesh(runtime(), MeshDims{1, replicate, -1, 1});
-      ShardingOptions o;
-      o.stage = zero_stage_from_int(stage);
-      StepDeclaration d;
-      d.units = kUnits;
-      d.sharding = o;
+      StepDeclaration d = declaration_at(stage);
+      const ShardingOptions& o = d.sharding;
       d.groups = DataParallelSizes{world / replicate, replicate};
       d.kept_open = PoolPeaks{1, 0};  // unit 0 gathered beside the others (a pool slot more, where params pool)
       d.add("the trainer's activations", MemCategory::kActivations, 4096);
@@ -89,15 +94,11 @@ TEST(StepMemory, TheDeclarationPredictsEveryCategoryOfTheStep) {
 }
 
 TEST(StepMemory, HeldPoolSlotsGrowThePoolsByTheSlotsBeyondTheFirst) {
-  ShardingOptions o;
-  o.stage = zero_stage_from_int(3);
-  StepDeclaration d;
-  d.units = kUnits;
-  d.sharding = o;
+  StepDeclaration d = declaration_at(3);
   const CategoryBytes plain = predict_step_memory(d);
   d.held = PoolPeaks{5, 4};
   const CategoryBytes held = predict_step_memory(d);
-  for (const PoolPlan& p : predict_state_memory(kUnits, o, d.groups, d.optimizer_floats).pools) {
+  for (const PoolPlan& p : predict_state_memory(kUnits, d.sharding, d.groups, d.optimizer_floats).pools) {
     const std::size_t i = static_cast<std::size_t>(p.category);
     const std::uint64_t want = p.buffer == UnitBuffer::kUnshardedParams  ? 5
                                : p.buffer == UnitBuffer::kUnshardedGrads ? 4
@@ -112,11 +113,7 @@ TEST(StepMemory, HeldPoolSlotsGrowThePoolsByTheSlotsBeyondTheFirst) {
 // A buffer declared in host memory (activation offload's host sets) counts on the host side alone; the device keeps
 // what it had, and the table names it as the host's.
 TEST(StepMemory, HostBuffersCountOnTheHostAlone) {
-  ShardingOptions o;
-  o.stage = zero_stage_from_int(2);
-  StepDeclaration d;
-  d.units = kUnits;
-  d.sharding = o;
+  StepDeclaration d = declaration_at(2);
   d.add("the trainer's activations", MemCategory::kActivations, 4096);
   const CategoryBytes device = predict_step_memory(d), host = predict_step_host_memory(d);
   d.add_host("offloaded activations", MemCategory::kActivations, 12288);
