@@ -109,6 +109,24 @@ class CpuKernels final : public Kernels {
   void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add) override {
     cpu::copy_rows(dst, src, batch, rows, columns, add);
   }
+  // bf16 activations: already bf16, so only the products' rounding (P and dS) depends on bf16 compute.
+  void attention_block_forward_bf16(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Bf16Rows q, Bf16Rows k,
+                                    Bf16Rows v) override {
+    cpu::attention_block_forward(blk, out, lse, q, k, v, bf16_);
+  }
+  void attention_block_backward_bf16(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Bf16Rows dout,
+                                     RowStats lse, RowStats di, Bf16Rows q, Bf16Rows k, Bf16Rows v) override {
+    cpu::attention_block_backward(blk, dq, dk, dv, dout, lse, di, q, k, v, bf16_);
+  }
+  void attention_row_dot_bf16(const AttentionBlock& blk, RowStatsOut di, Bf16Rows dout, Bf16Rows out) override {
+    cpu::attention_row_dot(blk, di, dout, out);
+  }
+  void copy_rows_bf16(Bf16RowsOut dst, Bf16Rows src, int batch, int rows, int columns) override {
+    cpu::copy_rows(dst, src, batch, rows, columns);
+  }
+  void round_rows_bf16(Bf16RowsOut dst, Rows src, int batch, int rows, int columns, bool add) override {
+    cpu::round_rows(dst, src, batch, rows, columns, add);
+  }
   void gelu_forward(float* out, const float* inp, std::size_t n) override { cpu::gelu_forward(out, inp, n); }
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t n) override {
     cpu::gelu_backward(dinp, inp, dout, n);

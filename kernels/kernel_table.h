@@ -30,7 +30,8 @@ namespace strata {
 // RingAttention: on the CPU (f32, or bf16 products as attention_*'s); the CUDA table has the forward block (f32) and
 // copy_rows, what the decode path needs, and refuses the merge and the backward (kUnsupported). The linear kernels over
 // bf16 activations (the bf16 overloads of ColumnParallelLinear and RowParallelLinear) are the CPU table's; the CUDA
-// table refuses them (kUnsupported) for now; the same for the vocabulary-parallel kernels over bf16 activations.
+// table refuses them (kUnsupported) for now; the same for the vocabulary-parallel kernels and the attention blocks
+// over bf16 activations.
 class Kernels : public LinearKernels, public VocabKernels, public AttentionKernels {
  public:
   virtual ~Kernels() = default;

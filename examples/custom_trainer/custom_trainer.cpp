@@ -220,7 +220,7 @@ class StepRunner {
       stage_ = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp_, cfg, layers, rows, executor_->slots(), seed,
                                                                sync_every_micro_batch, keep_, &mesh.cp());
     else if (mesh.tp().size() > 1 || activations != strata::DType::kF32 || cfg.seq > 1)  // else mlp::forward_backward
-      layers_ = std::make_unique<strata::mlp::MlpLayers>(cfg, tp_, 0, cfg.num_layers(), &mesh.cp());
+      layers_ = std::make_unique<strata::mlp::MlpLayers>(cfg, tp_, 0, cfg.num_layers(), &mesh.cp(), activations);
   }
 
   // The sequences' attention (null without --seq): its ring's buffers, for the declaration.
@@ -349,14 +349,16 @@ strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units,
   if (pp > 1)
     d.add("pp: the gradient norm's sum", strata::MemCategory::kCommBuffer, strata::all_reduce_staging(2, pp, 8));
   if (attention) {  // --seq: what the attention keeps per micro-batch in flight, and its ring's buffers
-    d.add(
-        "the attention's input, output and log-sum-exp, per micro-batch in flight", strata::MemCategory::kActivations,
-        static_cast<std::uint64_t>(in_flight) *
-            strata::mlp::MlpAttention::kept_bytes(rows / attention->local_rows(), attention->local_rows(), cfg.hidden));
+    d.add("the attention's input, output and log-sum-exp, per micro-batch in flight", strata::MemCategory::kActivations,
+          static_cast<std::uint64_t>(in_flight) * strata::mlp::MlpAttention::kept_bytes(rows / attention->local_rows(),
+                                                                                        attention->local_rows(),
+                                                                                        cfg.hidden, element));
     d.add("cp: the ring's key / value blocks and their gradients", strata::MemCategory::kCommBuffer,
           attention->comm_buffer_bytes());
-    d.add("cp: the ring's block output and row statistics", strata::MemCategory::kWorkspace,
-          attention->workspace_bytes());
+    d.add(activations == strata::DType::kBF16
+              ? "cp: the ring's block output, row statistics and f32 accumulator of the output rows"
+              : "cp: the ring's block output and row statistics",
+          strata::MemCategory::kWorkspace, attention->workspace_bytes());
   }
   return d;
 }

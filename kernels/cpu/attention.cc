@@ -13,17 +13,19 @@
 // Memory: per thread a few tiles, plus D_i for every row and head (backward); never a T x T matrix.
 // The loops run on a block: queries and keys at global positions (the causal mask taken from them) in strided views.
 // The whole sequence is one block; ring attention's (runtime/context) are pieces of it.
+#include "kernels/cpu/attention.h"
+
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
-#include "kernels/cpu/attention.h"
-#include "kernels/cpu/vec_math.h"
 #include "core/error.h"
+#include "kernels/cpu/vec_math.h"
 
 namespace strata::cpu {
 namespace {
@@ -123,10 +125,31 @@ std::size_t backward_floats_per_thread(int D) {
          + 2 * static_cast<std::size_t>(kTileQ) * kTileK;  // P and dP / dS
 }
 
+inline float value_of(float x) { return x; }
+inline float value_of(Bf16 x) { return x.value(); }
+
+// bf16 views are read a tile at a time, widened into per-thread scratch; f32 views are read in place.
+template <typename T>
+constexpr bool kWidened = std::is_same_v<T, Bf16>;
+
 // dst[d * kTileK + j] = src[j * stride + d] for j < n: a K or V tile, transposed so score rows vectorize over keys.
-void transpose_tile(float* dst, const float* src, std::size_t stride, int n, int D) {
+template <typename T>
+void transpose_tile(float* dst, const T* src, std::size_t stride, int n, int D) {
   for (int j = 0; j < n; ++j)
-    for (int d = 0; d < D; ++d) dst[static_cast<std::size_t>(d) * kTileK + j] = src[j * stride + d];
+    for (int d = 0; d < D; ++d) dst[static_cast<std::size_t>(d) * kTileK + j] = value_of(src[j * stride + d]);
+}
+
+// n rows of D values of a view as f32 rows: the view itself (f32), or its values widened into scratch (bf16, rows of
+// D). The f32 products then run on either.
+struct TileRows {
+  const float* data;
+  std::size_t stride;
+};
+inline TileRows tile_rows(const float* src, std::size_t stride, int, int, float*) { return TileRows{src, stride}; }
+inline TileRows tile_rows(const Bf16* src, std::size_t stride, int n, int D, float* scratch) {
+  for (int j = 0; j < n; ++j)
+    for (int d = 0; d < D; ++d) scratch[static_cast<std::size_t>(j) * D + d] = src[j * stride + d].value();
+  return TileRows{scratch, static_cast<std::size_t>(D)};
 }
 
 }  // namespace
@@ -144,26 +167,29 @@ std::size_t attention_workspace_bytes(int B, int T, int C, int NH) {
 
 namespace {
 
-// The first float of row i of batch b in a view, head h's columns.
-inline const float* at(Rows r, int b, std::size_t i, int col) {
+// The first value of row i of batch b in a view, head h's columns.
+template <typename T>
+inline const T* at(RowsOf<T> r, int b, std::size_t i, int col) {
   return r.data + b * r.batch_stride + i * r.row_stride + col;
 }
-inline float* at(RowsOut r, int b, std::size_t i, int col) {
+template <typename T>
+inline T* at(RowsOutOf<T> r, int b, std::size_t i, int col) {
   return r.data + b * r.batch_stride + i * r.row_stride + col;
 }
 inline std::size_t stat(std::size_t batch_stride, std::size_t head_stride, int b, int h) {
   return b * batch_stride + h * head_stride;
 }
 
-}  // namespace
-
-void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v,
-                             bool bf16_products) {
+template <typename T>
+void block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, RowsOf<T> q, RowsOf<T> k, RowsOf<T> v,
+                   bool bf16_products) {
   const Dims dm = dims(blk);
   const int D = dm.D, group = dm.group;
   if (blk.batch == 0 || blk.q_rows == 0) return;
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const std::size_t per_thread = forward_floats_per_thread(D);
+  const std::size_t tiles = forward_floats_per_thread(D);
+  const std::size_t widened = kWidened<T> ? static_cast<std::size_t>(kTileQ + kTileK) * D : 0;  // Q and V tiles
+  const std::size_t per_thread = tiles + widened;
   std::vector<float> workspace(per_thread * omp_get_max_threads());
   const int q_tiles = (blk.q_rows + kTileQ - 1) / kTileQ;
 
@@ -176,10 +202,13 @@ void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut
         float* O = Kt + static_cast<std::size_t>(D) * kTileK;
         float* m = O + static_cast<std::size_t>(kTileQ) * D;
         float* l = m + kTileQ;
-        const float* qb = at(q, b, 0, h * D);
-        const float* kb = at(k, b, 0, h / group * D);
-        const float* vb = at(v, b, 0, h / group * D);
+        float* Qw = S + tiles;  // bf16: the widened Q and V tiles
+        float* Vw = Qw + static_cast<std::size_t>(kTileQ) * D;
+        const T* qb = at(q, b, 0, h * D);
+        const T* kb = at(k, b, 0, h / group * D);
+        const T* vb = at(v, b, 0, h / group * D);
         const int i0 = qt * kTileQ, i1 = std::min(blk.q_rows, i0 + kTileQ), nq = i1 - i0;
+        const TileRows Q = tile_rows(qb + i0 * q.row_stride, q.row_stride, nq, D, Qw);
         std::fill(m, m + nq, -std::numeric_limits<float>::infinity());
         std::fill(l, l + nq, 0.0f);
         std::fill(O, O + static_cast<std::size_t>(nq) * D, 0.0f);
@@ -188,7 +217,7 @@ void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut
         for (int j0 = 0; j0 < key_end; j0 += kTileK) {
           const int nk = std::min(key_end, j0 + kTileK) - j0;
           transpose_tile(Kt, kb + j0 * k.row_stride, k.row_stride, nk, D);
-          tile_gemm(nq, nk, D, qb + i0 * q.row_stride, q.row_stride, 1, Kt, kTileK, S, kTileK, false);  // S = Q K^T
+          tile_gemm(nq, nk, D, Q.data, Q.stride, 1, Kt, kTileK, S, kTileK, false);  // S = Q K^T
           for (int ii = 0; ii < nq; ++ii) {
             float* s = S + static_cast<std::size_t>(ii) * kTileK;
             const int n = std::clamp(blk.q_pos + i0 + ii - (blk.kv_pos + j0) + 1, 0, nk);
@@ -211,7 +240,8 @@ void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut
             float* o = O + static_cast<std::size_t>(ii) * D;
             for (int d = 0; d < D; ++d) o[d] *= correction;
           }
-          tile_gemm(nq, D, nk, S, kTileK, 1, vb + j0 * v.row_stride, v.row_stride, O, D, true);  // O += P V
+          const TileRows V = tile_rows(vb + j0 * v.row_stride, v.row_stride, nk, D, Vw);
+          tile_gemm(nq, D, nk, S, kTileK, 1, V.data, V.stride, O, D, true);  // O += P V
         }
         for (int ii = 0; ii < nq; ++ii) {
           const int i = i0 + ii;
@@ -230,22 +260,22 @@ void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut
       }
 }
 
-namespace {
-
 // A backward block's key tile: keys j0 .. j0 + nk - 1 of one key / value head, k row-major (row stride k_stride) and
-// Kt, Vt its K and V transposed; dK and dV accumulate the tile's gradients (nk x D); P and dS are scratch.
+// Kt, Vt its K and V transposed; dK and dV accumulate the tile's gradients (nk x D); P and dS are scratch; k is f32
+// (widened, for bf16 views); Qw and dOw: scratch for a query tile's q and dout widened (bf16 views).
 struct KeyTile {
   int j0, nk;
   const float* k;
   std::size_t k_stride;
   const float *Kt, *Vt;
-  float *dK, *dV, *P, *dS;
+  float *dK, *dV, *P, *dS, *Qw, *dOw;
 };
 // One query head's rows of a backward block (a batch's): q, dout and dq with their row strides, lse and di.
+template <typename T>
 struct QueryHead {
-  const float* q;
+  const T* q;
   std::size_t q_stride;
-  const float* dout;
+  const T* dout;
   std::size_t dout_stride;
   float* dq;
   std::size_t dq_stride;
@@ -254,17 +284,18 @@ struct QueryHead {
 
 // The terms of a query head's rows from i_first on against a key tile: dq += dS K, and the tile's dK += dS^T Q,
 // dV += P^T dO, query tile by query tile.
-void backward_key_tile(const AttentionBlock& blk, int D, int i_first, const KeyTile& t, const QueryHead& qh,
+template <typename T>
+void backward_key_tile(const AttentionBlock& blk, int D, int i_first, const KeyTile& t, const QueryHead<T>& qh,
                        bool bf16_products) {
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   const int nk = t.nk;
   float *P = t.P, *dS = t.dS;
   for (int i0 = i_first; i0 < blk.q_rows; i0 += kTileQ) {
     const int nq = std::min(blk.q_rows, i0 + kTileQ) - i0;
-    const float* qi = qh.q + i0 * qh.q_stride;
-    const float* dyi = qh.dout + i0 * qh.dout_stride;
-    tile_gemm(nq, nk, D, qi, qh.q_stride, 1, t.Kt, kTileK, P, kTileK, false);       // S
-    tile_gemm(nq, nk, D, dyi, qh.dout_stride, 1, t.Vt, kTileK, dS, kTileK, false);  // dP
+    const TileRows qi = tile_rows(qh.q + i0 * qh.q_stride, qh.q_stride, nq, D, t.Qw);
+    const TileRows dyi = tile_rows(qh.dout + i0 * qh.dout_stride, qh.dout_stride, nq, D, t.dOw);
+    tile_gemm(nq, nk, D, qi.data, qi.stride, 1, t.Kt, kTileK, P, kTileK, false);     // S
+    tile_gemm(nq, nk, D, dyi.data, dyi.stride, 1, t.Vt, kTileK, dS, kTileK, false);  // dP
     for (int ii = 0; ii < nq; ++ii) {
       const int i = i0 + ii;
       const int n = std::clamp(blk.q_pos + i - (blk.kv_pos + t.j0) + 1, 0, nk);
@@ -284,20 +315,22 @@ void backward_key_tile(const AttentionBlock& blk, int D, int i_first, const KeyT
       std::fill(ds + n, ds + nk, 0.0f);
     }
     float* dqi = qh.dq + i0 * qh.dq_stride;
-    tile_gemm(nk, D, nq, P, 1, kTileK, dyi, qh.dout_stride, t.dV, D, true);         // dV += P^T dO
+    tile_gemm(nk, D, nq, P, 1, kTileK, dyi.data, dyi.stride, t.dV, D, true);        // dV += P^T dO
     tile_gemm(nq, D, nk, dS, kTileK, 1, t.k, t.k_stride, dqi, qh.dq_stride, true);  // dQ += dS K
-    tile_gemm(nk, D, nq, dS, 1, kTileK, qi, qh.q_stride, t.dK, D, true);            // dK += dS^T Q
+    tile_gemm(nk, D, nq, dS, 1, kTileK, qi.data, qi.stride, t.dK, D, true);         // dK += dS^T Q
   }
 }
 
-}  // namespace
-
-void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, RowStats lse,
-                              RowStats di, Rows q, Rows k, Rows v, bool bf16_products) {
+template <typename T>
+void block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, RowsOf<T> dout, RowStats lse,
+                    RowStats di, RowsOf<T> q, RowsOf<T> k, RowsOf<T> v, bool bf16_products) {
   const Dims dm = dims(blk);
   const int D = dm.D, kv_heads = dm.kv_heads, group = dm.group;
   if (blk.batch == 0 || blk.q_rows == 0 || blk.kv_rows == 0) return;
-  const std::size_t per_thread = backward_floats_per_thread(D);
+  const std::size_t tiles = backward_floats_per_thread(D);
+  // bf16: the widened K tile, and a query tile's q and dout
+  const std::size_t widened = kWidened<T> ? static_cast<std::size_t>(kTileK + 2 * kTileQ) * D : 0;
+  const std::size_t per_thread = tiles + widened;
   std::vector<float> workspace(per_thread * omp_get_max_threads());
 
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
@@ -309,8 +342,11 @@ void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk,
       float* dV = dK + static_cast<std::size_t>(kTileK) * D;
       float* P = dV + static_cast<std::size_t>(kTileK) * D;
       float* dS = P + static_cast<std::size_t>(kTileQ) * kTileK;
-      const float* kb = at(k, b, 0, g * D);
-      const float* vb = at(v, b, 0, g * D);
+      float* Kw = Kt + tiles;  // bf16: the widened K tile, then a query tile's q and dout
+      float* Qw = Kw + static_cast<std::size_t>(kTileK) * D;
+      float* dOw = Qw + static_cast<std::size_t>(kTileQ) * D;
+      const T* kb = at(k, b, 0, g * D);
+      const T* vb = at(v, b, 0, g * D);
       float* dkb = at(dk, b, 0, g * D);
       float* dvb = at(dv, b, 0, g * D);
       for (int j0 = 0; j0 < blk.kv_rows; j0 += kTileK) {
@@ -322,16 +358,17 @@ void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk,
         transpose_tile(Vt, vb + j0 * v.row_stride, v.row_stride, nk, D);
         std::fill(dK, dK + static_cast<std::size_t>(nk) * D, 0.0f);
         std::fill(dV, dV + static_cast<std::size_t>(nk) * D, 0.0f);
-        const KeyTile tile{j0, nk, kb + j0 * k.row_stride, k.row_stride, Kt, Vt, dK, dV, P, dS};
+        const TileRows K = tile_rows(kb + j0 * k.row_stride, k.row_stride, nk, D, Kw);
+        const KeyTile tile{j0, nk, K.data, K.stride, Kt, Vt, dK, dV, P, dS, Qw, dOw};
         for (int h = g * group; h < (g + 1) * group; ++h) {  // the group's query heads, in order
-          const QueryHead qh{at(q, b, 0, h * D),
-                             q.row_stride,
-                             at(dout, b, 0, h * D),
-                             dout.row_stride,
-                             at(dq, b, 0, h * D),
-                             dq.row_stride,
-                             lse.data + stat(lse.batch_stride, lse.head_stride, b, h),
-                             di.data + stat(di.batch_stride, di.head_stride, b, h)};
+          const QueryHead<T> qh{at(q, b, 0, h * D),
+                                q.row_stride,
+                                at(dout, b, 0, h * D),
+                                dout.row_stride,
+                                at(dq, b, 0, h * D),
+                                dq.row_stride,
+                                lse.data + stat(lse.batch_stride, lse.head_stride, b, h),
+                                di.data + stat(di.batch_stride, di.head_stride, b, h)};
           backward_key_tile(blk, D, i_first, tile, qh, bf16_products);
         }
         for (int j = 0; j < nk; ++j) {
@@ -344,6 +381,44 @@ void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk,
         }
       }
     }
+}
+
+template <typename T>
+void row_dot(const AttentionBlock& blk, RowStatsOut di, RowsOf<T> dout, RowsOf<T> out) {
+  const int D = dims(blk).D;
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < blk.batch; ++b)
+    for (int h = 0; h < blk.heads; ++h)
+      for (int i = 0; i < blk.q_rows; ++i) {
+        const T* dy = at(dout, b, i, h * D);
+        const T* y = at(out, b, i, h * D);
+        float acc = 0.0f;
+        for (int d = 0; d < D; ++d) acc += value_of(dy[d]) * value_of(y[d]);
+        di.data[stat(di.batch_stride, di.head_stride, b, h) + i] = acc;
+      }
+}
+
+}  // namespace
+
+void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows q, Rows k, Rows v,
+                             bool bf16_products) {
+  block_forward(blk, out, lse, q, k, v, bf16_products);
+}
+void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Bf16Rows q, Bf16Rows k,
+                             Bf16Rows v, bool bf16_products) {
+  block_forward(blk, out, lse, q, k, v, bf16_products);
+}
+void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Rows dout, RowStats lse,
+                              RowStats di, Rows q, Rows k, Rows v, bool bf16_products) {
+  block_backward(blk, dq, dk, dv, dout, lse, di, q, k, v, bf16_products);
+}
+void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Bf16Rows dout,
+                              RowStats lse, RowStats di, Bf16Rows q, Bf16Rows k, Bf16Rows v, bool bf16_products) {
+  block_backward(blk, dq, dk, dv, dout, lse, di, q, k, v, bf16_products);
+}
+void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out) { row_dot(blk, di, dout, out); }
+void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Bf16Rows dout, Bf16Rows out) {
+  row_dot(blk, di, dout, out);
 }
 
 void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows out_b, RowStats lse_b) {
@@ -366,20 +441,6 @@ void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Ro
       }
 }
 
-void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out) {
-  const int D = dims(blk).D;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < blk.batch; ++b)
-    for (int h = 0; h < blk.heads; ++h)
-      for (int i = 0; i < blk.q_rows; ++i) {
-        const float* dy = at(dout, b, i, h * D);
-        const float* y = at(out, b, i, h * D);
-        float acc = 0.0f;
-        for (int d = 0; d < D; ++d) acc += dy[d] * y[d];
-        di.data[stat(di.batch_stride, di.head_stride, b, h) + i] = acc;
-      }
-}
-
 void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < batch; ++b)
@@ -390,6 +451,23 @@ void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add
         for (int c = 0; c < columns; ++c) d[c] += s[c];
       else
         std::memcpy(d, s, static_cast<std::size_t>(columns) * sizeof(float));
+    }
+}
+
+void copy_rows(Bf16RowsOut dst, Bf16Rows src, int batch, int rows, int columns) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < rows; ++i)
+      std::memcpy(at(dst, b, i, 0), at(src, b, i, 0), static_cast<std::size_t>(columns) * sizeof(Bf16));
+}
+
+void round_rows(Bf16RowsOut dst, Rows src, int batch, int rows, int columns, bool add) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < batch; ++b)
+    for (int i = 0; i < rows; ++i) {
+      Bf16* d = at(dst, b, i, 0);
+      const float* s = at(src, b, i, 0);
+      for (int c = 0; c < columns; ++c) d[c] = Bf16::from(add ? d[c].value() + s[c] : s[c]);
     }
 }
 

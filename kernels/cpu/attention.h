@@ -35,6 +35,17 @@ void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk,
 void attention_merge(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Rows out_b, RowStats lse_b);
 void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out);
 void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add);
+// The same over bf16 activations (AttentionKernels' *_bf16): q, k, v, dout and out read as bf16 and widened to f32 a
+// tile at a time, every output f32; the results equal the f32 kernels' on the widened values, bit for bit.
+void attention_block_forward(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Bf16Rows q, Bf16Rows k,
+                             Bf16Rows v, bool bf16_products = false);
+void attention_block_backward(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv, Bf16Rows dout,
+                              RowStats lse, RowStats di, Bf16Rows q, Bf16Rows k, Bf16Rows v,
+                              bool bf16_products = false);
+void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Bf16Rows dout, Bf16Rows out);
+void copy_rows(Bf16RowsOut dst, Bf16Rows src, int batch, int rows, int columns);
+// dst = src rounded to bf16 once (add: dst = dst + src in f32, rounded once).
+void round_rows(Bf16RowsOut dst, Rows src, int batch, int rows, int columns, bool add);
 // Bytes attention_forward and attention_backward each allocate at most, per call, with num_threads() threads:
 // O(tile) per thread, and the backward's D_i (B x NH x T floats); nothing grows as T^2, and nothing depends on KVH.
 std::size_t attention_workspace_bytes(int B, int T, int C, int NH);

@@ -19,7 +19,7 @@ MlpPipelineStage::MlpPipelineStage(ShardedModel& model, TensorParallel& tp, cons
                                    const KeepOptions& keep, Communicator* cp)
     : model_(model),
       cfg_(cfg),
-      layers_(cfg, tp, layers.first, layers.last, cp),
+      layers_(cfg, tp, layers.first, layers.last, cp, keep.dtype),
       first_(layers.first == 0),
       last_(layers.last == cfg.num_layers()),
       sync_every_(sync_every_micro_batch),

@@ -168,16 +168,6 @@ std::vector<float> widened(std::vector<T> x) {
   }
 }
 
-// fn over x's values in f32 (bf16: widened, and fn's result rounded once).
-template <typename T, typename Fn>
-std::vector<T> in_f32(const std::vector<T>& x, Fn&& fn) {
-  if constexpr (std::is_same_v<T, float>) {
-    return fn(x);
-  } else {
-    return as<T>(fn(widened(x)));
-  }
-}
-
 void apply_tanh(std::vector<float>& y) {
   for (float& v : y) v = std::tanh(v);
 }
@@ -200,7 +190,7 @@ MlpLayers::Layer::Layer(const MlpConfig& cfg, int i, TensorParallel& tp, LinearK
   if (split == LayerSplit::kRow) local_in = row.emplace(tp, k, in, out).local_in();
 }
 
-MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last, Communicator* cp)
+MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last, Communicator* cp, DType activations)
     : last_layer_(last == cfg.num_layers()), first_(first), rows_(tp.rows()) {
   STRATA_CHECK_CODE(ErrorCode::kUnsupported, tp.device().kind() == DeviceKind::kCpu,
                     "the MLP example computes on the host: run it on the CPU backend (device {})", tp.device().name());
@@ -217,7 +207,7 @@ MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int la
     STRATA_CHECK(tp.rows() % chunks.local_rows() == 0,
                  "--seq {} over cp {}: this rank's {} rows are not whole sequences of {} local rows", cfg.seq,
                  cp->size(), tp.rows(), chunks.local_rows());
-    attention_ = std::make_unique<MlpAttention>(*cp, chunks, tp.rows() / chunks.local_rows(), cfg.hidden);
+    attention_ = std::make_unique<MlpAttention>(*cp, chunks, tp.rows() / chunks.local_rows(), cfg.hidden, activations);
   }
 }
 
@@ -266,8 +256,7 @@ std::vector<float> MlpLayers::forward_as(ShardedModel& model, std::vector<float>
     std::vector<T> y = output(u, p, x.data(), rows);
     model.end_forward(unit);
     acts.keep(x, y);
-    if (attention_ && first_ + unit == kAttentionAfter)  // the sequences' attention, in f32
-      y = in_f32(y, [&](const std::vector<float>& h) { return attention_->forward(h, acts.attention); });
+    if (attention_ && first_ + unit == kAttentionAfter) y = attention_->forward(y, acts.attention);
     x = std::move(y);
   }
   return widened(std::move(x));
@@ -278,8 +267,7 @@ std::vector<float> MlpLayers::backward_as(ShardedModel& model, std::vector<float
   std::vector<T> dy = as<T>(dy_in);
   for (int u = static_cast<int>(layers_.size()) - 1; u >= 0; --u) {
     Layer& L = layers_[static_cast<std::size_t>(u)];
-    if (attention_ && first_ + u == kAttentionAfter)
-      dy = in_f32(dy, [&](const std::vector<float>& g) { return attention_->backward(g, acts.attention); });
+    if (attention_ && first_ + u == kAttentionAfter) dy = attention_->backward(dy, acts.attention);
     BackwardViews v = model.begin_backward(u);
     LayerParams p = read_layer(v.params);
     const Activations::Kept kept = acts.load(u);

@@ -53,8 +53,10 @@ class MlpLayers {
  public:
   // Host kernels: the CPU backend (kUnsupported elsewhere). With cfg.seq > 1 and layer 1 in the range, its output goes
   // through MlpAttention over `cp` (required then; this rank's tp.rows() rows are sequences of the chunks' local
-  // rows). A micro-batch through it: forward, the loss's gradient, backward, with one Activations.
-  MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last, Communicator* cp = nullptr);
+  // rows; `activations`: the Activations' dtype its forward and backward will be given, for the attention's ring). A
+  // micro-batch through it: forward, the loss's gradient, backward, with one Activations.
+  MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int last, Communicator* cp = nullptr,
+            DType activations = DType::kF32);
   // The global layer the attention follows.
   static constexpr int kAttentionAfter = 1;
   const MlpAttention* attention() const { return attention_.get(); }

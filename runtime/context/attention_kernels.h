@@ -2,8 +2,9 @@
 // queries over one block of keys, each block a range of rows at known global positions, and the pieces that put the
 // blocks together (the online-softmax merge, the row dot of the backward, row copies). Strata holds the ring (which
 // block, when, from which peer); the arithmetic is the trainer's, on its device, as LinearKernels' is
-// (runtime/tensor/tp_kernels.h). The GPT's kernel table implements it on the CPU; its CUDA table has the forward block
-// and the row copies (the decode path's attention over its KV cache) and refuses the rest.
+// (runtime/tensor/tp_kernels.h). The GPT's kernel table implements it on the CPU, f32 and bf16 activations; its CUDA
+// table has the f32 forward block and the row copies (the decode path's attention over its KV cache) and refuses the
+// rest.
 //
 // Contract, for every method: pointers are the device's memory; work is ordered on the device's compute stream (the
 // CPU runs it inline); forward kernels overwrite their outputs, backward kernels add (+=) into gradients. A block's
@@ -16,19 +17,27 @@
 
 #include <cstddef>
 
+#include "core/dtype.h"
+
 namespace strata {
 
-// Rows of a [batch, rows, columns] tensor that may sit inside a larger one: row (b, i) starts at
-// data + b * batch_stride + i * row_stride (in floats).
-struct Rows {
-  const float* data = nullptr;
+// Rows of a [batch, rows, columns] tensor of T (float, or Bf16 for bf16 activations) that may sit inside a larger
+// one: row (b, i) starts at data + b * batch_stride + i * row_stride (in elements).
+template <typename T>
+struct RowsOf {
+  const T* data = nullptr;
   std::size_t row_stride = 0, batch_stride = 0;
 };
-struct RowsOut {
-  float* data = nullptr;
+template <typename T>
+struct RowsOutOf {
+  T* data = nullptr;
   std::size_t row_stride = 0, batch_stride = 0;
-  operator Rows() const { return Rows{data, row_stride, batch_stride}; }  // NOLINT: an output read as an input
+  operator RowsOf<T>() const { return RowsOf<T>{data, row_stride, batch_stride}; }  // NOLINT: an output read as input
 };
+using Rows = RowsOf<float>;
+using RowsOut = RowsOutOf<float>;
+using Bf16Rows = RowsOf<Bf16>;
+using Bf16RowsOut = RowsOutOf<Bf16>;
 // A statistic per (batch, head, row): (b, h, i) at data + b * batch_stride + h * head_stride + i.
 struct RowStats {
   const float* data = nullptr;
@@ -73,6 +82,21 @@ class AttentionKernels {
   virtual void attention_row_dot(const AttentionBlock& blk, RowStatsOut di, Rows dout, Rows out) = 0;
   // dst = src (add: dst += src) for the first `columns` floats of `rows` rows of `batch` batches.
   virtual void copy_rows(RowsOut dst, Rows src, int batch, int rows, int columns, bool add) = 0;
+
+  // bf16 activations (RingAttention over bf16 rows): the same arithmetic on q, k, v, dout and out read as bf16 and
+  // widened to f32 (a tile at a time), into f32 outputs: out and lse of a block (the ring merges them in f32 and rounds
+  // once), and dq, dk, dv (summed in f32 over the ring's steps). The results equal the f32 methods' on the widened
+  // values. Kernels without them throw kUnsupported naming the method (the defaults); the CPU kernel table has them.
+  virtual void attention_block_forward_bf16(const AttentionBlock& blk, RowsOut out, RowStatsOut lse, Bf16Rows q,
+                                            Bf16Rows k, Bf16Rows v);
+  virtual void attention_block_backward_bf16(const AttentionBlock& blk, RowsOut dq, RowsOut dk, RowsOut dv,
+                                             Bf16Rows dout, RowStats lse, RowStats di, Bf16Rows q, Bf16Rows k,
+                                             Bf16Rows v);
+  virtual void attention_row_dot_bf16(const AttentionBlock& blk, RowStatsOut di, Bf16Rows dout, Bf16Rows out);
+  // dst = src for the first `columns` values of `rows` rows of `batch` batches, bf16 to bf16.
+  virtual void copy_rows_bf16(Bf16RowsOut dst, Bf16Rows src, int batch, int rows, int columns);
+  // dst = src rounded to bf16 once (add: dst = dst + src in f32, rounded once), f32 to bf16.
+  virtual void round_rows_bf16(Bf16RowsOut dst, Rows src, int batch, int rows, int columns, bool add);
 };
 
 }  // namespace strata

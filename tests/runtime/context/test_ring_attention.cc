@@ -1,9 +1,9 @@
-// Ring attention (runtime/context) on the CPU kernels (kernels/cpu), over the mesh's cp group at cp = the world size and, at
-// np 4, dp_shard 2 x cp 2 (two rings side by side, each on data of its own): every rank's rows of the output, the
-// log-sum-exp and the gradients of q, k and v equal the one-rank tiled attention over the whole sequence
+// Ring attention (runtime/context) on the CPU kernels (kernels/cpu), over the mesh's cp group at cp = the world size
+// and, at np 4, dp_shard 2 x cp 2 (two rings side by side, each on data of its own): every rank's rows of the output,
+// the log-sum-exp and the gradients of q, k and v equal the one-rank tiled attention over the whole sequence
 // (attention_forward / attention_backward) at the same global positions, multi-head and grouped-query (2 and 1 key /
 // value heads for 4 query heads). The sequence is cut into 2 cp chunks that are not whole tiles, so blocks start and
-// end inside tiles.
+// end inside tiles. Over bf16 activations the ring is the f32 ring on the widened values, rounded once, bit for bit.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -114,6 +114,119 @@ TEST(GptRingAttention, EqualsOneRankAttentionOverTheWholeSequence) {
       s.KVH = kvh;
       check_ring(mesh.cp(), 7 + 10 * static_cast<unsigned>(mesh.dp().rank()), s);  // each ring its own sequence
     }
+  }
+}
+
+std::vector<Bf16> rounded(const std::vector<float>& x) {
+  std::vector<Bf16> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = Bf16::from(x[i]);
+  return out;
+}
+std::vector<float> widened(const std::vector<Bf16>& x) {
+  std::vector<float> out(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) out[i] = x[i].value();
+  return out;
+}
+// The first index at which two bf16 tensors differ, or -1.
+long first_difference(const std::vector<Bf16>& a, const std::vector<Bf16>& b) {
+  if (a.size() != b.size()) return 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].bits != b[i].bits) return static_cast<long>(i);
+  return -1;
+}
+
+// One bf16 ring against the f32 ring on the same (widened) values: the blocks travel in bf16, the arithmetic is the
+// f32 kernels' on the widened values, the output and the gradients summed in f32 and rounded once. So the bf16 ring's
+// output is the f32 ring's rounded, its lse the f32 ring's, and its dqkv the bf16 sum dqkv + (the f32 ring's gradient
+// from zero), rounded once: all bit for bit.
+void check_bf16_ring(Communicator& cp, unsigned seed, const Shape& s) {
+  const ContextChunks ch = ContextChunks::of(2 * cp.size() * s.chunk, cp.size(), cp.rank());
+  const int L = ch.local_rows(), B = s.B, C = s.C, NH = s.NH, KVH = s.KVH;
+  const int KV = KVH * (C / NH), W = C + 2 * KV;
+  const std::size_t n_qkv = static_cast<std::size_t>(B) * L * W, n_out = static_cast<std::size_t>(B) * L * C;
+  const std::vector<Bf16> qkv = rounded(values(n_qkv, seed + cp.rank()));
+  const std::vector<Bf16> dout = rounded(values(n_out, seed + 100 + cp.rank()));
+  const std::vector<Bf16> dqkv0 = rounded(values(n_qkv, seed + 200 + cp.rank()));  // what the gradient is added to
+  auto kernels = make_kernels(runtime().device());
+
+  RingAttention f32(cp, *kernels, ch, B, C, NH, KVH);
+  std::vector<float> out(n_out), lse(static_cast<std::size_t>(B) * NH * L), dqkv(n_qkv, 0.0f);
+  f32.forward(out.data(), lse.data(), widened(qkv).data());
+  const std::vector<Bf16> out_bf16 = rounded(out);
+  f32.backward(dqkv.data(), widened(dout).data(), widened(out_bf16).data(), lse.data(), widened(qkv).data());
+
+  RingAttention bf16(cp, *kernels, ch, B, C, NH, KVH, DType::kBF16);
+  std::vector<Bf16> my_out(n_out);
+  std::vector<float> my_lse(lse.size());
+  std::vector<Bf16> my_dqkv = dqkv0;
+  bf16.forward(my_out.data(), my_lse.data(), qkv.data());
+  bf16.backward(my_dqkv.data(), dout.data(), my_out.data(), my_lse.data(), qkv.data());
+
+  EXPECT_EQ(first_difference(my_out, out_bf16), -1) << "the output: not the f32 ring's, rounded once";
+  EXPECT_EQ(my_lse, lse);
+  std::vector<float> expected_sum(n_qkv);
+  for (std::size_t i = 0; i < n_qkv; ++i) expected_sum[i] = dqkv0[i].value() + dqkv[i];
+  EXPECT_EQ(first_difference(my_dqkv, rounded(expected_sum)), -1) << "dqkv: not dqkv + the f32 gradient, rounded once";
+  // Some gradient reached every part of the row (q, k and v): the comparison is not of zeros.
+  EXPECT_NE(first_difference(my_dqkv, dqkv0), -1);
+
+  // The key / value blocks travel in bf16 (half the f32 ring's bytes), their gradients in f32.
+  const std::size_t P = static_cast<std::size_t>(cp.size());
+  EXPECT_EQ(2 * bf16.block_bytes(), f32.block_bytes());
+  EXPECT_EQ(bf16.gradient_block_bytes(), f32.block_bytes());
+  EXPECT_EQ(bf16.bytes_sent(), P > 1 ? bf16.block_bytes() * (2 * P - 2) + bf16.gradient_block_bytes() * P : 0);
+  EXPECT_EQ(bf16.comm_buffer_bytes(), (P > 1 ? 2 : 1) * (bf16.block_bytes() + bf16.gradient_block_bytes()));
+  // The workspace adds an f32 accumulator of this rank's output rows.
+  EXPECT_EQ(bf16.workspace_bytes(), f32.workspace_bytes() + n_out * sizeof(float));
+
+  // A ring made for bf16 refuses f32 activations, and the other way round, naming both.
+  try {
+    bf16.forward(out.data(), lse.data(), widened(qkv).data());
+    ADD_FAILURE() << "f32 activations on a bf16 ring were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("forward over f32 activations on a ring made for bf16"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(GptRingAttention, Bf16IsTheF32RingOnTheWidenedValuesRoundedOnce) {
+  if (runtime().backend() != DeviceKind::kCpu) GTEST_SKIP() << "ring attention runs on the CPU backend only";
+  DeviceMesh mesh(runtime(), MeshDims{1, 1, -1, 1, runtime().world_size()});
+  for (int kvh : {4, 2, 1}) {
+    SCOPED_TRACE(fmt::format("kv heads {}", kvh));
+    Shape s;
+    s.KVH = kvh;
+    check_bf16_ring(mesh.cp(), 31, s);
+  }
+}
+
+// Attention kernels that implement the f32 methods alone: the bf16 ones refuse by name (kUnsupported).
+class F32Only : public AttentionKernels {
+ public:
+  void attention_block_forward(const AttentionBlock&, RowsOut, RowStatsOut, Rows, Rows, Rows) override {}
+  void attention_block_backward(const AttentionBlock&, RowsOut, RowsOut, RowsOut, Rows, RowStats, RowStats, Rows, Rows,
+                                Rows) override {}
+  void attention_merge(const AttentionBlock&, RowsOut, RowStatsOut, Rows, RowStats) override {}
+  void attention_row_dot(const AttentionBlock&, RowStatsOut, Rows, Rows) override {}
+  void copy_rows(RowsOut, Rows, int, int, int, bool) override {}
+};
+
+TEST(GptRingAttention, Bf16OnKernelsWithoutItIsRefusedByName) {
+  Communicator& cp = runtime().world();
+  F32Only kernels;
+  const ContextChunks ch = ContextChunks::of(4 * cp.size(), cp.size(), cp.rank());
+  RingAttention ring(cp, kernels, ch, 1, 8, 2, 2, DType::kBF16);
+  std::vector<Bf16> qkv(static_cast<std::size_t>(ch.local_rows()) * 24),
+      out(static_cast<std::size_t>(ch.local_rows()) * 8);
+  std::vector<float> lse(static_cast<std::size_t>(ch.local_rows()) * 2);
+  try {
+    ring.forward(out.data(), lse.data(), qkv.data());
+    ADD_FAILURE() << "bf16 attention on kernels without it ran";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("copy_rows_bf16: these attention kernels have no bf16 activations"),
+              std::string::npos)
+        << e.what();
   }
 }
 
