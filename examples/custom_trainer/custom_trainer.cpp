@@ -197,6 +197,7 @@ class StepRunner {
         rows_(rows),
         micro_batches_(micro_batches),
         sync_every_(sync_every_micro_batch),
+        pp_rank_(mesh.pp().rank()),
         seed_(seed),
         tp_(mesh.device(), &mesh.tp(), false, rows, 1, cfg.hidden) {
     keep_.recompute = recompute;
@@ -227,6 +228,16 @@ class StepRunner {
   const strata::mlp::MlpAttention* attention() const {
     if (stage_) return stage_->attention();
     return layers_ ? layers_->attention() : nullptr;
+  }
+
+  // The pool slots this rank's step holds at once (StepDeclaration::held): the library's rehearsal of its unit calls
+  // (its pipeline schedule, or its micro-batches with or without gradient sync between them).
+  strata::PoolPeaks held_pool_slots(const std::vector<strata::UnitSpec>& units,
+                                    const strata::ShardingOptions& opts) const {
+    strata::UnitProtocol protocol;
+    protocol.micro_batches = micro_batches_;
+    protocol.sync_every_micro_batch = sync_every_;
+    return strata::rehearse_unit_protocol(units, opts, protocol, schedule_.get(), pp_rank_);
   }
 
   // Micro-batches whose activations this rank keeps at once: a pipeline stage's slots, else one.
@@ -277,6 +288,7 @@ class StepRunner {
   strata::ContextChunks chunks_;
   int rows_, micro_batches_;
   bool sync_every_;
+  int pp_rank_;
   std::uint64_t seed_;
   strata::TensorParallel tp_;
   std::unique_ptr<strata::PipelineSchedule> schedule_;
@@ -734,9 +746,10 @@ int main(int argc, char** argv) {
       save(last_step);
       if (rt.rank() == 0) std::printf("checkpoint of step %d in %s\n", last_step, f.checkpoint_dir.c_str());
     }
-    const strata::StepDeclaration declared =
+    strata::StepDeclaration declared =
         declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr, f.recompute,
                      f.offload_activations, strata::parse_dtype(f.activation_dtype), runner.attention());
+    declared.held = runner.held_pool_slots(units, opts);
     if (f.check_memory) check_memory(rt, declared, before, runner.offload());
     if (!f.declaration_out.empty()) write_declaration(rt, f.declaration_out, declared);
     finish_parameters(rt, model, mesh, cfg, f.params_out, f.compare_params, f.params_tolerance);

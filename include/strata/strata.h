@@ -51,6 +51,7 @@
 #include "runtime/memory/activation_offload.h"
 #include "runtime/memory/memory_ledger.h"
 #include "runtime/memory/memory_planner.h"
+#include "runtime/memory/pool_rehearsal.h"
 #include "runtime/memory/step_declaration_file.h"
 #include "runtime/memory/step_memory.h"
 #include "kernels/kernel_table.h"

@@ -1,16 +1,14 @@
-// rehearse_pools: one pipeline rank's step of a GPT of width 1, run through the real protocol, its pools counted.
+// rehearse_pools: one pipeline rank's step of a GPT of width 1, run through the real protocol (the library's
+// rehearse_pools), its pools counted.
 #include "models/gpt/training/pipeline_rehearsal.h"
 
-#include "collectives/self_communicator.h"
-#include "core/cpu_device.h"
-#include "core/env.h"
 #include "core/error.h"
 #include "models/gpt/data/token_data.h"
 #include "models/gpt/model/gpt_model.h"
 #include "models/gpt/parallel/gpt_pipeline_stage.h"
+#include "runtime/memory/pool_rehearsal.h"
 #include "runtime/parallel/pipeline_executor.h"
 #include "runtime/parallel/pipeline_schedule.h"
-#include "runtime/sharding/sharded_model.h"
 
 namespace strata::gpt {
 
@@ -32,30 +30,21 @@ PoolPeaks rehearse_pools(const TrainConfig& cfg, int pp_rank) {
   PipelineExecutor executor(schedule, pp_rank);
   const GptStagePart part = GptStagePart::of_rank(tiny, cfg.pp, cfg.pp_virtual, pp_rank, executor.slots());
 
-  CpuDevice device(env().timeout_s, "rehearsal");
-  SelfCommunicator self(device, "rehearsal");
   ShardingOptions options = cfg.sharding;
   if (cfg.pp_keep_gathered) options.reshard_after_forward = false;  // as GptTrainer::build_pipeline
-  ShardedModel model(device, DataParallelGroups{&self, &self, &self}, gpt_units(tiny, 1, part), options);
-  set_chunk_prefetch(model, stage_units(tiny, part), options.prefetch_depth);
-  GptParallel parallel;
-  parallel.tp = &self;
   // Recomputation changes no unit's calls: an automatic policy not chosen yet rehearses as none.
   const RecomputePolicy recompute =
       cfg.recompute.automatic && cfg.recompute.per_layer.empty() ? RecomputePolicy{} : cfg.recompute;
-  GptModel gpt(tiny, model, device, rows, seq, recompute, parallel, part, cfg.precision);
-  const TokenFile data = TokenFile::from_tokens(synthetic_tokens(64, tiny.vocab, 1), seq, tiny.vocab, "<rehearsal>");
-  GptPipelineStage stage(gpt, model, data, rows, seq, 1, 0, cfg.pp_keep_gathered);
-  stage.begin_step(0, 1.0f);
-  executor.run_step(stage);
-  model.parameters().wait_for_grads();
-
-  const UnitResources& pools = model.resources().for_units();
-  auto slots = [&](UnitBuffer b) -> std::uint64_t {
-    const BufferPool* p = pools.pools[static_cast<std::size_t>(b)];
-    return p ? static_cast<std::uint64_t>(p->slots()) : 0;
-  };
-  return PoolPeaks{slots(UnitBuffer::kUnshardedParams), slots(UnitBuffer::kUnshardedGrads)};
+  return strata::rehearse_pools(gpt_units(tiny, 1, part), options, [&](ShardedModel& model, Communicator& self) {
+    set_chunk_prefetch(model, stage_units(tiny, part), options.prefetch_depth);
+    GptParallel parallel;
+    parallel.tp = &self;
+    GptModel gpt(tiny, model, self.device(), rows, seq, recompute, parallel, part, cfg.precision);
+    const TokenFile data = TokenFile::from_tokens(synthetic_tokens(64, tiny.vocab, 1), seq, tiny.vocab, "<rehearsal>");
+    GptPipelineStage stage(gpt, model, data, rows, seq, 1, 0, cfg.pp_keep_gathered);
+    stage.begin_step(0, 1.0f);
+    executor.run_step(stage);
+  });
 }
 
 }  // namespace strata::gpt
