@@ -218,7 +218,7 @@ class StepRunner {
       keep_.offload = offload_.get();
     }
     if (executor_)
-      stage_ = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp_, cfg, layers, rows, executor_->slots(), seed,
+      stage_ = std::make_unique<strata::mlp::MlpPipelineStage>(model, tp_, cfg, layers, rows, executor_->slots(),
                                                                sync_every_micro_batch, keep_, &mesh.cp());
     else if (mesh.tp().size() > 1 || activations != strata::DType::kF32 || cfg.seq > 1)  // else mlp::forward_backward
       layers_ = std::make_unique<strata::mlp::MlpLayers>(cfg, tp_, 0, cfg.num_layers(), &mesh.cp(), activations);
@@ -248,7 +248,7 @@ class StepRunner {
   // This rank's loss: the mean over its rows and the micro-batches (0 on a pipeline's stages but the last).
   double run(const std::function<std::uint64_t(int)>& first_row, float grad_scale) {
     if (stage_) {
-      stage_->begin_step(first_row, grad_scale);
+      stage_->begin_step([&](int m) { return batch(first_row(m)); }, grad_scale);
       executor_->run_step(*stage_);
       return stage_->loss_sum() / micro_batches_;
     }
@@ -636,9 +636,6 @@ int main(int argc, char** argv) {
     STRATA_CHECK(f.cp_degree == 1 || (f.seq > 1 && f.seq % (2 * f.cp_degree) == 0),
                  "--cp {} splits each sequence in 2 x cp chunks: give --seq a multiple of {}", f.cp_degree,
                  2 * f.cp_degree);
-    STRATA_CHECK_CODE(strata::ErrorCode::kUnsupported, f.cp_degree == 1 || f.pp_degree == 1,
-                      "--cp {} with --pp {}: this example's pipeline stages read consecutive rows; run cp without pp",
-                      f.cp_degree, f.pp_degree);
     const int rows = dp_rows / f.cp_degree;  // this rank's: under cp, its chunks of each sequence
     strata::mlp::MlpConfig cfg;
     cfg.in = 16;

@@ -15,8 +15,8 @@ LayerRange mlp_stage_layers(const MlpConfig& cfg, int pp, int rank, int tp) {
 }
 
 MlpPipelineStage::MlpPipelineStage(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, LayerRange layers,
-                                   int rows, int slots, std::uint64_t seed, bool sync_every_micro_batch,
-                                   const KeepOptions& keep, Communicator* cp)
+                                   int rows, int slots, bool sync_every_micro_batch, const KeepOptions& keep,
+                                   Communicator* cp)
     : model_(model),
       cfg_(cfg),
       layers_(cfg, tp, layers.first, layers.last, cp, keep.dtype),
@@ -24,7 +24,6 @@ MlpPipelineStage::MlpPipelineStage(ShardedModel& model, TensorParallel& tp, cons
       last_(layers.last == cfg.num_layers()),
       sync_every_(sync_every_micro_batch),
       rows_(rows),
-      seed_(seed),
       boundary_(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cfg.hidden)) {
   STRATA_CHECK(model.num_units() == layers.count(), "the model holds {} units; layers [{}, {}) are {}",
                model.num_units(), layers.first, layers.last, layers.count());
@@ -39,8 +38,8 @@ MlpPipelineStage::MlpPipelineStage(ShardedModel& model, TensorParallel& tp, cons
   grad_out_.resize(boundary_);
 }
 
-void MlpPipelineStage::begin_step(std::function<std::uint64_t(int)> first_row, float grad_scale) {
-  first_row_ = std::move(first_row);
+void MlpPipelineStage::begin_step(std::function<Batch(int)> data, float grad_scale) {
+  data_ = std::move(data);
   grad_scale_ = grad_scale;
   loss_sum_ = 0;
   model_.set_is_last_backward(true);  // every forward of the step has its backward: reductions end with each
@@ -49,7 +48,11 @@ void MlpPipelineStage::begin_step(std::function<std::uint64_t(int)> first_row, f
 void MlpPipelineStage::forward(int micro_batch, int, int slot) {
   const std::size_t s = static_cast<std::size_t>(slot);
   Batch batch;
-  if (first_ || last_) batch = make_batch(cfg_, first_row_(micro_batch), rows_, seed_);
+  if (first_ || last_) {
+    batch = data_(micro_batch);
+    STRATA_CHECK(batch.rows == rows_, "micro-batch {}: {} rows of data for a stage of {}", micro_batch, batch.rows,
+                 rows_);
+  }
   out_[s] = layers_.forward(model_, first_ ? batch.x : in_[s], rows_, acts_[s]);
   if (last_) loss_sum_ += mse_loss(out_[s], batch.t, dy_[s], grad_scale_);
 }

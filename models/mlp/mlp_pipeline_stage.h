@@ -1,7 +1,8 @@
 // The MLP as one pipeline stage: this pp rank's layers (MlpLayers, over its tp group) behind the library's
 // PipelineStage interface, so the PipelineExecutor runs any schedule over it. Micro-batch m of a step reads the rows
-// begin_step's first_row(m) names (the first stage its inputs, the last its targets). Stage boundaries carry
-// [rows, hidden] activations: with tp > 1 a stage must end after a row-parallel layer (mlp_stage_layers checks).
+// begin_step's data(m) gives (the first stage its inputs, the last its targets: consecutive rows, or a cp rank's
+// positions of its sequences). Stage boundaries carry [rows, hidden] activations: with tp > 1 a stage must end after a
+// row-parallel layer (mlp_stage_layers checks).
 #pragma once
 
 #include <cstdint>
@@ -24,12 +25,12 @@ class MlpPipelineStage : public PipelineStage {
   // `model` holds this stage's layers as its units; rows per micro-batch; `slots` from the executor.
   // `keep`: recomputation and activation offload (mlp::Activations); offloaded, slot s's layers are the blocks from
   // s x layers.count() on (the offload holds slots x layers.count() blocks). `cp`: the attention's group when
-  // cfg.seq > 1 (MlpLayers; a micro-batch's rows are consecutive, so a cp group of one rank).
+  // cfg.seq > 1 (MlpLayers: this rank's rows are whole sequences of its chunks' positions).
   MlpPipelineStage(ShardedModel& model, TensorParallel& tp, const MlpConfig& cfg, LayerRange layers, int rows,
-                   int slots, std::uint64_t seed, bool sync_every_micro_batch, const KeepOptions& keep = {},
-                   Communicator* cp = nullptr);
+                   int slots, bool sync_every_micro_batch, const KeepOptions& keep = {}, Communicator* cp = nullptr);
 
-  void begin_step(std::function<std::uint64_t(int micro_batch)> first_row, float grad_scale);
+  // `data(m)`: micro-batch m's rows (read by the first stage and the last).
+  void begin_step(std::function<Batch(int micro_batch)> data, float grad_scale);
   // The sum of the micro-batches' losses this step (the last stage; 0 elsewhere).
   double loss_sum() const { return loss_sum_; }
   // The sequences' attention when this stage holds it (MlpLayers::attention), else null.
@@ -51,9 +52,8 @@ class MlpPipelineStage : public PipelineStage {
   MlpLayers layers_;
   bool first_, last_, sync_every_;
   int rows_;
-  std::uint64_t seed_;
   std::size_t boundary_;
-  std::function<std::uint64_t(int)> first_row_;
+  std::function<Batch(int)> data_;
   float grad_scale_ = 1;
   double loss_sum_ = 0;
   std::vector<Activations> acts_;                  // per slot
