@@ -16,6 +16,7 @@
 #include "kernels/kernel_table.h"
 #include "models/gpt/model/block_activations.h"
 #include "models/gpt/model/unit_slots.h"
+#include "models/gpt/parallel/gpt_parallelize.h"
 #include "runtime/inference/block_streamer.h"
 #include "runtime/inference/kv_cache.h"
 #include "runtime/parallel/tp_split.h"
@@ -69,7 +70,7 @@ struct GptDecoder::Impl {
   NormSlots ns;
   VocabShard shard;
   std::unique_ptr<TensorParallel> tp;
-  std::vector<UnitSpec> units;  // gpt_units(cfg, T): this rank's slices
+  std::vector<UnitSpec> units;  // parallelize(cfg, T).units: this rank's slices
   // A block's parameters packed in one buffer, in gpt_units' slot order: floats [offset[i], offset[i] + size[i]).
   std::vector<std::size_t> offset, size;
   std::size_t block_floats = 0;
@@ -112,7 +113,7 @@ struct GptDecoder::Impl {
                  where.resident_layers, cfg.layers);
     k = make_kernels(dev, matmul);
     lengths.assign(static_cast<std::size_t>(S), 0);
-    units = gpt_units(cfg, T);
+    units = parallelize(cfg, T, ShardingOptions{}).units;  // the family's plan at tp T, no pipeline
     for (const SlotSpec& s : units[static_cast<std::size_t>(block_unit(0))].slots) {
       offset.push_back(block_floats);
       size.push_back(shape_numel(s.shape));

@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "core/byte_units.h"
 #include "core/checked_math.h"
 #include "models/gpt/model/block_activations.h"
 #include "models/gpt/model/model_flops.h"
+#include "models/gpt/parallel/gpt_parallelize.h"
 #include "models/gpt/training/pipeline_rehearsal.h"
 #include "runtime/memory/memory_planner.h"
 #include "runtime/memory/step_memory.h"
@@ -59,9 +61,10 @@ void add_ring(StepDeclaration& d, const TrainConfig& cfg) {
         4 * (rows * Q + 2 * rows * H));
 }
 
-// What pp rank `pp_rank` of a pipelined run holds (GptTrainer's part), and its sharding options.
+// What pp rank `pp_rank` of a run holds (the family's plan, as GptTrainer takes it), and its sharding options.
 struct PipelineView {
   GptStagePart part;             // chunks empty: the whole model, no pipeline
+  std::vector<UnitSpec> units;   // this tp rank's slices of the part's units
   ShardingOptions sharding;
   int rows = 0;                  // per micro-batch
   int slots = 1;
@@ -74,15 +77,18 @@ struct PipelineView {
 PipelineView pipeline_view(const TrainConfig& cfg, int pp_rank, const PoolPeaks* pools = nullptr,
                            bool rehearse = true) {
   PipelineView v;
-  v.sharding = cfg.sharding;
-  v.rows = cfg.batch;
+  std::optional<PipelineSchedule> s;
+  if (cfg.pipelined()) {
+    cfg.validate_pipeline();
+    s = PipelineSchedule::build(cfg.pp_schedule, cfg.pp, cfg.micro_batches(), cfg.pp_virtual);
+  }
+  const GptPlan plan = parallelize(cfg.model, cfg.tp, cfg.sharding, s ? &*s : nullptr, pp_rank, cfg.pp_keep_gathered);
+  v.part = plan.part;
+  v.units = plan.units;
+  v.sharding = plan.sharding;
+  v.slots = plan.part.slots;
+  v.rows = cfg.pipelined() ? cfg.micro_batch_rows() : cfg.batch;
   if (!cfg.pipelined()) return v;
-  cfg.validate_pipeline();
-  const PipelineSchedule s = PipelineSchedule::build(cfg.pp_schedule, cfg.pp, cfg.micro_batches(), cfg.pp_virtual);
-  v.slots = std::max(1, s.max_in_flight(pp_rank));
-  v.part = GptStagePart::of_rank(cfg.model, cfg.pp, cfg.pp_virtual, pp_rank, v.slots);
-  v.rows = cfg.micro_batch_rows();
-  if (cfg.pp_keep_gathered) v.sharding.reshard_after_forward = false;
   if (pools) v.pools = *pools;
   else if (rehearse) v.pools = rehearse_pools(cfg, pp_rank);
   return v;
@@ -151,7 +157,7 @@ StepDeclaration declare_step(const TrainConfig& cfg, int world, int pp_rank, con
   // Strata's own buffers and AdamW's two moments, over the data-parallel groups, for this tp rank's slices of this
   // stage's units.
   StepDeclaration d;
-  d.units = gpt_units(cfg.model, cfg.tp, part);
+  d.units = view.units;
   d.sharding = o;
   d.groups = groups(cfg, world);
   d.optimizer_floats = 2;
@@ -275,7 +281,7 @@ TpStaging predict_tp_staging(const TrainConfig& cfg) {
 
 CategoryBytes predict_host_memory(const TrainConfig& cfg, int world, int pp_rank) {
   const PipelineView view = pipeline_view(cfg, pp_rank, nullptr, false);
-  return predict_state_memory(gpt_units(cfg.model, cfg.tp, view.part), view.sharding, groups(cfg, world), 2).host;
+  return predict_state_memory(view.units, view.sharding, groups(cfg, world), 2).host;
 }
 
 std::uint64_t predict_offloaded_activations(const TrainConfig& cfg, int pp_rank) {

@@ -25,6 +25,7 @@
 #include "models/gpt/model/hf_export.h"
 #include "models/gpt/model/hf_llama_weights.h"
 #include "models/gpt/model/weight_names.h"
+#include "models/gpt/parallel/gpt_parallelize.h"
 #include "models/gpt/training/gpt_memory.h"
 #include "runtime/context/context_chunks.h"
 #include "runtime/optim/nonfinite.h"
@@ -140,14 +141,15 @@ void GptTrainer::build_pipeline() {
       PipelineSchedule::build(cfg_.pp_schedule, P, cfg_.micro_batches(), cfg_.pp_virtual));
   schedule_->validate();
   executor_ = std::make_unique<PipelineExecutor>(*schedule_, mesh_->pp(), PipelineFaults{env().fault_pp_no_send});
-  part_ = GptStagePart::of_rank(cfg_.model, P, cfg_.pp_virtual, mesh_->pp().rank(), executor_->slots());
-  if (cfg_.pp_keep_gathered) cfg_.sharding.reshard_after_forward = false;
 }
 
 void GptTrainer::parallelize() {
   const int P = cfg_.pp;
-  const GptStageUnits places = stage_units(cfg_.model, part_);
-  const int tied_unit = P == 1 ? -1 : part_.first ? places.emb : places.head;
+  const GptPlan plan =
+      gpt::parallelize(cfg_.model, cfg_.tp, cfg_.sharding, schedule_.get(), mesh_->pp().rank(), cfg_.pp_keep_gathered);
+  part_ = plan.part;
+  cfg_.sharding = plan.sharding;
+  const int tied_unit = P == 1 ? -1 : part_.first ? plan.places.emb : plan.places.head;
   // The norm counts every element of the whole model once: a replicated slot on tp rank 0 only, the tied copy of
   // the embeddings never; the sums over the tp and pp groups join the data-parallel one. The non-finite check travels
   // with it, so all ranks agree.
@@ -159,10 +161,10 @@ void GptTrainer::parallelize() {
   if (P > 1 && cfg_.model.tied)
     tied_ = std::make_unique<TiedParameters>(*mesh_, std::vector<int>{0, P - 1}, tied_unit, "tied_wte");
   with_fit_advice([&] {
-    model_ = std::make_unique<ShardedModel>(*mesh_, gpt_units(cfg_.model, cfg_.tp, part_), cfg_.sharding);
+    model_ = std::make_unique<ShardedModel>(*mesh_, plan.units, cfg_.sharding);
     optimizer_ = std::make_unique<ShardedAdamW>(*model_, cfg_.adamw, cfg_.optimizer);
   });
-  set_chunk_prefetch(*model_, places, cfg_.sharding.prefetch_depth);
+  plan.apply(*model_);
 }
 
 void GptTrainer::init_from_file() {

@@ -86,9 +86,9 @@ class GptTrainer {
   // Runs fn; an allocation over the device budget is rethrown with the planner's advice appended.
   template <typename Fn>
   void with_fit_advice(Fn&& fn);
-  // The constructor's steps: the configuration's checks (before anything is allocated), the schedule and this
-  // rank's part of a pipeline, the parallelize step (norm groups, counted mask, the tied pair, the sharded model and
-  // optimizer, prefetch within chunks), and weights from --init.
+  // The constructor's steps: the configuration's checks (before anything is allocated), a pipeline's schedule, the
+  // parallelize step (the family's plan, gpt_parallelize.h: this rank's part, units, options and prefetch; then the
+  // norm groups, counted mask, the tied pair, the sharded model and optimizer), and weights from --init.
   void check_config() const;
   // Global rows a step consumes: data-parallel ranks x --batch x --grad-accum (a pipeline splits --batch instead).
   std::uint64_t rows_per_step() const;

@@ -5,6 +5,7 @@
 #include "core/error.h"
 #include "models/gpt/data/token_data.h"
 #include "models/gpt/model/gpt_model.h"
+#include "models/gpt/parallel/gpt_parallelize.h"
 #include "models/gpt/parallel/gpt_pipeline_stage.h"
 #include "runtime/memory/pool_rehearsal.h"
 #include "runtime/parallel/pipeline_executor.h"
@@ -28,15 +29,13 @@ PoolPeaks rehearse_pools(const TrainConfig& cfg, int pp_rank) {
   const PipelineSchedule schedule =
       PipelineSchedule::build(cfg.pp_schedule, cfg.pp, cfg.micro_batches(), cfg.pp_virtual);
   PipelineExecutor executor(schedule, pp_rank);
-  const GptStagePart part = GptStagePart::of_rank(tiny, cfg.pp, cfg.pp_virtual, pp_rank, executor.slots());
-
-  ShardingOptions options = cfg.sharding;
-  if (cfg.pp_keep_gathered) options.reshard_after_forward = false;  // as GptTrainer::build_pipeline
+  const GptPlan plan = parallelize(tiny, 1, cfg.sharding, &schedule, pp_rank, cfg.pp_keep_gathered);  // as GptTrainer
+  const GptStagePart& part = plan.part;
   // Recomputation changes no unit's calls: an automatic policy not chosen yet rehearses as none.
   const RecomputePolicy recompute =
       cfg.recompute.automatic && cfg.recompute.per_layer.empty() ? RecomputePolicy{} : cfg.recompute;
-  return strata::rehearse_pools(gpt_units(tiny, 1, part), options, [&](ShardedModel& model, Communicator& self) {
-    set_chunk_prefetch(model, stage_units(tiny, part), options.prefetch_depth);
+  return strata::rehearse_pools(plan.units, plan.sharding, [&](ShardedModel& model, Communicator& self) {
+    plan.apply(model);
     GptParallel parallel;
     parallel.tp = &self;
     GptModel gpt(tiny, model, self.device(), rows, seq, recompute, parallel, part, cfg.precision);
