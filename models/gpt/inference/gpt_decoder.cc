@@ -3,11 +3,11 @@
 // or q and k rotated at each row's own position), the MLP's activation, the biases and the head.
 #include "models/gpt/inference/gpt_decoder.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-
-#include <fmt/format.h>
 
 #include "collectives/rank_values.h"
 #include "core/byte_units.h"
@@ -15,6 +15,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/kernel_table.h"
 #include "models/gpt/model/block_activations.h"
+#include "models/gpt/model/block_pass.h"
 #include "models/gpt/model/unit_slots.h"
 #include "models/gpt/parallel/gpt_parallelize.h"
 #include "runtime/inference/block_streamer.h"
@@ -45,7 +46,7 @@ void DecodePlacement::validate() const {
   STRATA_CHECK(resident_layers >= -1, "--resident-layers {} must be -1 (as many as fit) or more", resident_layers);
 }
 
-struct GptDecoder::Impl {
+struct GptDecoder::Impl : BlockOps {
   GptConfig cfg;
   Device& dev;
   std::unique_ptr<Kernels> k;
@@ -318,10 +319,35 @@ struct GptDecoder::Impl {
     }
   }
 
-  // The family's norm of `rows` rows of `in` into ln: LayerNorm (weight and bias) or RMSNorm (weight).
-  void norm(const float* in, const float* weight, const float* bias, int rows) {
-    if (cfg.llama()) k->rmsnorm_forward(ln.as<float>(), rstd.as<float>(), in, weight, rows, cfg.embd, cfg.norm_eps);
-    else k->layernorm_forward(ln.as<float>(), mean.as<float>(), rstd.as<float>(), in, weight, bias, rows, cfg.embd);
+  // The family's norm of `rows` rows of `in` into out: LayerNorm (weight and bias; mu: its means) or RMSNorm (weight).
+  void norm_rows(float* out, float* mu, float* rs, const float* in, const float* weight, const float* bias, int rows) {
+    if (cfg.llama())
+      k->rmsnorm_forward(out, rs, in, weight, rows, cfg.embd, cfg.norm_eps);
+    else
+      k->layernorm_forward(out, mu, rs, in, weight, bias, rows, cfg.embd);
+  }
+
+  // BlockOps: the decode pass's arithmetic on its `pass_rows` rows (block_pass.h): the products on whole rows (each
+  // tp rank its columns), the row-parallel ones summed over tp; the norms' statistics are scratch.
+  int pass_rows = 0;
+  void norm(float* out, float* mu, float* rs, const float* in, const float* weight, const float* bias) override {
+    norm_rows(out, mu, rs, in, weight, bias, pass_rows);
+  }
+  void column(bool attention, float* out, const float* in, const float* weight, const float* bias) override {
+    k->matmul_forward(out, in, weight, bias, pass_rows, cfg.embd, static_cast<int>(attention ? w.qkv : w.up));
+  }
+  const float* row(bool attention, const float* in, const float* weight, const float* bias) override {
+    row_parallel(tmp.as<float>(), in, weight, bias, pass_rows, static_cast<int>(attention ? w.att : w.act));
+    return tmp.as<float>();
+  }
+  void mlp_act(float* out, const float* up) override {
+    if (cfg.llama())
+      k->swiglu_forward(out, up, pass_rows, static_cast<int>(w.act));
+    else
+      k->gelu_forward(out, up, static_cast<std::size_t>(pass_rows) * w.act);
+  }
+  void residual(float* out, const float* a, const float* b) override {
+    k->residual_forward(out, a, b, static_cast<std::size_t>(pass_rows) * static_cast<std::size_t>(cfg.embd));
   }
 
   // The embeddings of the pass's tokens into x: GPT-2's token and position tables at each group's positions; the token
@@ -378,25 +404,18 @@ struct GptDecoder::Impl {
     kv->release(l);
   }
 
-  // Block `l` on the pass's rows of x, in place: norm, q | k | v, attention, its output product, the residual, norm,
-  // the MLP's up product, its activation (GELU, or SwiGLU over gate | up), its down product, the residual.
+  // Block `l` on the pass's rows of x, in place, through the family's one block (block_pass.h) with the decode
+  // attention: each group's rows against the KV cache (attend). One ln buffer serves both norms.
   void block_forward(int l, const std::vector<Group>& groups, int rows) {
     const float* base = block(l);
-    auto P = [&](int slot) { return slot < 0 ? nullptr : base + offset[static_cast<std::size_t>(slot)]; };
-    const int C = cfg.embd;
-    const std::size_t rc = static_cast<std::size_t>(rows) * static_cast<std::size_t>(C);
+    pass_rows = rows;
     float* X = x.as<float>();
-    norm(X, P(bs.ln1w), P(bs.ln1b), rows);
-    k->matmul_forward(qkv.as<float>(), ln.as<float>(), P(bs.attnw), P(bs.attnb), rows, C, static_cast<int>(w.qkv));
-    attend(l, groups);
-    row_parallel(tmp.as<float>(), atty.as<float>(), P(bs.projw), P(bs.projb), rows, static_cast<int>(w.att));
-    k->residual_forward(x2.as<float>(), X, tmp.as<float>(), rc);
-    norm(x2.as<float>(), P(bs.ln2w), P(bs.ln2b), rows);
-    k->matmul_forward(fch.as<float>(), ln.as<float>(), P(bs.fcw), P(bs.fcb), rows, C, static_cast<int>(w.up));
-    if (cfg.llama()) k->swiglu_forward(fchg.as<float>(), fch.as<float>(), rows, static_cast<int>(w.act));
-    else k->gelu_forward(fchg.as<float>(), fch.as<float>(), static_cast<std::size_t>(rows) * w.act);
-    row_parallel(tmp.as<float>(), fchg.as<float>(), P(bs.fcprojw), P(bs.fcprojb), rows, static_cast<int>(w.act));
-    k->residual_forward(X, x2.as<float>(), tmp.as<float>(), rc);
+    float *mu = mean.as<float>(), *rs = rstd.as<float>();
+    const BlockBuffers b{ln.as<float>(), mu, rs, qkv.as<float>(), atty.as<float>(), lse.as<float>(), x2.as<float>(),
+                         ln.as<float>(), mu, rs, fch.as<float>(), fchg.as<float>()};
+    gpt::block_forward(
+        *this, bs, [&](int slot) { return slot < 0 ? nullptr : base + offset[static_cast<std::size_t>(slot)]; }, X, X,
+        b, [&](float*, float*, float*) { attend(l, groups); });
     done_with(l);
   }
 
@@ -431,7 +450,8 @@ struct GptDecoder::Impl {
       k->copy_rows(RowsOut{last.as<float>() + static_cast<std::size_t>(i) * Cz, Cz, 0},
                    Rows{x.as<float>() + static_cast<std::size_t>(want[static_cast<std::size_t>(i)]) * Cz, Cz, 0}, 1, 1,
                    C, false);
-    norm(last.as<float>(), lnf_w.as<float>(), lnf_b.as<float>(), n);
+    norm_rows(ln.as<float>(), mean.as<float>(), rstd.as<float>(), last.as<float>(), lnf_w.as<float>(),
+              lnf_b.as<float>(), n);
     const std::size_t Vz = static_cast<std::size_t>(V), wz = static_cast<std::size_t>(n);
     k->lm_head_forward(logits.as<float>(), ln.as<float>(), cfg.tied ? wte.as<float>() : head.as<float>(), n, C,
                        shard.rows);

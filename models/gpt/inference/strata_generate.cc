@@ -46,6 +46,7 @@
 #include "runtime/checkpoint/checkpoint_reader.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/inference/generator.h"
+#include "runtime/parallel/device_mesh.h"
 
 namespace {
 
@@ -381,20 +382,21 @@ int run(const Flags& f, Runtime& rt) {
   // Every value once, shared over the ranks, after the checks above (cheap) and before any rank decodes: a NaN or inf
   // weight is refused on every rank naming the tensor and element, whatever the placement (finite_weights.h).
   gpt::check_finite_weights(w.cfg, w.read, w.source, rt.world());
-  const std::unique_ptr<Communicator> group = f.tp > 1 ? rt.world().split(rank / f.tp, rank, "tp") : nullptr;
-  // --shard-weights: the ranks of the same tp rank in every group hold one part each of the streamed blocks.
+  // The mesh's tp groups (consecutive ranks) decode together; its data-parallel groups (the ranks of the same tp rank
+  // in every tp group) share out the prompts, and with --shard-weights hold one part each of the streamed blocks.
+  DeviceMesh mesh(rt, MeshDims{1, 1, -1, f.tp});
+  Communicator* group = f.tp > 1 ? &mesh.tp() : nullptr;
   STRATA_CHECK(!f.shard_weights || world > f.tp,
                "--shard-weights shares the streamed blocks among the data-parallel ranks: it needs more ranks than "
                "--tp {} (now {})",
                f.tp, world);
-  const std::unique_ptr<Communicator> shard_group =
-      f.shard_weights ? rt.world().split(rank % f.tp, rank, "shard") : nullptr;
+  Communicator* shard_group = f.shard_weights ? &mesh.dp_shard() : nullptr;
   STRATA_CHECK(f.weights_from != "device" || shard_group,
                "--weights-from device keeps each rank's part of the streamed blocks in device memory: give "
                "--shard-weights and more ranks than --tp {} (now {})",
                f.tp, world);
-  const int groups = world / f.tp, my_group = rank / f.tp;
-  const bool speaks = rank % f.tp == 0;
+  const int groups = mesh.dp_shard().size(), my_group = mesh.dp_shard().rank();
+  const bool speaks = mesh.tp().rank() == 0;
   std::vector<std::size_t> mine;
   std::vector<std::vector<std::int32_t>> local;
   GenerateOptions o;
@@ -422,8 +424,7 @@ int run(const Flags& f, Runtime& rt) {
   // Under a shard group every rank takes part in every pass, with prompts or without.
   if (!local.empty() || shard_group) {
     const int seqs = std::max<int>(1, static_cast<int>(local.size()));
-    gpt::GptDecoder dec(w.cfg, rt.device(), seqs, w.read, std::max(128, seqs), DType::kF32, where, group.get(),
-                        shard_group.get());
+    gpt::GptDecoder dec(w.cfg, rt.device(), seqs, w.read, std::max(128, seqs), DType::kF32, where, group, shard_group);
     // The rank's share of the node's cores (as train_gpt's), less the threads that copy streamed blocks beside the
     // compute: a copy sharing a core with the products slows both (docs/inference.md).
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt.local_size());

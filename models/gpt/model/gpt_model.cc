@@ -8,16 +8,17 @@
 #include <cstring>
 #include <optional>
 
+#include "core/checked_math.h"
+#include "core/error.h"
 #include "core/hash.h"
-#include "models/gpt/model/block_activations.h"
-#include "models/gpt/model/unit_slots.h"
 #include "kernels/kernel_table.h"
+#include "models/gpt/model/block_activations.h"
+#include "models/gpt/model/block_pass.h"
+#include "models/gpt/model/unit_slots.h"
 #include "runtime/context/ring_attention.h"
 #include "runtime/memory/activation_offload.h"
 #include "runtime/tensor/parallel_linear.h"
 #include "runtime/tensor/vocab_parallel.h"
-#include "core/checked_math.h"
-#include "core/error.h"
 
 namespace strata::gpt {
 
@@ -117,7 +118,7 @@ const GptConfig& checked(const GptConfig& cfg, int B, int T, const GptParallel& 
 
 }  // namespace
 
-struct GptModel::Impl {
+struct GptModel::Impl : BlockOps {
   GptConfig cfg;
   ShardedModel& model;
   Device& dev;
@@ -485,25 +486,35 @@ struct GptModel::Impl {
     return scratch;
   }
 
-  // Block `local` of a chunk: x_in[local] to x_in[local + 1]. Either family's: norm, q | k | v (rotated, Llama),
-  // attention, its output product, the residual, norm, the MLP's up product, its activation, its down product, the
-  // residual (the weights a family lacks are null, unit_slots.h).
+  // BlockOps: the training pass's arithmetic on this rank's rows (block_pass.h): the tp pieces (sequence parallel
+  // or not), the norms and the residuals on this rank's rows, the MLP's activation on the whole rows.
+  void norm(float* out, float* mean, float* rstd, const float* x, const float* wt, const float* b) override {
+    norm_forward(out, mean, rstd, x, wt, b);
+  }
+  void column(bool attention, float* out, const float* ln, const float* wt, const float* b) override {
+    (attention ? *qkv_lin : *fc_lin).forward(out, ln, ln_full.as<float>(), wt, b);
+  }
+  const float* row(bool attention, const float* in, const float* wt, const float* b) override {
+    if (attention) return row_parallel(*proj_lin, attproj.as<float>(), in, wt, b);
+    return row_parallel(*fcproj_lin, fcproj.as<float>(), in, wt, b);
+  }
+  void mlp_act(float* out, const float* up) override { mlp_act_forward(out, up); }
+  void residual(float* out, const float* a, const float* b) override {
+    k->residual_forward(out, a, b, static_cast<std::size_t>(Nl) * cfg.embd);
+  }
+
+  // Block `local` of a chunk: x_in[local] to x_in[local + 1], through the family's one block (block_pass.h) with
+  // the training attention: causal over the micro-batch, or a ring over cp; q and k rotated first (Llama).
   void block_forward(MicroActs& mb, int local, const UnitF32& p, const BlockViews& a) {
-    const std::size_t nlC = static_cast<std::size_t>(Nl) * cfg.embd;
-    const float* x = mb.x_in[static_cast<std::size_t>(local)].as<float>();
-    float* out = mb.x_in[static_cast<std::size_t>(local) + 1].as<float>();
-    norm_forward(a[kActLn1], a[kActLn1Mean], a[kActLn1Rstd], x, p.p(bs.ln1w), p.p(bs.ln1b));
-    qkv_lin->forward(a[kActQkv], a[kActLn1], ln_full.as<float>(), p.p(bs.attnw), p.p(bs.attnb));
-    if (cfg.llama()) rope(a[kActQkv], false);
-    attention_forward(a[kActAtty], a[kActLse], a[kActQkv]);
-    const float* proj = row_parallel(*proj_lin, attproj.as<float>(), a[kActAtty], p.p(bs.projw), p.p(bs.projb));
-    k->residual_forward(a[kActXmid], x, proj, nlC);
-    norm_forward(a[kActLn2], a[kActLn2Mean], a[kActLn2Rstd], a[kActXmid], p.p(bs.ln2w), p.p(bs.ln2b));
-    fc_lin->forward(a[kActFch], a[kActLn2], ln_full.as<float>(), p.p(bs.fcw), p.p(bs.fcb));
-    mlp_act_forward(a[kActFchGelu], a[kActFch]);
-    const float* mlp =
-        row_parallel(*fcproj_lin, fcproj.as<float>(), a[kActFchGelu], p.p(bs.fcprojw), p.p(bs.fcprojb));
-    k->residual_forward(out, a[kActXmid], mlp, nlC);
+    const BlockBuffers b{a[kActLn1],  a[kActLn1Mean], a[kActLn1Rstd], a[kActQkv],     a[kActAtty], a[kActLse],
+                         a[kActXmid], a[kActLn2],     a[kActLn2Mean], a[kActLn2Rstd], a[kActFch],  a[kActFchGelu]};
+    gpt::block_forward(
+        *this, bs, [&](int slot) { return p.p(slot); }, mb.x_in[static_cast<std::size_t>(local)].as<float>(),
+        mb.x_in[static_cast<std::size_t>(local) + 1].as<float>(), b,
+        [this](float* atty, float* lse, float* qkv) {
+          if (cfg.llama()) rope(qkv, false);
+          attention_forward(atty, lse, qkv);
+        });
   }
 
   // The gradient of the LM head's input, summed over tp into this rank's rows (dln holds this rank's partial

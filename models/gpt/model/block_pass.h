@@ -1,0 +1,60 @@
+// One block of either family over a set of rows (unit_slots.h says which weights a family has): its norm, q | k | v,
+// the attention core, its output product, the residual, the MLP's norm, its up product, its activation, its down
+// product, the residual. The order and the kernels are block_forward's; where the rows live and how a product
+// crosses the tp group are the pass's (BlockOps), and the attention is the pass's hook: causal over the micro-batch or
+// a ring over cp (GptModel's training forward, and the recomputation that rebuilds it), or the KV cache (GptDecoder).
+#pragma once
+
+#include <functional>
+
+#include "models/gpt/model/unit_slots.h"
+
+namespace strata::gpt {
+
+// Where one pass of a block writes what it computes, on the pass's rows (a pass that keeps nothing may give the two
+// norms one buffer, as the decoder does). Statistics a family does not compute (RMSNorm's mean) may be null.
+struct BlockBuffers {
+  float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr;
+  float *qkv = nullptr, *atty = nullptr, *lse = nullptr;
+  float* xmid = nullptr;
+  float *ln2 = nullptr, *ln2_mean = nullptr, *ln2_rstd = nullptr;
+  float *fch = nullptr, *fch_act = nullptr;
+};
+
+// The pass's arithmetic on its rows, as block_forward calls it.
+class BlockOps {
+ public:
+  virtual ~BlockOps() = default;
+  // The family's norm (LayerNorm with its mean and bias, or RMSNorm) of x into out.
+  virtual void norm(float* out, float* mean, float* rstd, const float* x, const float* weight, const float* bias) = 0;
+  // A column-parallel product of a norm's output (each tp rank its columns): q | k | v (`attention`), or the MLP's up
+  // product.
+  virtual void column(bool attention, float* out, const float* ln, const float* weight, const float* bias) = 0;
+  // A row-parallel product: the attention's output product (`attention`) or the MLP's down product, this rank's
+  // partial sums reduced over tp, then the bias; returns where the result is.
+  virtual const float* row(bool attention, const float* in, const float* weight, const float* bias) = 0;
+  // The MLP's activation: GELU over the up product, or SwiGLU over gate | up.
+  virtual void mlp_act(float* out, const float* up) = 0;
+  // out = a + b over the rows of x.
+  virtual void residual(float* out, const float* a, const float* b) = 0;
+};
+
+// The attention core: atty (and its log-sum-exp) from q | k | v, q and k rotated first where the family rotates them.
+using AttentionHook = std::function<void(float* atty, float* lse, float* qkv)>;
+
+// x to out (out may be x: the last residual reads only xmid and the down product). `param(slot)`: the block's weight at
+// a BlockSlots index (null at -1).
+template <typename Param>
+void block_forward(BlockOps& ops, const BlockSlots& bs, const Param& param, const float* x, float* out,
+                   const BlockBuffers& b, const AttentionHook& attend) {
+  ops.norm(b.ln1, b.ln1_mean, b.ln1_rstd, x, param(bs.ln1w), param(bs.ln1b));
+  ops.column(true, b.qkv, b.ln1, param(bs.attnw), param(bs.attnb));
+  attend(b.atty, b.lse, b.qkv);
+  ops.residual(b.xmid, x, ops.row(true, b.atty, param(bs.projw), param(bs.projb)));
+  ops.norm(b.ln2, b.ln2_mean, b.ln2_rstd, b.xmid, param(bs.ln2w), param(bs.ln2b));
+  ops.column(false, b.fch, b.ln2, param(bs.fcw), param(bs.fcb));
+  ops.mlp_act(b.fch_act, b.fch);
+  ops.residual(out, b.xmid, ops.row(false, b.fch_act, param(bs.fcprojw), param(bs.fcprojb)));
+}
+
+}  // namespace strata::gpt
