@@ -101,7 +101,7 @@ void check_ring(Communicator& cp, unsigned seed, const Shape& s) {
   EXPECT_EQ(ring.comm_buffer_bytes(), (P > 1 ? 4 : 2) * block);
 }
 
-TEST(GptRingAttention, EqualsOneRankAttentionOverTheWholeSequence) {
+TEST(RingAttention, EqualsOneRankAttentionOverTheWholeSequence) {
   if (runtime().backend() != DeviceKind::kCpu) GTEST_SKIP() << "ring attention runs on the CPU backend only";
   const int world = runtime().world_size();
   for (int cp : {world, world / 2}) {
@@ -189,7 +189,7 @@ void check_bf16_ring(Communicator& cp, unsigned seed, const Shape& s) {
   }
 }
 
-TEST(GptRingAttention, Bf16IsTheF32RingOnTheWidenedValuesRoundedOnce) {
+TEST(RingAttention, Bf16IsTheF32RingOnTheWidenedValuesRoundedOnce) {
   if (runtime().backend() != DeviceKind::kCpu) GTEST_SKIP() << "ring attention runs on the CPU backend only";
   DeviceMesh mesh(runtime(), MeshDims{1, 1, -1, 1, runtime().world_size()});
   for (int kvh : {4, 2, 1}) {
@@ -211,7 +211,7 @@ class F32Only : public AttentionKernels {
   void copy_rows(RowsOut, Rows, int, int, int, bool) override {}
 };
 
-TEST(GptRingAttention, Bf16OnKernelsWithoutItIsRefusedByName) {
+TEST(RingAttention, Bf16OnKernelsWithoutItIsRefusedByName) {
   Communicator& cp = runtime().world();
   F32Only kernels;
   const ContextChunks ch = ContextChunks::of(4 * cp.size(), cp.size(), cp.rank());
@@ -230,7 +230,7 @@ TEST(GptRingAttention, Bf16OnKernelsWithoutItIsRefusedByName) {
   }
 }
 
-TEST(GptRingAttention, ChunksAreMirroredAndCoverTheSequence) {
+TEST(RingAttention, ChunksAreMirroredAndCoverTheSequence) {
   for (int cp = 1; cp <= 4; ++cp) {
     std::vector<int> seen(static_cast<std::size_t>(8 * cp), 0);
     for (int r = 0; r < cp; ++r) {
@@ -243,7 +243,7 @@ TEST(GptRingAttention, ChunksAreMirroredAndCoverTheSequence) {
   }
 }
 
-TEST(GptRingAttention, BadShapesAreNamed) {
+TEST(RingAttention, BadShapesAreNamed) {
   try {
     ContextChunks::of(30, 4, 0);
     ADD_FAILURE() << "a sequence of 30 over cp 4 was accepted";
