@@ -41,6 +41,12 @@ struct Bf16 {
 };
 static_assert(sizeof(Bf16) == 2, "Bf16 is stored as its 16 bits");
 
+// Code written once over f32 and bf16 activations: a value as f32, and an f32 stored as the type (bf16: rounded once).
+inline float f32_of(float x) { return x; }
+inline float f32_of(Bf16 x) { return x.value(); }
+inline void store_f32(float& dst, float v) { dst = v; }
+inline void store_f32(Bf16& dst, float v) { dst = Bf16::from(v); }
+
 inline float f16_to_f32(std::uint16_t h) {
   std::uint32_t sign = (h & 0x8000u) << 16;
   std::uint32_t exp = (h >> 10) & 0x1fu;

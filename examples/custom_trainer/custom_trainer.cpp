@@ -264,9 +264,8 @@ class StepRunner {
       }
       strata::mlp::Activations acts(model_.resources().device(), keep_);
       std::vector<float> dy;
-      loss +=
-          strata::mlp::mse_loss(layers_->forward(model_, data.x, rows_, acts), data.t, dy, grad_scale) / micro_batches_;
-      layers_->backward(model_, std::move(dy), rows_, acts);
+      loss += strata::mlp::mse_loss(layers_->forward(model_, data.x, acts), data.t, dy, grad_scale) / micro_batches_;
+      layers_->backward(model_, std::move(dy), acts);
     }
     return loss;
   }
@@ -362,9 +361,7 @@ strata::StepDeclaration declare_step(const std::vector<strata::UnitSpec>& units,
     d.add("pp: the gradient norm's sum", strata::MemCategory::kCommBuffer, strata::all_reduce_staging(2, pp, 8));
   if (attention) {  // --seq: what the attention keeps per micro-batch in flight, and its ring's buffers
     d.add("the attention's input, output and log-sum-exp, per micro-batch in flight", strata::MemCategory::kActivations,
-          static_cast<std::uint64_t>(in_flight) * strata::mlp::MlpAttention::kept_bytes(rows / attention->local_rows(),
-                                                                                        attention->local_rows(),
-                                                                                        cfg.hidden, element));
+          static_cast<std::uint64_t>(in_flight) * attention->kept_bytes());
     d.add("cp: the ring's key / value blocks and their gradients", strata::MemCategory::kCommBuffer,
           attention->comm_buffer_bytes());
     d.add(activations == strata::DType::kBF16
@@ -624,9 +621,7 @@ int main(int argc, char** argv) {
     const int world = rt.world_size();
     check_files(rt, f.ledger_json, f.params_out, f.compare_params, f.declaration_out);
     STRATA_CHECK(world % (f.tp_degree * f.pp_degree * f.cp_degree) == 0,
-                 "--tp {} x --pp {} x --cp {} must divide the "
-                 "{} ranks",
-                 f.tp_degree, f.pp_degree, f.cp_degree, world);
+                 "--tp {} x --pp {} x --cp {} must divide the {} ranks", f.tp_degree, f.pp_degree, f.cp_degree, world);
     const int dp = world / (f.tp_degree * f.pp_degree * f.cp_degree);
     STRATA_CHECK(f.batch % dp == 0, "--batch {} rows must divide among the {} data-parallel ranks", f.batch, dp);
     const int dp_rows = f.batch / dp;  // a data-parallel rank's rows (its sequences whole)
@@ -743,12 +738,14 @@ int main(int argc, char** argv) {
       save(last_step);
       if (rt.rank() == 0) std::printf("checkpoint of step %d in %s\n", last_step, f.checkpoint_dir.c_str());
     }
-    strata::StepDeclaration declared =
-        declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr, f.recompute,
-                     f.offload_activations, strata::parse_dtype(f.activation_dtype), runner.attention());
-    declared.held = runner.held_pool_slots(units, opts);
-    if (f.check_memory) check_memory(rt, declared, before, runner.offload());
-    if (!f.declaration_out.empty()) write_declaration(rt, f.declaration_out, declared);
+    if (f.check_memory || !f.declaration_out.empty()) {  // the declaration (and its rehearsal) only when asked for
+      strata::StepDeclaration declared =
+          declare_step(units, opts, mesh, cfg, layers, rows, runner.in_flight(), adamw != nullptr, f.recompute,
+                       f.offload_activations, strata::parse_dtype(f.activation_dtype), runner.attention());
+      declared.held = runner.held_pool_slots(units, opts);
+      if (f.check_memory) check_memory(rt, declared, before, runner.offload());
+      if (!f.declaration_out.empty()) write_declaration(rt, f.declaration_out, declared);
+    }
     finish_parameters(rt, model, mesh, cfg, f.params_out, f.compare_params, f.params_tolerance);
     auto ledger = strata::MemoryLedger::gather(rt.device(), rt.world());
     if (rt.rank() == 0) {

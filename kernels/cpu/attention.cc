@@ -125,9 +125,6 @@ std::size_t backward_floats_per_thread(int D) {
          + 2 * static_cast<std::size_t>(kTileQ) * kTileK;  // P and dP / dS
 }
 
-inline float value_of(float x) { return x; }
-inline float value_of(Bf16 x) { return x.value(); }
-
 // bf16 views are read a tile at a time, widened into per-thread scratch; f32 views are read in place.
 template <typename T>
 constexpr bool kWidened = std::is_same_v<T, Bf16>;
@@ -136,7 +133,7 @@ constexpr bool kWidened = std::is_same_v<T, Bf16>;
 template <typename T>
 void transpose_tile(float* dst, const T* src, std::size_t stride, int n, int D) {
   for (int j = 0; j < n; ++j)
-    for (int d = 0; d < D; ++d) dst[static_cast<std::size_t>(d) * kTileK + j] = value_of(src[j * stride + d]);
+    for (int d = 0; d < D; ++d) dst[static_cast<std::size_t>(d) * kTileK + j] = f32_of(src[j * stride + d]);
 }
 
 // n rows of D values of a view as f32 rows: the view itself (f32), or its values widened into scratch (bf16, rows of
@@ -393,7 +390,7 @@ void row_dot(const AttentionBlock& blk, RowStatsOut di, RowsOf<T> dout, RowsOf<T
         const T* dy = at(dout, b, i, h * D);
         const T* y = at(out, b, i, h * D);
         float acc = 0.0f;
-        for (int d = 0; d < D; ++d) acc += value_of(dy[d]) * value_of(y[d]);
+        for (int d = 0; d < D; ++d) acc += f32_of(dy[d]) * f32_of(y[d]);
         di.data[stat(di.batch_stride, di.head_stride, b, h) + i] = acc;
       }
 }

@@ -9,11 +9,6 @@ namespace strata::cpu {
 
 namespace {
 
-float load(float x) { return x; }
-float load(Bf16 x) { return x.value(); }
-void store(float& d, float v) { d = v; }
-void store(Bf16& d, float v) { d = Bf16::from(v); }
-
 template <typename T>
 void embedding_forward_of(T* out, const int32_t* tokens, const float* wte, int v_begin, int v_count, int N, int C) {
 #pragma omp parallel for schedule(static)
@@ -25,7 +20,7 @@ void embedding_forward_of(T* out, const int32_t* tokens, const float* wte, int v
       if constexpr (std::is_same_v<T, float>)
         std::memcpy(o, w, static_cast<std::size_t>(C) * sizeof(float));
       else
-        for (int c = 0; c < C; ++c) store(o[c], w[c]);
+        for (int c = 0; c < C; ++c) store_f32(o[c], w[c]);
     } else {
       std::memset(static_cast<void*>(o), 0, static_cast<std::size_t>(C) * sizeof(T));
     }
@@ -40,7 +35,7 @@ void embedding_backward_of(float* dwte, const T* dout, const int32_t* tokens, in
     if (v < 0 || v >= v_count) continue;
     float* d = dwte + static_cast<std::size_t>(v) * C;
     const T* g = dout + static_cast<std::size_t>(n) * C;
-    for (int c = 0; c < C; ++c) d[c] += load(g[c]);
+    for (int c = 0; c < C; ++c) d[c] += f32_of(g[c]);
   }
 }
 
@@ -50,7 +45,7 @@ void vocab_max_of(float* row_max, const T* logits, int N, int V, int valid) {
   for (int n = 0; n < N; ++n) {
     const T* x = logits + static_cast<std::size_t>(n) * V;
     float m = -INFINITY;
-    for (int v = 0; v < valid; ++v) m = std::fmax(m, load(x[v]));
+    for (int v = 0; v < valid; ++v) m = std::fmax(m, f32_of(x[v]));
     row_max[n] = m;
   }
 }
@@ -62,10 +57,10 @@ void vocab_sumexp_of(float* stats, const T* logits, const float* row_max, const 
   for (int n = 0; n < N; ++n) {
     const T* x = logits + static_cast<std::size_t>(n) * V;
     double s = 0;
-    for (int v = 0; v < valid; ++v) s += std::exp(static_cast<double>(load(x[v])) - row_max[n]);
+    for (int v = 0; v < valid; ++v) s += std::exp(static_cast<double>(f32_of(x[v])) - row_max[n]);
     stats[n] = static_cast<float>(s);
     const int t = targets[n] - v_begin;
-    stats[N + n] = t >= 0 && t < valid ? load(x[t]) : 0.0f;
+    stats[N + n] = t >= 0 && t < valid ? f32_of(x[t]) : 0.0f;
   }
 }
 
@@ -81,10 +76,10 @@ void vocab_crossentropy_of(float* losses, T* dlogits, const T* logits, const flo
     T* d = dlogits + static_cast<std::size_t>(n) * V;
     const int t = targets[n] - v_begin;
     for (int v = 0; v < valid; ++v) {
-      const double p = std::exp(static_cast<double>(load(x[v])) - m) / sum;
-      store(d[v], static_cast<float>((p - (v == t ? 1.0 : 0.0)) * dscale));
+      const double p = std::exp(static_cast<double>(f32_of(x[v])) - m) / sum;
+      store_f32(d[v], static_cast<float>((p - (v == t ? 1.0 : 0.0)) * dscale));
     }
-    for (int v = valid; v < V; ++v) store(d[v], 0.0f);
+    for (int v = valid; v < V; ++v) store_f32(d[v], 0.0f);
   }
 }
 

@@ -2,24 +2,10 @@
 #include "models/mlp/mlp_attention.h"
 
 #include <algorithm>
-#include <type_traits>
 
 #include "models/mlp/mlp.h"
 
 namespace strata::mlp {
-namespace {
-
-inline float value_of(float x) { return x; }
-inline float value_of(Bf16 x) { return x.value(); }
-template <typename T>
-T of(float x) {
-  if constexpr (std::is_same_v<T, float>)
-    return x;
-  else
-    return Bf16::from(x);
-}
-
-}  // namespace
 
 MlpAttention::MlpAttention(Communicator& cp, const ContextChunks& chunks, int sequences, int width, DType activations)
     : device_(cp.device()),
@@ -29,9 +15,9 @@ MlpAttention::MlpAttention(Communicator& cp, const ContextChunks& chunks, int se
       L_(chunks.local_rows()),
       C_(width) {}
 
-std::uint64_t MlpAttention::kept_bytes(int sequences, int local_rows, int width, std::size_t activation_bytes) {
-  const std::uint64_t rows = static_cast<std::uint64_t>(sequences) * static_cast<std::uint64_t>(local_rows);
-  return activation_bytes * 2 * rows * static_cast<std::uint64_t>(width) + 4 * rows;
+std::uint64_t MlpAttention::kept_bytes() const {
+  const std::uint64_t rows = static_cast<std::uint64_t>(B_) * static_cast<std::uint64_t>(L_);
+  return dtype_size(ring_.activations()) * 2 * rows * static_cast<std::uint64_t>(C_) + 4 * rows;
 }
 
 template <typename T>
@@ -57,7 +43,7 @@ std::vector<T> MlpAttention::forward(const std::vector<T>& h, std::vector<KeptVa
   kept.emplace_back(device_, out);
   kept.emplace_back(device_, lse);
   std::vector<T> y(h.size());
-  for (std::size_t i = 0; i < y.size(); ++i) y[i] = of<T>(value_of(h[i]) + value_of(out[i]));
+  for (std::size_t i = 0; i < y.size(); ++i) store_f32(y[i], f32_of(h[i]) + f32_of(out[i]));
   return y;
 }
 
@@ -73,9 +59,9 @@ std::vector<T> MlpAttention::backward(const std::vector<T>& dy, const std::vecto
   std::vector<T> dh(dy.size());
   for (std::size_t i = 0; i < rows; ++i)
     for (std::size_t c = 0; c < C; ++c) {
-      float g = value_of(dy[i * C + c]);
-      for (std::size_t part = 0; part < 3; ++part) g += value_of(dqkv[(i * 3 + part) * C + c]);
-      dh[i * C + c] = of<T>(g);
+      float g = f32_of(dy[i * C + c]);
+      for (std::size_t part = 0; part < 3; ++part) g += f32_of(dqkv[(i * 3 + part) * C + c]);
+      store_f32(dh[i * C + c], g);
     }
   return dh;
 }

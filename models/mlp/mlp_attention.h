@@ -31,9 +31,8 @@ class MlpAttention {
   template <typename T>
   std::vector<T> backward(const std::vector<T>& dy, const std::vector<KeptValues>& kept);
 
-  // Bytes a forward keeps (per micro-batch) with activations of `activation_bytes` each, and the ring's own buffers
-  // (RingAttention's).
-  static std::uint64_t kept_bytes(int sequences, int local_rows, int width, std::size_t activation_bytes);
+  // Bytes a forward keeps (per micro-batch), and the ring's own buffers (RingAttention's).
+  std::uint64_t kept_bytes() const;
   std::size_t comm_buffer_bytes() const { return ring_.comm_buffer_bytes(); }
   std::size_t workspace_bytes() const { return ring_.workspace_bytes(); }
   std::uint64_t bytes_sent() const { return ring_.bytes_sent(); }

@@ -53,7 +53,7 @@ void MlpPipelineStage::forward(int micro_batch, int, int slot) {
     STRATA_CHECK(batch.rows == rows_, "micro-batch {}: {} rows of data for a stage of {}", micro_batch, batch.rows,
                  rows_);
   }
-  out_[s] = layers_.forward(model_, first_ ? batch.x : in_[s], rows_, acts_[s]);
+  out_[s] = layers_.forward(model_, first_ ? batch.x : in_[s], acts_[s]);
   if (last_) loss_sum_ += mse_loss(out_[s], batch.t, dy_[s], grad_scale_);
 }
 
@@ -63,7 +63,7 @@ void MlpPipelineStage::before_backward(int, int, bool last_of_chunk) {
 
 void MlpPipelineStage::backward(int, int, int slot) {
   const std::size_t s = static_cast<std::size_t>(slot);
-  grad_in_ = layers_.backward(model_, last_ ? dy_[s] : grad_out_, rows_, acts_[s]);
+  grad_in_ = layers_.backward(model_, last_ ? dy_[s] : grad_out_, acts_[s]);
 }
 
 }  // namespace strata::mlp

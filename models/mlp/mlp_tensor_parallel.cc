@@ -212,8 +212,9 @@ MlpLayers::MlpLayers(const MlpConfig& cfg, TensorParallel& tp, int first, int la
 }
 
 template <typename T>
-std::vector<T> MlpLayers::output(std::size_t u, const LayerParams& p, const T* x, int rows) {
+std::vector<T> MlpLayers::output(std::size_t u, const LayerParams& p, const T* x) {
   Layer& L = layers_[u];
+  const int rows = rows_;
   std::vector<T> y(static_cast<std::size_t>(rows) * L.local_out);
   if (L.col)
     L.col->forward(y.data(), x, nullptr, p.weight.data(), p.bias.data());
@@ -225,21 +226,26 @@ std::vector<T> MlpLayers::output(std::size_t u, const LayerParams& p, const T* x
   return y;
 }
 
-std::vector<float> MlpLayers::forward(ShardedModel& model, std::vector<float> x, int rows, Activations& acts) {
-  STRATA_CHECK(rows == rows_, "the tp group was made for {} rows; the micro-batch has {}", rows_, rows);
-  if (acts.dtype() == DType::kBF16) return forward_as<Bf16>(model, std::move(x), rows, acts);
+std::vector<float> MlpLayers::forward(ShardedModel& model, std::vector<float> x, Activations& acts) {
+  const std::size_t expected = static_cast<std::size_t>(rows_) * static_cast<std::size_t>(layers_.front().in);
+  STRATA_CHECK(x.size() == expected, "the tp group was made for {} rows of {}: {} values, the micro-batch has {}",
+               rows_, layers_.front().in, expected, x.size());
+  if (acts.dtype() == DType::kBF16) return forward_as<Bf16>(model, std::move(x), acts);
   STRATA_CHECK(acts.dtype() == DType::kF32, "the MLP's activations are f32 or bf16, not {}", dtype_name(acts.dtype()));
-  return forward_as<float>(model, std::move(x), rows, acts);
+  return forward_as<float>(model, std::move(x), acts);
 }
 
-std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> dy, int rows, Activations& acts) {
-  STRATA_CHECK(rows == rows_, "the tp group was made for {} rows; the micro-batch has {}", rows_, rows);
-  if (acts.dtype() == DType::kBF16) return backward_as<Bf16>(model, std::move(dy), rows, acts);
-  return backward_as<float>(model, std::move(dy), rows, acts);
+std::vector<float> MlpLayers::backward(ShardedModel& model, std::vector<float> dy, Activations& acts) {
+  const std::size_t expected = static_cast<std::size_t>(rows_) * static_cast<std::size_t>(layers_.back().local_out);
+  STRATA_CHECK(dy.size() == expected, "the tp group was made for {} rows of {}: {} values, the gradient has {}", rows_,
+               layers_.back().local_out, expected, dy.size());
+  if (acts.dtype() == DType::kBF16) return backward_as<Bf16>(model, std::move(dy), acts);
+  return backward_as<float>(model, std::move(dy), acts);
 }
 
 template <typename T>
-std::vector<float> MlpLayers::forward_as(ShardedModel& model, std::vector<float> input, int rows, Activations& acts) {
+std::vector<float> MlpLayers::forward_as(ShardedModel& model, std::vector<float> input, Activations& acts) {
+  const int rows = rows_;
   acts.clear();
   std::vector<T> x;
   for (std::size_t u = 0; u < layers_.size(); ++u) {
@@ -253,7 +259,7 @@ std::vector<float> MlpLayers::forward_as(ShardedModel& model, std::vector<float>
             input[static_cast<std::size_t>(r) * L.in + j] *= p.input_scale[static_cast<std::size_t>(j)];
       x = as<T>(input);
     }
-    std::vector<T> y = output(u, p, x.data(), rows);
+    std::vector<T> y = output(u, p, x.data());
     model.end_forward(unit);
     acts.keep(x, y);
     if (attention_ && first_ + unit == kAttentionAfter) y = attention_->forward(y, acts.attention);
@@ -263,7 +269,8 @@ std::vector<float> MlpLayers::forward_as(ShardedModel& model, std::vector<float>
 }
 
 template <typename T>
-std::vector<float> MlpLayers::backward_as(ShardedModel& model, std::vector<float> dy_in, int rows, Activations& acts) {
+std::vector<float> MlpLayers::backward_as(ShardedModel& model, std::vector<float> dy_in, Activations& acts) {
+  const int rows = rows_;
   std::vector<T> dy = as<T>(dy_in);
   for (int u = static_cast<int>(layers_.size()) - 1; u >= 0; --u) {
     Layer& L = layers_[static_cast<std::size_t>(u)];
@@ -275,7 +282,7 @@ std::vector<float> MlpLayers::backward_as(ShardedModel& model, std::vector<float
     if (!(last_layer_ && u + 1 == static_cast<int>(layers_.size()))) {
       // Recomputation: the output rebuilt from the kept input (its collective again), for this backward only.
       std::optional<KeptValues> rebuilt;
-      if (acts.recompute()) rebuilt.emplace(acts.device(), output(static_cast<std::size_t>(u), p, xin, rows));
+      if (acts.recompute()) rebuilt.emplace(acts.device(), output(static_cast<std::size_t>(u), p, xin));
       const auto* out = static_cast<const T*>(rebuilt ? rebuilt->data() : kept.output);
       for (std::size_t e = 0; e < dy.size(); ++e) tanh_grad(dy[e], out[e]);
     }

@@ -60,20 +60,20 @@ class MlpLayers {
   // The global layer the attention follows.
   static constexpr int kAttentionAfter = 1;
   const MlpAttention* attention() const { return attention_.get(); }
-  // From the input of layer `first` ([rows, its width]) to the output of the last layer (this rank's columns when
+  // From the input of layer `first` ([tp.rows(), its width]) to the output of the last layer (this rank's columns when
   // it is column-parallel).
-  std::vector<float> forward(ShardedModel& model, std::vector<float> x, int rows, Activations& acts);
+  std::vector<float> forward(ShardedModel& model, std::vector<float> x, Activations& acts);
   // From the gradient of the output to the gradient of the input of layer `first`; adds into the gradient views.
-  std::vector<float> backward(ShardedModel& model, std::vector<float> dy, int rows, Activations& acts);
+  std::vector<float> backward(ShardedModel& model, std::vector<float> dy, Activations& acts);
 
  private:
   template <typename T>
-  std::vector<float> forward_as(ShardedModel& model, std::vector<float> x, int rows, Activations& acts);
+  std::vector<float> forward_as(ShardedModel& model, std::vector<float> x, Activations& acts);
   template <typename T>
-  std::vector<float> backward_as(ShardedModel& model, std::vector<float> dy, int rows, Activations& acts);
+  std::vector<float> backward_as(ShardedModel& model, std::vector<float> dy, Activations& acts);
   // Layer u's output from its (scaled) input x: the product (and its collective), then tanh but for the last layer.
   template <typename T>
-  std::vector<T> output(std::size_t u, const LayerParams& p, const T* x, int rows);
+  std::vector<T> output(std::size_t u, const LayerParams& p, const T* x);
   struct Layer {
     LayerSplit split;
     int in, out, local_in, local_out;

@@ -66,6 +66,15 @@ std::vector<UnitSpec> rehearsal_units(const std::vector<UnitSpec>& units) {
   return out;
 }
 
+PoolPeaks pool_slots(const ShardedModel& model) {
+  const UnitResources& pools = model.resources().for_units();
+  auto slots = [&](UnitBuffer b) -> std::uint64_t {
+    const BufferPool* p = pools.pools[static_cast<std::size_t>(b)];
+    return p ? static_cast<std::uint64_t>(p->slots()) : 0;
+  };
+  return PoolPeaks{slots(UnitBuffer::kUnshardedParams), slots(UnitBuffer::kUnshardedGrads)};
+}
+
 PoolPeaks rehearse_pools(const std::vector<UnitSpec>& units, const ShardingOptions& options,
                          const RehearsalStep& step) {
   CpuDevice device(env().timeout_s, "rehearsal");
@@ -73,12 +82,7 @@ PoolPeaks rehearse_pools(const std::vector<UnitSpec>& units, const ShardingOptio
   ShardedModel model(device, DataParallelGroups{&self, &self, &self}, units, options);
   step(model, self);
   model.parameters().wait_for_grads();
-  const UnitResources& pools = model.resources().for_units();
-  auto slots = [&](UnitBuffer b) -> std::uint64_t {
-    const BufferPool* p = pools.pools[static_cast<std::size_t>(b)];
-    return p ? static_cast<std::uint64_t>(p->slots()) : 0;
-  };
-  return PoolPeaks{slots(UnitBuffer::kUnshardedParams), slots(UnitBuffer::kUnshardedGrads)};
+  return pool_slots(model);
 }
 
 PoolPeaks rehearse_unit_protocol(const std::vector<UnitSpec>& units, const ShardingOptions& options,

@@ -19,6 +19,9 @@ namespace strata {
 // without their tp splits: pools count slots, not bytes, so a rehearsal runs on these.
 std::vector<UnitSpec> rehearsal_units(const std::vector<UnitSpec>& units);
 
+// The slots a model's gathered-parameter and unsharded-gradient pools have grown to (0 for a pool it has none of).
+PoolPeaks pool_slots(const ShardedModel& model);
+
 // Builds a ShardedModel over `units` with `options` on a CPU device of its own and one-rank groups (`self`: no peer,
 // no transfer), runs `step` on it (one step's calls: forwards, backwards, the micro-batch controls), waits for its
 // gradients and returns the slots each pool grew to: the most units gathered (unsharded gradients held) at once.

@@ -319,19 +319,11 @@ struct GptDecoder::Impl : BlockOps {
     }
   }
 
-  // The family's norm of `rows` rows of `in` into out: LayerNorm (weight and bias; mu: its means) or RMSNorm (weight).
-  void norm_rows(float* out, float* mu, float* rs, const float* in, const float* weight, const float* bias, int rows) {
-    if (cfg.llama())
-      k->rmsnorm_forward(out, rs, in, weight, rows, cfg.embd, cfg.norm_eps);
-    else
-      k->layernorm_forward(out, mu, rs, in, weight, bias, rows, cfg.embd);
-  }
-
   // BlockOps: the decode pass's arithmetic on its `pass_rows` rows (block_pass.h): the products on whole rows (each
   // tp rank its columns), the row-parallel ones summed over tp; the norms' statistics are scratch.
   int pass_rows = 0;
   void norm(float* out, float* mu, float* rs, const float* in, const float* weight, const float* bias) override {
-    norm_rows(out, mu, rs, in, weight, bias, pass_rows);
+    family_norm(*k, cfg, out, mu, rs, in, weight, bias, pass_rows);
   }
   void column(bool attention, float* out, const float* in, const float* weight, const float* bias) override {
     k->matmul_forward(out, in, weight, bias, pass_rows, cfg.embd, static_cast<int>(attention ? w.qkv : w.up));
@@ -340,12 +332,7 @@ struct GptDecoder::Impl : BlockOps {
     row_parallel(tmp.as<float>(), in, weight, bias, pass_rows, static_cast<int>(attention ? w.att : w.act));
     return tmp.as<float>();
   }
-  void mlp_act(float* out, const float* up) override {
-    if (cfg.llama())
-      k->swiglu_forward(out, up, pass_rows, static_cast<int>(w.act));
-    else
-      k->gelu_forward(out, up, static_cast<std::size_t>(pass_rows) * w.act);
-  }
+  void mlp_act(float* out, const float* up) override { family_mlp_activation(*k, cfg, out, up, pass_rows, w.act); }
   void residual(float* out, const float* a, const float* b) override {
     k->residual_forward(out, a, b, static_cast<std::size_t>(pass_rows) * static_cast<std::size_t>(cfg.embd));
   }
@@ -371,13 +358,14 @@ struct GptDecoder::Impl : BlockOps {
       k->position_forward(X + static_cast<std::size_t>(g.row) * Cz, wpe.as<float>(), 1, g.n, g.pos, C);
   }
 
-  // Layer `l`'s attention core over the pass's q | k | v rows: each group's q and k heads rotated at their positions
-  // (Llama), its keys and values into the cache at its positions, its queries against the cache up to them.
-  void attend(int l, const std::vector<Group>& groups) {
+  // Layer `l`'s attention core over the pass's q | k | v rows into atty: each group's q and k heads rotated at their
+  // positions (Llama), its keys and values into the cache at its positions, its queries against the cache up to them
+  // (lse: a group's scratch).
+  void attend(int l, const std::vector<Group>& groups, float* atty, float* lse, float* qkv) {
     const std::size_t ctx = static_cast<std::size_t>(cfg.ctx), s = w.qkv, q = w.att;
     const KvCache::Layer cache = kv->acquire(l);
     for (const Group& g : groups) {
-      float* row = qkv.as<float>() + static_cast<std::size_t>(g.row) * s;
+      float* row = qkv + static_cast<std::size_t>(g.row) * s;
       if (cfg.llama()) {
         k->rope_forward(row, rope_cos.as<float>(), rope_sin.as<float>(), 1, g.n, NHl, D, g.pos, s, 0);
         k->rope_forward(row + q, rope_cos.as<float>(), rope_sin.as<float>(), 1, g.n, KVHl, D, g.pos, s, 0);
@@ -396,8 +384,8 @@ struct GptDecoder::Impl : BlockOps {
       blk.q_pos = g.pos;
       blk.kv_rows = g.pos + g.n;
       blk.kv_pos = 0;
-      k->attention_block_forward(blk, RowsOut{atty.as<float>() + static_cast<std::size_t>(g.row) * q, q, 0},
-                                 RowStatsOut{lse.as<float>(), static_cast<std::size_t>(g.n), 0}, Rows{row, s, 0},
+      k->attention_block_forward(blk, RowsOut{atty + static_cast<std::size_t>(g.row) * q, q, 0},
+                                 RowStatsOut{lse, static_cast<std::size_t>(g.n), 0}, Rows{row, s, 0},
                                  Rows{cache.keys + at, kvw, 0}, Rows{cache.values + at, kvw, 0});
       cache_read += 2ull * static_cast<std::uint64_t>(g.pos + g.n) * kvw * 4;
     }
@@ -415,7 +403,7 @@ struct GptDecoder::Impl : BlockOps {
                          ln.as<float>(), mu, rs, fch.as<float>(), fchg.as<float>()};
     gpt::block_forward(
         *this, bs, [&](int slot) { return slot < 0 ? nullptr : base + offset[static_cast<std::size_t>(slot)]; }, X, X,
-        b, [&](float*, float*, float*) { attend(l, groups); });
+        b, [&](float* out, float* stats, float* rows_qkv) { attend(l, groups, out, stats, rows_qkv); });
     done_with(l);
   }
 
@@ -450,8 +438,8 @@ struct GptDecoder::Impl : BlockOps {
       k->copy_rows(RowsOut{last.as<float>() + static_cast<std::size_t>(i) * Cz, Cz, 0},
                    Rows{x.as<float>() + static_cast<std::size_t>(want[static_cast<std::size_t>(i)]) * Cz, Cz, 0}, 1, 1,
                    C, false);
-    norm_rows(ln.as<float>(), mean.as<float>(), rstd.as<float>(), last.as<float>(), lnf_w.as<float>(),
-              lnf_b.as<float>(), n);
+    family_norm(*k, cfg, ln.as<float>(), mean.as<float>(), rstd.as<float>(), last.as<float>(), lnf_w.as<float>(),
+                lnf_b.as<float>(), n);
     const std::size_t Vz = static_cast<std::size_t>(V), wz = static_cast<std::size_t>(n);
     k->lm_head_forward(logits.as<float>(), ln.as<float>(), cfg.tied ? wte.as<float>() : head.as<float>(), n, C,
                        shard.rows);

@@ -7,6 +7,7 @@
 
 #include <functional>
 
+#include "kernels/kernel_table.h"
 #include "models/gpt/model/unit_slots.h"
 
 namespace strata::gpt {
@@ -38,6 +39,23 @@ class BlockOps {
   // out = a + b over the rows of x.
   virtual void residual(float* out, const float* a, const float* b) = 0;
 };
+
+// The family's norm of `rows` rows of x into out: LayerNorm (its mean and bias) or RMSNorm (mean unused).
+inline void family_norm(Kernels& k, const GptConfig& cfg, float* out, float* mean, float* rstd, const float* x,
+                        const float* weight, const float* bias, int rows) {
+  if (cfg.llama())
+    k.rmsnorm_forward(out, rstd, x, weight, rows, cfg.embd, cfg.norm_eps);
+  else
+    k.layernorm_forward(out, mean, rstd, x, weight, bias, rows, cfg.embd);
+}
+// The MLP's activation of `rows` rows into `width` outputs: GELU over the up product, or SwiGLU over gate | up.
+inline void family_mlp_activation(Kernels& k, const GptConfig& cfg, float* out, const float* up, int rows,
+                                  std::size_t width) {
+  if (cfg.llama())
+    k.swiglu_forward(out, up, rows, static_cast<int>(width));
+  else
+    k.gelu_forward(out, up, static_cast<std::size_t>(rows) * width);
+}
 
 // The attention core: atty (and its log-sum-exp) from q | k | v, q and k rotated first where the family rotates them.
 using AttentionHook = std::function<void(float* atty, float* lse, float* qkv)>;

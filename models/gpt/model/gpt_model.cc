@@ -342,8 +342,7 @@ struct GptModel::Impl : BlockOps {
   }
   // The family's norm of this rank's rows (LayerNorm with mean and bias, or RMSNorm), forward and backward.
   void norm_forward(float* out, float* mean, float* rstd, const float* x, const float* wt, const float* b) {
-    if (cfg.llama()) k->rmsnorm_forward(out, rstd, x, wt, Nl, cfg.embd, cfg.norm_eps);
-    else k->layernorm_forward(out, mean, rstd, x, wt, b, Nl, cfg.embd);
+    family_norm(*k, cfg, out, mean, rstd, x, wt, b, Nl);
   }
   void norm_backward(float* dx, float* dw, float* db, const float* dout, const float* x, const float* wt,
                      const float* mean, const float* rstd) {
@@ -351,10 +350,7 @@ struct GptModel::Impl : BlockOps {
     else k->layernorm_backward(dx, dw, db, dout, x, wt, mean, rstd, Nl, cfg.embd);
   }
   // The MLP's activation: GELU over the up product, or SwiGLU over gate | up; and its backward into dup (zeroed here).
-  void mlp_act_forward(float* out, const float* up) {
-    if (cfg.llama()) k->swiglu_forward(out, up, N, static_cast<int>(w.act));
-    else k->gelu_forward(out, up, static_cast<std::size_t>(N) * w.act);
-  }
+  void mlp_act_forward(float* out, const float* up) { family_mlp_activation(*k, cfg, out, up, N, w.act); }
   void mlp_act_backward(float* dup, const float* dout, const float* up) {
     k->zero(dup, static_cast<std::size_t>(N) * w.up * 4);
     if (cfg.llama()) k->swiglu_backward(dup, dout, up, N, static_cast<int>(w.act));

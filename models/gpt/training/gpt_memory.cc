@@ -63,11 +63,8 @@ void add_ring(StepDeclaration& d, const TrainConfig& cfg) {
 
 // What pp rank `pp_rank` of a run holds (the family's plan, as GptTrainer takes it), and its sharding options.
 struct PipelineView {
-  GptStagePart part;             // chunks empty: the whole model, no pipeline
-  std::vector<UnitSpec> units;   // this tp rank's slices of the part's units
-  ShardingOptions sharding;
-  int rows = 0;                  // per micro-batch
-  int slots = 1;
+  GptPlan plan;  // part (chunks empty: the whole model, no pipeline; slots: micro-batches in flight), units, sharding
+  int rows = 0;  // per micro-batch
   PoolPeaks pools;  // gathered and unsharded-gradient slots the rank's step holds (rehearse_pools)
 };
 
@@ -82,11 +79,7 @@ PipelineView pipeline_view(const TrainConfig& cfg, int pp_rank, const PoolPeaks*
     cfg.validate_pipeline();
     s = PipelineSchedule::build(cfg.pp_schedule, cfg.pp, cfg.micro_batches(), cfg.pp_virtual);
   }
-  const GptPlan plan = parallelize(cfg.model, cfg.tp, cfg.sharding, s ? &*s : nullptr, pp_rank, cfg.pp_keep_gathered);
-  v.part = plan.part;
-  v.units = plan.units;
-  v.sharding = plan.sharding;
-  v.slots = plan.part.slots;
+  v.plan = parallelize(cfg.model, cfg.tp, cfg.sharding, s ? &*s : nullptr, pp_rank, cfg.pp_keep_gathered);
   v.rows = cfg.pipelined() ? cfg.micro_batch_rows() : cfg.batch;
   if (!cfg.pipelined()) return v;
   if (pools) v.pools = *pools;
@@ -149,15 +142,15 @@ StepDeclaration declare_step(const TrainConfig& cfg, int world, int pp_rank, con
     return d;
   }
   const PipelineView view = pipeline_view(cfg, pp_rank, pools);
-  const GptStagePart& part = view.part;
+  const GptStagePart& part = view.plan.part;
   const bool piped = !part.chunks.empty();
   // Bounds every product below (each term is at most a few times a size it checked) so none of them wraps around.
   cfg.model.validate_sizes(view.rows, cfg.seq, cfg.tp);
-  const ShardingOptions& o = view.sharding;
+  const ShardingOptions& o = view.plan.sharding;
   // Strata's own buffers and AdamW's two moments, over the data-parallel groups, for this tp rank's slices of this
   // stage's units.
   StepDeclaration d;
-  d.units = view.units;
+  d.units = view.plan.units;
   d.sharding = o;
   d.groups = groups(cfg, world);
   d.optimizer_floats = 2;
@@ -201,7 +194,7 @@ StepDeclaration declare_step(const TrainConfig& cfg, int world, int pp_rank, con
     L = 0;
     for (const LayerRange& r : part.chunks) L = std::max<std::uint64_t>(L, static_cast<std::uint64_t>(r.count()));
   }
-  const std::uint64_t slots = static_cast<std::uint64_t>(view.slots);
+  const std::uint64_t slots = static_cast<std::uint64_t>(view.plan.part.slots);
   const std::uint64_t Vl = static_cast<std::uint64_t>(vocab_per_rank(cfg.model, cfg.tp));
   // Per block, as its recomputation kind keeps them (block_floats): ln1, ln2 [Nl, C]; qkv, attention out, MLP pre-
   // and post-GELU [N, 12 Cl] (a Llama block: its widths); lse [N, Hl]; x_mid [Nl, C]; the norms' statistics [Nl].
@@ -281,7 +274,7 @@ TpStaging predict_tp_staging(const TrainConfig& cfg) {
 
 CategoryBytes predict_host_memory(const TrainConfig& cfg, int world, int pp_rank) {
   const PipelineView view = pipeline_view(cfg, pp_rank, nullptr, false);
-  return predict_state_memory(view.units, view.sharding, groups(cfg, world), 2).host;
+  return predict_state_memory(view.plan.units, view.plan.sharding, groups(cfg, world), 2).host;
 }
 
 std::uint64_t predict_offloaded_activations(const TrainConfig& cfg, int pp_rank) {
@@ -290,7 +283,7 @@ std::uint64_t predict_offloaded_activations(const TrainConfig& cfg, int pp_rank)
   const std::uint64_t P = static_cast<std::uint64_t>(cfg.tp);
   const std::uint64_t N = static_cast<std::uint64_t>(view.rows) * static_cast<std::uint64_t>(cfg.seq);
   const std::uint64_t Nl = cfg.sequence_parallel ? N / P : N;
-  return 4 * block_floats(cfg, view.part, N, Nl, static_cast<std::uint64_t>(view.slots)).host;
+  return 4 * block_floats(cfg, view.plan.part, N, Nl, static_cast<std::uint64_t>(view.plan.part.slots)).host;
 }
 
 std::string fit_advice(const TrainConfig& cfg, int world, std::uint64_t budget, int pp_rank) {
@@ -344,7 +337,7 @@ std::uint64_t predict_cp_bytes(const TrainConfig& cfg, int pp_rank) {
                               static_cast<std::uint64_t>(cfg.local_seq()) * 2 *
                               static_cast<std::uint64_t>(cfg.model.kv_local(cfg.tp) * cfg.model.hd());
   // The layers of this pp rank's stage (all of them without a pipeline).
-  const GptStagePart part = pipeline_view(cfg, pp_rank, nullptr, false).part;
+  const GptStagePart part = pipeline_view(cfg, pp_rank, nullptr, false).plan.part;
   const std::vector<LayerRange> chunks =
       part.chunks.empty() ? std::vector<LayerRange>{{0, cfg.model.layers}} : part.chunks;
   std::uint64_t blocks = 0;

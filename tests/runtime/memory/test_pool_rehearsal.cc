@@ -20,15 +20,6 @@ const std::vector<UnitSpec> kUnits = {{"a", {{"a.w", {37, 5}}, {"a.b", {5}, /*we
                                       {"c", {{"c.w", {3, 3}}, {"c.frozen", {7}, false, /*trainable=*/false}}},
                                       {"d", {{"d.w", {11}}, {"d.empty", {0, 4}}}}};
 
-PoolPeaks pools_of(const ShardedModel& model) {
-  const UnitResources& pools = model.resources().for_units();
-  auto slots = [&](UnitBuffer b) -> std::uint64_t {
-    const BufferPool* p = pools.pools[static_cast<std::size_t>(b)];
-    return p ? static_cast<std::uint64_t>(p->slots()) : 0;
-  };
-  return PoolPeaks{slots(UnitBuffer::kUnshardedParams), slots(UnitBuffer::kUnshardedGrads)};
-}
-
 // A real step over every rank: each micro-batch's forward through the units, its backward in reverse.
 PoolPeaks real_step(const ShardingOptions& o, const UnitProtocol& p) {
   DeviceMesh mesh(runtime(), MeshDims{1, 1, -1, 1});
@@ -50,7 +41,7 @@ PoolPeaks real_step(const ShardingOptions& o, const UnitProtocol& p) {
     }
   }
   model.parameters().wait_for_grads();
-  return pools_of(model);
+  return pool_slots(model);
 }
 
 TEST(PoolRehearsal, CountsTheSlotsARealStepHolds) {
