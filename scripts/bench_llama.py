@@ -27,7 +27,8 @@ Prints each round, then Markdown tables of medians (min-max), the ratios paired 
 
 Usage: scripts/bench_llama.py [--np 2] [--steps 10] [--batch 2] [--rounds 3] [--impls strata,ddp,fsdp2,sgemm]
                               [--idle 90 --max-foreign 0.05] [--torch-python PY] [--bin build/bin/train_gpt]
-                              [-- extra train_gpt flags]
+                              [--min-vs-torch 1.5 --min-of-sgemm 0.85 --check] [-- extra train_gpt flags]
+--check exits 1 when a bar measured in the run does not hold (the medians over the rounds).
 The issue's figures (docs/benchmarks.md): --rounds 5 --impls strata,ddp,ddp:sdpa,fsdp2,sgemm --idle 90
 --max-foreign 0.05.
 """
@@ -367,6 +368,12 @@ def main():
     ap.add_argument("--idle-timeout", type=float, default=300, help="the longest wait of --idle, s")
     ap.add_argument("--torch-python", help=f"python with torch and transformers (default {DEFAULT_VENV})")
     ap.add_argument("--bin", default="build/bin/train_gpt")
+    ap.add_argument("--min-vs-torch", type=float, default=1.5,
+                    help="the bar for Strata / the fastest PyTorch run, median of the rounds (the issue's 1.5)")
+    ap.add_argument("--min-of-sgemm", type=float, default=0.85,
+                    help="the bar for Strata's model FLOP rate / sgemm alone, median of the rounds (the issue's 0.85)")
+    ap.add_argument("--check", action="store_true",
+                    help="exit 1 when a bar measured in the run does not hold (each is printed with holds / no)")
     ap.add_argument("--sgemm-worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
     ap.add_argument("--rows", type=int, help=argparse.SUPPRESS)
@@ -444,6 +451,7 @@ def main():
         sys.exit("bench_llama: every round was disturbed by other processes (see --max-foreign)")
 
     # Report
+    failed = []  # the bars (--min-vs-torch, --min-of-sgemm) measured in this run that do not hold
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     print(f"# {cpu}, {os.cpu_count()} cores; np {a.np} x {a.batch} rows x {SEQ} tokens a step, {a.steps} steps "
           f"(mean over steps >= 2), {counted} of {r} rounds counted; torch {tv or '-'}"
@@ -466,8 +474,11 @@ def main():
         print(f"| {name} | {med_range(ms)} | {med_range(tps)} | {ratio} |")
     if st and torch_runs and all(res[k] for k in torch_runs):
         best = [max(res[k][i]["tokens_per_s"] for k in torch_runs) for i in range(len(st))]
-        fastest = med_range([s / b for s, b in zip(st, best)], "{:.2f}x")
-        print(f"\nStrata / the fastest PyTorch run of each round: {fastest} (the bar: 1.5x)")
+        vs_torch = [s / b for s, b in zip(st, best)]
+        held = statistics.median(vs_torch) >= a.min_vs_torch
+        failed += [] if held else ["Strata / the fastest PyTorch"]
+        print(f"\nStrata / the fastest PyTorch run of each round: {med_range(vs_torch, '{:.2f}x')} (the bar: "
+              f"{a.min_vs_torch:g}x, {'holds' if held else 'no'})")
     if res["strata"]:
         print(f"\nStrata: exposed communication {med_range([100 * x['exposed'] for x in res['strata']], '{:.1f}')}% "
               f"of the step, loss after {a.steps} steps {res['strata'][0]['final_loss']:.4f}")
@@ -478,11 +489,14 @@ def main():
         if st:
             rate = [flops * s / a.np / 1e9 for s in st]
             mrate = [matmul_flops * s / a.np / 1e9 for s in st]
-            alone = med_range([x / g for x, g in zip(rate, res["sgemm1"])], "{:.2f}")
+            of_sgemm = [x / g for x, g in zip(rate, res["sgemm1"])]
+            alone = med_range(of_sgemm, "{:.2f}")
             together = med_range([x / g for x, g in zip(rate, res["sgemm2"])], "{:.2f}")
+            held = statistics.median(of_sgemm) >= a.min_of_sgemm
+            failed += [] if held else ["the FLOP rate / sgemm"]
             print(f"Strata's step: {med_range(rate, '{:.1f}')} model GFLOP/s a rank ({med_range(mrate, '{:.1f}')} "
                   f"of matrix products); against sgemm alone {alone}, against {a.np} at once {together} "
-                  f"(paired by round; the bar: 0.85 of sgemm alone)")
+                  f"(paired by round; the bar: {a.min_of_sgemm:g} of sgemm alone, {'holds' if held else 'no'})")
         if sgemm_detail:
             print("\n| product | op | M | N | K | per step | GFLOP/s (first counted round, alone) |")
             print("|---|---|---|---|---|---|---|")
@@ -491,6 +505,8 @@ def main():
                       f"{p['gflops']:.1f} |")
     if strata_cmd:
         print(f"\n`{' '.join(strata_cmd)}`")
+    if a.check and failed:
+        sys.exit(f"bench_llama: below its bar: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -246,7 +246,7 @@ int main(int argc, char** argv) {
           placement.resident_layers = 0;
           placement.source = where == "disk" ? WeightSource::kDisk : WeightSource::kHost;
         }
-        gpt::GptDecoder dec(cfg, dev, b, where == "disk" ? from_disk : spec, std::max(128, b), DType::kF32,
+        gpt::GptDecoder dec(cfg, dev, b, where == "disk" ? from_disk : spec, decode_pass_rows(b), DType::kF32,
                             placement);
         const int n_steps = where == "host" || where == "disk" ? stream_steps : steps;
         cpu::set_num_threads(threads > 0 ? threads : compute_threads(cores, dec));

@@ -13,14 +13,6 @@ namespace strata {
 
 int BlockStreamer::slot_count(int prefetch_depth, int count) { return std::min(prefetch_depth + 1, count); }
 
-std::uint64_t BlockStreamer::device_bytes(std::size_t block_bytes, int count, WeightSource source, int prefetch_depth,
-                                          int shards) {
-  if (count <= 0) return 0;
-  const std::uint64_t part = shard_part(block_bytes, shards), n = static_cast<std::uint64_t>(std::max(shards, 1));
-  const std::uint64_t slots = static_cast<std::uint64_t>(slot_count(prefetch_depth, count)) * part * n;
-  return slots + (source == WeightSource::kDevice ? static_cast<std::uint64_t>(count) * part : 0);
-}
-
 BlockStreamer::BlockStreamer(Device& device, std::size_t block_bytes, int count, WeightSource source,
                              int prefetch_depth, Fill fill, MemCategory category, Communicator* shard)
     : dev_(device), block_bytes_(block_bytes), count_(count), source_(source), fill_(std::move(fill)), shard_(shard) {

@@ -29,11 +29,6 @@ class BlockStreamer {
 
   // The slots `count` blocks stream through with `prefetch_depth` of them copied ahead: min(depth + 1, count).
   static int slot_count(int prefetch_depth, int count);
-  // The device memory a stream of `count` blocks would hold (0 for none): its slots, and under kDevice this rank's
-  // parts, for a group of `shards` ranks (1: whole blocks). What slot_bytes() + held_bytes() give once built.
-  static std::uint64_t device_bytes(std::size_t block_bytes, int count, WeightSource source, int prefetch_depth,
-                                    int shards);
-
   // `count` blocks of `block_bytes` (count >= 1), consumed 0, 1, ..., count - 1, then again from 0. kHost: every
   // block filled once into host memory (page-locked beside a CUDA device) and copied from there each pass; kDisk:
   // filled each pass, straight into its slot where the device's memory is the host's, else into page-locked staging

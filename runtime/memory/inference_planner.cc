@@ -27,6 +27,13 @@ double layer_params(const ModelShape& m, int tp) {
 
 int kv_heads_of(const InferenceInput& in) { return in.kv_heads > 0 ? in.kv_heads : in.model.kv_head_count(); }
 
+// Keys and values of one position in one layer on one device: its kv heads (split by tp, or one replicated when there
+// are fewer than tp), head_dim each.
+double kv_layer_token(const InferenceInput& in) {
+  const double kv_heads_here = std::ceil(static_cast<double>(kv_heads_of(in)) / in.tp);
+  return 2 * kv_heads_here * in.model.head_width() * static_cast<double>(dtype_size(in.kv_dtype));
+}
+
 }  // namespace
 
 const char* weight_source_name(WeightSource s) {
@@ -45,6 +52,67 @@ std::size_t shard_part(std::size_t block_bytes, int shard) {
   if (shard <= 1) return block_bytes;
   const std::size_t n = static_cast<std::size_t>(shard);
   return (block_bytes + 4 * n - 1) / (4 * n) * 4;
+}
+
+DecodeRowWidths DecodeRowWidths::of(const ModelShape& m, int tp) {
+  DecodeRowWidths w;
+  const double q = m.q_width() / tp, kv = m.kv_width_per_rank(tp), F = static_cast<double>(m.ffn_width()) / tp;
+  w.hidden = m.hidden;
+  w.qkv = q + 2 * kv;
+  w.att = q;
+  w.up = m.gated ? 2 * F : F;
+  w.act = F;
+  w.heads = static_cast<double>(m.heads) / tp;
+  w.vocab_rows = std::ceil(static_cast<double>(m.vocab) / tp);
+  w.tp = tp;
+  return w;
+}
+
+double DecodeRowWidths::floats_per_row() const {
+  return 3 + 5 * hidden + qkv + att + heads + up + act + vocab_rows + (tp > 1 ? tp * vocab_rows : 0);
+}
+
+int DecodeMemory::slots(int resident) const { return std::max(0, std::min(prefetch_depth + 1, layers - resident)); }
+
+double DecodeMemory::slot_bytes(int resident) const {
+  const double part = static_cast<double>(shard_part(static_cast<std::size_t>(block), shard));
+  return slots(resident) * (shard > 1 ? shard * part : block);
+}
+
+double DecodeMemory::shard_bytes(int resident) const {
+  if (source != WeightSource::kDevice) return 0;
+  return (layers - resident) * static_cast<double>(shard_part(static_cast<std::size_t>(block), shard));
+}
+
+double DecodeMemory::kv_bytes(bool kv_on_host) const {
+  return (kv_on_host ? std::min(prefetch_depth + 1, layers) : layers) * kv_layer;
+}
+
+double DecodeMemory::total(int resident, bool kv_on_host) const {
+  return outside + tables + resident * block + slot_bytes(resident) + shard_bytes(resident) + kv_bytes(kv_on_host) +
+         workspace;
+}
+
+int DecodeMemory::most_resident(double budget, bool kv_on_host) const {
+  int r = layers;
+  while (r > 0 && total(r, kv_on_host) > budget) --r;
+  return r;
+}
+
+DecodeMemory decode_memory(const InferenceInput& in, int batch) {
+  const ModelShape& m = in.model;
+  const double wb = static_cast<double>(dtype_size(in.weight_dtype));
+  DecodeMemory d;
+  d.layers = m.layers;
+  d.outside = outside_layers(m, in.tp) * wb;
+  d.tables = m.rotary ? static_cast<double>(m.seq) * m.head_width() * 4 : 0;
+  d.block = layer_params(m, in.tp) * wb;
+  d.kv_layer = static_cast<double>(batch) * m.seq * kv_layer_token(in);
+  d.workspace = decode_pass_rows(batch) * DecodeRowWidths::of(m, in.tp).floats_per_row() * 4;
+  d.source = in.source;
+  d.prefetch_depth = in.prefetch_depth;
+  d.shard = in.shard;
+  return d;
 }
 
 void InferenceInput::validate() const {
@@ -87,10 +155,7 @@ void InferenceInput::validate() const {
 InferencePlan plan_inference_at(const InferenceInput& in, int batch, int resident_layers, bool kv_on_device) {
   const ModelShape& m = in.model;
   const InferenceHardware& hw = in.hardware;
-  const double wb = static_cast<double>(dtype_size(in.weight_dtype));
-  const double kvb = static_cast<double>(dtype_size(in.kv_dtype));
   const double b = batch, h = m.hidden, L = m.layers, s = m.seq;
-  const double head_dim = m.head_width();
   const double vocab_rows = std::ceil(static_cast<double>(m.vocab) / in.tp);
 
   InferencePlan p;
@@ -98,9 +163,10 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   p.resident_layers = resident_layers;
   p.streamed_layers = m.layers - resident_layers;
   p.kv_on_device = kv_on_device;
+  const DecodeMemory mem = decode_memory(in, batch);
   const double layer = layer_params(m, in.tp), outside = outside_layers(m, in.tp);
   const double flops_per_s = hw.peak_tflops * 1e12 * hw.efficiency;
-  const double layer_bytes = layer * wb;
+  const double layer_bytes = mem.block;
   const double streamed = p.streamed_layers * layer_bytes;
   // Under a shard group each device holds or fetches one part of a streamed layer and receives the others' parts;
   // a slot holds every part (the last zero-padded).
@@ -109,26 +175,16 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   const double fetched = p.streamed_layers * part;  // by this device from its source, each pass
   const bool on_device = in.source == WeightSource::kDevice;
   const double link_weights = on_device ? 0 : fetched;  // over the host link, each pass
-  // Keys and values of one position in one layer: the device's kv heads (split by tp, or replicated when there are
-  // fewer than tp), head_dim each.
-  const double kv_heads_here = std::ceil(static_cast<double>(kv_heads_of(in)) / in.tp);
-  const double kv_layer_token = 2 * kv_heads_here * head_dim * kvb;
-  p.kv_bytes_per_token = L * kv_layer_token;
+  p.kv_bytes_per_token = L * kv_layer_token(in);
 
-  p.resident_weights = (outside + resident_layers * layer) * wb;
-  p.stream_buffers = std::min(in.prefetch_depth + 1, p.streamed_layers) * slot;  // none when none stream
-  p.weight_shards = on_device ? fetched : 0;
+  p.resident_weights = mem.outside + resident_layers * mem.block;
+  p.stream_buffers = mem.slot_bytes(resident_layers);  // none when none stream
+  p.weight_shards = mem.shard_bytes(resident_layers);
   const double kv_all = b * s * p.kv_bytes_per_token;
-  if (kv_on_device) {
-    p.kv_cache = kv_all;
-  } else {
-    p.kv_staging = std::min(in.prefetch_depth + 1, m.layers) * b * s * kv_layer_token;
-  }
-  // One prefill pass's activations (the residual, q k v, the attention output and the MLP's 4h, in f32: 10 h
-  // floats a token; attention tiled, no score matrix) and one row of logits per sequence.
-  const double chunk = std::min(b * in.prompt, static_cast<double>(kPrefillChunk));
-  p.workspace = chunk * 10 * h / in.tp * 4 + b * vocab_rows * 4;
-  p.total = p.resident_weights + p.stream_buffers + p.weight_shards + p.kv_cache + p.kv_staging + p.workspace;
+  (kv_on_device ? p.kv_cache : p.kv_staging) = mem.kv_bytes(!kv_on_device);
+  // The widest pass's activations and logits (f32) and a rotary table.
+  p.workspace = mem.workspace + mem.tables;
+  p.total = mem.total(resident_layers, !kv_on_device);
   p.host_bytes = (in.source == WeightSource::kHost ? fetched : 0) + (kv_on_device ? 0 : kv_all);
   p.fits = p.total <= hw.device_memory && p.host_bytes <= hw.host_memory;
 
@@ -180,11 +236,12 @@ InferencePlan plan_inference(const InferenceInput& in, int batch) {
   bool found = false;
   for (bool kv_on_device : {true, false}) {
     if (in.kv_on_device >= 0 && kv_on_device != (in.kv_on_device == 1)) continue;
-    // Memory grows with every resident layer: the most that fit, unless the count is given.
+    // Device memory grows with every resident layer: the most that fit it (GptDecoder's rule), unless the count is
+    // given; none when host memory cannot hold what they would leave to stream (fewer leave more).
     int r = in.resident_layers;
     if (r < 0) {
-      r = in.model.layers;
-      while (r > 0 && !plan_inference_at(in, batch, r, kv_on_device).fits) --r;
+      r = decode_memory(in, batch).most_resident(in.hardware.device_memory, !kv_on_device);
+      if (!plan_inference_at(in, batch, r, kv_on_device).fits) r = 0;
     }
     InferencePlan p = plan_inference_at(in, batch, r, kv_on_device);
     if (!found || (p.fits && (!best.fits || p.tokens_per_s > best.tokens_per_s)) ||

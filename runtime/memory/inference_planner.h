@@ -32,7 +32,7 @@ struct InferenceHardware {
 struct InferenceInput {
   ModelShape model;  // layers, hidden, heads, vocab; seq is the context the KV cache holds (prompt + generated)
   int kv_heads = 0;  // key / value heads (grouped-query attention); 0: model.kv_heads (itself 0: as many as heads)
-  int prompt = 0;    // tokens of each prompt, prefilled kPrefillChunk at a time; the rest of seq is generated
+  int prompt = 0;    // tokens of each prompt, prefilled kPrefillRows at a time; the rest of seq is generated
   int tp = 1;        // tensor parallelism: heads and matrices split over tp devices, vocabulary-parallel head
   DType weight_dtype = DType::kBF16;
   DType kv_dtype = DType::kBF16;
@@ -57,8 +57,51 @@ struct InferenceInput {
 // shard parts.
 std::size_t shard_part(std::size_t block_bytes, int shard);
 
-inline constexpr int kPrefillChunk = 512;  // prompt tokens in one prefill pass, over the batch (the workspace's size)
 inline constexpr int kMaxInferenceBatch = 4096;
+
+// The rows of a decoder's widest pass for `batch` sequences: a prompt is prefilled kPrefillRows tokens at a time, and
+// a decode step takes one row a sequence. strata-generate builds its decoder for these; its workspace is sized by them.
+inline constexpr int kPrefillRows = 128;
+inline int decode_pass_rows(int batch) { return batch > kPrefillRows ? batch : kPrefillRows; }
+
+// One device's widths of a decode pass's rows, in floats (the decoder computes in f32): the residual stream, q | k |
+// v, the attention's output, the MLP's up product (gate | up when gated) and its activation, this device's query
+// heads and vocabulary rows, and the tp degree (under tp the group's logits are gathered whole).
+struct DecodeRowWidths {
+  double hidden = 0, qkv = 0, att = 0, up = 0, act = 0, heads = 0, vocab_rows = 0;
+  int tp = 1;
+  // From a shape: what GptDecoder's tp slices hold (q and the MLP split over tp, k and v the rank's kv heads).
+  static DecodeRowWidths of(const ModelShape& m, int tp);
+  // Floats of one row of a pass's workspace: its token, a norm's mean and rstd, five rows of the residual's width (x,
+  // the block's middle, a norm's output, a product's result, the head's input), q | k | v, the attention's output and
+  // a log-sum-exp a head, the MLP's up product and activation, the logits and, under tp, the group's.
+  double floats_per_row() const;
+};
+
+// A decoder's device memory on one device by what it holds, its placement left open. The planner fills it from a
+// ModelShape (decode_memory below), GptDecoder from its own units; both place the blocks through it, so the budget
+// decides the placement by one rule.
+struct DecodeMemory {
+  int layers = 0;
+  double outside = 0;    // weights resident whatever the placement: embeddings, the final norm, an untied head
+  double tables = 0;     // a rotary model's cos and sin of every position (f32), resident too
+  double block = 0;      // one block's weights on this device
+  double kv_layer = 0;   // one layer's keys and values for every sequence's whole context
+  double workspace = 0;  // the widest pass's rows (decode_pass_rows) x DecodeRowWidths::floats_per_row, f32
+  WeightSource source = WeightSource::kHost;
+  int prefetch_depth = 1;
+  int shard = 1;  // devices a streamed block is sharded over
+
+  int slots(int resident) const;           // stream slots for the layers past `resident`: min(depth + 1, streamed)
+  double slot_bytes(int resident) const;   // those slots (each a whole block: shard x shard_part)
+  double shard_bytes(int resident) const;  // kDevice: this device's part of each streamed block
+  double kv_bytes(bool kv_on_host) const;  // the cache, or a host cache's min(depth + 1, layers) staging layers
+  double total(int resident, bool kv_on_host) const;
+  // The most blocks resident, from `layers` down, whose total is within `budget` bytes; 0 when none is.
+  int most_resident(double budget, bool kv_on_host) const;
+};
+// The planner's DecodeMemory for `in`'s model at `batch` sequences, in.weight_dtype and in.kv_dtype wide.
+DecodeMemory decode_memory(const InferenceInput& in, int batch);
 
 struct InferencePlan {
   int batch = 0;
@@ -70,7 +113,7 @@ struct InferencePlan {
   double weight_shards = 0;     // kDevice: this device's part of every streamed layer
   double kv_cache = 0;          // batch x seq tokens of keys and values (device placement)
   double kv_staging = 0;        // host placement: min(prefetch_depth + 1, layers) layers' keys and values
-  double workspace = 0;         // activations of one prefill pass and the logits
+  double workspace = 0;         // the widest pass's activations and logits, and a rotary table
   double total = 0;
   bool fits = false;
   double host_bytes = 0;          // in host memory (streamed layers, a host KV cache): fits needs it within bounds

@@ -14,11 +14,21 @@ std::size_t bytes(int rows, int width) {
   return static_cast<std::size_t>(rows) * static_cast<std::size_t>(width) * sizeof(T);
 }
 
+// The rows of a forward pass: the group's micro-batch (0), or fewer without sequence parallelism.
+int pass_rows(const TensorParallel& tp, int rows, const char* what) {
+  if (rows == 0 || rows == tp.rows()) return tp.rows();
+  STRATA_CHECK(rows > 0 && rows < tp.rows() && !tp.sequence_parallel(),
+               "{}: a pass over {} of the group's {} rows (a pass takes 1 to {}{})", what, rows, tp.rows(), tp.rows(),
+               tp.sequence_parallel() ? ", all of them under sequence parallelism" : "");
+  return rows;
+}
+
 template <typename T>
 const T* column_forward(TensorParallel& tp, LinearKernels& k, int in, int local_out, T* y, const T* x, T* gathered,
-                        const float* w, const float* b) {
+                        const float* w, const float* b, int rows = 0) {
+  const int n = pass_rows(tp, rows, "a column-parallel product");
   const T* whole = tp.to_full(x, gathered, in);
-  linear_forward(k, y, whole, w, b, tp.rows(), in, local_out);
+  linear_forward(k, y, whole, w, b, n, in, local_out);
   return whole;
 }
 
@@ -32,10 +42,15 @@ const T* column_backward(TensorParallel& tp, LinearKernels& k, int in, int local
 
 template <typename T>
 T* row_forward(TensorParallel& tp, LinearKernels& k, int local_in, int out, T* partial, T* local, const T* x,
-               const float* w, const float* b) {
-  linear_forward(k, partial, x, w, nullptr, tp.rows(), local_in, out);
-  T* y = tp.reduce_partial(partial, tp.sequence_parallel() ? local : partial, out);
-  if (b) linear_add_bias(k, y, b, tp.local_rows(), out);
+               const float* w, const float* b, int rows = 0) {
+  const int n = pass_rows(tp, rows, "a row-parallel product");
+  linear_forward(k, partial, x, w, nullptr, n, local_in, out);
+  T* y = partial;
+  if (n == tp.rows())
+    y = tp.reduce_partial(partial, tp.sequence_parallel() ? local : partial, out);
+  else
+    tp.sum(partial, static_cast<std::size_t>(n) * static_cast<std::size_t>(out));
+  if (b) linear_add_bias(k, y, b, n == tp.rows() ? tp.local_rows() : n, out);
   return y;
 }
 
@@ -111,8 +126,9 @@ void ColumnParallelLinear::sum_shared_grads(float* dw, float* db, float* staging
   }
 }
 
-const float* ColumnParallelLinear::forward(float* y, const float* x, float* gathered, const float* w, const float* b) {
-  return column_forward(tp_, k_, in_, local_out_, y, x, gathered, w, b);
+const float* ColumnParallelLinear::forward(float* y, const float* x, float* gathered, const float* w, const float* b,
+                                           int rows) {
+  return column_forward(tp_, k_, in_, local_out_, y, x, gathered, w, b, rows);
 }
 
 const Bf16* ColumnParallelLinear::forward(Bf16* y, const Bf16* x, Bf16* gathered, const float* w, const float* b) {
@@ -136,8 +152,9 @@ RowParallelLinear::RowParallelLinear(TensorParallel& tp, LinearKernels& k, int i
   local_in_ = in / tp.size();
 }
 
-float* RowParallelLinear::forward(float* partial, float* local, const float* x, const float* w, const float* b) {
-  return row_forward(tp_, k_, local_in_, out_, partial, local, x, w, b);
+float* RowParallelLinear::forward(float* partial, float* local, const float* x, const float* w, const float* b,
+                                  int rows) {
+  return row_forward(tp_, k_, local_in_, out_, partial, local, x, w, b, rows);
 }
 
 Bf16* RowParallelLinear::forward(Bf16* partial, Bf16* local, const Bf16* x, const float* w, const float* b) {

@@ -45,7 +45,9 @@ class ColumnParallelLinear {
 
   // y [rows, local_out] from x, this rank's rows of the input ([local_rows, in]); under sequence parallelism x is
   // gathered whole into `gathered` ([rows, in]) first. Returns the whole input multiplied (backward takes it).
-  const float* forward(float* y, const float* x, float* gathered, const float* w, const float* b);
+  // `rows` > 0: a pass over that many rows, at most the group's (a decode step's rows vary), without sequence
+  // parallelism; 0: rows().
+  const float* forward(float* y, const float* x, float* gathered, const float* w, const float* b, int rows = 0);
   // dw += x^T dy, db += the column sums of dy (db may be null); this rank's share of dx into `partial` [rows, in]
   // (zeroed first), then f's backward: the sum over tp into this rank's rows, `local` ([local_rows, in],
   // reduce-scatter) under sequence parallelism, else `partial` itself (all-reduce). Returns it. x_whole: what
@@ -79,7 +81,8 @@ class RowParallelLinear {
 
   // The partial product of x [rows, local_in] into `partial` [rows, out], summed over tp into this rank's rows:
   // `local` [local_rows, out] under sequence parallelism, else `partial` in place; then + b. Returns the result.
-  float* forward(float* partial, float* local, const float* x, const float* w, const float* b);
+  // `rows` as ColumnParallelLinear::forward's.
+  float* forward(float* partial, float* local, const float* x, const float* w, const float* b, int rows = 0);
   // dy is this rank's rows of the output gradient ([local_rows, out]; g's backward: the identity, under sequence
   // parallelism an all-gather into `gathered` [rows, out]). dx [rows, local_in] is zeroed and written; dw += x^T dy,
   // db += the column sums of the whole dy (equal on every tp rank). Returns the whole dy.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "collectives/rank_values.h"
 #include "core/byte_units.h"
@@ -70,7 +71,8 @@ struct GptDecoder::Impl : BlockOps {
   EmbeddingSlots es;
   NormSlots ns;
   VocabShard shard;
-  std::unique_ptr<TensorParallel> tp;
+  std::unique_ptr<TensorParallel> tp;  // R rows, no sequence parallelism: a pass runs over the first of them
+  std::optional<BlockLinears> linears;
   std::vector<UnitSpec> units;  // parallelize(cfg, T).units: this rank's slices
   // A block's parameters packed in one buffer, in gpt_units' slot order: floats [offset[i], offset[i] + size[i]).
   std::vector<std::size_t> offset, size;
@@ -113,6 +115,7 @@ struct GptDecoder::Impl : BlockOps {
     STRATA_CHECK(where.resident_layers <= cfg.layers, "--resident-layers {}: the model has {} layers",
                  where.resident_layers, cfg.layers);
     k = make_kernels(dev, matmul);
+    linears.emplace(*tp, *k, cfg);
     lengths.assign(static_cast<std::size_t>(S), 0);
     units = parallelize(cfg, T, ShardingOptions{}).units;  // the family's plan at tp T, no pipeline
     for (const SlotSpec& s : units[static_cast<std::size_t>(block_unit(0))].slots) {
@@ -127,65 +130,87 @@ struct GptDecoder::Impl : BlockOps {
     allocate_workspace();
   }
 
-  // The blocks kept resident under `where` (as many as its budget holds when it gives one and no count; as few as on
-  // any rank of a shard group), and `held`: the device memory that placement needs. kOutOfMemory naming the least
-  // placement when the budget is smaller than the one asked for.
-  int place(const DecodePlacement& where) {
-    const std::size_t C = static_cast<std::size_t>(cfg.embd), Vl = static_cast<std::size_t>(shard.rows);
-    const std::size_t t = static_cast<std::size_t>(T), r = static_cast<std::size_t>(R);
-    const std::size_t block_bytes = block_floats * 4;
-    // Device memory other than the blocks: every other unit (embeddings, final norm, an untied head), Llama's rotary
-    // table (cos and sin, D / 2 each a position), the cache, the workspace.
-    std::size_t outside_floats = cfg.llama() ? static_cast<std::size_t>(cfg.ctx) * static_cast<std::size_t>(D) : 0;
+  // The widths of a pass's rows as the planner counts them (its workspace is allocate_workspace's).
+  DecodeRowWidths row_widths() const {
+    DecodeRowWidths rw;
+    rw.hidden = cfg.embd;
+    rw.qkv = static_cast<double>(w.qkv);
+    rw.att = static_cast<double>(w.att);
+    rw.up = static_cast<double>(w.up);
+    rw.act = static_cast<double>(w.act);
+    rw.heads = NHl;
+    rw.vocab_rows = shard.rows;
+    rw.tp = T;
+    return rw;
+  }
+
+  // What this decoder holds in device memory, by the planner's categories (inference_planner.h), from its own units:
+  // every unit other than the blocks (embeddings, final norm, an untied head), Llama's rotary table (cos and sin,
+  // D / 2 each a position), a block, a layer of the cache, the workspace of R rows.
+  DecodeMemory memory(const DecodePlacement& where) const {
+    DecodeMemory m;
+    m.layers = cfg.layers;
     for (int u = 0; u < static_cast<int>(units.size()); ++u)
       if (u < block_unit(0) || u > block_unit(cfg.layers - 1))
-        outside_floats += numel_of(units[static_cast<std::size_t>(u)]);
-    const std::size_t outside = outside_floats * 4;
-    const std::size_t cache = static_cast<std::size_t>(S) * static_cast<std::size_t>(cfg.ctx) * kvw * 4;
-    // The workspace below: tokens, mean and rstd (a float each a row), x, x2, ln, tmp and last (C), qkv, atty, fch and
-    // fchg (the block's widths), lse (this rank's heads), the logits (Vl) and, under tp, the group's (T Vl).
-    const std::size_t workspace =
-        r * (3 + 5 * C + w.qkv + w.att + w.up + w.act + static_cast<std::size_t>(NHl) + Vl + (T > 1 ? t * Vl : 0)) * 4;
-    const int L = cfg.layers, depth = where.prefetch_depth;
-    // The KV cache in device memory, or a host cache's staging slots there.
-    const std::size_t cache_layers = static_cast<std::size_t>(where.kv_on_host ? KvCache::staging_slots(depth, L) : L);
-    const std::size_t fixed = outside + 2 * cache_layers * cache + workspace;
+        m.outside += static_cast<double>(numel_of(units[static_cast<std::size_t>(u)])) * 4;
+    m.tables = cfg.llama() ? static_cast<double>(cfg.ctx) * D * 4 : 0;
+    m.block = static_cast<double>(block_floats) * 4;
+    m.kv_layer = static_cast<double>(S) * cfg.ctx * static_cast<double>(kvw) * 2 * 4;
+    m.workspace = R * row_widths().floats_per_row() * 4;
+    m.source = where.source;
+    m.prefetch_depth = where.prefetch_depth;
+    m.shard = shard_group ? shard_group->size() : 1;
+    return m;
+  }
+
+  // The blocks kept resident under `where` (as many as its budget holds when it gives one and no count, by the
+  // planner's rule; as few as on any rank of a shard group), and `held`: the device memory that placement needs.
+  // kOutOfMemory naming the least placement when the budget is smaller than the one asked for.
+  int place(const DecodePlacement& where) {
     STRATA_CHECK(where.source != WeightSource::kDevice || shard_group,
                  "--weights-from device keeps each rank's part of the streamed blocks in device memory: it needs "
                  "--shard-weights over 2 or more ranks (with one, keep the blocks resident)");
-    // The streamed blocks' slots (and kDevice's parts) as the stream will hold them.
-    const int shards = shard_group ? shard_group->size() : 1;
-    auto slots_for = [&](int resident_blocks) {
-      return resident_blocks < L ? BlockStreamer::slot_count(depth, L - resident_blocks) : 0;
-    };
-    auto need = [&](int resident_blocks) {
-      return fixed + static_cast<std::size_t>(resident_blocks) * block_bytes +
-             BlockStreamer::device_bytes(block_bytes, L - resident_blocks, where.source, depth, shards);
-    };
-    int resident_blocks = where.resident_layers >= 0 ? where.resident_layers : L;
+    const DecodeMemory m = memory(where);
+    const int L = cfg.layers;
+    const bool host_kv = where.kv_on_host;
+    auto need = [&](int resident_blocks) { return static_cast<std::uint64_t>(m.total(resident_blocks, host_kv)); };
     const std::uint64_t budget = where.device_memory;
+    int resident_blocks = where.resident_layers >= 0 ? where.resident_layers : L;
     if (budget > 0 && where.resident_layers < 0)
-      while (resident_blocks > 0 && need(resident_blocks) > budget) --resident_blocks;
+      resident_blocks = m.most_resident(static_cast<double>(budget), host_kv);
     if (shard_group) {  // the group streams the same blocks: as few resident as on any of its ranks
       const std::vector<double> all = all_gather_values(*shard_group, resident_blocks);
       resident_blocks = static_cast<int>(*std::min_element(all.begin(), all.end()));
     }
+    const std::size_t cache_layers =
+        static_cast<std::size_t>(host_kv ? KvCache::staging_slots(where.prefetch_depth, L) : L);
     STRATA_CHECK_CODE(
         ErrorCode::kOutOfMemory, budget == 0 || need(resident_blocks) <= budget,
         "--device-memory {}: the decoder needs {} with {} of {} blocks resident (embeddings, final norm and head {}, "
         "KV cache{} {} for {} sequences of {} positions, workspace {}, {} resident and {} stream slot(s) of {} a "
         "block{}); the least, every block streamed with --prefetch 0, is {}: give at least that, fewer sequences, or a "
         "shorter context (strata-plan --inference sizes the placements)",
-        bytes_text(budget), bytes_text(need(resident_blocks)), resident_blocks, L, bytes_text(outside),
-        where.kv_on_host ? fmt::format(" staging ({} of {} layers)", cache_layers, L) : std::string(),
-        bytes_text(2 * cache_layers * cache), S, cfg.ctx, bytes_text(workspace), resident_blocks,
-        slots_for(resident_blocks), bytes_text(block_bytes),
-        where.source == WeightSource::kDevice ? fmt::format(", and this rank's part of each streamed block, {}",
-                                                            bytes_text(shard_part(block_bytes, shards)))
-                                              : std::string(),
-        bytes_text(fixed + BlockStreamer::device_bytes(block_bytes, L, where.source, 0, shards)));
+        bytes_text(budget), bytes_text(need(resident_blocks)), resident_blocks, L,
+        bytes_text(static_cast<std::uint64_t>(m.outside + m.tables)),
+        host_kv ? fmt::format(" staging ({} of {} layers)", cache_layers, L) : std::string(),
+        bytes_text(static_cast<std::uint64_t>(m.kv_bytes(host_kv))), S, cfg.ctx,
+        bytes_text(static_cast<std::uint64_t>(m.workspace)), resident_blocks, m.slots(resident_blocks),
+        bytes_text(static_cast<std::uint64_t>(m.block)),
+        where.source == WeightSource::kDevice
+            ? fmt::format(", and this rank's part of each streamed block, {}",
+                          bytes_text(shard_part(static_cast<std::size_t>(m.block), m.shard)))
+            : std::string(),
+        bytes_text(least(m, host_kv)));
     held = need(resident_blocks);
     return resident_blocks;
+  }
+
+  // The least device memory `m` can take with its KV cache: every block streamed through one slot (prefetch 0).
+  static std::uint64_t least(const DecodeMemory& m, bool host_kv) {
+    DecodeMemory one_slot = m;
+    one_slot.prefetch_depth = 0;
+    return static_cast<std::uint64_t>(m.outside + m.tables + one_slot.slot_bytes(0) + one_slot.shard_bytes(0) +
+                                      m.kv_bytes(host_kv) + m.workspace);
   }
 
   Buffer upload(const std::vector<float>& host, MemCategory kind) {
@@ -280,19 +305,6 @@ struct GptDecoder::Impl : BlockOps {
     }
   }
 
-  // out = inp @ weight + bias for a row-parallel product: this rank's partial sums reduced over the group, then the
-  // bias (fused into the product at tp 1; none in a Llama-style block).
-  void row_parallel(float* out, const float* inp, const float* weight, const float* bias, int rows, int IC) {
-    const int C = cfg.embd;
-    if (T == 1) {
-      k->matmul_forward(out, inp, weight, bias, rows, IC, C);
-      return;
-    }
-    k->matmul_forward(out, inp, weight, nullptr, rows, IC, C);
-    tp->sum(out, static_cast<std::size_t>(rows) * static_cast<std::size_t>(C));
-    if (bias) k->add_bias(out, bias, rows, C);
-  }
-
   // Block `l`'s packed parameters in device memory: resident, or its stream slot once its copy has arrived.
   const float* block(int l) {
     const int r = static_cast<int>(resident.size());
@@ -319,18 +331,19 @@ struct GptDecoder::Impl : BlockOps {
     }
   }
 
-  // BlockOps: the decode pass's arithmetic on its `pass_rows` rows (block_pass.h): the products on whole rows (each
-  // tp rank its columns), the row-parallel ones summed over tp; the norms' statistics are scratch.
+  // BlockOps: the decode pass's arithmetic on its `pass_rows` rows (block_pass.h): the products through training's
+  // tp pieces (BlockLinears) on whole rows, each tp rank its columns, the row-parallel ones summed over tp; the
+  // norms' statistics are scratch.
   int pass_rows = 0;
   void norm(float* out, float* mu, float* rs, const float* in, const float* weight, const float* bias) override {
     family_norm(*k, cfg, out, mu, rs, in, weight, bias, pass_rows);
   }
   void column(bool attention, float* out, const float* in, const float* weight, const float* bias) override {
-    k->matmul_forward(out, in, weight, bias, pass_rows, cfg.embd, static_cast<int>(attention ? w.qkv : w.up));
+    (attention ? linears->qkv : linears->up).forward(out, in, nullptr, weight, bias, pass_rows);
   }
   const float* row(bool attention, const float* in, const float* weight, const float* bias) override {
-    row_parallel(tmp.as<float>(), in, weight, bias, pass_rows, static_cast<int>(attention ? w.att : w.act));
-    return tmp.as<float>();
+    return row_product(*k, attention ? linears->out : linears->down, T > 1, tmp.as<float>(), nullptr, in, weight, bias,
+                       pass_rows, cfg.embd);
   }
   void mlp_act(float* out, const float* up) override { family_mlp_activation(*k, cfg, out, up, pass_rows, w.act); }
   void residual(float* out, const float* a, const float* b) override {

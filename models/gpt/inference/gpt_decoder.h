@@ -64,7 +64,7 @@ class GptDecoder : public Decoder {
   // and the group all-gathers the block into each one's slot before its turn. Its ranks construct together and take
   // every pass together (generate() keeps them in step: lockstep_group()). Under tp, the ranks of one shard group
   // hold the same tp slices (the same tp rank in different tp groups). Null or a group of one: whole blocks.
-  GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows = 128,
+  GptDecoder(const GptConfig& cfg, Device& device, int sequences, const WeightReader& read, int max_rows = kPrefillRows,
              DType matmul = DType::kF32, const DecodePlacement& placement = {}, Communicator* tp = nullptr,
              Communicator* shard = nullptr);
   ~GptDecoder() override;

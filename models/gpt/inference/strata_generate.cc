@@ -424,7 +424,8 @@ int run(const Flags& f, Runtime& rt) {
   // Under a shard group every rank takes part in every pass, with prompts or without.
   if (!local.empty() || shard_group) {
     const int seqs = std::max<int>(1, static_cast<int>(local.size()));
-    gpt::GptDecoder dec(w.cfg, rt.device(), seqs, w.read, std::max(128, seqs), DType::kF32, where, group, shard_group);
+    gpt::GptDecoder dec(w.cfg, rt.device(), seqs, w.read, decode_pass_rows(seqs), DType::kF32, where, group,
+                        shard_group);
     // The rank's share of the node's cores (as train_gpt's), less the threads that copy streamed blocks beside the
     // compute: a copy sharing a core with the products slows both (docs/inference.md).
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / rt.local_size());

@@ -6,9 +6,11 @@
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "kernels/kernel_table.h"
 #include "models/gpt/model/unit_slots.h"
+#include "runtime/tensor/parallel_linear.h"
 
 namespace strata::gpt {
 
@@ -55,6 +57,33 @@ inline void family_mlp_activation(Kernels& k, const GptConfig& cfg, float* out, 
     k.swiglu_forward(out, up, rows, static_cast<int>(width));
   else
     k.gelu_forward(out, up, static_cast<std::size_t>(rows) * width);
+}
+
+// A block's four products over a tp group (Megatron's split): q | k | v and the MLP's up product (GPT-2's c_fc, or
+// SwiGLU's gate | up) column-parallel, the attention's output and the MLP's down product row-parallel. Llama's q | k |
+// v are the query heads' width and the key-value heads' twice, cut by heads.
+struct BlockLinears {
+  BlockLinears(TensorParallel& tp, LinearKernels& k, const GptConfig& cfg)
+      : qkv(cfg.llama()
+                ? ColumnParallelLinear(tp, k, cfg.embd, std::vector<int>{cfg.q_width(), cfg.kv_width(), cfg.kv_width()},
+                                       cfg.hd())
+                : ColumnParallelLinear(tp, k, cfg.embd, 3 * cfg.embd, 3)),
+        up(tp, k, cfg.embd, cfg.llama() ? 2 * cfg.mlp_width() : cfg.mlp_width(), cfg.llama() ? 2 : 1),
+        out(tp, k, cfg.q_width(), cfg.embd),
+        down(tp, k, cfg.mlp_width(), cfg.embd) {}
+  ColumnParallelLinear qkv, up;
+  RowParallelLinear out, down;
+};
+
+// A row-parallel product of `rows` rows (0: the group's micro-batch): through `lin` (this rank's partial sums into
+// `partial`, reduced over tp into `reduced` or in place, then the bias) when the pass runs the tp data flow; without
+// it the plain product with its bias fused into `partial` (the order a one-rank run has always summed in). Returns
+// where the result is.
+inline const float* row_product(Kernels& k, RowParallelLinear& lin, bool tp_flow, float* partial, float* reduced,
+                                const float* in, const float* weight, const float* bias, int rows, int C) {
+  if (tp_flow) return lin.forward(partial, reduced, in, weight, bias, rows);
+  k.matmul_forward(partial, in, weight, bias, rows, lin.local_in(), C);
+  return partial;
 }
 
 // The attention core: atty (and its log-sum-exp) from q | k | v, q and k rotated first where the family rotates them.

@@ -140,11 +140,11 @@ struct GptModel::Impl : BlockOps {
   VocabShard vocab;    // this rank's vocabulary rows, the first, and how many are real (not padding)
   int Vl;              // vocab.rows
   // The Megatron split of a block: q|k|v and c_fc column-parallel, the two c_proj row-parallel (set once tp is checked).
-  std::optional<ColumnParallelLinear> qkv_lin, fc_lin;
-  std::optional<RowParallelLinear> proj_lin, fcproj_lin;
+  std::optional<BlockLinears> linears;
   std::vector<int> block_tp_summed, emb_tp_summed, lnf_tp_summed;  // replicated slots summed over tp (SP)
   // A block's slots whose gradient goes through a scratch: block_tp_summed, and q | k | v's weight and bias when tp
-  // ranks share key-value heads (their columns summed over tp by qkv_lin->sum_shared_grads, through shared_staging).
+  // ranks share key-value heads (their columns summed over tp by linears->qkv.sum_shared_grads, through
+  // shared_staging).
   std::vector<int> block_scratch;
   Buffer shared_staging;
   GptStagePart part;
@@ -195,14 +195,7 @@ struct GptModel::Impl : BlockOps {
     ns = final_norm_slots(cfg);
     vocab = VocabShard::of(cfg.vocab, P, tp.rank());
     Vl = vocab.rows;
-    const int Q = cfg.q_width(), KV = cfg.kv_width(), F = cfg.mlp_width();
-    // GPT-2: q | k | v and c_fc column-parallel, the c_projs row-parallel; Llama: q | k | v (its key-value heads'
-    // parts narrower), gate | up column-parallel, wo and w2 row-parallel.
-    if (cfg.llama()) qkv_lin.emplace(tp, *k, cfg.embd, std::vector<int>{Q, KV, KV}, D);
-    else qkv_lin.emplace(tp, *k, cfg.embd, 3 * cfg.embd, 3);
-    fc_lin.emplace(tp, *k, cfg.embd, cfg.llama() ? 2 * F : F, cfg.llama() ? 2 : 1);
-    proj_lin.emplace(tp, *k, Q, cfg.embd);
-    fcproj_lin.emplace(tp, *k, F, cfg.embd);
+    linears.emplace(tp, *k, cfg);
     if (sp) {
       for (int slot : {bs.ln1w, bs.ln1b, bs.ln2w, bs.ln2b})
         if (slot >= 0) block_tp_summed.push_back(slot);
@@ -286,7 +279,7 @@ struct GptModel::Impl : BlockOps {
     dqkv = work(n * w.qkv);
     dfch = work(n * w.up);
     dfch_gelu = work(n * w.act);
-    if (const std::size_t shared = qkv_lin->shared_staging_floats(); shared > 0) {
+    if (const std::size_t shared = linears->qkv.shared_staging_floats(); shared > 0) {
       shared_staging = work(shared);
       for (int slot : {bs.attnw, bs.attnb})
         if (slot >= 0) block_scratch.push_back(slot);
@@ -473,26 +466,19 @@ struct GptModel::Impl : BlockOps {
   // A LayerNorm output kept on this rank's rows, whole: gathered into ln_full under SP, else itself.
   const float* whole(const float* ln) { return tp.to_full(ln, ln_full.as<float>(), cfg.embd); }
 
-  // A row-parallel c_proj: (inp @ weight) reduced over tp, plus bias once, on this rank's rows ([Nl, C]). Without
-  // the tensor-parallel data flow, the plain product with its bias.
-  const float* row_parallel(RowParallelLinear& lin, float* scratch, const float* inp, const float* weight,
-                            const float* bias) {
-    if (tpk) return lin.forward(scratch, reduced.as<float>(), inp, weight, bias);
-    k->matmul_forward(scratch, inp, weight, bias, N, lin.local_in(), cfg.embd);
-    return scratch;
-  }
-
   // BlockOps: the training pass's arithmetic on this rank's rows (block_pass.h): the tp pieces (sequence parallel
   // or not), the norms and the residuals on this rank's rows, the MLP's activation on the whole rows.
   void norm(float* out, float* mean, float* rstd, const float* x, const float* wt, const float* b) override {
     norm_forward(out, mean, rstd, x, wt, b);
   }
   void column(bool attention, float* out, const float* ln, const float* wt, const float* b) override {
-    (attention ? *qkv_lin : *fc_lin).forward(out, ln, ln_full.as<float>(), wt, b);
+    (attention ? linears->qkv : linears->up).forward(out, ln, ln_full.as<float>(), wt, b);
   }
   const float* row(bool attention, const float* in, const float* wt, const float* b) override {
-    if (attention) return row_parallel(*proj_lin, attproj.as<float>(), in, wt, b);
-    return row_parallel(*fcproj_lin, fcproj.as<float>(), in, wt, b);
+    // On this rank's rows ([Nl, C]) after the reduction.
+    float* partial = (attention ? attproj : fcproj).as<float>();
+    return row_product(*k, attention ? linears->out : linears->down, tpk, partial, reduced.as<float>(), in, wt, b, N,
+                       cfg.embd);
   }
   void mlp_act(float* out, const float* up) override { mlp_act_forward(out, up); }
   void residual(float* out, const float* a, const float* b) override {
@@ -527,18 +513,18 @@ struct GptModel::Impl : BlockOps {
     // The row-parallel c_proj: its output gradient is whole on every tp rank (gathered under SP), so the bias's
     // gradient is the whole one and equal across the tp ranks.
     float* dfull_p = dfull.as<float>();
-    fcproj_lin->backward(dfch_gelu.as<float>(), dfull_p, p.g(bs.fcprojw), p.g(bs.fcprojb), d, a[kActFchGelu],
-                         p.p(bs.fcprojw));
+    linears->down.backward(dfch_gelu.as<float>(), dfull_p, p.g(bs.fcprojw), p.g(bs.fcprojb), d, a[kActFchGelu],
+                           p.p(bs.fcprojw));
     mlp_act_backward(dfch.as<float>(), dfch_gelu.as<float>(), a[kActFch]);
-    const float* dln2 = fc_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(bs.fcw), p.g(bs.fcb),
-                                         dfch.as<float>(), whole(a[kActLn2]), p.p(bs.fcw));
+    const float* dln2 = linears->up.backward(dln.as<float>(), dln_local.as<float>(), p.g(bs.fcw), p.g(bs.fcb),
+                                             dfch.as<float>(), whole(a[kActLn2]), p.p(bs.fcw));
     norm_backward(d, p.g(bs.ln2w), p.g(bs.ln2b), dln2, a[kActXmid], p.p(bs.ln2w), a[kActLn2Mean], a[kActLn2Rstd]);
-    proj_lin->backward(datty.as<float>(), dfull_p, p.g(bs.projw), p.g(bs.projb), d, a[kActAtty], p.p(bs.projw));
+    linears->out.backward(datty.as<float>(), dfull_p, p.g(bs.projw), p.g(bs.projb), d, a[kActAtty], p.p(bs.projw));
     k->zero(dqkv.data(), static_cast<std::size_t>(N) * w.qkv * 4);
     attention_backward(dqkv.as<float>(), datty.as<float>(), a[kActAtty], a[kActLse], a[kActQkv]);
     if (cfg.llama()) rope(dqkv.as<float>(), true);
-    const float* dln1 = qkv_lin->backward(dln.as<float>(), dln_local.as<float>(), p.g(bs.attnw), p.g(bs.attnb),
-                                          dqkv.as<float>(), whole(a[kActLn1]), p.p(bs.attnw));
+    const float* dln1 = linears->qkv.backward(dln.as<float>(), dln_local.as<float>(), p.g(bs.attnw), p.g(bs.attnb),
+                                              dqkv.as<float>(), whole(a[kActLn1]), p.p(bs.attnw));
     norm_backward(d, p.g(bs.ln1w), p.g(bs.ln1b), dln1, x, p.p(bs.ln1w), a[kActLn1Mean], a[kActLn1Rstd]);
   }
 
@@ -671,7 +657,8 @@ struct GptModel::Impl : BlockOps {
       rebuild(mb, local, kind, a, *unit);
       unit->open_grads(bv.grads, block_scratch);
       block_backward(mb, local, *unit, a);
-      if (shared_staging) qkv_lin->sum_shared_grads(unit->g(bs.attnw), unit->g(bs.attnb), shared_staging.as<float>());
+      if (shared_staging)
+        linears->qkv.sum_shared_grads(unit->g(bs.attnw), unit->g(bs.attnb), shared_staging.as<float>());
       unit->close_grads(bv.grads, tp, block_tp_summed);
       model.end_backward(u);
       if (set >= 0) offload->end_backward(set);

@@ -227,6 +227,8 @@ TEST(GptDecodePlacement, BytesAreThePlannersPrediction) {
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.stream_slot_bytes()), plan.stream_buffers) << kv_on_host;
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_bytes()), plan.kv_cache) << kv_on_host;
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_staging_bytes()), plan.kv_staging) << kv_on_host;
+    // Everything it holds, the workspace of its widest pass included: what the planner places by.
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.device_bytes()), plan.total) << kv_on_host;
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_host_bytes()),
                      kv_on_host ? B * cfg.ctx * plan.kv_bytes_per_token : 0)
         << kv_on_host;

@@ -163,6 +163,7 @@ TEST(GptDecodeShard, BytesAreThePlannersAtThatShardCount) {
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.stream_slot_bytes()), plan.stream_buffers) << what;
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.weight_shard_bytes()), plan.weight_shards) << what;
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_bytes()), plan.kv_cache) << what;
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.device_bytes()), plan.total) << what;
     const double steps = G - 1;
     EXPECT_DOUBLE_EQ(static_cast<double>(g.decode_weight_bytes + g.decode_cache_bytes) / steps, plan.device_bytes)
         << what;

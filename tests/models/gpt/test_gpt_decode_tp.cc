@@ -124,6 +124,7 @@ void expect_planners_bytes(const GptConfig& cfg) {
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.resident_weight_bytes()), plan.resident_weights) << what;
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.stream_slot_bytes()), plan.stream_buffers) << what;
     EXPECT_DOUBLE_EQ(static_cast<double>(dec.cache_bytes()), plan.kv_cache) << what;
+    EXPECT_DOUBLE_EQ(static_cast<double>(dec.device_bytes()), plan.total) << what;  // the workspace and table too
     const double steps = G - 1;
     EXPECT_DOUBLE_EQ(static_cast<double>(g.decode_weight_bytes + g.decode_cache_bytes) / steps, plan.device_bytes)
         << what;

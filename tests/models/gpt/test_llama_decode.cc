@@ -220,6 +220,8 @@ TEST(LlamaDecode, CacheBytesFollowTheKeyValueHeads) {
   EXPECT_DOUBLE_EQ(plan.kv_bytes_per_token, static_cast<double>(per_position));
   EXPECT_DOUBLE_EQ(plan.kv_cache, static_cast<double>(dec.cache_bytes()));
   EXPECT_DOUBLE_EQ(plan.resident_weights, static_cast<double>(dec.weight_bytes()));
+  // Everything it holds, the rotary table and the workspace of its widest pass included.
+  EXPECT_DOUBLE_EQ(plan.total, static_cast<double>(dec.device_bytes()));
 }
 
 }  // namespace

@@ -29,8 +29,9 @@ InferenceInput small() {
 }
 
 constexpr double kLayer = 99968, kOutside = 49408, kKvToken = 1024;
-// One prefill pass (at batch 1, the 64 prompt tokens x 10 h f32) and a row of logits.
-constexpr double kWorkspace = 64 * 10 * 64 * 4 + 256 * 4;
+// The decoder's widest pass, 128 rows (kPrefillRows) of f32: a token, a mean and an rstd, five rows of h, q | k | v
+// (3 h), the attention's output (h) and a log-sum-exp a head (4), the MLP's up product and GELU (4 h each), the logits.
+constexpr double kWorkspace = 128 * (3 + 5 * 64 + 3 * 64 + 64 + 4 + 4 * 64 + 4 * 64 + 256) * 4;
 // The mean context over the decode steps of the 64 generated tokens: 64 + 64 / 2.
 constexpr double kContext = 96;
 

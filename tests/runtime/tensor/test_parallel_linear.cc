@@ -1,7 +1,8 @@
 // The column- and row-parallel products over bf16 activations (runtime/tensor/parallel_linear.h) against the same
 // pair over f32 ones: a column-parallel product, then a row-parallel one, forward and backward on the CPU kernel
 // table, with and without sequence parallelism, at tp = np. The bf16 pair is the f32 pair's within bf16 rounding and
-// moves half its bytes; kernels without bf16 activations refuse them by name.
+// moves half its bytes; kernels without bf16 activations refuse them by name; a pass over fewer rows (a decode step's)
+// multiplies and reduces those rows alone.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -150,6 +151,57 @@ TEST(ParallelLinear, Bf16ActivationsAreTheF32PairsWithinBf16RoundingAtHalfTheByt
           world, sp ? " (sp)" : "", relative(bf16.y, f32.y), relative(bf16.dx, f32.dx), relative(bf16.dw1, f32.dw1),
           relative(bf16.dw2, f32.dw2), static_cast<unsigned long long>(bf16.bytes),
           static_cast<unsigned long long>(f32.bytes));
+  }
+}
+
+// A pass over fewer rows than the group's micro-batch (a decode step's): the pair's output on those rows is the
+// product worked in double over them, its all-reduce moves those rows alone, and under sequence parallelism (whose
+// collectives cut the whole micro-batch) such a pass is refused naming the rows.
+TEST(ParallelLinear, APassOverFewerRowsMultipliesAndReducesThoseRows) {
+  const int world = runtime().world_size();
+  DeviceMesh mesh(runtime(), MeshDims{1, 1, 1, world});
+  std::unique_ptr<Kernels> k = make_kernels(runtime().device());
+  const int hidden = 4 * world, max_rows = 7, n = 3;
+  TensorParallel tp(runtime().device(), &mesh.tp(), false, 1, max_rows, std::max(hidden, kIn));
+  ColumnParallelLinear col(tp, *k, kIn, hidden);
+  RowParallelLinear row(tp, *k, hidden, kOut);
+  const int hl = col.local_out(), r = tp.rank();
+  const std::vector<float> x = uniform(static_cast<std::size_t>(n) * kIn, 11);
+  const std::vector<float> w1 = uniform(static_cast<std::size_t>(kIn) * hidden, 12), b1 = uniform(hidden, 13);
+  const std::vector<float> w2 = uniform(static_cast<std::size_t>(hidden) * kOut, 14), b2 = uniform(kOut, 15);
+  std::vector<float> w1l(static_cast<std::size_t>(kIn) * hl), b1l(b1.begin() + r * hl, b1.begin() + (r + 1) * hl);
+  for (int i = 0; i < kIn; ++i) std::copy_n(w1.begin() + i * hidden + r * hl, hl, w1l.begin() + i * hl);
+  const std::vector<float> w2l(w2.begin() + r * hl * kOut, w2.begin() + (r + 1) * hl * kOut);
+  // Buffers of the group's rows, NaN past the pass's: a product that read or reduced them would show it.
+  std::vector<float> h(static_cast<std::size_t>(max_rows) * hl, NAN), y(static_cast<std::size_t>(max_rows) * kOut, NAN);
+  tp.reset_traffic();
+  col.forward(h.data(), x.data(), nullptr, w1l.data(), b1l.data(), n);
+  const float* out = row.forward(y.data(), nullptr, h.data(), w2l.data(), b2.data(), n);
+  ASSERT_EQ(out, y.data());
+  for (int i = 0; i < n; ++i)
+    for (int o = 0; o < kOut; ++o) {
+      double want = b2[static_cast<std::size_t>(o)];
+      for (int j = 0; j < hidden; ++j) {
+        double a = b1[static_cast<std::size_t>(j)];
+        for (int c = 0; c < kIn; ++c)
+          a += static_cast<double>(x[static_cast<std::size_t>(i * kIn + c)]) *
+               w1[static_cast<std::size_t>(c * hidden + j)];
+        want += a * w2[static_cast<std::size_t>(j * kOut + o)];
+      }
+      EXPECT_NEAR(out[i * kOut + o], want, 1e-5) << "row " << i << ", output " << o;
+    }
+  for (int i = n * kOut; i < max_rows * kOut; ++i) EXPECT_TRUE(std::isnan(y[static_cast<std::size_t>(i)])) << i;
+  runtime().device().compute_stream().synchronize();
+  EXPECT_EQ(tp.traffic().all_reduce_bytes, world > 1 ? static_cast<std::uint64_t>(n) * kOut * 4 : 0u);
+
+  TensorParallel sp(runtime().device(), &mesh.tp(), true, 1, 2 * world, std::max(hidden, kIn));
+  RowParallelLinear sp_row(sp, *k, hidden, kOut);
+  try {
+    sp_row.forward(y.data(), y.data(), h.data(), w2l.data(), b2.data(), 1);
+    FAIL() << "a pass over 1 row under sequence parallelism";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a row-parallel product: a pass over 1 of the group's"), std::string::npos)
+        << e.what();
   }
 }
 
