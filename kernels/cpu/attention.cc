@@ -35,46 +35,54 @@ constexpr int kTileK = 64;  // keys per tile (the transposed K and V tiles are D
 
 // ---- tile GEMM ----------------------------------------------------------------------------------------------
 
-// Eight floats in a GCC/Clang vector: one AVX register with -mavx2, two SSE registers without.
+// Floats in a GCC/Clang vector: v8 is one AVX register with -mavx2 (two SSE registers without); v16 one AVX-512
+// register, used where the build's target has AVX-512 (twice the columns a multiply-add, and 32 registers to hold the
+// accumulators).
 using v8 = float __attribute__((vector_size(32)));
-inline v8 load8(const float* p) {
-  v8 v;
+using v16 = float __attribute__((vector_size(64)));
+template <typename V>
+inline V load(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-inline void store8(float* p, v8 v) { std::memcpy(p, &v, sizeof v); }
+template <typename V>
+inline void store(float* p, V v) {
+  std::memcpy(p, &v, sizeof v);
+}
 
-// C[MR x 8*NV] (+)= sum over kk < k of A(i, kk) * B[kk][j], A(i, kk) = A[i * ars + kk * acs]: MR*NV accumulators
-// stay in registers while k runs.
-template <int MR, int NV>
+// C[MR x L*NV] (+)= sum over kk < k of A(i, kk) * B[kk][j], A(i, kk) = A[i * ars + kk * acs], L the floats of V:
+// MR*NV accumulators stay in registers while k runs. Each output sums its terms in kk order, whatever V is.
+template <typename V, int MR, int NV>
 inline void micro_kernel(int k, const float* A, std::size_t ars, std::size_t acs, const float* B, std::size_t ldb,
                          float* C, std::size_t ldc, bool accumulate) {
-  v8 c[MR][NV];
+  constexpr int L = sizeof(V) / sizeof(float);
+  V c[MR][NV];
   for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) c[r][v] = accumulate ? load8(C + r * ldc + 8 * v) : v8{};
+    for (int v = 0; v < NV; ++v) c[r][v] = accumulate ? load<V>(C + r * ldc + L * v) : V{};
   for (int kk = 0; kk < k; ++kk) {
-    v8 b[NV];
-    for (int v = 0; v < NV; ++v) b[v] = load8(B + kk * ldb + 8 * v);
+    V b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = load<V>(B + kk * ldb + L * v);
     for (int r = 0; r < MR; ++r) {
       const float a = A[r * ars + kk * acs];
       for (int v = 0; v < NV; ++v) c[r][v] += a * b[v];
     }
   }
   for (int r = 0; r < MR; ++r)
-    for (int v = 0; v < NV; ++v) store8(C + r * ldc + 8 * v, c[r][v]);
+    for (int v = 0; v < NV; ++v) store<V>(C + r * ldc + L * v, c[r][v]);
 }
 
-template <int NV>
+template <typename V, int NV>
 void micro_rows(int m, int k, const float* A, std::size_t ars, std::size_t acs, const float* B, std::size_t ldb,
                 float* C, std::size_t ldc, bool accumulate) {
   int i = 0;
-  for (; i + 6 <= m; i += 6) micro_kernel<6, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate);
+  for (; i + 6 <= m; i += 6) micro_kernel<V, 6, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate);
   switch (m - i) {
-    case 5: micro_kernel<5, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
-    case 4: micro_kernel<4, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
-    case 3: micro_kernel<3, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
-    case 2: micro_kernel<2, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
-    case 1: micro_kernel<1, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    case 5: micro_kernel<V, 5, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    case 4: micro_kernel<V, 4, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    case 3: micro_kernel<V, 3, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    case 2: micro_kernel<V, 2, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
+    case 1: micro_kernel<V, 1, NV>(k, A + i * ars, ars, acs, B, ldb, C + i * ldc, ldc, accumulate); break;
     default: break;
   }
 }
@@ -84,8 +92,13 @@ void micro_rows(int m, int k, const float* A, std::size_t ars, std::size_t acs, 
 void tile_gemm(int m, int n, int k, const float* A, std::size_t ars, std::size_t acs, const float* B, std::size_t ldb,
                float* C, std::size_t ldc, bool accumulate) {
   int j = 0;
-  for (; j + 16 <= n; j += 16) micro_rows<2>(m, k, A, ars, acs, B + j, ldb, C + j, ldc, accumulate);
-  for (; j + 8 <= n; j += 8) micro_rows<1>(m, k, A, ars, acs, B + j, ldb, C + j, ldc, accumulate);
+#if defined(__AVX512F__)
+  for (; j + 32 <= n; j += 32) micro_rows<v16, 2>(m, k, A, ars, acs, B + j, ldb, C + j, ldc, accumulate);
+  for (; j + 16 <= n; j += 16) micro_rows<v16, 1>(m, k, A, ars, acs, B + j, ldb, C + j, ldc, accumulate);
+#else
+  for (; j + 16 <= n; j += 16) micro_rows<v8, 2>(m, k, A, ars, acs, B + j, ldb, C + j, ldc, accumulate);
+#endif
+  for (; j + 8 <= n; j += 8) micro_rows<v8, 1>(m, k, A, ars, acs, B + j, ldb, C + j, ldc, accumulate);
   for (; j < n; ++j)
     for (int i = 0; i < m; ++i) {
       float acc = accumulate ? C[i * ldc + j] : 0.0f;
