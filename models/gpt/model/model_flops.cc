@@ -25,9 +25,11 @@ ModelFlops ModelFlops::of(const GptConfig& cfg, int seq) {
   // The blocks, the token embeddings (the LM head when tied; an untied head its own V x C) and the final norm
   // (LayerNorm 2C, RMSNorm C).
   ModelFlops f;
-  f.params = L * block_params(cfg) + V * C * (cfg.llama() && !cfg.tied ? 2 : 1) + (cfg.llama() ? C : 2 * C);
+  const bool untied = cfg.llama() && !cfg.tied;
+  f.params = L * block_params(cfg) + V * C * (untied ? 2 : 1) + (cfg.llama() ? C : 2 * C);
+  f.multiplied = f.params - (untied ? V * C : 0);
   f.attention = 12 * L * Q * static_cast<std::uint64_t>(seq);
-  f.per_token = 6 * f.params + f.attention;
+  f.per_token = 6 * f.multiplied + f.attention;
   return f;
 }
 

@@ -12,8 +12,11 @@ namespace strata::gpt {
 
 struct ModelFlops {
   std::uint64_t params = 0;       // every weight but the position embeddings (wte counts: it is the LM head)
+  // The weights a token is multiplied by: params less an untied model's token table, which is only looked up (its
+  // head is multiplied instead).
+  std::uint64_t multiplied = 0;
   std::uint64_t attention = 0;    // per token: 12 * layers * q width * seq (QK^T and AV, forward and backward)
-  std::uint64_t per_token = 0;    // 6 * params + attention
+  std::uint64_t per_token = 0;    // 6 * multiplied + attention
   // The FLOPs of one token of training at sequence length `seq`: PaLM's (appendix B) and nanoGPT's count. Model
   // FLOPs, not hardware FLOPs: recomputation and the causal mask's skipped half do not change it.
   static ModelFlops of(const GptConfig& cfg, int seq);

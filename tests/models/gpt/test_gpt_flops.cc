@@ -31,8 +31,9 @@ TEST(GptFlops, CountsEveryWeightOfASmallModel) {
 }
 
 // A Llama-style model's parameters are its units' (it has no position embeddings): Llama-2-70B's published count,
-// the benchmark's shape untied and tied, one key-value head with q, k, v biases. Its attention runs over the query
-// heads' width.
+// the benchmark's shape untied and tied, one key-value head with q, k, v biases; its FLOPs count the head but not an
+// untied token table (for the benchmark's shape, scripts/bench_llama.py's 82,575,360 a token, which leaves out the
+// norms, and 6 x their 4,992 weights). Its attention runs over the query heads' width.
 TEST(GptFlops, CountsEveryWeightOfALlamaStyleModel) {
   const GptConfig big = llama_model(llama::find_llama_preset("llama2-70b"));
   EXPECT_EQ(ModelFlops::of(big, 4096).params, 68976648192u);
@@ -47,8 +48,15 @@ TEST(GptFlops, CountsEveryWeightOfALlamaStyleModel) {
       c.kv_heads = kv;
       c.qkv_bias = kv == 1;
       SCOPED_TRACE(c.describe());
-      EXPECT_EQ(ModelFlops::of(c, 256).params, global_numel(gpt_units(c, 1)));
-      EXPECT_EQ(ModelFlops::of(c, 256).attention, 12u * 6u * 384u * 256u);
+      const ModelFlops f = ModelFlops::of(c, 256);
+      EXPECT_EQ(f.params, global_numel(gpt_units(c, 1)));
+      // An untied token table is looked up, not multiplied: the head is the one V x C product either way.
+      EXPECT_EQ(f.multiplied, f.params - (tied ? 0u : 8192u * 384u));
+      EXPECT_EQ(f.attention, 12u * 6u * 384u * 256u);
+      EXPECT_EQ(f.per_token, 6u * f.multiplied + f.attention);
+      if (kv == 2) {
+        EXPECT_EQ(f.per_token, 82575360u + 6u * 4992u);
+      }
     }
   }
 }
