@@ -11,7 +11,7 @@
 
 namespace strata {
 
-int BlockStreamer::slot_count(int prefetch_depth, int count) { return std::min(prefetch_depth + 1, count); }
+int BlockStreamer::slot_count(int prefetch_depth, int count) { return stream_slots(prefetch_depth, count); }
 
 BlockStreamer::BlockStreamer(Device& device, std::size_t block_bytes, int count, WeightSource source,
                              int prefetch_depth, Fill fill, MemCategory category, Communicator* shard)

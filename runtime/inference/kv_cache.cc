@@ -6,10 +6,11 @@
 
 #include "core/device_registry.h"
 #include "core/error.h"
+#include "runtime/memory/inference_planner.h"
 
 namespace strata {
 
-int KvCache::staging_slots(int prefetch_depth, int layers) { return std::min(prefetch_depth + 1, layers); }
+int KvCache::staging_slots(int prefetch_depth, int layers) { return stream_slots(prefetch_depth, layers); }
 
 KvCache::KvCache(Device& device, int layers, int sequences, int context, int width, bool on_host, int prefetch_depth)
     : dev_(device), layers_(layers), seqs_(sequences), ctx_(context), width_(width), on_host_(on_host) {

@@ -72,21 +72,23 @@ double DecodeRowWidths::floats_per_row() const {
   return 3 + 5 * hidden + qkv + att + heads + up + act + vocab_rows + (tp > 1 ? tp * vocab_rows : 0);
 }
 
-int DecodeMemory::slots(int resident) const { return std::max(0, std::min(prefetch_depth + 1, layers - resident)); }
+double DecodeMemory::part() const { return static_cast<double>(shard_part(static_cast<std::size_t>(block), shard)); }
 
-double DecodeMemory::slot_bytes(int resident) const {
-  const double part = static_cast<double>(shard_part(static_cast<std::size_t>(block), shard));
-  return slots(resident) * (shard > 1 ? shard * part : block);
-}
+double DecodeMemory::slot() const { return shard > 1 ? shard * part() : block; }
+
+int DecodeMemory::slots(int resident) const { return stream_slots(prefetch_depth, layers - resident); }
+
+double DecodeMemory::slot_bytes(int resident) const { return slots(resident) * slot(); }
 
 double DecodeMemory::shard_bytes(int resident) const {
-  if (source != WeightSource::kDevice) return 0;
-  return (layers - resident) * static_cast<double>(shard_part(static_cast<std::size_t>(block), shard));
+  return source == WeightSource::kDevice ? (layers - resident) * part() : 0;
 }
 
-double DecodeMemory::kv_bytes(bool kv_on_host) const {
-  return (kv_on_host ? std::min(prefetch_depth + 1, layers) : layers) * kv_layer;
+int DecodeMemory::kv_layers(bool kv_on_host) const {
+  return kv_on_host ? stream_slots(prefetch_depth, layers) : layers;
 }
+
+double DecodeMemory::kv_bytes(bool kv_on_host) const { return kv_layers(kv_on_host) * kv_layer; }
 
 double DecodeMemory::total(int resident, bool kv_on_host) const {
   return outside + tables + resident * block + slot_bytes(resident) + shard_bytes(resident) + kv_bytes(kv_on_host) +
@@ -166,13 +168,10 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   const DecodeMemory mem = decode_memory(in, batch);
   const double layer = layer_params(m, in.tp), outside = outside_layers(m, in.tp);
   const double flops_per_s = hw.peak_tflops * 1e12 * hw.efficiency;
-  const double layer_bytes = mem.block;
-  const double streamed = p.streamed_layers * layer_bytes;
+  const double streamed = p.streamed_layers * mem.block;
   // Under a shard group each device holds or fetches one part of a streamed layer and receives the others' parts;
   // a slot holds every part (the last zero-padded).
-  const double part = static_cast<double>(shard_part(static_cast<std::size_t>(layer_bytes), in.shard));
-  const double slot = in.shard > 1 ? in.shard * part : layer_bytes;
-  const double fetched = p.streamed_layers * part;  // by this device from its source, each pass
+  const double fetched = p.streamed_layers * mem.part();  // by this device from its source, each pass
   const bool on_device = in.source == WeightSource::kDevice;
   const double link_weights = on_device ? 0 : fetched;  // over the host link, each pass
   p.kv_bytes_per_token = L * kv_layer_token(in);
@@ -180,7 +179,7 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   p.resident_weights = mem.outside + resident_layers * mem.block;
   p.stream_buffers = mem.slot_bytes(resident_layers);  // none when none stream
   p.weight_shards = mem.shard_bytes(resident_layers);
-  const double kv_all = b * s * p.kv_bytes_per_token;
+  const double kv_all = mem.kv_bytes(false);  // every sequence's whole context, every layer
   (kv_on_device ? p.kv_cache : p.kv_staging) = mem.kv_bytes(!kv_on_device);
   // The widest pass's activations and logits (f32) and a rotary table.
   p.workspace = mem.workspace + mem.tables;
@@ -199,7 +198,7 @@ InferencePlan plan_inference_at(const InferenceInput& in, int batch, int residen
   // sequence's cached positions in and its new one out, the positions its query attends to.
   p.link_bytes = link_weights + (kv_on_device ? 0 : kv_read);
   p.disk_bytes = in.source == WeightSource::kDisk ? fetched : 0;
-  p.gather_bytes = p.streamed_layers * (slot - part);
+  p.gather_bytes = p.streamed_layers * (mem.slot() - mem.part());
   // Two FLOPs a parameter for each sequence, and the attention's q.k and a.v over the context: 4 q / tp per token
   // of context and layer (q = heads x head_dim, h for a GPT-2 block).
   double looked_up = m.rotary ? 0 : s * h;  // not multiplied: the position table, and an untied token embedding

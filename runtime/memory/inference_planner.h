@@ -57,6 +57,12 @@ struct InferenceInput {
 // shard parts.
 std::size_t shard_part(std::size_t block_bytes, int shard);
 
+// The slots a stream of `count` layers copied `prefetch_depth` ahead holds: the one in use and those on their way,
+// min(prefetch_depth + 1, count), none for none. BlockStreamer's weight slots and a host KV cache's staging alike.
+inline int stream_slots(int prefetch_depth, int count) {
+  return count <= 0 ? 0 : (prefetch_depth + 1 < count ? prefetch_depth + 1 : count);
+}
+
 inline constexpr int kMaxInferenceBatch = 4096;
 
 // The rows of a decoder's widest pass for `batch` sequences: a prompt is prefilled kPrefillRows tokens at a time, and
@@ -92,10 +98,13 @@ struct DecodeMemory {
   int prefetch_depth = 1;
   int shard = 1;  // devices a streamed block is sharded over
 
-  int slots(int resident) const;           // stream slots for the layers past `resident`: min(depth + 1, streamed)
-  double slot_bytes(int resident) const;   // those slots (each a whole block: shard x shard_part)
+  double part() const;                     // this device's part of a streamed block: shard_part, the block at 1
+  double slot() const;                     // a stream slot: a whole block (shard x part under a shard group)
+  int slots(int resident) const;           // stream slots for the layers past `resident` (stream_slots)
+  double slot_bytes(int resident) const;   // those slots
   double shard_bytes(int resident) const;  // kDevice: this device's part of each streamed block
-  double kv_bytes(bool kv_on_host) const;  // the cache, or a host cache's min(depth + 1, layers) staging layers
+  int kv_layers(bool kv_on_host) const;    // layers of the cache on the device: all, or a host cache's staging
+  double kv_bytes(bool kv_on_host) const;  // kv_layers x kv_layer
   double total(int resident, bool kv_on_host) const;
   // The most blocks resident, from `layers` down, whose total is within `budget` bytes; 0 when none is.
   int most_resident(double budget, bool kv_on_host) const;

@@ -182,8 +182,6 @@ struct GptDecoder::Impl : BlockOps {
       const std::vector<double> all = all_gather_values(*shard_group, resident_blocks);
       resident_blocks = static_cast<int>(*std::min_element(all.begin(), all.end()));
     }
-    const std::size_t cache_layers =
-        static_cast<std::size_t>(host_kv ? KvCache::staging_slots(where.prefetch_depth, L) : L);
     STRATA_CHECK_CODE(
         ErrorCode::kOutOfMemory, budget == 0 || need(resident_blocks) <= budget,
         "--device-memory {}: the decoder needs {} with {} of {} blocks resident (embeddings, final norm and head {}, "
@@ -192,7 +190,7 @@ struct GptDecoder::Impl : BlockOps {
         "shorter context (strata-plan --inference sizes the placements)",
         bytes_text(budget), bytes_text(need(resident_blocks)), resident_blocks, L,
         bytes_text(static_cast<std::uint64_t>(m.outside + m.tables)),
-        host_kv ? fmt::format(" staging ({} of {} layers)", cache_layers, L) : std::string(),
+        host_kv ? fmt::format(" staging ({} of {} layers)", m.kv_layers(true), L) : std::string(),
         bytes_text(static_cast<std::uint64_t>(m.kv_bytes(host_kv))), S, cfg.ctx,
         bytes_text(static_cast<std::uint64_t>(m.workspace)), resident_blocks, m.slots(resident_blocks),
         bytes_text(static_cast<std::uint64_t>(m.block)),
@@ -209,7 +207,7 @@ struct GptDecoder::Impl : BlockOps {
   static std::uint64_t least(const DecodeMemory& m, bool host_kv) {
     DecodeMemory one_slot = m;
     one_slot.prefetch_depth = 0;
-    return static_cast<std::uint64_t>(m.outside + m.tables + one_slot.slot_bytes(0) + one_slot.shard_bytes(0) +
+    return static_cast<std::uint64_t>(m.outside + m.tables + one_slot.slot_bytes(0) + m.shard_bytes(0) +
                                       m.kv_bytes(host_kv) + m.workspace);
   }
 
@@ -339,11 +337,10 @@ struct GptDecoder::Impl : BlockOps {
     family_norm(*k, cfg, out, mu, rs, in, weight, bias, pass_rows);
   }
   void column(bool attention, float* out, const float* in, const float* weight, const float* bias) override {
-    (attention ? linears->qkv : linears->up).forward(out, in, nullptr, weight, bias, pass_rows);
+    linears->column(attention).forward(out, in, nullptr, weight, bias, pass_rows);
   }
   const float* row(bool attention, const float* in, const float* weight, const float* bias) override {
-    return row_product(*k, attention ? linears->out : linears->down, T > 1, tmp.as<float>(), nullptr, in, weight, bias,
-                       pass_rows, cfg.embd);
+    return row_product(*k, linears->row(attention), T > 1, tmp.as<float>(), nullptr, in, weight, bias, pass_rows);
   }
   void mlp_act(float* out, const float* up) override { family_mlp_activation(*k, cfg, out, up, pass_rows, w.act); }
   void residual(float* out, const float* a, const float* b) override {

@@ -73,6 +73,9 @@ struct BlockLinears {
         down(tp, k, cfg.mlp_width(), cfg.embd) {}
   ColumnParallelLinear qkv, up;
   RowParallelLinear out, down;
+  // The attention's product (`attention`) or the MLP's, as BlockOps names them.
+  ColumnParallelLinear& column(bool attention) { return attention ? qkv : up; }
+  RowParallelLinear& row(bool attention) { return attention ? out : down; }
 };
 
 // A row-parallel product of `rows` rows (0: the group's micro-batch): through `lin` (this rank's partial sums into
@@ -80,9 +83,9 @@ struct BlockLinears {
 // it the plain product with its bias fused into `partial` (the order a one-rank run has always summed in). Returns
 // where the result is.
 inline const float* row_product(Kernels& k, RowParallelLinear& lin, bool tp_flow, float* partial, float* reduced,
-                                const float* in, const float* weight, const float* bias, int rows, int C) {
+                                const float* in, const float* weight, const float* bias, int rows) {
   if (tp_flow) return lin.forward(partial, reduced, in, weight, bias, rows);
-  k.matmul_forward(partial, in, weight, bias, rows, lin.local_in(), C);
+  k.matmul_forward(partial, in, weight, bias, rows, lin.local_in(), lin.out());
   return partial;
 }
 

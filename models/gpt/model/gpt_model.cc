@@ -472,13 +472,12 @@ struct GptModel::Impl : BlockOps {
     norm_forward(out, mean, rstd, x, wt, b);
   }
   void column(bool attention, float* out, const float* ln, const float* wt, const float* b) override {
-    (attention ? linears->qkv : linears->up).forward(out, ln, ln_full.as<float>(), wt, b);
+    linears->column(attention).forward(out, ln, ln_full.as<float>(), wt, b);
   }
   const float* row(bool attention, const float* in, const float* wt, const float* b) override {
     // On this rank's rows ([Nl, C]) after the reduction.
     float* partial = (attention ? attproj : fcproj).as<float>();
-    return row_product(*k, attention ? linears->out : linears->down, tpk, partial, reduced.as<float>(), in, wt, b, N,
-                       cfg.embd);
+    return row_product(*k, linears->row(attention), tpk, partial, reduced.as<float>(), in, wt, b, N);
   }
   void mlp_act(float* out, const float* up) override { mlp_act_forward(out, up); }
   void residual(float* out, const float* a, const float* b) override {
